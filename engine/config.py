@@ -1,0 +1,79 @@
+"""Engine configuration: one frozen, validated dataclass with vLLM's knob names."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+POLICIES = ("fcfs",)
+PREEMPTION_MODES = ("recompute",)
+CLOCKS = ("virtual", "wall")
+
+
+class ConfigError(ValueError):
+    """A configuration value is out of range; the message names the knob and its limit."""
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Every knob of one engine run. Validated on construction (raises :class:`ConfigError`).
+
+    Names follow vLLM: ``block_size`` (tokens per KV block), ``num_gpu_blocks`` (physical KV
+    blocks in the paged cache; ``None`` sizes it from free memory, see
+    ``engine.kv_memory.size_num_blocks``), ``max_model_len`` (prompt + output tokens of one
+    request), ``max_num_seqs`` (running requests per step = batch slots),
+    ``max_num_batched_tokens`` (token budget of one step), ``enable_chunked_prefill``,
+    ``long_prefill_token_threshold`` (0 = no per-request prefill cap), ``policy``,
+    ``preemption_mode``. ``clock`` is ``virtual`` (arrivals counted in steps, reproducible) or
+    ``wall`` (live, seconds). ``kv_cache_memory_fraction`` bounds the automatic sizing.
+    """
+
+    model: str = "default"
+    dtype: str = "float32"
+    device: str = "auto"
+    seed: int = 0
+    block_size: int = 16
+    num_gpu_blocks: int | None = None
+    kv_cache_memory_fraction: float = 0.25
+    max_model_len: int = 2048
+    max_num_seqs: int = 16
+    max_num_batched_tokens: int = 256
+    enable_chunked_prefill: bool = True
+    long_prefill_token_threshold: int = 0
+    policy: str = "fcfs"
+    preemption_mode: str = "recompute"
+    clock: str = "virtual"
+    check_invariants: bool = False
+
+    def __post_init__(self) -> None:
+        def need(cond: bool, msg: str) -> None:
+            if not cond:
+                raise ConfigError(msg)
+
+        need(self.block_size >= 1, f"block_size must be >= 1, got {self.block_size}")
+        need(self.num_gpu_blocks is None or self.num_gpu_blocks >= 1,
+             f"num_gpu_blocks must be >= 1 (or None to size from memory), got {self.num_gpu_blocks}")
+        need(0.0 < self.kv_cache_memory_fraction <= 0.95,
+             f"kv_cache_memory_fraction must be in (0, 0.95], got {self.kv_cache_memory_fraction}")
+        need(self.max_model_len >= 2, f"max_model_len must be >= 2, got {self.max_model_len}")
+        need(self.max_num_seqs >= 1, f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
+        need(self.max_num_batched_tokens >= 1,
+             f"max_num_batched_tokens must be >= 1, got {self.max_num_batched_tokens}")
+        need(self.enable_chunked_prefill or self.max_num_batched_tokens >= self.max_model_len,
+             "without chunked prefill max_num_batched_tokens must be >= max_model_len "
+             f"({self.max_num_batched_tokens} < {self.max_model_len})")
+        need(self.long_prefill_token_threshold >= 0,
+             f"long_prefill_token_threshold must be >= 0, got {self.long_prefill_token_threshold}")
+        need(self.policy in POLICIES, f"policy must be one of {POLICIES}, got {self.policy!r}")
+        need(self.preemption_mode in PREEMPTION_MODES,
+             f"preemption_mode must be one of {PREEMPTION_MODES}, got {self.preemption_mode!r}")
+        need(self.clock in CLOCKS, f"clock must be one of {CLOCKS}, got {self.clock!r}")
+        need(self.dtype in ("float32", "bfloat16", "float16"),
+             f"dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
+
+    def replace(self, **changes) -> "EngineConfig":
+        """A copy with ``changes`` applied (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        """Plain dict of every field, for the recording's provenance."""
+        return dataclasses.asdict(self)

@@ -1,0 +1,153 @@
+"""Requests, their sampling parameters, states and finish reasons (vLLM v1 names). No torch."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class RequestStatus(str, enum.Enum):
+    """Where a request is. Exactly one queue holds each unfinished request (invariant G3)."""
+
+    WAITING = "WAITING"                  # arrived, not yet admitted (holds no blocks)
+    RUNNING = "RUNNING"                  # admitted: holds a batch slot and KV blocks
+    PREEMPTED = "PREEMPTED"              # evicted by recompute preemption, waiting to recompute
+    PAUSED = "PAUSED"                    # held by the user: keeps its KV, holds no batch slot
+    FINISHED_STOPPED = "FINISHED_STOPPED"  # EOS, stop token or stop string
+    FINISHED_LENGTH = "FINISHED_LENGTH"    # max_tokens reached
+    FINISHED_ABORTED = "FINISHED_ABORTED"  # aborted by the user
+    FINISHED_ERROR = "FINISHED_ERROR"      # rejected at admission or failed in a step
+
+    @property
+    def is_finished(self) -> bool:
+        return self.name.startswith("FINISHED")
+
+
+class FinishReason(str, enum.Enum):
+    """Why a request finished, as an OpenAI-style API reports it."""
+
+    STOP = "stop"
+    LENGTH = "length"
+    ABORT = "abort"
+    ERROR = "error"
+
+
+FINISH_REASON_OF = {
+    RequestStatus.FINISHED_STOPPED: FinishReason.STOP,
+    RequestStatus.FINISHED_LENGTH: FinishReason.LENGTH,
+    RequestStatus.FINISHED_ABORTED: FinishReason.ABORT,
+    RequestStatus.FINISHED_ERROR: FinishReason.ERROR,
+}
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to pick each output token.
+
+    ``temperature`` 0 means greedy. ``top_k`` 0 and ``top_p`` 1.0 disable those filters.
+    ``seed`` makes one request's sampling reproducible whatever else is in the batch.
+    ``ignore_eos`` keeps generating past EOS (trace replays use it so lengths follow the trace).
+    ``stop`` strings end the request; the matched string is cut from the output unless
+    ``include_stop_str_in_output``. Raises ``ValueError`` on out-of-range values.
+    """
+
+    max_tokens: int = 16
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    ignore_eos: bool = False
+    stop: tuple[str, ...] = ()
+    include_stop_str_in_output: bool = False
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
+        if isinstance(self.stop, str):
+            object.__setattr__(self, "stop", (self.stop,))
+        else:
+            object.__setattr__(self, "stop", tuple(self.stop))
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass
+class Request:
+    """One generation request and its progress.
+
+    ``num_computed_tokens`` counts tokens whose KV is in the cache; it catches up to
+    ``num_tokens`` (prompt + output so far) one scheduled chunk at a time, which covers prefill,
+    chunked prefill, recompute after preemption and decode with one rule (vLLM v1).
+    Times are seconds on the engine clock (steps under the virtual clock).
+    """
+
+    request_id: str
+    prompt_token_ids: list[int]
+    sampling_params: SamplingParams
+    arrival_time: float = 0.0
+    arrival_step: int = 0
+    prompt_text: str | None = None
+    eos_token_id: int | None = None
+    status: RequestStatus = RequestStatus.WAITING
+    output_token_ids: list[int] = field(default_factory=list)
+    output_text: str = ""
+    num_computed_tokens: int = 0
+    slot: int | None = None
+    num_preemptions: int = 0
+    first_scheduled_time: float | None = None
+    first_token_time: float | None = None
+    first_token_step: int | None = None
+    last_token_time: float | None = None
+    finished_time: float | None = None
+    token_times: list[float] = field(default_factory=list)
+    error: str | None = None
+    stop_reason: str | None = None
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.output_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        return self.prompt_token_ids + self.output_token_ids
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status.is_finished
+
+    @property
+    def is_prefill(self) -> bool:
+        """True until the prompt (or, after a recompute preemption, prompt + output) is in the KV
+        cache; afterwards each step decodes the one token sampled last."""
+        return not (self.output_token_ids and self.num_computed_tokens == self.num_tokens - 1)
+
+    @property
+    def finish_reason(self) -> FinishReason | None:
+        return FINISH_REASON_OF.get(self.status)
+
+    @property
+    def ttft(self) -> float | None:
+        """Time to first token: arrival -> first output token (engine clock units)."""
+        if self.first_token_time is None:
+            return None
+        return self.first_token_time - self.arrival_time
+
+    @property
+    def mean_itl(self) -> float | None:
+        """Mean inter-token latency between consecutive output tokens (engine clock units)."""
+        if len(self.token_times) < 2:
+            return None
+        return (self.token_times[-1] - self.token_times[0]) / (len(self.token_times) - 1)
