@@ -1,0 +1,85 @@
+"""The model runner: packs one scheduler step into ONE forward pass of a transformers model over
+every scheduled token of every request (no padding), with K/V read and written through block tables
+in one preallocated paged cache, then samples."""
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+
+from engine.attention import ATTN_IMPLEMENTATION, PagedAttentionMetadata, register_paged_attention
+from engine.outputs import ModelRunnerOutput, SchedulerOutput
+from engine.request import Request
+from engine.sampler import Sampler
+
+
+def kv_bytes_per_block(config, block_size: int, dtype: torch.dtype) -> int:
+    """Bytes of K and V for one block across all layers of a transformers ``config``."""
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    elem = torch.empty((), dtype=dtype).element_size()
+    return 2 * config.num_hidden_layers * block_size * config.num_key_value_heads * head_dim * elem
+
+
+class ModelRunner:
+    """Runs steps of a Llama-family transformers model over a paged KV cache.
+
+    ``model`` must be an eval-mode causal LM on ``device``; its attention implementation is switched
+    to our paged attention. The cache is ``num_hidden_layers`` pairs of tensors
+    ``[num_blocks, block_size, num_kv_heads, head_dim]`` in the model's dtype, allocated once.
+    """
+
+    def __init__(self, model: torch.nn.Module, num_blocks: int, block_size: int, seed: int = 0) -> None:
+        self.model = model
+        cfg = model.config
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        shape = (num_blocks, block_size, cfg.num_key_value_heads, head_dim)
+        self.kv_caches = [(torch.zeros(shape, dtype=self.dtype, device=self.device),
+                           torch.zeros(shape, dtype=self.dtype, device=self.device))
+                          for _ in range(cfg.num_hidden_layers)]
+        model.set_attn_implementation(register_paged_attention())
+        assert model.config._attn_implementation == ATTN_IMPLEMENTATION
+        self.sampler = Sampler(seed)
+
+    @torch.inference_mode()
+    def execute(self, sched: SchedulerOutput, requests: Mapping[str, Request]) -> ModelRunnerOutput:
+        """Run the step ``sched``; returns the token sampled for each request whose chunk reached
+        the end of its known tokens. Raises whatever the model raises (the engine fails the step's
+        requests and keeps serving)."""
+        if sched.is_empty:
+            return ModelRunnerOutput()
+        ids: list[int] = []
+        pos: list[int] = []
+        qlens, ctxs, tables = [], [], []
+        sample_rows, sample_reqs = [], []
+        for s in sched.scheduled:
+            req = requests[s.request_id]
+            start, end = s.num_computed_tokens, s.num_computed_tokens + s.num_tokens
+            ids.extend(req.all_token_ids[start:end])
+            pos.extend(range(start, end))
+            qlens.append(s.num_tokens)
+            ctxs.append(end)
+            tables.append(list(s.block_ids))
+            if end == req.num_tokens:
+                sample_rows.append(len(ids) - 1)
+                sample_reqs.append(req)
+        meta = PagedAttentionMetadata.build(qlens, ctxs, tables, self.kv_caches, self.block_size, self.device)
+        input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
+        position_ids = torch.tensor([pos], dtype=torch.long, device=self.device)
+        if not sample_rows:
+            self.model.model(input_ids=input_ids, position_ids=position_ids, use_cache=False,
+                             paged_meta=meta)
+            return ModelRunnerOutput()
+        keep = torch.tensor(sample_rows, dtype=torch.long, device=self.device)
+        logits = self.model(input_ids=input_ids, position_ids=position_ids, use_cache=False,
+                            logits_to_keep=keep, paged_meta=meta).logits[0]   # [N, vocab]
+        toks = self.sampler.sample(logits, [r.request_id for r in sample_reqs],
+                                   [r.sampling_params for r in sample_reqs])
+        return ModelRunnerOutput(sampled_token_ids={r.request_id: t for r, t in zip(sample_reqs, toks)})
+
+    def release(self, request_id: str) -> None:
+        """Drop per-request state (the sampling generator) once a request finished."""
+        self.sampler.forget(request_id)

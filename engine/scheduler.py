@@ -1,0 +1,315 @@
+"""The continuous-batching scheduler: FCFS, chunked prefill, recompute preemption. Pure Python.
+
+Follows vLLM v1's scheduler (vllm/v1/core/sched/scheduler.py) in its essentials: one rule for
+prefill and decode (each request's ``num_computed_tokens`` catches up to ``num_tokens`` under a per
+step token budget ``max_num_batched_tokens`` and a cap ``max_num_seqs``), running requests are
+scheduled before new admissions, and when the KV cache runs out the newest running request is
+preempted and later recomputed (Orca, Yu et al., OSDI 2022, for iteration-level scheduling).
+
+Documented policy choices (see ``../shared/cases/README.md``):
+- A request is rejected at admission (FINISHED_ERROR, ``error`` names the limit) when its prompt is
+  empty, ``max_tokens`` < 1, ``prompt + max_tokens`` exceeds ``max_model_len``, or its full KV
+  (``prompt + max_tokens`` tokens) exceeds the whole cache. So every admitted request fits the cache
+  alone, and the oldest running request can always make progress (liveness, G5).
+- No new request is admitted in a step that preempted one.
+- A user-paused request keeps its KV but no batch slot. If the cache runs dry and no running request
+  is left to preempt, paused requests lose their KV first (they recompute on resume).
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Iterable
+
+from engine.config import EngineConfig
+from engine.kv_cache import KVCacheManager
+from engine.outputs import (NOT_ADMITTED_BEHIND, NOT_ADMITTED_NO_FREE_BLOCKS, NOT_ADMITTED_SEQ_CAP,
+                            NOT_ADMITTED_TOKEN_BUDGET, ModelRunnerOutput, RequestEvent,
+                            ScheduledRequest, SchedulerOutput)
+from engine.request import Request, RequestStatus
+
+
+class Scheduler:
+    """Decides, step by step, which requests run and how many tokens each computes.
+
+    ``num_gpu_blocks`` is the resolved size of the paged cache. Requests are owned by the caller
+    (``LLMEngine``); the scheduler keeps them in exactly one of ``waiting`` (WAITING/PREEMPTED),
+    ``running``, ``paused`` or ``finished`` (invariant G3). Events of the current step accumulate
+    in ``events`` until :meth:`take_events`.
+    """
+
+    def __init__(self, config: EngineConfig, num_gpu_blocks: int) -> None:
+        self.config = config
+        self.kv = KVCacheManager(num_gpu_blocks, config.block_size)
+        self.requests: dict[str, Request] = {}
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.paused: list[Request] = []
+        self.finished_ids: list[str] = []
+        self.events: list[RequestEvent] = []
+        self._free_slots = list(range(config.max_num_seqs))
+
+    # --- admission ----------------------------------------------------------------------
+    def admission_error(self, req: Request) -> str | None:
+        """Why ``req`` can never be served, or None. Names the limit that is exceeded."""
+        c = self.config
+        p, m = req.num_prompt_tokens, req.sampling_params.max_tokens
+        if p == 0:
+            return "empty prompt: a request needs at least 1 prompt token"
+        if m < 1:
+            return f"max_tokens must be >= 1, got {m}"
+        if p + m > c.max_model_len:
+            return f"prompt ({p}) + max_tokens ({m}) = {p + m} tokens exceeds max_model_len {c.max_model_len}"
+        cap = self.kv.num_blocks * self.kv.block_size
+        if p + m > cap:
+            return (f"prompt ({p}) + max_tokens ({m}) = {p + m} tokens needs {self.kv.blocks_for(p + m)} "
+                    f"KV blocks but the whole cache has {self.kv.num_blocks} blocks ({cap} tokens)")
+        return None
+
+    def add_request(self, req: Request) -> bool:
+        """Queue ``req`` (FCFS), or reject it at once. Returns False if rejected.
+
+        Raises ``ValueError`` if the request id is already known.
+        """
+        if req.request_id in self.requests:
+            raise ValueError(f"duplicate request id {req.request_id!r}")
+        self.requests[req.request_id] = req
+        self.events.append(RequestEvent(req.request_id, "arrived"))
+        err = self.admission_error(req)
+        if err is not None:
+            self._finish(req, RequestStatus.FINISHED_ERROR, error=err, kind="rejected")
+            return False
+        req.status = RequestStatus.WAITING
+        self.waiting.append(req)
+        return True
+
+    # --- one step -----------------------------------------------------------------------
+    def _chunk(self, req: Request, budget: int) -> int:
+        n = req.num_tokens - req.num_computed_tokens
+        thr = self.config.long_prefill_token_threshold
+        if thr and n > thr:
+            n = thr
+        return min(n, budget)
+
+    def schedule(self, step: int) -> SchedulerOutput:
+        """Decide step ``step``. Allocates blocks, may preempt; returns a frozen decision."""
+        budget = self.config.max_num_batched_tokens
+        scheduled: list[tuple[Request, int, list[int]]] = []
+        preempted: list[str] = []
+
+        i = 0
+        while i < len(self.running) and budget > 0:
+            req = self.running[i]
+            n = self._chunk(req, budget)
+            new_blocks = self.kv.allocate_slots(req.request_id, req.num_computed_tokens + n)
+            while new_blocks is None:
+                victim = self._pick_victim(req)
+                if victim is None:
+                    break
+                self._preempt(victim)
+                preempted.append(victim.request_id)
+                if victim is req:
+                    break
+                new_blocks = self.kv.allocate_slots(req.request_id, req.num_computed_tokens + n)
+            if new_blocks is None or req.status is not RequestStatus.RUNNING:
+                break
+            scheduled.append((req, n, new_blocks))
+            budget -= n
+            i += 1
+
+        not_admitted: list[tuple[str, str]] = []
+        if not preempted:
+            while self.waiting:
+                req = self.waiting[0]
+                reason = None
+                if len(self.running) >= self.config.max_num_seqs:
+                    reason = NOT_ADMITTED_SEQ_CAP
+                elif budget <= 0:
+                    reason = NOT_ADMITTED_TOKEN_BUDGET
+                n = self._chunk(req, budget) if reason is None else 0
+                if reason is None and not self.config.enable_chunked_prefill and n < req.num_tokens:
+                    reason = NOT_ADMITTED_TOKEN_BUDGET
+                new_blocks = None
+                if reason is None:
+                    new_blocks = self.kv.allocate_slots(req.request_id, req.num_computed_tokens + n)
+                    if new_blocks is None:
+                        reason = NOT_ADMITTED_NO_FREE_BLOCKS
+                if reason is not None:
+                    not_admitted.append((req.request_id, reason))
+                    break
+                self.waiting.popleft()
+                self._start_running(req)
+                scheduled.append((req, n, new_blocks))
+                budget -= n
+        for req in list(self.waiting)[len(not_admitted):]:
+            # After a preemption nobody is admitted: the cache is what ran out.
+            first = NOT_ADMITTED_NO_FREE_BLOCKS if preempted else NOT_ADMITTED_TOKEN_BUDGET
+            not_admitted.append((req.request_id, NOT_ADMITTED_BEHIND if not_admitted else first))
+
+        return SchedulerOutput(
+            step=step,
+            scheduled=tuple(
+                ScheduledRequest(r.request_id, r.slot, n, r.num_computed_tokens, r.is_prefill,
+                                 tuple(nb), tuple(self.kv.block_ids(r.request_id)))
+                for r, n, nb in scheduled),
+            preempted_ids=tuple(preempted),
+            not_admitted=tuple(not_admitted),
+        )
+
+    def _pick_victim(self, req: Request) -> Request | None:
+        """Newest running request (possibly ``req`` itself); else a paused request holding KV."""
+        if self.running:
+            return self.running[-1]
+        for p in reversed(self.paused):
+            if self.kv.block_ids(p.request_id):
+                return p
+        return None
+
+    def _start_running(self, req: Request) -> None:
+        req.status = RequestStatus.RUNNING
+        self._free_slots.sort()
+        req.slot = self._free_slots.pop(0)
+        self.running.append(req)
+        self.events.append(RequestEvent(req.request_id, "scheduled"))
+
+    def _leave_running(self, req: Request) -> None:
+        if req in self.running:
+            self.running.remove(req)
+        if req.slot is not None:
+            self._free_slots.append(req.slot)
+            req.slot = None
+
+    def _preempt(self, req: Request) -> None:
+        """Recompute preemption: drop the KV, go to the front of the waiting queue."""
+        was_paused = req.status is RequestStatus.PAUSED
+        self._leave_running(req)
+        self.kv.free(req.request_id)
+        req.num_computed_tokens = 0
+        req.num_preemptions += 1
+        self.events.append(RequestEvent(req.request_id, "preempted",
+                                        "paused request lost its KV" if was_paused else "recompute"))
+        if not was_paused:
+            req.status = RequestStatus.PREEMPTED
+            self.waiting.appendleft(req)
+
+    # --- after the forward pass -----------------------------------------------------------
+    def update_from_output(self, out: SchedulerOutput, runner_out: ModelRunnerOutput,
+                           now: float, step: int) -> list[Request]:
+        """Advance ``num_computed_tokens``, append sampled tokens, finish on EOS / max_tokens and
+        fail requests the runner reported errors for. Returns the requests that got a token."""
+        got_token = []
+        for s in out.scheduled:
+            req = self.requests[s.request_id]
+            if req.status is not RequestStatus.RUNNING:
+                continue
+            err = runner_out.errors.get(s.request_id)
+            if err is not None:
+                self._finish(req, RequestStatus.FINISHED_ERROR, error=err, kind="failed")
+                continue
+            req.num_computed_tokens += s.num_tokens
+            tok = runner_out.sampled_token_ids.get(s.request_id)
+            if tok is None:
+                continue
+            req.output_token_ids.append(tok)
+            req.token_times.append(now)
+            req.last_token_time = now
+            if req.first_token_time is None:
+                req.first_token_time = now
+                req.first_token_step = step
+            got_token.append(req)
+            sp = req.sampling_params
+            if not sp.ignore_eos and req.eos_token_id is not None and tok == req.eos_token_id:
+                self._finish(req, RequestStatus.FINISHED_STOPPED, stop_reason="eos")
+            elif req.num_output_tokens >= sp.max_tokens:
+                self._finish(req, RequestStatus.FINISHED_LENGTH)
+        return got_token
+
+    # --- user actions ---------------------------------------------------------------------
+    def finish_request(self, request_id: str, status: RequestStatus, *, error: str | None = None,
+                       stop_reason: str | None = None) -> None:
+        """Finish a live request (abort, stop string, failure). No-op if already finished."""
+        req = self.requests[request_id]
+        if req.is_finished:
+            return
+        kind = {RequestStatus.FINISHED_ABORTED: "aborted",
+                RequestStatus.FINISHED_ERROR: "failed"}.get(status, "finished")
+        self._finish(req, status, error=error, stop_reason=stop_reason, kind=kind)
+
+    def pause_request(self, request_id: str) -> bool:
+        """Park a waiting or running request: it keeps its KV but no batch slot."""
+        req = self.requests[request_id]
+        if req.status is RequestStatus.RUNNING:
+            self._leave_running(req)
+        elif req.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
+            self.waiting.remove(req)
+        else:
+            return False
+        req.status = RequestStatus.PAUSED
+        self.paused.append(req)
+        self.events.append(RequestEvent(request_id, "paused"))
+        return True
+
+    def resume_request(self, request_id: str) -> bool:
+        """Un-park: back to running if a slot is free, else to the front of the waiting queue
+        (dropping its KV, to be recomputed) so it does not wait behind later arrivals."""
+        req = self.requests[request_id]
+        if req.status is not RequestStatus.PAUSED:
+            return False
+        self.paused.remove(req)
+        self.events.append(RequestEvent(request_id, "resumed"))
+        if self.kv.block_ids(request_id) and len(self.running) < self.config.max_num_seqs:
+            self._start_running(req)
+            return True
+        self.kv.free(request_id)
+        req.num_computed_tokens = 0
+        req.status = RequestStatus.WAITING
+        self.waiting.appendleft(req)
+        return True
+
+    def _finish(self, req: Request, status: RequestStatus, *, error: str | None = None,
+                stop_reason: str | None = None, kind: str = "finished") -> None:
+        if req.status is RequestStatus.RUNNING or req in self.running:
+            self._leave_running(req)
+        elif req in self.waiting:
+            self.waiting.remove(req)
+        elif req in self.paused:
+            self.paused.remove(req)
+        self.kv.free(req.request_id)
+        req.status = status
+        req.error = error
+        req.stop_reason = stop_reason
+        self.finished_ids.append(req.request_id)
+        detail = error or stop_reason or (req.finish_reason.value if req.finish_reason else "")
+        self.events.append(RequestEvent(req.request_id, kind, detail))
+
+    # --- introspection --------------------------------------------------------------------
+    def take_events(self) -> list[RequestEvent]:
+        ev, self.events = self.events, []
+        return ev
+
+    @property
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running or self.paused)
+
+    def live_requests(self) -> Iterable[Request]:
+        yield from self.running
+        yield from self.waiting
+        yield from self.paused
+
+    def check_invariants(self) -> None:
+        """Assert G1, G2, G3 and G4 (raises ``AssertionError`` naming the invariant)."""
+        self.kv.check_invariants()
+        seen: dict[str, str] = {}
+        for name, reqs in (("waiting", self.waiting), ("running", self.running), ("paused", self.paused)):
+            for r in reqs:
+                assert r.request_id not in seen, f"G3: {r.request_id} in {seen[r.request_id]} and {name}"
+                assert not r.is_finished, f"G3: finished {r.request_id} back in {name}"
+                seen[r.request_id] = name
+        for rid, r in self.requests.items():
+            if r.is_finished:
+                assert rid not in seen, f"G3: finished {rid} in {seen.get(rid)}"
+                assert not self.kv.block_ids(rid), f"G1: finished {rid} still holds blocks"
+            else:
+                assert rid in seen, f"G3: {rid} ({r.status}) is in no queue"
+        assert len(self.running) <= self.config.max_num_seqs, "G4: running > max_num_seqs"
+        slots = [r.slot for r in self.running]
+        assert None not in slots and len(set(slots)) == len(slots), f"slots not unique: {slots}"
