@@ -1,0 +1,142 @@
+"""Run metrics recomputed from a recording's rows (never from the engine's own counters).
+
+Latencies are on the engine clock of the run (``config['clock']``): in steps under the virtual
+clock, in seconds under the wall clock. A token's time is the end of the step that produced it on
+that clock: the step's ``clock`` (its start) plus its duration, which is 1 step under the virtual
+clock and ``(end_ns - start_ns) / 1e9`` seconds under the wall clock. So TTFT = first token time -
+``requests.arrival_time`` (a request admitted and prefilled in the step it arrived in has a TTFT of
+1 step), and the ITL samples are the gaps between consecutive tokens of a request.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import groupby
+from typing import Sequence
+
+import numpy as np
+
+from recordings.reader import Reader
+
+
+@dataclass(frozen=True)
+class Percentiles:
+    """p50/p90/p99 of a sample set (``None`` each when there are no samples)."""
+
+    p50: float | None
+    p90: float | None
+    p99: float | None
+    num_samples: int
+
+    @classmethod
+    def of(cls, samples: Sequence[float]) -> "Percentiles":
+        """Percentiles by numpy's default (linear) interpolation."""
+        if not samples:
+            return cls(None, None, None, 0)
+        p50, p90, p99 = (float(v) for v in np.percentile(np.asarray(samples, float), [50, 90, 99]))
+        return cls(p50, p90, p99, len(samples))
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """Totals and latency percentiles of one recorded run.
+
+    ``time_unit`` is ``'steps'`` (virtual clock) or ``'s'`` (wall clock) and applies to ``ttft``
+    and ``itl``. ``wall_duration_s`` runs from the first step's start to the last step's end;
+    ``output_tokens_per_s`` is over that time (``None`` for a zero duration). ``mean_batch_size``
+    is the mean number of requests scheduled per non-empty step; ``peak_kv_cache_usage`` is the
+    highest fraction of KV blocks in use after any step.
+    """
+
+    clock: str
+    time_unit: str
+    num_requests: int
+    num_finished_by_reason: dict[str, int]
+    num_steps: int
+    num_prompt_tokens: int
+    num_output_tokens: int
+    wall_duration_s: float
+    output_tokens_per_s: float | None
+    ttft: Percentiles
+    itl: Percentiles
+    num_preemptions: int
+    mean_batch_size: float
+    peak_kv_cache_usage: float
+
+    @property
+    def num_finished(self) -> int:
+        return sum(self.num_finished_by_reason.values())
+
+    def format_table(self) -> str:
+        """A two-column, human-readable text table (for the CLI)."""
+        unit = self.time_unit
+
+        def num(v: float | None, fmt: str = ".3f") -> str:
+            return "-" if v is None else format(v, fmt)
+
+        reasons = ", ".join(f"{k}={v}" for k, v in sorted(self.num_finished_by_reason.items()))
+        rows = [
+            ("clock", self.clock),
+            ("requests", str(self.num_requests)),
+            ("finished", f"{self.num_finished}" + (f" ({reasons})" if reasons else "")),
+            ("steps", str(self.num_steps)),
+            ("prompt tokens", str(self.num_prompt_tokens)),
+            ("output tokens", str(self.num_output_tokens)),
+            ("wall duration (s)", num(self.wall_duration_s)),
+            ("output tokens/s", num(self.output_tokens_per_s, ".1f")),
+        ]
+        for name, p in (("TTFT", self.ttft), ("ITL", self.itl)):
+            rows.append((f"{name} p50/p90/p99 ({unit})",
+                         f"{num(p.p50)} / {num(p.p90)} / {num(p.p99)}  (n={p.num_samples})"))
+        rows += [
+            ("preemptions", str(self.num_preemptions)),
+            ("mean batch size", num(self.mean_batch_size, ".2f")),
+            ("peak KV cache usage", f"{self.peak_kv_cache_usage:.1%}"),
+        ]
+        width = max(len(name) for name, _ in rows)
+        return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+def summarize(reader: Reader) -> RunSummary:
+    """Recompute the run's metrics from the rows of ``reader``'s recording.
+
+    Raises :class:`recordings.RecordingError` if the file cannot be read.
+    """
+    clock = str(reader.run_info().get("config", {}).get("clock", "virtual"))
+    (num_steps, first_ns, last_ns, num_preemptions, peak_kv), = reader.execute(
+        "SELECT count(*), min(start_ns), max(end_ns), coalesce(sum(num_preemptions), 0), "
+        "coalesce(max(kv_cache_usage), 0.0) FROM steps")
+    (mean_batch,), = reader.execute(
+        "SELECT avg(num_scheduled_requests) FROM steps WHERE num_scheduled_requests > 0")
+    (num_requests, num_prompt_tokens), = reader.execute(
+        "SELECT count(*), coalesce(sum(num_prompt_tokens), 0) FROM requests")
+    by_reason = {str(reason): n for reason, n in reader.execute(
+        "SELECT finish_reason, count(*) FROM requests WHERE status LIKE 'FINISHED%' "
+        "GROUP BY finish_reason ORDER BY finish_reason")}
+    ttft, itl = _latencies(reader, virtual=clock != "wall")
+    num_output_tokens = reader.execute("SELECT count(*) FROM tokens")[0][0]
+    duration_s = (last_ns - first_ns) / 1e9 if num_steps else 0.0
+    return RunSummary(
+        clock=clock, time_unit="s" if clock == "wall" else "steps",
+        num_requests=num_requests, num_finished_by_reason=by_reason, num_steps=num_steps,
+        num_prompt_tokens=num_prompt_tokens, num_output_tokens=num_output_tokens,
+        wall_duration_s=duration_s,
+        output_tokens_per_s=num_output_tokens / duration_s if duration_s > 0 else None,
+        ttft=Percentiles.of(ttft), itl=Percentiles.of(itl), num_preemptions=num_preemptions,
+        mean_batch_size=float(mean_batch or 0.0), peak_kv_cache_usage=float(peak_kv),
+    )
+
+
+def _latencies(reader: Reader, virtual: bool) -> tuple[list[float], list[float]]:
+    """TTFT samples (one per request with a token) and ITL samples (gaps between tokens)."""
+    arrival = dict(reader.execute("SELECT request_id, arrival_time FROM requests"))
+    rows = reader.execute(
+        "SELECT t.request_id, s.clock, s.start_ns, s.end_ns FROM tokens t "
+        "JOIN steps s ON s.step = t.step ORDER BY t.request_id, t.step, t.seq")
+    ttft: list[float] = []
+    itl: list[float] = []
+    for request_id, group in groupby(rows, key=lambda r: r[0]):
+        times = [c + (1.0 if virtual else (end - start) / 1e9) for _, c, start, end in group]
+        if arrival.get(request_id) is not None:
+            ttft.append(times[0] - arrival[request_id])
+        itl.extend(b - a for a, b in zip(times, times[1:]))
+    return ttft, itl

@@ -1,0 +1,130 @@
+"""The recording's SQLite schema, created and upgraded by numbered migrations.
+
+A recording is marked by ``PRAGMA application_id = APPLICATION_ID`` and carries its schema version
+in ``PRAGMA user_version``. :func:`migrate` applies the pending migrations in order, each in its
+own transaction together with the version bump, so a file is always at one whole version.
+
+Units are in the column names: ``*_ns`` are integer nanoseconds since the run started, ``clock``
+and ``arrival_time``/``ttft``/``mean_itl`` are on the engine clock (steps under the virtual clock,
+seconds under the wall clock), ``*_json`` columns hold nested payloads as JSON text.
+"""
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Callable
+
+import sqlite_utils
+
+from recordings.errors import RecordingError
+
+APPLICATION_ID = 0x42536370  # "BScp"
+
+
+def _v1_tables(db: sqlite_utils.Database) -> None:
+    """Version 1: runs, requests, steps, per-step rows and keyframes, with their indexes."""
+    db["runs"].create({
+        "run_id": int, "model": str, "dtype": str, "device": str, "seed": int, "clock": str,
+        "started_at": str, "closed_at": str, "keyframe_interval": int, "run_info_json": str,
+    }, pk="run_id")
+    db["requests"].create({
+        "request_id": str, "arrival_step": int, "arrival_time": float,
+        "num_prompt_tokens": int, "max_tokens": int, "prompt_token_ids_json": str,
+        "prompt_text": str, "sampling_json": str,
+        # outcome, filled in when the request finishes
+        "status": str, "finish_reason": str, "finish_step": int, "num_output_tokens": int,
+        "ttft": float, "mean_itl": float, "num_preemptions": int, "error": str,
+    }, pk="request_id")
+    db["steps"].create({
+        "step": int, "start_ns": int, "end_ns": int, "clock": float,
+        "num_scheduled_tokens": int, "num_scheduled_requests": int,
+        "num_waiting": int, "num_running": int, "num_paused": int, "num_finished": int,
+        "num_free_blocks": int, "num_total_blocks": int, "kv_cache_usage": float,
+        "num_preemptions": int, "schedule_ns": int, "forward_ns": int, "update_ns": int,
+        "error": str, "preempted_ids_json": str, "not_admitted_json": str,
+    }, pk="step")
+    # seq = position inside the step (batch order, event order, token order, change order)
+    db["step_requests"].create({
+        "step": int, "seq": int, "request_id": str, "slot": int, "num_tokens": int,
+        "num_computed_tokens": int, "is_prefill": int, "new_block_ids_json": str,
+        "block_ids_json": str,
+    }, pk=("step", "seq"))
+    db["events"].create({
+        "step": int, "seq": int, "request_id": str, "kind": str, "detail": str,
+    }, pk=("step", "seq"))
+    db["tokens"].create({
+        "step": int, "seq": int, "request_id": str, "idx": int, "token_id": int, "text": str,
+    }, pk=("step", "seq"))
+    db["request_states"].create({
+        "step": int, "seq": int, "request_id": str, "view_json": str,
+    }, pk=("step", "seq"))
+    db["keyframes"].create({"step": int, "state_json": str}, pk="step")
+    for table in ("step_requests", "events", "tokens", "request_states"):
+        db[table].create_index(["request_id", "step"])
+    db["events"].create_index(["kind"])
+
+
+# (version, migration); versions are 1, 2, 3 ... in order. Never edit a released migration:
+# append a new one.
+MIGRATIONS: list[tuple[int, Callable[[sqlite_utils.Database], None]]] = [
+    (1, _v1_tables),
+]
+
+
+def latest_version() -> int:
+    """The schema version this code writes (the last migration's number)."""
+    return MIGRATIONS[-1][0]
+
+
+def schema_version(db: sqlite_utils.Database) -> int:
+    """The file's schema version (``PRAGMA user_version``; 0 for a new, empty file)."""
+    return db.execute("PRAGMA user_version").fetchone()[0]
+
+
+def check_version(version: int, path: str | Path) -> None:
+    """Raise :class:`RecordingError` if ``version`` is newer than this code understands."""
+    if version > latest_version():
+        raise RecordingError(
+            f"{path}: recording schema version {version} is newer than this BatchScope "
+            f"supports (version {latest_version()}); upgrade BatchScope to open it")
+
+
+def migrate(db: sqlite_utils.Database, path: str | Path, target: int | None = None) -> int:
+    """Apply the pending migrations up to ``target`` (default: the latest), in order.
+
+    A new file (version 0) also gets the BatchScope application id. Returns the version after.
+    Raises :class:`RecordingError` for a file of another application or of a newer version.
+    """
+    version = schema_version(db)
+    check_version(version, path)
+    app_id = db.execute("PRAGMA application_id").fetchone()[0]
+    if version and app_id != APPLICATION_ID:
+        raise RecordingError(f"{path}: not a BatchScope recording (application id {app_id:#x})")
+    if version == 0 and db.table_names():
+        raise RecordingError(f"{path}: an SQLite database that is not a BatchScope recording")
+    target = latest_version() if target is None else target
+    for number, step in MIGRATIONS:
+        if version < number <= target:
+            with db.atomic():
+                step(db)
+                db.execute(f"PRAGMA user_version = {int(number)}")
+                db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            version = number
+    return version
+
+
+def upgrade_file(path: str | Path) -> int:
+    """Bring the recording at ``path`` to the latest schema in place; returns its new version.
+
+    Raises :class:`RecordingError` if it is not a BatchScope recording or is newer than the code.
+    """
+    from recordings.opening import check_sqlite_file  # opening imports this module
+
+    check_sqlite_file(Path(path))
+    db = sqlite_utils.Database(str(path), execute_plugins=False)
+    try:
+        return migrate(db, path)
+    except sqlite3.DatabaseError as exc:
+        raise RecordingError(f"{path}: corrupt or unreadable recording: {exc}") from exc
+    finally:
+        db.close()

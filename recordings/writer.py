@@ -1,0 +1,338 @@
+"""RecordingWriter: records a run to SQLite from a background thread.
+
+The engine thread only puts objects on a queue. One writer thread turns them into rows and commits
+them in batches (every ``flush_interval_s`` or every ``BATCH_ITEMS`` items), with WAL on so readers
+can open the file while it grows. A step's rows always share the transaction of its ``steps`` row,
+so a killed process leaves a file that holds every committed step whole and nothing of the others.
+"""
+from __future__ import annotations
+
+import atexit
+import datetime as _dt
+import os
+import queue
+import threading
+import time
+import weakref
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import sqlite_utils
+
+from engine.outputs import RequestView, StepRecord
+from recordings import codec
+from recordings.errors import RecordingError
+from recordings.schema import migrate
+
+BATCH_ITEMS = 256  # commit at the latest after this many queued items
+_OUTCOME_FIELDS = ("status", "finish_reason", "num_output_tokens", "ttft", "mean_itl",
+                   "num_preemptions", "error")
+_LIVE_WRITERS: "weakref.WeakSet[RecordingWriter]" = weakref.WeakSet()
+
+
+class RecordingWriter:
+    """Write one run to the recording file ``path``.
+
+    ``run_info`` is stored as JSON (keys that JSON cannot hold are stored as their ``str``); its
+    ``config`` dict must hold ``num_gpu_blocks`` (the resolved number), ``block_size`` and
+    ``max_num_seqs``, from which the writer starts its own :class:`EngineState` for keyframes (one
+    full state every ``keyframe_interval`` steps). An existing non-empty ``path`` is refused unless
+    ``overwrite`` (then it is replaced).
+
+    ``write_*`` only enqueue; the writer thread converts and commits. If the writer thread fails,
+    the next ``write_*``/``flush``/``close`` raises :class:`RecordingError` (the cause chained) and
+    every later ``write_*``/``flush`` raises it again; rows committed before stay readable.
+    Use as a context manager or call :meth:`close`. Raises :class:`RecordingError` if the file
+    cannot be created, ``ValueError`` for bad arguments.
+    """
+
+    def __init__(self, path: str | os.PathLike, run_info: Mapping[str, Any],
+                 keyframe_interval: int = 64, flush_interval_s: float = 0.2,
+                 *, overwrite: bool = False) -> None:
+        if keyframe_interval < 1:
+            raise ValueError(f"keyframe_interval must be >= 1, got {keyframe_interval}")
+        if flush_interval_s <= 0:
+            raise ValueError(f"flush_interval_s must be > 0, got {flush_interval_s}")
+        self.path = Path(path)
+        config = run_info.get("config") or {}
+        missing = [k for k in ("num_gpu_blocks", "block_size", "max_num_seqs")
+                   if not isinstance(config.get(k), int)]
+        if missing:
+            raise ValueError(f"run_info['config'] needs integer {', '.join(missing)}")
+        self._prepare_path(overwrite)
+        self._run_info = dict(run_info)
+        self._keyframe_interval = keyframe_interval
+        self._flush_interval_s = flush_interval_s
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._error: BaseException | None = None
+        self._closed = False
+        self._close_reported = False
+        self._last_step = -1
+        self._state = _ReplayState(config["num_gpu_blocks"], config["block_size"],
+                                   config["max_num_seqs"])
+        self._known_requests: set[str] = set()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"RecordingWriter({self.path.name})")
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            self._thread.join()
+            self._closed = self._close_reported = True
+            raise self._wrap("cannot create the recording") from self._error
+        _LIVE_WRITERS.add(self)
+
+    # --- caller side (engine thread): enqueue only --------------------------------------------
+    def write_request(self, request_id: str, arrival_step: int, arrival_time: float,
+                      prompt_token_ids: Iterable[int], prompt_text: str | None,
+                      sampling: Mapping[str, Any]) -> None:
+        """Record a request's arrival, before the step that first contains it.
+
+        ``arrival_time`` is on the engine clock; ``sampling`` is a plain dict (e.g. the fields
+        of ``SamplingParams``). Raises :class:`RecordingError` after a writer failure or close.
+        """
+        self._check()
+        self._queue.put(("request", (request_id, arrival_step, arrival_time,
+                                     tuple(prompt_token_ids), prompt_text, dict(sampling))))
+
+    def write_step(self, record: StepRecord) -> None:
+        """Record one step (steps in increasing order). Raises :class:`RecordingError` after a
+        writer failure or close."""
+        self._check()
+        self._queue.put(("step", record))
+
+    def flush(self) -> None:
+        """Block until everything queued so far is committed. Raises :class:`RecordingError`
+        if the writer thread failed."""
+        self._check()
+        done = threading.Event()
+        self._queue.put(("flush", done))
+        while not done.wait(0.05) and self._thread.is_alive():
+            pass
+        self._check()
+
+    def close(self) -> None:
+        """Commit everything queued, stop the writer thread and close the file. Idempotent.
+
+        Raises :class:`RecordingError` (once) if the writer thread failed at any point.
+        """
+        if not self._closed:
+            self._closed = True
+            self._queue.put(("stop", None))
+            self._thread.join()
+            _LIVE_WRITERS.discard(self)
+        if self._error is not None and not self._close_reported:
+            self._close_reported = True
+            raise self._wrap("recording writer failed") from self._error
+
+    @property
+    def last_committed_step(self) -> int:
+        """The last step whose rows are committed (-1 before the first)."""
+        return self._last_step
+
+    def __enter__(self) -> "RecordingWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise self._wrap("recording writer failed") from self._error
+        if self._closed:
+            raise RecordingError(f"{self.path}: the recording writer is closed")
+
+    def _wrap(self, what: str) -> RecordingError:
+        if isinstance(self._error, RecordingError):
+            return RecordingError(str(self._error))
+        return RecordingError(f"{self.path}: {what}: {type(self._error).__name__}: {self._error}")
+
+    def _prepare_path(self, overwrite: bool) -> None:
+        sidecars = [Path(f"{self.path}{suffix}") for suffix in ("-wal", "-shm", "-journal")]
+        exists = (self.path.exists() and self.path.stat().st_size > 0) or sidecars[0].exists()
+        if exists and not overwrite:
+            raise RecordingError(f"{self.path}: file already exists (pass overwrite=True to "
+                                 "replace it)")
+        if overwrite:
+            for p in [self.path, *sidecars]:
+                p.unlink(missing_ok=True)
+
+    # --- writer thread ---------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            db = self._open()
+        except BaseException as exc:  # reported by __init__
+            self._error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        pending: list[tuple[str, Any]] = []
+        deadline = 0.0
+        while True:
+            timeout = max(0.0, deadline - time.monotonic()) if pending else None
+            try:
+                kind, payload = self._queue.get(timeout=timeout)
+            except queue.Empty:
+                self._commit(db, pending)
+                continue
+            if kind in ("request", "step"):
+                if self._error is None:
+                    if not pending:
+                        deadline = time.monotonic() + self._flush_interval_s
+                    pending.append((kind, payload))
+                    if len(pending) >= BATCH_ITEMS:
+                        self._commit(db, pending)
+                continue
+            self._commit(db, pending)
+            if kind == "flush":
+                payload.set()
+            else:  # stop
+                self._finish(db)
+                return
+
+    def _open(self) -> sqlite_utils.Database:
+        db = sqlite_utils.Database(str(self.path), execute_plugins=False)
+        try:
+            db.enable_wal()
+            db.execute("PRAGMA synchronous = NORMAL")
+            migrate(db, self.path)
+            info, config = self._run_info, self._run_info["config"]
+            model = info.get("model", config.get("model"))
+            if isinstance(model, Mapping):
+                model = model.get("name")
+            with db.atomic():
+                db["runs"].insert({
+                    "run_id": 1, "model": _text(model),
+                    "dtype": _text(info.get("dtype", config.get("dtype"))),
+                    "device": _text(info.get("device", config.get("device"))),
+                    "seed": info.get("seed", config.get("seed")),
+                    "clock": _text(config.get("clock")),
+                    "started_at": _text(info.get("started_at")) or _now_iso(),
+                    "keyframe_interval": self._keyframe_interval,
+                    "run_info_json": codec.dumps(info),
+                })
+                db["keyframes"].insert({"step": -1, "state_json": self._state.to_json()})
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _commit(self, db: sqlite_utils.Database, pending: list[tuple[str, Any]]) -> None:
+        """Write ``pending`` in one transaction, then empty it. A failure is stored, not raised."""
+        if not pending or self._error is not None:
+            pending.clear()
+            return
+        try:
+            rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
+            outcomes: dict[str, dict[str, Any]] = {}
+            last_step = self._last_step
+            for kind, payload in pending:
+                if kind == "request":
+                    rows["requests"].append(self._request_row(*payload))
+                    continue
+                for table, table_rows in codec.step_rows(payload).items():
+                    rows[table].extend(table_rows)
+                for view in payload.changed:
+                    if view.request_id not in self._known_requests:
+                        self._known_requests.add(view.request_id)
+                        rows["requests"].append(_row_from_view(view))
+                    if view.is_finished:
+                        outcomes[view.request_id] = _outcome_row(view, payload.step)
+                if self._state.apply(payload, self._keyframe_interval):
+                    rows["keyframes"].append({"step": payload.step,
+                                              "state_json": self._state.to_json()})
+                last_step = payload.step
+            with db.atomic():
+                for table, table_rows in rows.items():
+                    db[table].insert_all(table_rows, batch_size=500)
+                if outcomes:
+                    db["requests"].upsert_all(outcomes.values(), pk="request_id")
+            self._last_step = last_step
+        except BaseException as exc:
+            self._error = exc
+        finally:
+            pending.clear()
+
+    def _request_row(self, request_id: str, arrival_step: int, arrival_time: float,
+                     prompt_token_ids: tuple[int, ...], prompt_text: str | None,
+                     sampling: dict[str, Any]) -> dict[str, Any]:
+        self._known_requests.add(request_id)
+        return {
+            "request_id": request_id, "arrival_step": arrival_step,
+            "arrival_time": arrival_time, "num_prompt_tokens": len(prompt_token_ids),
+            "max_tokens": sampling.get("max_tokens"),
+            "prompt_token_ids_json": codec.strict_dumps(prompt_token_ids),
+            "prompt_text": prompt_text, "sampling_json": codec.dumps(sampling),
+        }
+
+    def _finish(self, db: sqlite_utils.Database) -> None:
+        """Mark a clean close, fold the WAL back into the file and close it."""
+        try:
+            if self._error is None:
+                with db.atomic():
+                    db.execute("UPDATE runs SET closed_at = ? WHERE run_id = 1", [_now_iso()])
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                try:  # a single self-contained file when no reader holds it open
+                    db.disable_wal()
+                except Exception:
+                    pass
+        except BaseException as exc:
+            self._error = exc
+        finally:
+            db.close()
+
+
+class _ReplayState:
+    """The writer's running copy of the engine state (a mutable twin of ``EngineState.apply``,
+    so a step costs O(changed requests), not O(all requests)), and its keyframe schedule."""
+
+    def __init__(self, num_total_blocks: int, block_size: int, max_num_seqs: int) -> None:
+        self.step, self.clock = -1, 0.0
+        self.layout = (num_total_blocks, block_size, max_num_seqs)
+        self.requests: dict[str, RequestView] = {}
+        self.last_keyframe = -1
+
+    def apply(self, record: StepRecord, interval: int) -> bool:
+        """Advance to after ``record``; True when this step is due a keyframe."""
+        for view in record.changed:
+            self.requests[view.request_id] = view
+        self.step, self.clock = record.step, record.clock
+        if self.step - self.last_keyframe >= interval:
+            self.last_keyframe = self.step
+            return True
+        return False
+
+    def to_json(self) -> str:
+        return codec.state_json(self.step, self.clock, *self.layout, self.requests.values())
+
+
+def _row_from_view(view: RequestView) -> dict[str, Any]:
+    """A requests row for a request the engine never announced with ``write_request``."""
+    return {"request_id": view.request_id, "arrival_step": view.arrival_step,
+            "arrival_time": view.arrival_time, "num_prompt_tokens": view.num_prompt_tokens,
+            "max_tokens": view.max_tokens}
+
+
+def _outcome_row(view: RequestView, step: int) -> dict[str, Any]:
+    row = {name: getattr(view, name) for name in _OUTCOME_FIELDS}
+    row.update(request_id=view.request_id, finish_step=step)
+    return row
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+@atexit.register
+def _close_live_writers() -> None:
+    """Commit what open writers still hold when the interpreter exits normally."""
+    for writer in list(_LIVE_WRITERS):
+        try:
+            writer.close()
+        except RecordingError:
+            pass
