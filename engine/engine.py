@@ -71,6 +71,8 @@ class LLMEngine:
         self.num_gpu_blocks = num_gpu_blocks
         self.step_index = 0
         self._t0_ns = time.perf_counter_ns()
+        self._frozen_at_ns: int | None = None
+        self._frozen_ns = 0
         self._future: list[tuple[float, int, Request]] = []
         self._seq = itertools.count()
         self._detok: dict[str, IncrementalDetokenizer] = {}
@@ -85,7 +87,19 @@ class LLMEngine:
         """Engine clock: the step index (virtual) or seconds since start (wall)."""
         if self.config.clock == "virtual":
             return float(self.step_index)
-        return (time.perf_counter_ns() - self._t0_ns) / 1e9
+        now_ns = self._frozen_at_ns if self._frozen_at_ns is not None else time.perf_counter_ns()
+        return (now_ns - self._t0_ns - self._frozen_ns) / 1e9
+
+    def freeze_clock(self) -> None:
+        """Stop the wall clock (while the user pauses the engine, arrivals wait too)."""
+        if self._frozen_at_ns is None:
+            self._frozen_at_ns = time.perf_counter_ns()
+
+    def thaw_clock(self) -> None:
+        """Restart the wall clock; the frozen interval is not counted."""
+        if self._frozen_at_ns is not None:
+            self._frozen_ns += time.perf_counter_ns() - self._frozen_at_ns
+            self._frozen_at_ns = None
 
     # --- requests -------------------------------------------------------------------------
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams, *,
@@ -128,6 +142,10 @@ class LLMEngine:
             self._detok[req.request_id] = IncrementalDetokenizer(self.tokenizer, sp.stop,
                                                                  sp.include_stop_str_in_output)
         self._dirty.add(req.request_id)
+
+    def admit_due(self) -> None:
+        """Move requests whose arrival time has come into the scheduler's waiting queue."""
+        self._admit_due()
 
     def _admit_due(self) -> None:
         now = self.now()
