@@ -91,6 +91,7 @@ def convert_gguf(gguf_path: Path, gguf_sha256: str, out_folder: Path,
     out_folder.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_temp_folders(out_folder)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_folder.name}.tmp-", dir=out_folder.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; the final folder should read like any other
     started = time.perf_counter()
     report(f"converting the built-in model {gguf_path.name} into a transformers folder "
            f"(once; ~30 s) -> {out_folder}")

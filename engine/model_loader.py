@@ -98,9 +98,9 @@ def _check_loading_info(folder: Path, info: dict) -> None:
     mismatched = sorted(str(k) for k in (info.get("mismatched_keys") or ()))
     problems = []
     if missing:
-        problems.append(f"{len(missing)} tensors missing (e.g. {missing[0]})")
+        problems.append(f"missing tensors: {len(missing)} (e.g. {missing[0]})")
     if mismatched:
-        problems.append(f"{len(mismatched)} tensors with the wrong shape (e.g. {mismatched[0]})")
+        problems.append(f"tensors of the wrong shape: {len(mismatched)} (e.g. {mismatched[0]})")
     if problems:
         raise ModelLoadError(f"{folder}: the weights do not match config.json: "
                              f"{'; '.join(problems)}")
