@@ -25,10 +25,12 @@ class EngineConfig:
     ``long_prefill_token_threshold`` (0 = no per-request prefill cap), ``policy``,
     ``preemption_mode``. ``clock`` is ``virtual`` (arrivals counted in steps, reproducible) or
     ``wall`` (live, seconds). ``kv_cache_memory_fraction`` bounds the automatic sizing.
+    ``dtype`` ``auto`` means float32 on the CPU and bfloat16 on a GPU; ``device`` ``auto`` picks
+    CUDA when available. ``check_invariants`` asserts G1-G4 after every step (tests, debugging).
     """
 
     model: str = "default"
-    dtype: str = "float32"
+    dtype: str = "auto"
     device: str = "auto"
     seed: int = 0
     block_size: int = 16
@@ -67,8 +69,8 @@ class EngineConfig:
         need(self.preemption_mode in PREEMPTION_MODES,
              f"preemption_mode must be one of {PREEMPTION_MODES}, got {self.preemption_mode!r}")
         need(self.clock in CLOCKS, f"clock must be one of {CLOCKS}, got {self.clock!r}")
-        need(self.dtype in ("float32", "bfloat16", "float16"),
-             f"dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
+        need(self.dtype in ("auto", "float32", "bfloat16", "float16"),
+             f"dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}")
 
     def replace(self, **changes) -> "EngineConfig":
         """A copy with ``changes`` applied (validated again)."""

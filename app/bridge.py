@@ -1,0 +1,203 @@
+"""The engine worker thread and the thread-safe control surface the UI calls.
+
+The engine lives on one ``threading.Thread``; the UI thread never touches it. Commands
+(add/abort/pause/resume/step) go through a queue and run on the engine thread between steps;
+results come back through :class:`app.live_source.LiveSource`.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+import traceback
+from typing import Callable
+
+from app.factory import BuiltEngine
+from app.live_source import LiveSource
+from engine.request import SamplingParams
+from engine.state import EngineState
+
+log = logging.getLogger(__name__)
+
+
+class EngineWorker(threading.Thread):
+    """Builds the engine with ``build()`` (slow: model loading) and then steps it.
+
+    ``on_ready(built)`` runs on the engine thread right after the build (e.g. to queue a demo
+    workload). Starts paused if ``start_paused``. ``stop()`` ends the loop and closes the recorder.
+    Any exception in a step is shown through ``last_error`` and the loop keeps going.
+    """
+
+    def __init__(self, build: Callable[[], BuiltEngine], source: LiveSource, *,
+                 on_ready: Callable[[BuiltEngine], None] | None = None, start_paused: bool = False,
+                 idle_wait_s: float = 0.05) -> None:
+        super().__init__(name="batchscope-engine", daemon=True)
+        self._build = build
+        self.source = source
+        self._on_ready = on_ready
+        self._commands: queue.Queue[Callable[[], None]] = queue.Queue()
+        self._paused = start_paused
+        self._steps_requested = 0
+        self._stop = threading.Event()
+        self._idle_wait_s = idle_wait_s
+        self._error: str | None = None
+        self._status = "loading model…"
+        self.built: BuiltEngine | None = None
+        self._ids = itertools.count()
+
+    # --- EngineControl (any thread) ---------------------------------------------------------
+    def pause(self) -> None:
+        self._commands.put(self._do_pause)
+
+    def resume(self) -> None:
+        self._commands.put(self._do_resume)
+
+    def step_once(self) -> None:
+        self._commands.put(self._do_step)
+
+    def is_paused(self) -> bool:
+        return self._paused
+
+    def last_error(self) -> str | None:
+        return self._error
+
+    def status(self) -> str:
+        """One line for the status bar: loading / running / paused / idle / failed."""
+        return self._status
+
+    def add_request(self, prompt: str, max_tokens: int, temperature: float = 0.0,
+                    top_p: float = 1.0, seed: int | None = None) -> str:
+        rid = f"inj-{next(self._ids)}"
+        params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed)
+
+        def add() -> None:
+            built = self.built
+            ids = encode_prompt(built.tokenizer, prompt)
+            built.engine.add_request(ids, params, request_id=rid, prompt_text=prompt)
+        self._commands.put(add)
+        return rid
+
+    def abort_request(self, request_id: str) -> None:
+        self._commands.put(lambda: self.built.engine.abort_request(request_id))
+
+    def pause_request(self, request_id: str) -> None:
+        self._commands.put(lambda: self.built.engine.pause_request(request_id))
+
+    def resume_request(self, request_id: str) -> None:
+        self._commands.put(lambda: self.built.engine.resume_request(request_id))
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """End the loop, flush and close the recorder; waits up to ``timeout`` seconds."""
+        self._stop.set()
+        self._commands.put(lambda: None)
+        if self.is_alive():
+            self.join(timeout)
+
+    # --- engine thread ----------------------------------------------------------------------
+    def _do_pause(self) -> None:
+        self._paused = True
+        if self.built:
+            self.built.engine.freeze_clock()
+
+    def _do_resume(self) -> None:
+        self._paused = False
+        if self.built:
+            self.built.engine.thaw_clock()
+
+    def _do_step(self) -> None:
+        self._steps_requested += 1
+
+    def run(self) -> None:
+        try:
+            self.built = self._build()
+        except Exception as e:  # noqa: BLE001 - shown in the window
+            log.exception("engine build failed")
+            self._error = f"{type(e).__name__}: {e}"
+            self._status = "failed to start"
+            return
+        eng = self.built.engine
+        if self._paused:
+            eng.freeze_clock()
+        self.source.reset(eng.state(), self.built.run_info)
+        if self._on_ready:
+            self._on_ready(self.built)
+        try:
+            self._loop()
+        finally:
+            rec = eng.recorder
+            if rec is not None and hasattr(rec, "close"):
+                try:
+                    rec.close()
+                except Exception as e:  # noqa: BLE001
+                    self._error = f"recording: {e}"
+
+    def _loop(self) -> None:
+        eng = self.built.engine
+        while not self._stop.is_set():
+            changed = self._drain()
+            stepping = self._steps_requested > 0 or not self._paused
+            eng.admit_due()
+            s = eng.scheduler
+            if stepping and (s.waiting or s.running):
+                if self._steps_requested > 0:
+                    self._steps_requested -= 1
+                try:
+                    record = eng.step()
+                except Exception as e:  # noqa: BLE001 - the window must stay up
+                    log.exception("engine step failed")
+                    self._error = f"step failed: {type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}"
+                    self._paused = True
+                    continue
+                if record.error:
+                    self._error = f"step {record.step}: {record.error}"
+                self.source.publish(eng.state(), record)
+                self._status = "paused" if self._paused else "running"
+                continue
+            if self._steps_requested and not (s.waiting or s.running):
+                self._steps_requested = 0        # nothing to step: do not bank the request
+            if changed:
+                self.source.publish(eng.state())
+            self._status = "paused" if self._paused else ("idle" if not eng.has_unfinished else "waiting for arrivals")
+            try:
+                self._commands.get(timeout=self._idle_wait_s)()
+                self.source.publish(eng.state())
+            except queue.Empty:
+                pass
+            except Exception as e:  # noqa: BLE001
+                self._error = f"{type(e).__name__}: {e}"
+
+    def _drain(self) -> bool:
+        n = 0
+        while True:
+            try:
+                cmd = self._commands.get_nowait()
+            except queue.Empty:
+                return n > 0
+            n += 1
+            try:
+                cmd()
+            except Exception as e:  # noqa: BLE001 - bad input must not kill the engine thread
+                log.warning("command failed: %s", e)
+                self._error = f"{type(e).__name__}: {e}"
+
+
+def encode_prompt(tokenizer, prompt: str) -> list[int]:
+    """Token ids of a user prompt: the model's chat template when it has one, else plain text.
+    Raises ``ValueError`` for an empty prompt."""
+    if not prompt.strip():
+        raise ValueError("empty prompt: type some text")
+    if tokenizer is None:
+        raise ValueError("this model has no tokenizer: text prompts are not possible")
+    if getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                            tokenize=True)
+        if hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        return list(ids)
+    return tokenizer.encode(prompt)
+
+
+def empty_state(max_num_seqs: int = 1) -> EngineState:
+    """What the window shows before the engine exists."""
+    return EngineState(-1, 0.0, 0, 16, max_num_seqs)

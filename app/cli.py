@@ -1,0 +1,120 @@
+"""The ``batchscope`` command: live demo window, headless trace replay, recording replay."""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from engine.config import ConfigError, EngineConfig
+
+DEMO_NUM_GPU_BLOCKS = 160
+
+
+def _engine_args(p: argparse.ArgumentParser, *, num_gpu_blocks: int | None, clock: str) -> None:
+    g = p.add_argument_group("engine (vLLM's knob names)")
+    g.add_argument("--model", default="default",
+                   help="'default' = embedded SmolLM2-135M-Instruct, or a local transformers "
+                        "Llama-family model folder (default: %(default)s)")
+    g.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default: %(default)s)")
+    g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="auto = float32 on CPU, bfloat16 on GPU (default: %(default)s)")
+    g.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default: %(default)s)")
+    g.add_argument("--num-gpu-blocks", type=int, default=num_gpu_blocks,
+                   help="physical KV blocks; omit to size from free memory (default: %(default)s)")
+    g.add_argument("--max-num-seqs", type=int, default=16,
+                   help="batch slots: running requests per step (default: %(default)s)")
+    g.add_argument("--max-num-batched-tokens", type=int, default=256,
+                   help="token budget of one step (default: %(default)s)")
+    g.add_argument("--max-model-len", type=int, default=2048,
+                   help="max prompt + output tokens per request (default: %(default)s)")
+    g.add_argument("--long-prefill-token-threshold", type=int, default=0,
+                   help="cap on one request's prefill chunk per step, 0 = none (default: %(default)s)")
+    g.add_argument("--no-chunked-prefill", action="store_true", help="admit only whole prompts")
+    g.add_argument("--clock", choices=["wall", "virtual"], default=clock,
+                   help="wall: arrivals in real seconds; virtual: arrivals in steps, reproducible "
+                        "schedules (default: %(default)s)")
+    g.add_argument("--seed", type=int, default=0, help="engine seed (default: %(default)s)")
+
+
+def _workload_args(p: argparse.ArgumentParser, *, time_scale: float, max_prompt: int | None,
+                   max_output: int | None) -> None:
+    g = p.add_argument_group("workload scaling (make a production trace fit this machine)")
+    g.add_argument("--time-scale", type=float, default=time_scale,
+                   help="multiply trace arrival times (0.1 = 10x faster arrivals) (default: %(default)s)")
+    g.add_argument("--prompt-scale", type=float, default=1.0, help="multiply prompt lengths (default: %(default)s)")
+    g.add_argument("--output-scale", type=float, default=1.0, help="multiply output lengths (default: %(default)s)")
+    g.add_argument("--max-prompt-tokens", type=int, default=max_prompt, help="clip prompt lengths (default: %(default)s)")
+    g.add_argument("--max-output-tokens", type=int, default=max_output, help="clip output lengths (default: %(default)s)")
+    g.add_argument("--steps-per-second", type=float, default=10.0,
+                   help="virtual clock only: trace seconds -> steps (default: %(default)s)")
+
+
+def engine_config(a: argparse.Namespace) -> EngineConfig:
+    """EngineConfig from parsed arguments. Raises ConfigError with the knob and its limit."""
+    return EngineConfig(model=a.model, device=a.device, dtype=a.dtype, seed=a.seed, block_size=a.block_size,
+                        num_gpu_blocks=a.num_gpu_blocks, max_model_len=a.max_model_len,
+                        max_num_seqs=a.max_num_seqs, max_num_batched_tokens=a.max_num_batched_tokens,
+                        enable_chunked_prefill=not a.no_chunked_prefill,
+                        long_prefill_token_threshold=a.long_prefill_token_threshold, clock=a.clock)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="batchscope",
+        description="See inside continuous batching. With no command: open the window and serve the "
+                    "built-in demo workload (Azure conversation trace) on the embedded SmolLM2-135M.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n"
+               "  batchscope                                  live demo window\n"
+               "  batchscope demo --time-scale 0.1            the demo with 10x faster arrivals\n"
+               "  batchscope run --trace conv.csv --limit 64 --record run.sqlite\n"
+               "  batchscope replay run.sqlite                step through a recording\n"
+               "  batchscope summary run.sqlite               print a recording's metrics")
+    p.add_argument("-v", "--verbose", action="store_true", help="log engine details")
+    sub = p.add_subparsers(dest="command")
+
+    demo = sub.add_parser("demo", help="live window on the built-in demo workload (the default command)")
+    demo.add_argument("--trace", help="use this Azure/Mooncake trace instead of the built-in slice")
+    demo.add_argument("--limit", type=int, default=200, help="number of trace requests (default: %(default)s)")
+    demo.add_argument("--record", help="recording path (default: a new file under ~/.cache/batchscope/runs)")
+    demo.add_argument("--paused", action="store_true", help="start paused (single-step from the first step)")
+    _engine_args(demo, num_gpu_blocks=DEMO_NUM_GPU_BLOCKS, clock="wall")
+    _workload_args(demo, time_scale=0.25, max_prompt=96, max_output=64)
+
+    run = sub.add_parser("run", help="headless: replay a trace through the engine and record it")
+    run.add_argument("--trace", required=True, help="Azure CSV or Mooncake JSONL trace")
+    run.add_argument("--limit", type=int, help="first N requests only")
+    run.add_argument("--record", required=True, help="output recording (.sqlite)")
+    _engine_args(run, num_gpu_blocks=None, clock="wall")
+    _workload_args(run, time_scale=1.0, max_prompt=None, max_output=None)
+
+    rep = sub.add_parser("replay", help="open a recording in the window, step by step")
+    rep.add_argument("recording")
+    summ = sub.add_parser("summary", help="print the metrics of a recording, recomputed from its rows")
+    summ.add_argument("recording")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    command = args.command or "demo"
+    if args.command is None:
+        args = build_parser().parse_args(["demo", *(argv if argv is not None else sys.argv[1:])])
+    try:
+        if command == "run":
+            from app.headless import run_headless
+            return run_headless(args)
+        if command == "summary":
+            from app.headless import print_summary
+            return print_summary(args.recording)
+        from app.gui import launch
+        return launch(args, command)
+    except ConfigError as e:
+        print(f"batchscope: bad setting: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""Building a ready engine from a config: model, device, dtype, KV cache size, recorder, provenance."""
+from __future__ import annotations
+
+import datetime as dt
+import platform
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import transformers
+
+from engine.config import EngineConfig
+from engine.engine import LLMEngine
+from engine.kv_memory import size_num_blocks
+from engine.model_loader import load_model, resolve_model
+from engine.model_runner import ModelRunner
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(spec: str) -> torch.device:
+    """``auto`` -> CUDA if available else CPU; otherwise ``torch.device(spec)``.
+    Raises ``RuntimeError`` when CUDA is asked for but absent."""
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(spec)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"device {spec!r} asked for, but torch sees no CUDA GPU "
+                           f"(torch {torch.__version__}); use --device cpu")
+    return dev
+
+
+def resolve_dtype(spec: str, device: torch.device) -> torch.dtype:
+    """``auto`` -> float32 on CPU, bfloat16 on GPU."""
+    if spec == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return _DTYPES[spec]
+
+
+@dataclass
+class BuiltEngine:
+    """An engine with everything a front end shows about it."""
+
+    engine: LLMEngine
+    config: EngineConfig          # resolved: device, dtype, num_gpu_blocks, max_model_len filled in
+    run_info: dict[str, Any]
+    tokenizer: Any
+
+
+def build_engine(config: EngineConfig, *, recorder_factory=None, trace: dict | None = None,
+                 progress: bool = True) -> BuiltEngine:
+    """Load the model named by ``config.model`` and build an :class:`LLMEngine` on it.
+
+    ``recorder_factory(run_info) -> recorder`` (e.g. ``lambda info: RecordingWriter(path, info)``)
+    is called once the provenance is known. ``trace`` (name, sha256, scaling notes) goes into the
+    provenance. Raises ``engine.model_loader.ModelLoadError`` when the model does not load and
+    ``RuntimeError`` when the device or the KV cache cannot be set up.
+    """
+    device = resolve_device(config.device)
+    dtype = resolve_dtype(config.dtype, device)
+    source = resolve_model(config.model, progress=progress)
+    model, tokenizer = load_model(source, dtype, device)
+    max_len = min(config.max_model_len, getattr(model.config, "max_position_embeddings", config.max_model_len))
+    config = config.replace(device=str(device), dtype=str(dtype).removeprefix("torch."), max_model_len=max_len)
+    num_blocks = config.num_gpu_blocks or size_num_blocks(model.config, config, device, dtype)
+    config = config.replace(num_gpu_blocks=num_blocks)
+    torch.manual_seed(config.seed)
+    runner = ModelRunner(model, num_blocks, config.block_size, seed=config.seed)
+    run_info = {
+        "config": config.to_dict(),
+        "model": {"name": source.name, "path": str(source.folder), "weight_file_hash": source.weight_file_hash,
+                  "architecture": getattr(model.config, "model_type", "?"),
+                  "num_parameters": sum(p.numel() for p in model.parameters())},
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "dtype": config.dtype,
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                     "python": platform.python_version()},
+        "seed": config.seed,
+        "trace": trace,
+        "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    recorder = recorder_factory(run_info) if recorder_factory else None
+    eos = tokenizer.eos_token_id if tokenizer is not None else None
+    engine = LLMEngine(config, runner, num_blocks, tokenizer=tokenizer, eos_token_id=eos, recorder=recorder)
+    return BuiltEngine(engine, config, run_info, tokenizer)
