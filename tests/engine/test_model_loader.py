@@ -58,6 +58,7 @@ def tiny_folder(tmp_path_factory) -> Path:
 
 # --- the built-in model -------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_default_model_resolves_into_the_cache(converted):
     source = converted.source
     gguf = gguf_convert.find_default_gguf()
@@ -70,6 +71,7 @@ def test_default_model_resolves_into_the_cache(converted):
     assert not list(source.folder.parent.glob(".*tmp-*")), "temp folder left behind"
 
 
+@pytest.mark.slow
 def test_second_resolve_is_a_cache_hit(converted):
     folder = converted.source.folder
     before = {p.name: p.stat().st_mtime_ns for p in [folder, *folder.iterdir()]}
@@ -79,6 +81,7 @@ def test_second_resolve_is_a_cache_hit(converted):
     assert {p.name: p.stat().st_mtime_ns for p in [folder, *folder.iterdir()]} == before
 
 
+@pytest.mark.slow
 def test_cached_config_is_plain_llama(converted):
     config = json.loads((converted.source.folder / "config.json").read_text())
     assert config["model_type"] == "llama"
@@ -88,6 +91,7 @@ def test_cached_config_is_plain_llama(converted):
     assert provenance["gguf_sha256"] == converted.source.weight_file_hash
 
 
+@pytest.mark.slow
 def test_converted_logits_equal_the_gguf_models(converted):
     model, tokenizer = load_model(converted.source, dtype=torch.float32, device="cpu")
     assert not model.training

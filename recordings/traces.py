@@ -1,0 +1,271 @@
+"""Importers for production serving traces: Azure LLM inference CSV and Mooncake JSONL.
+
+A trace row is one request: when it arrived and how many prompt and output tokens it had (no text).
+Loading never stops at a bad row: each malformed line becomes a ``TraceRowError`` with its line
+number and every other row is kept. Only a file that is not the expected format at all raises
+``TraceFormatError``. No torch, no Qt.
+"""
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+AZURE_HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
+AZURE = "azure-csv"
+MOONCAKE = "mooncake-jsonl"
+
+_TIMESTAMP = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?")
+_EPOCH = dt.datetime(1970, 1, 1)
+
+
+class TraceFormatError(ValueError):
+    """The file is not a trace of the expected format (wrong header, not CSV/JSONL, not text).
+    The message names the file and what was expected."""
+
+
+@dataclass(frozen=True)
+class TraceRow:
+    """One request of a trace.
+
+    ``line_no`` is the 1-based line of the file it came from; ``arrival_s`` is seconds after the
+    earliest valid row (0.0 for it); ``hash_ids`` are Mooncake's prefix-block ids (one per
+    512-token block of the prompt; empty for Azure).
+    """
+
+    line_no: int
+    arrival_s: float
+    num_prompt_tokens: int
+    num_output_tokens: int
+    hash_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class TraceRowError:
+    """A line that could not be read as a row: its 1-based number, the problem, the raw text."""
+
+    line_no: int
+    message: str
+    raw: str
+
+    def __str__(self) -> str:
+        return f"line {self.line_no}: {self.message}"
+
+
+@dataclass
+class TraceLoad:
+    """The result of loading a trace file: valid rows in arrival order, the lines that were not,
+    the file (``sha256`` of its bytes, for provenance) and its ``format`` (``AZURE``/``MOONCAKE``)."""
+
+    path: Path
+    sha256: str
+    format: str
+    rows: list[TraceRow] = field(default_factory=list)
+    errors: list[TraceRowError] = field(default_factory=list)
+
+    @property
+    def duration_s(self) -> float:
+        """Seconds from the first to the last arrival (0.0 for fewer than two rows)."""
+        return self.rows[-1].arrival_s if self.rows else 0.0
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    """A row before arrival times are made relative: ``time`` in the file's own unit."""
+
+    line_no: int
+    time: int | float
+    num_prompt_tokens: int
+    num_output_tokens: int
+    hash_ids: tuple[int, ...] = ()
+
+
+def load_azure_csv(path: str | Path, limit: int | None = None) -> TraceLoad:
+    """Load an Azure LLM inference trace (``TIMESTAMP,ContextTokens,GeneratedTokens``).
+
+    Timestamps are wall-clock strings with up to 9 fractional digits (Azure writes 7), read exactly
+    to the nanosecond. ``limit`` keeps only the first ``limit`` valid rows. Raises
+    ``TraceFormatError`` if the header is not Azure's, ``OSError`` if the file cannot be read.
+    """
+    path = Path(path)
+    return _load_azure(path, *_read_text(path), limit)
+
+
+def load_mooncake_jsonl(path: str | Path, limit: int | None = None) -> TraceLoad:
+    """Load a Mooncake trace: JSON lines ``{"timestamp": ms, "input_length": n,
+    "output_length": n, "hash_ids": [...]}``.
+
+    ``limit`` keeps only the first ``limit`` valid rows. Raises ``TraceFormatError`` if the first
+    non-blank line is not such an object, ``OSError`` if the file cannot be read.
+    """
+    path = Path(path)
+    return _load_mooncake(path, *_read_text(path), limit)
+
+
+def load_trace(path: str | Path, limit: int | None = None) -> TraceLoad:
+    """Load a trace of any supported format, recognised by its content (a JSON object on the first
+    line: Mooncake; Azure's CSV header: Azure). Raises ``TraceFormatError`` naming both formats
+    when it is neither, ``OSError`` if the file cannot be read."""
+    path = Path(path)
+    text, sha = _read_text(path)
+    first = next((line.strip() for line in _lines(text) if line.strip()), "")
+    if first.startswith("{"):
+        return _load_mooncake(path, text, sha, limit)
+    if _csv_fields(first) == list(AZURE_HEADER):
+        return _load_azure(path, text, sha, limit)
+    raise TraceFormatError(
+        f"{path}: unrecognised trace format (first line {first[:80]!r}); supported: Azure LLM "
+        f"inference CSV (header {','.join(AZURE_HEADER)}) and Mooncake JSONL "
+        f"(objects with {', '.join(MOONCAKE_KEYS)}, hash_ids)")
+
+
+# --- formats ------------------------------------------------------------------------------------
+
+def _load_azure(path: Path, text: str, sha: str, limit: int | None) -> TraceLoad:
+    lines = _lines(text)
+    header = lines[0].strip() if lines else ""
+    if _csv_fields(header) != list(AZURE_HEADER):
+        found = f"found {header[:80]!r}" if header else "the file is empty"
+        raise TraceFormatError(f"{path}: not an Azure LLM inference trace: expected the CSV header "
+                               f"{','.join(AZURE_HEADER)!r} on line 1, {found}")
+    load = TraceLoad(path=path, sha256=sha, format=AZURE)
+    parsed = _parse_lines(lines, 2, _azure_row, limit, load.errors)
+    load.rows = _relative(parsed, 1_000_000_000)
+    return load
+
+
+def _azure_row(line_no: int, line: str) -> _Parsed:
+    fields = _csv_fields(line)
+    if len(fields) != len(AZURE_HEADER):
+        raise ValueError(f"expected {len(AZURE_HEADER)} fields ({','.join(AZURE_HEADER)}), "
+                         f"found {len(fields)}")
+    return _Parsed(line_no, _timestamp_ns(fields[0]),
+                   _count(fields[1], "ContextTokens"), _count(fields[2], "GeneratedTokens"))
+
+
+def _load_mooncake(path: Path, text: str, sha: str, limit: int | None) -> TraceLoad:
+    lines = _lines(text)
+    first = next((line.strip() for line in lines if line.strip()), "")
+    try:
+        obj = json.loads(first)
+    except json.JSONDecodeError:
+        obj = None
+    if not isinstance(obj, dict) or not all(key in obj for key in MOONCAKE_KEYS):
+        found = f"found {first[:80]!r}" if first else "the file is empty"
+        raise TraceFormatError(f"{path}: not a Mooncake trace: expected JSON lines with "
+                               f"{', '.join(MOONCAKE_KEYS)} (and hash_ids), {found}")
+    load = TraceLoad(path=path, sha256=sha, format=MOONCAKE)
+    parsed = _parse_lines(lines, 1, _mooncake_row, limit, load.errors)
+    load.rows = _relative(parsed, 1000)
+    return load
+
+
+def _mooncake_row(line_no: int, line: str) -> _Parsed:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not valid JSON: {e.msg} at column {e.colno}") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object, found {type(obj).__name__}")
+    missing = [key for key in MOONCAKE_KEYS if key not in obj]
+    if missing:
+        raise ValueError(f"missing {', '.join(missing)}")
+    stamp = obj["timestamp"]
+    if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or not math.isfinite(stamp):
+        raise ValueError(f"timestamp is not a number of milliseconds: {stamp!r}")
+    hash_ids = obj.get("hash_ids", [])
+    if not isinstance(hash_ids, list) or not all(_is_count(h) for h in hash_ids):
+        raise ValueError("hash_ids is not a list of non-negative integers")
+    return _Parsed(line_no, stamp, _json_count(obj["input_length"], "input_length"),
+                   _json_count(obj["output_length"], "output_length"), tuple(hash_ids))
+
+
+# --- shared pieces ------------------------------------------------------------------------------
+
+def _read_text(path: Path) -> tuple[str, str]:
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise TraceFormatError(f"{path}: not a text trace (not UTF-8 at byte {e.start}); expected "
+                               f"an Azure CSV or a Mooncake JSONL file") from None
+    return text, hashlib.sha256(data).hexdigest()
+
+
+def _lines(text: str) -> list[str]:
+    """Physical lines (LF or CRLF endings), so index i is file line i + 1."""
+    return [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
+
+
+def _csv_fields(line: str) -> list[str]:
+    try:
+        return [f.strip() for f in next(csv.reader([line]), [])]
+    except csv.Error:
+        return []
+
+
+def _parse_lines(lines: list[str], first_line_no: int, parse: Callable[[int, str], _Parsed],
+                 limit: int | None, errors: list[TraceRowError]) -> list[_Parsed]:
+    """Parse each non-blank line from ``first_line_no`` on; a bad line goes to ``errors``."""
+    parsed: list[_Parsed] = []
+    for line_no in range(first_line_no, len(lines) + 1):
+        if limit is not None and len(parsed) >= limit:
+            break
+        line = lines[line_no - 1]
+        if not line.strip():
+            continue
+        try:
+            parsed.append(parse(line_no, line))
+        except (ValueError, csv.Error) as e:
+            errors.append(TraceRowError(line_no, str(e), line))
+    return parsed
+
+
+def _relative(parsed: list[_Parsed], units_per_s: int) -> list[TraceRow]:
+    """Rows in arrival order (stable), with times in seconds after the earliest row."""
+    if not parsed:
+        return []
+    ordered = sorted(parsed, key=lambda p: p.time)
+    base = ordered[0].time
+    return [TraceRow(p.line_no, (p.time - base) / units_per_s, p.num_prompt_tokens,
+                     p.num_output_tokens, p.hash_ids) for p in ordered]
+
+
+def _timestamp_ns(text: str) -> int:
+    """``YYYY-MM-DD HH:MM:SS[.fffffffff]`` as integer nanoseconds since 1970 (no time zone)."""
+    match = _TIMESTAMP.fullmatch(text.strip())
+    if not match:
+        raise ValueError(f"bad TIMESTAMP {text!r} (expected YYYY-MM-DD HH:MM:SS.fffffff)")
+    *parts, fraction = match.groups()
+    try:
+        moment = dt.datetime(*map(int, parts))
+    except ValueError as e:
+        raise ValueError(f"bad TIMESTAMP {text!r}: {e}") from None
+    seconds = (moment - _EPOCH) // dt.timedelta(seconds=1)
+    return seconds * 1_000_000_000 + int((fraction or "").ljust(9, "0"))
+
+
+def _count(text: str, name: str) -> int:
+    value = text.strip()
+    if re.fullmatch(r"\d+", value):
+        return int(value)
+    if re.fullmatch(r"-\d+", value):
+        raise ValueError(f"{name} is negative: {value}")
+    raise ValueError(f"{name} is not a whole number: {text!r}")
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _json_count(value: object, name: str) -> int:
+    if not _is_count(value):
+        raise ValueError(f"{name} is not a non-negative integer: {value!r}")
+    return value  # type: ignore[return-value]
