@@ -95,7 +95,7 @@ def load_azure_csv(path: str | Path, limit: int | None = None) -> TraceLoad:
     ``TraceFormatError`` if the header is not Azure's, ``OSError`` if the file cannot be read.
     """
     path = Path(path)
-    return _load_azure(path, *_read_text(path), limit)
+    return _load(path, *_read_text(path), _AZURE, limit)
 
 
 def load_mooncake_jsonl(path: str | Path, limit: int | None = None) -> TraceLoad:
@@ -106,39 +106,52 @@ def load_mooncake_jsonl(path: str | Path, limit: int | None = None) -> TraceLoad
     non-blank line is not such an object, ``OSError`` if the file cannot be read.
     """
     path = Path(path)
-    return _load_mooncake(path, *_read_text(path), limit)
+    return _load(path, *_read_text(path), _MOONCAKE, limit)
 
 
 def load_trace(path: str | Path, limit: int | None = None) -> TraceLoad:
-    """Load a trace of any supported format, recognised by its content (a JSON object on the first
-    line: Mooncake; Azure's CSV header: Azure). Raises ``TraceFormatError`` naming both formats
+    """Load a trace of any supported format, recognised by its first non-blank line (Azure's CSV
+    header, or a Mooncake JSON object). Raises ``TraceFormatError`` naming the supported formats
     when it is neither, ``OSError`` if the file cannot be read."""
     path = Path(path)
     text, sha = _read_text(path)
-    first = next((line.strip() for line in _lines(text) if line.strip()), "")
-    if first.startswith("{"):
-        return _load_mooncake(path, text, sha, limit)
-    if _csv_fields(first) == list(AZURE_HEADER):
-        return _load_azure(path, text, sha, limit)
+    first = _first_line(_lines(text))[1]
+    for fmt in (_AZURE, _MOONCAKE):
+        if fmt.recognise(first):
+            return _load(path, text, sha, fmt, limit)
     raise TraceFormatError(
-        f"{path}: unrecognised trace format (first line {first[:80]!r}); supported: Azure LLM "
-        f"inference CSV (header {','.join(AZURE_HEADER)}) and Mooncake JSONL "
-        f"(objects with {', '.join(MOONCAKE_KEYS)}, hash_ids)")
+        f"{path}: unrecognised trace format (first line {first[:80]!r}); supported: "
+        f"{_AZURE.title} ({_AZURE.expected}) and {_MOONCAKE.title} ({_MOONCAKE.expected})")
 
 
 # --- formats ------------------------------------------------------------------------------------
 
-def _load_azure(path: Path, text: str, sha: str, limit: int | None) -> TraceLoad:
+@dataclass(frozen=True)
+class _Format:
+    name: str
+    title: str
+    expected: str  # what the first line should be, for error messages
+    recognise: Callable[[str], bool]  # given the first non-blank line
+    is_header: bool  # the recognised line is a header, not a row
+    parse_row: Callable[[int, str], _Parsed]
+    units_per_s: int  # of the row times
+
+
+def _load(path: Path, text: str, sha: str, fmt: _Format, limit: int | None) -> TraceLoad:
     lines = _lines(text)
-    header = lines[0].strip() if lines else ""
-    if _csv_fields(header) != list(AZURE_HEADER):
-        found = f"found {header[:80]!r}" if header else "the file is empty"
-        raise TraceFormatError(f"{path}: not an Azure LLM inference trace: expected the CSV header "
-                               f"{','.join(AZURE_HEADER)!r} on line 1, {found}")
-    load = TraceLoad(path=path, sha256=sha, format=AZURE)
-    parsed = _parse_lines(lines, 2, _azure_row, limit, load.errors)
-    load.rows = _relative(parsed, 1_000_000_000)
+    first_no, first = _first_line(lines)
+    if not fmt.recognise(first):
+        found = f"found {first[:80]!r}" if first else "the file is empty"
+        raise TraceFormatError(f"{path}: not {fmt.title}: expected {fmt.expected}, {found}")
+    load = TraceLoad(path=path, sha256=sha, format=fmt.name)
+    start = first_no + 1 if fmt.is_header else first_no
+    load.rows = _relative(_parse_lines(lines, start, fmt.parse_row, limit, load.errors),
+                          fmt.units_per_s)
     return load
+
+
+def _is_azure_header(line: str) -> bool:
+    return _csv_fields(line) == list(AZURE_HEADER)
 
 
 def _azure_row(line_no: int, line: str) -> _Parsed:
@@ -150,21 +163,12 @@ def _azure_row(line_no: int, line: str) -> _Parsed:
                    _count(fields[1], "ContextTokens"), _count(fields[2], "GeneratedTokens"))
 
 
-def _load_mooncake(path: Path, text: str, sha: str, limit: int | None) -> TraceLoad:
-    lines = _lines(text)
-    first = next((line.strip() for line in lines if line.strip()), "")
+def _is_mooncake_line(line: str) -> bool:
     try:
-        obj = json.loads(first)
+        obj = json.loads(line)
     except json.JSONDecodeError:
-        obj = None
-    if not isinstance(obj, dict) or not all(key in obj for key in MOONCAKE_KEYS):
-        found = f"found {first[:80]!r}" if first else "the file is empty"
-        raise TraceFormatError(f"{path}: not a Mooncake trace: expected JSON lines with "
-                               f"{', '.join(MOONCAKE_KEYS)} (and hash_ids), {found}")
-    load = TraceLoad(path=path, sha256=sha, format=MOONCAKE)
-    parsed = _parse_lines(lines, 1, _mooncake_row, limit, load.errors)
-    load.rows = _relative(parsed, 1000)
-    return load
+        return False
+    return isinstance(obj, dict) and all(key in obj for key in MOONCAKE_KEYS)
 
 
 def _mooncake_row(line_no: int, line: str) -> _Parsed:
@@ -187,6 +191,14 @@ def _mooncake_row(line_no: int, line: str) -> _Parsed:
                    _json_count(obj["output_length"], "output_length"), tuple(hash_ids))
 
 
+_AZURE = _Format(AZURE, "an Azure LLM inference trace",
+                 f"the CSV header {','.join(AZURE_HEADER)!r}", _is_azure_header, True,
+                 _azure_row, 1_000_000_000)
+_MOONCAKE = _Format(MOONCAKE, "a Mooncake trace",
+                    f"JSON lines with {', '.join(MOONCAKE_KEYS)} (and hash_ids)",
+                    _is_mooncake_line, False, _mooncake_row, 1000)
+
+
 # --- shared pieces ------------------------------------------------------------------------------
 
 def _read_text(path: Path) -> tuple[str, str]:
@@ -202,6 +214,11 @@ def _read_text(path: Path) -> tuple[str, str]:
 def _lines(text: str) -> list[str]:
     """Physical lines (LF or CRLF endings), so index i is file line i + 1."""
     return [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
+
+
+def _first_line(lines: list[str]) -> tuple[int, str]:
+    """(1-based number, stripped text) of the first non-blank line; (1, "") if there is none."""
+    return next(((i, line.strip()) for i, line in enumerate(lines, 1) if line.strip()), (1, ""))
 
 
 def _csv_fields(line: str) -> list[str]:
