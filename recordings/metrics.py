@@ -15,6 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
+from recordings.errors import RecordingError
 from recordings.reader import Reader
 
 
@@ -99,8 +100,17 @@ class RunSummary:
 def summarize(reader: Reader) -> RunSummary:
     """Recompute the run's metrics from the rows of ``reader``'s recording.
 
-    Raises :class:`recordings.RecordingError` if the file cannot be read.
+    Raises :class:`recordings.RecordingError` if the file cannot be read or holds values of the
+    wrong type.
     """
+    try:
+        return _summarize(reader)
+    except (TypeError, ValueError) as exc:
+        raise RecordingError(f"{reader.path}: corrupt recording (metrics): "
+                             f"{type(exc).__name__}: {exc}") from exc
+
+
+def _summarize(reader: Reader) -> RunSummary:
     clock = str(reader.run_info().get("config", {}).get("clock", "virtual"))
     (num_steps, first_ns, last_ns, num_preemptions, peak_kv), = reader.execute(
         "SELECT count(*), min(start_ns), max(end_ns), coalesce(sum(num_preemptions), 0), "

@@ -55,7 +55,7 @@ def open_readonly(path: str | os.PathLike) -> sqlite3.Connection:
         raise RecordingError(f"{path}: cannot open: {exc}") from exc
     try:
         _check_recording(conn, path)
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
         conn.close()
         raise RecordingError(f"{path}: corrupt or unreadable recording: {exc}") from exc
     except BaseException:

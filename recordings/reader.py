@@ -104,7 +104,8 @@ class Reader:
         """Generated text of ``request_id`` up to and including ``step`` ('' if unknown)."""
         rows = self._rows("SELECT text FROM tokens WHERE request_id = ? AND step <= ? "
                           "ORDER BY step, seq", (request_id, step))
-        return "".join(text or "" for (text,) in rows)
+        with self._reading(f"text of {request_id}"):
+            return "".join(text or "" for (text,) in rows)
 
     # --- beyond StepSource ---------------------------------------------------------------------
     def request_timeline(self, request_id: str) -> list[TimelineEvent]:
@@ -163,7 +164,7 @@ class Reader:
                 raise RecordingError(f"{self.path}: the reader is closed")
             try:
                 return self._conn.execute(sql, params).fetchall()
-            except sqlite3.Error as exc:
+            except (sqlite3.Error, UnicodeDecodeError) as exc:
                 raise RecordingError(f"{self.path}: corrupt or unreadable recording: {exc}") \
                     from exc
 
@@ -172,7 +173,7 @@ class Reader:
         """Turn a malformed row (bad JSON, missing field) into a RecordingError."""
         try:
             yield
-        except (ValueError, TypeError, KeyError, IndexError) as exc:
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
             raise RecordingError(f"{self.path}: corrupt recording ({what}): "
                                  f"{type(exc).__name__}: {exc}") from exc
 

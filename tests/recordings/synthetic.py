@@ -282,3 +282,22 @@ def generate(seed: int = 0, num_requests: int = 8, num_gpu_blocks: int = 24,
         records.append(record)
         states.append(state)
     return SyntheticRun(run_info, initial, arrivals, records, states)
+
+
+def write_run(run: SyntheticRun, path, upto: int | None = None, **writer_kwargs):
+    """Record ``run`` (its first ``upto`` steps, default all) to ``path`` the way the engine would:
+    each step's arrivals with ``write_request``, then ``write_step``. Returns the closed writer."""
+    from recordings import RecordingWriter
+
+    with RecordingWriter(path, run.run_info, **writer_kwargs) as writer:
+        feed(writer, run, 0, len(run.records) if upto is None else upto)
+    return writer
+
+
+def feed(writer, run: SyntheticRun, start: int, stop: int) -> None:
+    """Hand steps ``start <= k < stop`` of ``run`` (and their arrivals) to ``writer``."""
+    for k in range(start, min(stop, len(run.records))):
+        for a in run.arrivals.get(k, []):
+            writer.write_request(a.request_id, a.arrival_step, a.arrival_time,
+                                 list(a.prompt_token_ids), a.prompt_text, a.sampling)
+        writer.write_step(run.records[k])
