@@ -1,0 +1,268 @@
+"""BatchScope's main window: every view of one StepSource, live or replayed.
+
+A 30 Hz QTimer pulls ``source.latest_step()``. Following live it shows ``state_at(latest)``;
+after a scrub it shows ``state_at(k)`` and the records ``[k - window, k]``. Views are redrawn only
+when the shown step, the source or the selection changes. The window never builds an engine or
+opens a recording itself: ``open_recording(path)`` (given by ``app/``) does.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (QApplication, QFileDialog, QGroupBox, QLabel, QMainWindow,
+                               QMessageBox, QSplitter, QVBoxLayout, QWidget)
+
+from engine.outputs import StepRecord
+from engine.source import EngineControl, StepSource
+from engine.state import EngineState
+from ui.error_banner import ErrorBanner
+from ui.inject_dialog import InjectDialog
+from ui.kv_block_map import KVBlockMap
+from ui.metrics_plots import MetricsPlots
+from ui.queue_tables import QueueTables
+from ui.record_cache import RecordCache, step_span
+from ui.request_inspector import RequestInspector
+from ui.slot_timeline import SlotTimeline
+from ui.theme import apply_theme
+from ui.transport import TransportBar
+
+FRAME_MS = 33
+
+
+def _group(title: str, widget: QWidget) -> QGroupBox:
+    box = QGroupBox(title)
+    lay = QVBoxLayout(box)
+    lay.setContentsMargins(4, 6, 4, 4)
+    lay.addWidget(widget)
+    return box
+
+
+class MainWindow(QMainWindow):
+    """``MainWindow(source, control=None, open_recording=None, title="BatchScope")``.
+
+    Public: ``set_source(source, control=None)``, ``show_step(k)`` (scrub; stops following),
+    ``set_following(on)``, ``select_request(id)``, ``refresh(force=False)`` (one frame),
+    ``state`` / ``records`` / ``shown_step`` / ``selected`` (what is on screen), the ``actions``
+    dict, and ``sourceChanged(source)`` after File > Open swapped the source.
+    """
+
+    sourceChanged = Signal(object)
+
+    def __init__(self, source: StepSource, control: EngineControl | None = None,
+                 open_recording: Callable[[str], StepSource] | None = None,
+                 title: str = "BatchScope", window: int = 200):
+        super().__init__()
+        self.base_title, self.window = title, window
+        self.open_recording = open_recording
+        self.source, self.control = source, control
+        self.cache = RecordCache(source)
+        self.following, self.shown_step, self.selected = True, -1, None
+        self.state: EngineState | None = None
+        self.records: list[StepRecord] = []
+        self._drawn: tuple | None = None
+        self._source_error: str | None = None
+        apply_theme(self)
+        self.resize(1600, 1000)
+        self._build_views()
+        self._build_menus()
+        self._build_status()
+        self.timer = QTimer(self)
+        self.timer.timeout.connect(self.refresh)
+        self.set_source(source, control)
+        self.timer.start(FRAME_MS)
+
+    # --- construction ------------------------------------------------------------------------
+    def _build_views(self) -> None:
+        self.banner = ErrorBanner()
+        self.block_map = KVBlockMap()
+        self.timeline = SlotTimeline(window=self.window)
+        self.queues = QueueTables()
+        self.metrics = MetricsPlots(window=self.window)
+        self.inspector = RequestInspector(self.source)
+        self.transport = TransportBar()
+        for view in (self.block_map, self.timeline, self.queues):
+            view.requestSelected.connect(self.select_request)
+        self.transport.seekRequested.connect(self.show_step)
+        self.transport.followToggled.connect(self.set_following)
+        self.transport.engineStepped.connect(lambda: self.set_following(True))
+        top = QSplitter(Qt.Horizontal)
+        top.addWidget(self.block_map)
+        top.addWidget(self.timeline)
+        top.setSizes([620, 980])
+        bottom = QSplitter(Qt.Horizontal)
+        bottom.addWidget(_group("Requests", self.queues))
+        bottom.addWidget(_group("Metrics", self.metrics))
+        bottom.addWidget(_group("Selected request", self.inspector))
+        bottom.setSizes([560, 640, 400])
+        main = QSplitter(Qt.Vertical)
+        main.addWidget(top)
+        main.addWidget(bottom)
+        main.setSizes([470, 430])
+        for s in (top, bottom, main):
+            s.setChildrenCollapsible(False)
+        central = QWidget()
+        lay = QVBoxLayout(central)
+        lay.setContentsMargins(6, 4, 6, 0)
+        lay.setSpacing(4)
+        lay.addWidget(self.banner)
+        lay.addWidget(main, 1)
+        lay.addWidget(self.transport)
+        self.setCentralWidget(central)
+
+    def _action(self, menu, text: str, slot, *keys: str) -> QAction:
+        act = QAction(text, self)
+        act.setShortcuts([QKeySequence(k) for k in keys])
+        act.triggered.connect(slot)
+        menu.addAction(act)
+        return act
+
+    def _build_menus(self) -> None:
+        bar = self.menuBar()
+        f, e, v = bar.addMenu("&File"), bar.addMenu("&Engine"), bar.addMenu("&View")
+        self.actions = {
+            "open": self._action(f, "&Open recording…", self.open_recording_dialog, "Ctrl+O"),
+            "quit": self._action(f, "&Quit", self.close, "Ctrl+Q"),
+            "inject": self._action(e, "&Inject request…", self.inject_request, "Ctrl+I"),
+            "pause": self._action(e, "&Pause / Resume", self.transport.toggle_pause, "Space"),
+            "step": self._action(e, "&Step", self.transport.step, "S", "Right"),
+            "back": self._action(v, "Step &back", self.transport.step_back, "Left"),
+            "forward": self._action(v, "Step &forward", self.transport.step_forward, "Shift+Right"),
+            "live": self._action(v, "Follow &live", lambda: self.set_following(True), "L"),
+        }
+        f.insertSeparator(self.actions["quit"])
+        self.actions["open"].setEnabled(self.open_recording is not None)
+
+    def _build_status(self) -> None:
+        self.status = {k: QLabel("") for k in ("mode", "step", "clock", "kv", "tps", "run")}
+        for k, lab in self.status.items():
+            self.statusBar().addPermanentWidget(lab, 1 if k == "run" else 0)
+        self.status["run"].setAlignment(Qt.AlignRight | Qt.AlignVCenter)
+
+    # --- public API --------------------------------------------------------------------------
+    def set_source(self, source: StepSource, control: EngineControl | None = None) -> None:
+        """Show ``source`` (a live engine when ``control`` is given, else a replay)."""
+        self.source, self.control = source, control
+        self.cache = RecordCache(source)
+        self.following, self.shown_step, self._drawn = True, -1, None
+        self.select_request(None)
+        self.inspector.set_source(source, control)
+        self.queues.set_control(control)
+        self.transport.set_control(control)
+        self.actions["inject"].setEnabled(control is not None)
+        try:
+            info = source.run_info() or {}
+        except Exception as e:
+            info = {}
+            self._source_error = f"Could not read the run info: {e}"
+        run = " · ".join(str(info[k]) for k in ("model", "device", "dtype") if info.get(k))
+        self.status["run"].setText(run)
+        mode = "LIVE" if control is not None else "REPLAY"
+        self.status["mode"].setText(f"<b>{mode}</b>")
+        self.setWindowTitle(f"{self.base_title} — {info.get('model', 'run')} ({mode.lower()})")
+        self.refresh(force=True)
+
+    def show_step(self, step: int) -> None:
+        """Show the state after ``step`` (clamped) and stop following the newest step."""
+        self.following = False
+        self.shown_step = step
+        self.refresh()
+
+    def set_following(self, on: bool) -> None:
+        self.following = on
+        self.refresh()
+
+    def select_request(self, request_id: str | None) -> None:
+        """Select ``request_id`` in every view (None clears the selection)."""
+        self.selected = request_id
+        for view in (self.block_map, self.timeline, self.queues, self.inspector):
+            view.set_selected(request_id)
+        if self.state is not None:
+            self.inspector.set_state(self.state, self.shown_step)
+
+    # --- the frame -----------------------------------------------------------------------------
+    def refresh(self, force: bool = False) -> None:
+        """Pull the source and redraw what changed (called by the 30 Hz timer)."""
+        try:
+            latest = self.source.latest_step()
+            k = latest if self.following else max(-1, min(self.shown_step, latest))
+            if force or self._drawn != (k, step_span(k, latest, self.window), id(self.source)):
+                self._draw(k, latest)
+            self._source_error = None
+        except Exception as e:                          # a broken source must not kill the UI
+            latest, k = self.shown_step, self.shown_step
+            self._source_error = f"Could not read step {k}: {type(e).__name__}: {e}"
+        self.transport.set_position(k, latest, self.following)
+        self._show_errors()
+
+    def _draw(self, k: int, latest: int) -> None:
+        self.shown_step = k
+        self.state = state = self.source.state_at(k)
+        self.records = self.cache.get(k - self.window, k + 1)
+        self.block_map.set_state(state)
+        self.timeline.set_records(self.records, k, state.max_num_seqs, latest)
+        self.queues.set_state(state)
+        self.metrics.set_records(self.records, k, latest)
+        self.inspector.set_state(state, k)
+        self._drawn = (k, step_span(k, latest, self.window), id(self.source))
+        tps = self.metrics.mean_output_tps()
+        self.status["step"].setText(f"step {k}")
+        self.status["clock"].setText(f"clock {state.clock:.4g}")
+        self.status["kv"].setText(f"KV {100 * state.kv_cache_usage:.0f}% "
+                                  f"({state.num_used_blocks}/{state.num_total_blocks} blocks)")
+        self.status["tps"].setText("– tok/s" if tps is None else f"{tps:,.0f} output tok/s")
+
+    def _show_errors(self) -> None:
+        errors = [self._source_error]
+        if self.control is not None:
+            try:
+                errors.append(self.control.last_error())
+            except Exception as e:
+                errors.append(f"The engine did not answer: {e}")
+        failed = [r for r in self.records if r.error]
+        if failed:
+            errors.append(f"step {failed[-1].step}: {failed[-1].error}")
+        self.banner.show_error(next((e for e in errors if e), None))
+
+    # --- menu actions --------------------------------------------------------------------------
+    def open_recording_dialog(self) -> None:
+        """File > Open recording…: pick a file, open it with ``open_recording``, swap source."""
+        if self.open_recording is None:
+            return
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Open recording", "", "BatchScope recordings (*.sqlite *.db);;All files (*)")
+        if path:
+            self.open_path(path)
+
+    def open_path(self, path: str) -> bool:
+        """Open ``path`` as a replay; errors go to a message box. True on success."""
+        self.statusBar().showMessage(f"Opening {path}…")
+        QApplication.setOverrideCursor(Qt.WaitCursor)
+        try:
+            source = self.open_recording(path)
+        except Exception as e:
+            QApplication.restoreOverrideCursor()
+            self.statusBar().clearMessage()
+            QMessageBox.critical(self, "Could not open recording",
+                                 f"{path}\n\n{type(e).__name__}: {e}")
+            return False
+        QApplication.restoreOverrideCursor()
+        self.statusBar().showMessage(f"Opened {path}", 5000)
+        self.set_source(source, control=None)
+        self.sourceChanged.emit(source)
+        return True
+
+    def inject_request(self) -> InjectDialog | None:
+        """Engine > Inject request…: a modal dialog; selects the new request on accept."""
+        if self.control is None:
+            return None
+        dialog = InjectDialog(self.control, self)
+        if dialog.exec() and dialog.request_id:
+            self.select_request(dialog.request_id)
+        return dialog
+
+    def closeEvent(self, event) -> None:
+        self.timer.stop()
+        self.transport.timer.stop()
+        super().closeEvent(event)

@@ -1,0 +1,193 @@
+"""Waiting / running / paused / finished tables (QTableView + one QAbstractTableModel each).
+
+Selecting a row emits ``requestSelected``; the selection survives updates. A right-click on a
+row opens the request menu (pause / resume / abort) when a live engine is attached.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPoint, Qt, Signal
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QTabWidget, QVBoxLayout, QWidget
+
+from engine.outputs import RequestView
+from engine.source import EngineControl
+from engine.state import EngineState
+from ui.colors import ERROR, request_qcolor
+from ui.request_menu import request_menu
+
+QUEUES = ("running", "waiting", "paused", "finished")
+COLUMNS = ("id", "state", "prompt", "output", "TTFT", "ITL", "preempt", "finish / error")
+
+
+def _num(x: float | None, unit: str = "") -> str:
+    return "–" if x is None else f"{x:.3g}{unit}"
+
+
+def cell_text(r: RequestView, column: int) -> str:
+    """Text of ``column`` for request ``r`` (times in engine clock units)."""
+    if column == 0:
+        return r.request_id
+    if column == 1:
+        return "finished" if r.is_finished else r.status.lower()
+    if column == 2:
+        return str(r.num_prompt_tokens)
+    if column == 3:
+        return f"{r.num_output_tokens} / {r.max_tokens}"
+    if column == 4:
+        return _num(r.ttft)
+    if column == 5:
+        return _num(r.mean_itl)
+    if column == 6:
+        return str(r.num_preemptions)
+    return r.error or r.finish_reason or ""
+
+
+class RequestTableModel(QAbstractTableModel):
+    """Rows are RequestViews. ``set_rows`` keeps row identity when the ids do not change
+    (``dataChanged`` only), otherwise resets the model."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.rows: list[RequestView] = []
+
+    def rowCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def headerData(self, section, orientation, role=Qt.DisplayRole):
+        if role == Qt.DisplayRole and orientation == Qt.Horizontal:
+            return COLUMNS[section]
+        return None
+
+    def data(self, index: QModelIndex, role=Qt.DisplayRole):
+        if not index.isValid():
+            return None
+        r, col = self.rows[index.row()], index.column()
+        if role == Qt.DisplayRole:
+            return cell_text(r, col)
+        if role == Qt.DecorationRole and col == 0:
+            return request_qcolor(r.request_id)
+        if role == Qt.ForegroundRole and col == 7 and r.error:
+            return QColor(*ERROR)
+        if role == Qt.ToolTipRole and col == 7 and r.error:
+            return r.error
+        if role == Qt.TextAlignmentRole and 2 <= col <= 6:
+            return int(Qt.AlignRight | Qt.AlignVCenter)
+        if role == Qt.UserRole:
+            return r.request_id
+        return None
+
+    def set_rows(self, rows: Sequence[RequestView]) -> bool:
+        """Replace the rows; returns True if the model was reset (row ids changed)."""
+        rows = list(rows)
+        if [r.request_id for r in rows] == [r.request_id for r in self.rows]:
+            changed = [i for i, (a, b) in enumerate(zip(self.rows, rows)) if a != b]
+            self.rows = rows
+            if changed:
+                self.dataChanged.emit(self.index(min(changed), 0),
+                                      self.index(max(changed), len(COLUMNS) - 1))
+            return False
+        self.beginResetModel()
+        self.rows = rows
+        self.endResetModel()
+        return True
+
+    def row_of(self, request_id: str | None) -> int | None:
+        for i, r in enumerate(self.rows):
+            if r.request_id == request_id:
+                return i
+        return None
+
+
+class QueueTables(QWidget):
+    """Tabs of request tables, titled with their counts. ``set_state`` updates them all."""
+
+    requestSelected = Signal(str)
+
+    def __init__(self, control: EngineControl | None = None, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.control = control
+        self.selected: str | None = None
+        self.models: dict[str, RequestTableModel] = {}
+        self.views: dict[str, QTableView] = {}
+        self.tabs = QTabWidget()
+        for name in QUEUES:
+            model, view = RequestTableModel(self), QTableView()
+            view.setModel(model)
+            view.setSelectionBehavior(QAbstractItemView.SelectRows)
+            view.setSelectionMode(QAbstractItemView.SingleSelection)
+            view.setAlternatingRowColors(True)
+            view.setShowGrid(False)
+            view.verticalHeader().hide()
+            view.verticalHeader().setDefaultSectionSize(22)
+            hh = view.horizontalHeader()
+            hh.setSectionResizeMode(QHeaderView.ResizeToContents)
+            hh.setStretchLastSection(True)
+            view.setContextMenuPolicy(Qt.CustomContextMenu)
+            view.customContextMenuRequested.connect(lambda p, n=name: self._menu(n, p))
+            view.selectionModel().selectionChanged.connect(lambda *_a, n=name: self._picked(n))
+            self.models[name], self.views[name] = model, view
+            self.tabs.addTab(view, name)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(self.tabs)
+
+    def set_control(self, control: EngineControl | None) -> None:
+        self.control = control
+
+    def set_state(self, state: EngineState) -> None:
+        for i, name in enumerate(QUEUES):
+            rows = state.queue(name)
+            if name == "finished":
+                rows = rows[::-1]                   # newest first
+            if self.models[name].set_rows(rows):
+                self._restore(name)
+            self.tabs.setTabText(i, f"{name.capitalize()} ({len(rows)})")
+
+    def row_counts(self) -> dict[str, int]:
+        return {n: m.rowCount() for n, m in self.models.items()}
+
+    def set_selected(self, request_id: str | None) -> None:
+        if request_id == self.selected:
+            return
+        self.selected = request_id
+        for name in QUEUES:
+            self._restore(name)
+
+    def select_row(self, queue: str, row: int) -> None:
+        """Select ``row`` of ``queue`` as a user click would (emits ``requestSelected``)."""
+        self.tabs.setCurrentWidget(self.views[queue])
+        self.views[queue].selectRow(row)
+
+    def _restore(self, name: str) -> None:
+        view, row = self.views[name], self.models[name].row_of(self.selected)
+        sm = view.selectionModel()
+        sm.blockSignals(True)
+        if row is None:
+            sm.clearSelection()
+        else:
+            view.selectRow(row)
+        sm.blockSignals(False)
+        view.viewport().update()
+
+    def _picked(self, name: str) -> None:
+        rows = self.views[name].selectionModel().selectedRows()
+        rid = rows[0].data(Qt.UserRole) if rows else None
+        if rid and rid != self.selected:
+            self.selected = rid
+            for other in QUEUES:
+                if other != name:
+                    self._restore(other)
+            self.requestSelected.emit(rid)
+
+    def _menu(self, name: str, pos: QPoint) -> None:
+        view = self.views[name]
+        index = view.indexAt(pos)
+        if self.control is None or not index.isValid():
+            return
+        menu = request_menu(self.control, self.models[name].rows[index.row()], view)
+        menu.exec(view.viewport().mapToGlobal(pos))

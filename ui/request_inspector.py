@@ -1,0 +1,126 @@
+"""The selected request: identity, state, counts, latencies, error, and its generated text as it
+streams (``source.request_text(id, shown_step)``). Pause / resume / abort buttons act on a live
+engine and are hidden in replay."""
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QFont, QTextCursor
+from PySide6.QtWidgets import (QFormLayout, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
+                               QVBoxLayout, QWidget)
+
+from engine.outputs import RequestView
+from engine.source import EngineControl, StepSource
+from engine.state import EngineState
+from ui.colors import ERROR, css, request_rgb
+from ui.request_menu import allowed_actions, run_action
+from ui.queue_tables import cell_text
+
+FIELDS = ("state", "arrival", "tokens", "KV", "latency", "error")
+
+
+class RequestInspector(QWidget):
+    """``set_state(state, step)`` refreshes the shown request; ``set_selected(id)`` picks it."""
+
+    def __init__(self, source: StepSource, control: EngineControl | None = None,
+                 parent: QWidget | None = None):
+        super().__init__(parent)
+        self.source, self.control = source, control
+        self.selected: str | None = None
+        self.view: RequestView | None = None
+        self.step = -1
+        self._text_key: tuple | None = None
+        self.header = QLabel("No request selected: click a block, a slot cell or a table row")
+        self.header.setWordWrap(True)
+        self.header.setTextFormat(Qt.RichText)
+        self.values = {f: QLabel("–") for f in FIELDS}
+        form = QFormLayout()
+        form.setContentsMargins(0, 0, 0, 0)
+        form.setHorizontalSpacing(12)
+        form.setVerticalSpacing(2)
+        for f, lab in self.values.items():
+            lab.setTextInteractionFlags(Qt.TextSelectableByMouse)
+            lab.setWordWrap(True)
+            form.addRow(f + ":", lab)
+        self.text = QPlainTextEdit()
+        self.text.setReadOnly(True)
+        self.text.setPlaceholderText("generated text appears here as it streams")
+        mono = QFont("monospace")
+        mono.setStyleHint(QFont.Monospace)
+        self.text.setFont(mono)
+        self.buttons = {n: QPushButton(n.capitalize()) for n in ("pause", "resume", "abort")}
+        row = QHBoxLayout()
+        row.setContentsMargins(0, 0, 0, 0)
+        for n, b in self.buttons.items():
+            b.clicked.connect(lambda _=False, n=n: self._act(n))
+            row.addWidget(b)
+        row.addStretch(1)
+        self.actions_row = QWidget()
+        self.actions_row.setLayout(row)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(4, 2, 4, 2)
+        lay.addWidget(self.header)
+        lay.addLayout(form)
+        lay.addWidget(QLabel("generated text:"))
+        lay.addWidget(self.text, 1)
+        lay.addWidget(self.actions_row)
+        self.set_control(control)
+
+    def set_source(self, source: StepSource, control: EngineControl | None = None) -> None:
+        self.source = source
+        self.set_control(control)
+        self.set_selected(None)
+
+    def set_control(self, control: EngineControl | None) -> None:
+        self.control = control
+        self.actions_row.setVisible(control is not None)
+        self._update_buttons()
+
+    def set_selected(self, request_id: str | None) -> None:
+        self.selected = request_id
+        self._text_key = None
+
+    def set_state(self, state: EngineState, step: int) -> None:
+        self.step = step
+        self.view = state.requests.get(self.selected) if self.selected else None
+        self._show()
+
+    def _show(self) -> None:
+        v = self.view
+        if v is None:
+            if self.selected:
+                self.header.setText(f"<b>{self.selected}</b> has not arrived at step {self.step}")
+            for lab in self.values.values():
+                lab.setText("–")
+            self.text.setPlainText("")
+            self._text_key = None
+            self._update_buttons()
+            return
+        sw = css(request_rgb(v.request_id))
+        self.header.setText(f"<span style='color:{sw}; font-size:14pt'>&#9632;</span> "
+                            f"<b style='font-size:12pt'>{v.request_id}</b> &nbsp; at step {self.step}")
+        where = f"slot {v.slot}" if v.slot is not None else "no slot"
+        self.values["state"].setText(f"{v.status.lower()} · {where} · {v.num_preemptions} preemptions")
+        self.values["arrival"].setText(f"step {v.arrival_step} (clock {v.arrival_time:.3g})")
+        self.values["tokens"].setText(
+            f"prompt {v.num_prompt_tokens} · generated {v.num_output_tokens} / {v.max_tokens}"
+            f" · KV written {v.num_computed_tokens}")
+        ids = ", ".join(map(str, v.block_ids[:12])) + (" …" if len(v.block_ids) > 12 else "")
+        self.values["KV"].setText(f"{len(v.block_ids)} blocks [{ids}]" if v.block_ids else "no blocks")
+        self.values["latency"].setText(f"TTFT {cell_text(v, 4)} · mean ITL {cell_text(v, 5)}"
+                                       " (engine clock units)")
+        self.values["error"].setText(v.error or "–")
+        self.values["error"].setStyleSheet(f"color: {css(ERROR)};" if v.error else "")
+        key = (v.request_id, self.step, v.num_output_tokens)
+        if key != self._text_key:
+            self._text_key = key
+            self.text.setPlainText(self.source.request_text(v.request_id, self.step))
+            self.text.moveCursor(QTextCursor.End)
+        self._update_buttons()
+
+    def _update_buttons(self) -> None:
+        for n, ok in allowed_actions(self.view).items():
+            self.buttons[n].setEnabled(ok and self.control is not None)
+
+    def _act(self, name: str) -> None:
+        if self.control is not None and self.view is not None:
+            run_action(self.control, name, self.view.request_id)

@@ -1,0 +1,84 @@
+"""Dark theme for the window: a QPalette, a small style sheet, and pyqtgraph defaults."""
+from __future__ import annotations
+
+import pyqtgraph as pg
+from PySide6.QtGui import QColor, QFont, QPalette
+from PySide6.QtWidgets import QApplication, QWidget
+
+from ui.colors import BACKGROUND, MUTED, TEXT, css
+
+PANEL = "#202226"
+BASE = "#1b1c20"
+ACCENT = "#4e79a7"
+PLOT_BG = css(BACKGROUND)
+PLOT_FG = css(TEXT)
+
+STYLE = f"""
+QWidget {{ font-size: 10pt; }}
+QGroupBox {{ border: 1px solid #34373d; border-radius: 4px; margin-top: 1.2em; padding-top: 4px; }}
+QGroupBox::title {{ subcontrol-origin: margin; left: 8px; padding: 0 4px; color: {css(TEXT)};
+                   font-weight: bold; }}
+QTableView, QPlainTextEdit, QAbstractSpinBox, QComboBox, QLineEdit {{
+    background: {BASE}; color: {css(TEXT)}; border: 1px solid #34373d; }}
+QTableView {{ gridline-color: #2c2e33; selection-background-color: #3b5f87;
+             alternate-background-color: #222428; border: none; }}
+QTabWidget::pane {{ border: 1px solid #34373d; top: -1px; }}
+QTabBar::tab {{ background: #26282d; color: {css(MUTED)}; border: 1px solid #34373d;
+               padding: 4px 12px; }}
+QTabBar::tab:selected {{ background: {BASE}; color: {css(TEXT)}; }}
+QMenu {{ background: #26282d; color: {css(TEXT)}; }}
+QMenu::item:selected {{ background: #3b5f87; }}
+QMenu::item:disabled {{ color: #6b6f76; }}
+QHeaderView::section {{ background: #26282d; color: {css(MUTED)}; border: none;
+                        border-right: 1px solid #34373d; padding: 3px 5px; }}
+QStatusBar QLabel {{ padding: 0 8px; }}
+QToolButton, QPushButton {{ padding: 3px 9px; }}
+QToolButton:checked {{ background: {ACCENT}; color: white; border-radius: 3px; }}
+"""
+
+
+def dark_palette() -> QPalette:
+    p = QPalette()
+    roles = {
+        QPalette.Window: PANEL, QPalette.WindowText: css(TEXT), QPalette.Base: BASE,
+        QPalette.AlternateBase: "#232529", QPalette.ToolTipBase: "#2b2d31",
+        QPalette.ToolTipText: css(TEXT), QPalette.Text: css(TEXT), QPalette.Button: "#2b2d31",
+        QPalette.ButtonText: css(TEXT), QPalette.Highlight: "#3b5f87",
+        QPalette.HighlightedText: "#ffffff", QPalette.Link: ACCENT,
+        QPalette.PlaceholderText: css(MUTED),
+    }
+    for role, color in roles.items():
+        p.setColor(role, QColor(color))
+    for role in (QPalette.Text, QPalette.ButtonText, QPalette.WindowText):
+        p.setColor(QPalette.Disabled, role, QColor("#6b6f76"))
+    return p
+
+
+def apply_theme(widget: QWidget) -> None:
+    """Theme ``widget`` and its children (the window themes itself; no global app state)."""
+    widget.setPalette(dark_palette())
+    widget.setStyleSheet(STYLE)
+
+
+def apply_app_theme(app: QApplication) -> None:
+    """Optional, for ``app/``: Fusion style (honours palettes everywhere) + the dark palette."""
+    app.setStyle("Fusion")
+    app.setPalette(dark_palette())
+
+
+def plot_widget(**kwargs) -> pg.PlotWidget:
+    """A PlotWidget with the theme's background; menus and mouse zoom off by default."""
+    w = pg.PlotWidget(background=PLOT_BG, **kwargs)
+    w.setMenuEnabled(False)
+    w.getPlotItem().hideButtons()
+    return w
+
+
+def style_axis(axis: pg.AxisItem, label: str = "", units: str | None = None) -> None:
+    axis.setPen(pg.mkPen(css(MUTED)))
+    axis.setTextPen(pg.mkPen(PLOT_FG))
+    f = QFont()
+    f.setPointSize(9)
+    axis.setStyle(tickFont=f)
+    if label:
+        axis.setLabel(label, units=units, **{"color": PLOT_FG, "font-size": "9pt"})

@@ -1,0 +1,177 @@
+"""Transport bar: engine pause/resume and single step (live), replay play at a chosen speed,
+step back / forward, a step scrubber with a spin box, and the "Live" follow toggle.
+
+The bar does not own the shown step: it emits ``seekRequested(step)`` / ``followToggled(on)``
+and the main window answers with ``set_position(shown, latest, following)``.
+"""
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (QComboBox, QFrame, QHBoxLayout, QLabel, QSlider, QSpinBox,
+                               QToolButton, QWidget)
+
+from engine.source import EngineControl
+
+SPEEDS = (1, 2, 5, 10, 20, 30, 60)   # replay speeds, steps per second
+
+
+def _button(text: str, tip: str, checkable: bool = False) -> QToolButton:
+    b = QToolButton()
+    b.setText(text)
+    b.setToolTip(tip)
+    b.setCheckable(checkable)
+    b.setToolButtonStyle(Qt.ToolButtonTextOnly)
+    return b
+
+
+def _separator() -> QFrame:
+    f = QFrame()
+    f.setFrameShape(QFrame.VLine)
+    f.setStyleSheet("color: #3a3d43;")
+    return f
+
+
+class TransportBar(QWidget):
+    seekRequested = Signal(int)
+    followToggled = Signal(bool)
+    engineStepped = Signal()
+
+    def __init__(self, control: EngineControl | None = None, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.control = control
+        self.shown, self.latest, self.following = -1, -1, True
+        self.pause_btn = _button("Pause", "Pause or resume the engine (Space)")
+        self.step_btn = _button("Step ▸", "Run exactly one engine step while paused (S)")
+        self.back_btn = _button("◂ Back", "Show the previous step (Left)")
+        self.play_btn = _button("▶ Play", "Play the recording (Space)", checkable=True)
+        self.fwd_btn = _button("Fwd ▸", "Show the next step")
+        self.speed = QComboBox()
+        self.speed.addItems([f"{s} steps/s" for s in SPEEDS])
+        self.speed.setCurrentIndex(SPEEDS.index(10))
+        self.speed.setToolTip("Replay speed")
+        self.slider = QSlider(Qt.Horizontal)
+        self.slider.setRange(-1, -1)
+        self.slider.setToolTip("Drag to show any step")
+        self.spin = QSpinBox()
+        self.spin.setRange(-1, -1)
+        self.spin.setPrefix("step ")
+        self.spin.setKeyboardTracking(False)
+        self.latest_label = QLabel("of –")
+        self.live_btn = _button("● Live", "Follow the newest step", checkable=True)
+        self.live_btn.setChecked(True)
+        self.engine_label = QLabel("")
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(6, 3, 6, 3)
+        self.engine_widgets = [self.pause_btn, self.step_btn]
+        for w in (self.pause_btn, self.step_btn, self.engine_label):
+            lay.addWidget(w)
+        self.engine_sep = _separator()
+        lay.addWidget(self.engine_sep)
+        for w in (self.back_btn, self.play_btn, self.fwd_btn, self.speed):
+            lay.addWidget(w)
+        lay.addWidget(self.slider, 1)
+        for w in (self.spin, self.latest_label, self.live_btn):
+            lay.addWidget(w)
+        self.timer = QTimer(self)
+        self.timer.timeout.connect(self._play_tick)
+        self.pause_btn.clicked.connect(self.toggle_pause)
+        self.step_btn.clicked.connect(self.step)
+        self.back_btn.clicked.connect(self.step_back)
+        self.fwd_btn.clicked.connect(self.step_forward)
+        self.play_btn.toggled.connect(self._play_toggled)
+        self.speed.currentIndexChanged.connect(self._apply_speed)
+        self.slider.valueChanged.connect(self._user_seek)
+        self.spin.valueChanged.connect(self._user_seek)
+        self.live_btn.toggled.connect(self._live_toggled)
+        self.set_control(control)
+
+    # --- wiring from the main window -----------------------------------------------------------
+    def set_control(self, control: EngineControl | None) -> None:
+        self.control = control
+        live = control is not None
+        for w in (*self.engine_widgets, self.engine_label, self.engine_sep):
+            w.setVisible(live)
+        for w in (self.play_btn, self.speed):
+            w.setVisible(not live)
+        self.play_btn.setChecked(False)
+        self.refresh_engine()
+
+    def set_position(self, shown: int, latest: int, following: bool) -> None:
+        self.shown, self.latest, self.following = shown, latest, following
+        for w in (self.slider, self.spin):
+            w.blockSignals(True)
+            w.setRange(min(0, latest), latest)
+            w.setValue(shown)
+            w.blockSignals(False)
+        self.latest_label.setText(f"of {latest}")
+        self.live_btn.blockSignals(True)
+        self.live_btn.setChecked(following)
+        self.live_btn.blockSignals(False)
+        self.back_btn.setEnabled(shown > 0)
+        self.fwd_btn.setEnabled(shown < latest)
+        self.refresh_engine()
+
+    def refresh_engine(self) -> None:
+        """Mirror the engine's paused state on the pause and step buttons."""
+        paused = self.control is not None and self.control.is_paused()
+        self.pause_btn.setText("Resume" if paused else "Pause")
+        self.step_btn.setEnabled(paused)
+        self.engine_label.setText("<b style='color:#edc948'>PAUSED</b>" if paused else
+                                  "<b style='color:#59a14f'>RUNNING</b>")
+
+    # --- actions (buttons and the window's shortcuts) -------------------------------------------
+    def toggle_pause(self) -> None:
+        """Live: pause or resume the engine. Replay: play or stop."""
+        if self.control is None:
+            self.play_btn.toggle()
+        elif self.control.is_paused():
+            self.control.resume()
+        else:
+            self.control.pause()
+        self.refresh_engine()
+
+    def step(self) -> None:
+        """Live: exactly one engine step (only while paused). Replay: the next recorded step."""
+        if self.control is None:
+            self.step_forward()
+        elif self.control.is_paused():
+            self.control.step_once()
+            self.engineStepped.emit()
+
+    def step_back(self) -> None:
+        if self.shown > 0:
+            self.seekRequested.emit(self.shown - 1)
+
+    def step_forward(self) -> None:
+        if self.shown < self.latest:
+            self.seekRequested.emit(self.shown + 1)
+
+    def _user_seek(self, value: int) -> None:
+        self.seekRequested.emit(value)
+
+    def _live_toggled(self, on: bool) -> None:
+        if on:
+            self.play_btn.setChecked(False)
+        self.followToggled.emit(on)
+
+    # --- replay playback ---------------------------------------------------------------------
+    def _apply_speed(self) -> None:
+        self.timer.setInterval(int(1000 / SPEEDS[self.speed.currentIndex()]))
+
+    def _play_toggled(self, on: bool) -> None:
+        self.play_btn.setText("■ Stop" if on else "▶ Play")
+        if on:
+            if self.shown >= self.latest:
+                self.seekRequested.emit(0)      # at the end: play from the start
+            elif self.following:
+                self.seekRequested.emit(self.shown)
+            self._apply_speed()
+            self.timer.start()
+        else:
+            self.timer.stop()
+
+    def _play_tick(self) -> None:
+        if self.shown >= self.latest:
+            self.play_btn.setChecked(False)
+        else:
+            self.seekRequested.emit(self.shown + 1)
