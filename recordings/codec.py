@@ -58,6 +58,39 @@ def state_from_json(text: str) -> EngineState:
     return EngineState(requests={v.request_id: v for v in views}, **data)
 
 
+# --- requests ----------------------------------------------------------------------------------
+_OUTCOME_FIELDS = ("status", "finish_reason", "num_output_tokens", "ttft", "mean_itl",
+                   "num_preemptions", "error")
+
+
+def request_row(request_id: str, arrival_step: int, arrival_time: float,
+                prompt_token_ids: Sequence[int], prompt_text: str | None,
+                sampling: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``requests`` row of an announced arrival (outcome columns still empty)."""
+    return {
+        "request_id": request_id, "arrival_step": arrival_step, "arrival_time": arrival_time,
+        "num_prompt_tokens": len(prompt_token_ids), "max_tokens": sampling.get("max_tokens"),
+        "prompt_token_ids_json": strict_dumps(list(prompt_token_ids)),
+        "prompt_text": prompt_text, "sampling_json": dumps(sampling),
+    }
+
+
+def request_row_from_view(view: RequestView) -> dict[str, Any]:
+    """A ``requests`` row for a request the engine never announced (no prompt, no sampling);
+    it has the same columns as :func:`request_row`, so both can share one batch insert."""
+    return {"request_id": view.request_id, "arrival_step": view.arrival_step,
+            "arrival_time": view.arrival_time, "num_prompt_tokens": view.num_prompt_tokens,
+            "max_tokens": view.max_tokens, "prompt_token_ids_json": None, "prompt_text": None,
+            "sampling_json": None}
+
+
+def outcome_row(view: RequestView, step: int) -> dict[str, Any]:
+    """The outcome columns of a request that finished in ``step``, from its final view."""
+    row = {name: getattr(view, name) for name in _OUTCOME_FIELDS}
+    row.update(request_id=view.request_id, finish_step=step)
+    return row
+
+
 # --- step records ------------------------------------------------------------------------------
 def step_rows(record: StepRecord) -> dict[str, list[dict[str, Any]]]:
     """Rows of every table that one step writes, keyed by table name.

@@ -44,4 +44,5 @@ class RequestInfo:
 
     @property
     def is_finished(self) -> bool:
+        """True once the request reached a FINISHED_* status."""
         return self.status is not None and self.status.startswith("FINISHED")

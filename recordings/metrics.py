@@ -65,6 +65,7 @@ class RunSummary:
 
     @property
     def num_finished(self) -> int:
+        """Finished requests, whatever the reason."""
         return sum(self.num_finished_by_reason.values())
 
     def format_table(self) -> str:

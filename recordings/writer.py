@@ -20,14 +20,13 @@ from typing import Any, Iterable, Mapping
 
 import sqlite_utils
 
-from engine.outputs import RequestView, StepRecord
+from engine.outputs import StepRecord
 from recordings import codec
 from recordings.errors import RecordingError
+from recordings.keyframes import KeyframeState
 from recordings.schema import migrate
 
 BATCH_ITEMS = 256  # commit at the latest after this many queued items
-_OUTCOME_FIELDS = ("status", "finish_reason", "num_output_tokens", "ttft", "mean_itl",
-                   "num_preemptions", "error")
 _LIVE_WRITERS: "weakref.WeakSet[RecordingWriter]" = weakref.WeakSet()
 
 
@@ -69,7 +68,7 @@ class RecordingWriter:
         self._closed = False
         self._close_reported = False
         self._last_step = -1
-        self._state = _ReplayState(config["num_gpu_blocks"], config["block_size"],
+        self._state = KeyframeState(config["num_gpu_blocks"], config["block_size"],
                                    config["max_num_seqs"])
         self._known_requests: set[str] = set()
         self._ready = threading.Event()
@@ -229,16 +228,17 @@ class RecordingWriter:
             last_step = self._last_step
             for kind, payload in pending:
                 if kind == "request":
-                    rows["requests"].append(self._request_row(*payload))
+                    self._known_requests.add(payload[0])
+                    rows["requests"].append(codec.request_row(*payload))
                     continue
                 for table, table_rows in codec.step_rows(payload).items():
                     rows[table].extend(table_rows)
                 for view in payload.changed:
                     if view.request_id not in self._known_requests:
                         self._known_requests.add(view.request_id)
-                        rows["requests"].append(_row_from_view(view))
+                        rows["requests"].append(codec.request_row_from_view(view))
                     if view.is_finished:
-                        outcomes[view.request_id] = _outcome_row(view, payload.step)
+                        outcomes[view.request_id] = codec.outcome_row(view, payload.step)
                 if self._state.apply(payload, self._keyframe_interval):
                     rows["keyframes"].append({"step": payload.step,
                                               "state_json": self._state.to_json()})
@@ -253,18 +253,6 @@ class RecordingWriter:
             self._error = exc
         finally:
             pending.clear()
-
-    def _request_row(self, request_id: str, arrival_step: int, arrival_time: float,
-                     prompt_token_ids: tuple[int, ...], prompt_text: str | None,
-                     sampling: dict[str, Any]) -> dict[str, Any]:
-        self._known_requests.add(request_id)
-        return {
-            "request_id": request_id, "arrival_step": arrival_step,
-            "arrival_time": arrival_time, "num_prompt_tokens": len(prompt_token_ids),
-            "max_tokens": sampling.get("max_tokens"),
-            "prompt_token_ids_json": codec.strict_dumps(prompt_token_ids),
-            "prompt_text": prompt_text, "sampling_json": codec.dumps(sampling),
-        }
 
     def _finish(self, db: sqlite_utils.Database) -> None:
         """Mark a clean close, fold the WAL back into the file and close it."""
@@ -281,43 +269,6 @@ class RecordingWriter:
             self._error = exc
         finally:
             db.close()
-
-
-class _ReplayState:
-    """The writer's running copy of the engine state (a mutable twin of ``EngineState.apply``,
-    so a step costs O(changed requests), not O(all requests)), and its keyframe schedule."""
-
-    def __init__(self, num_total_blocks: int, block_size: int, max_num_seqs: int) -> None:
-        self.step, self.clock = -1, 0.0
-        self.layout = (num_total_blocks, block_size, max_num_seqs)
-        self.requests: dict[str, RequestView] = {}
-        self.last_keyframe = -1
-
-    def apply(self, record: StepRecord, interval: int) -> bool:
-        """Advance to after ``record``; True when this step is due a keyframe."""
-        for view in record.changed:
-            self.requests[view.request_id] = view
-        self.step, self.clock = record.step, record.clock
-        if self.step - self.last_keyframe >= interval:
-            self.last_keyframe = self.step
-            return True
-        return False
-
-    def to_json(self) -> str:
-        return codec.state_json(self.step, self.clock, *self.layout, self.requests.values())
-
-
-def _row_from_view(view: RequestView) -> dict[str, Any]:
-    """A requests row for a request the engine never announced with ``write_request``."""
-    return {"request_id": view.request_id, "arrival_step": view.arrival_step,
-            "arrival_time": view.arrival_time, "num_prompt_tokens": view.num_prompt_tokens,
-            "max_tokens": view.max_tokens}
-
-
-def _outcome_row(view: RequestView, step: int) -> dict[str, Any]:
-    row = {name: getattr(view, name) for name in _OUTCOME_FIELDS}
-    row.update(request_id=view.request_id, finish_step=step)
-    return row
 
 
 def _text(value: Any) -> str | None:

@@ -81,3 +81,20 @@ def test_a_killed_writer_leaves_every_committed_step(tmp_path, small_run, how):
     for table in ("step_requests", "events", "tokens", "request_states", "keyframes"):
         (top,), = reader.execute(f"SELECT coalesce(max(step), -1) FROM {table}")
         assert top < committed, f"{table} has rows of an uncommitted step"
+
+
+def test_a_writer_left_open_is_closed_at_interpreter_exit(tmp_path, small_run):
+    path = tmp_path / "run.sqlite"
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path[:0] = [{str(REPO)!r}, {str(HERE)!r}]
+        from recordings import RecordingWriter
+        from synthetic import feed, generate
+        run = generate(seed=1, num_requests=14, num_gpu_blocks=14, max_num_seqs=4)
+        writer = RecordingWriter({str(path)!r}, run.run_info, flush_interval_s=600)
+        feed(writer, run, 0, len(run.records))  # no flush, no close
+    """)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    reader = Reader(path)
+    assert reader.is_complete()
+    assert reader.records(0, 10**6) == small_run.records

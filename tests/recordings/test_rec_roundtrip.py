@@ -30,7 +30,7 @@ def assert_replays(run, path) -> None:
             assert reader.records(start, start + 5) == run.records[start:start + 5]
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), num_requests=st.integers(0, 10),
        num_gpu_blocks=st.integers(4, 24), max_num_seqs=st.integers(1, 4),
        keyframe_interval=st.integers(1, 12), clock=st.sampled_from(["virtual", "wall"]))
@@ -104,11 +104,20 @@ def test_unannounced_requests_get_a_row_from_their_view(tmp_path, small_run):
     from recordings import RecordingWriter
 
     path = tmp_path / "run.sqlite"
+    announced = {"req-3", "req-9"}  # the others are unannounced, in the same batches
     with RecordingWriter(path, small_run.run_info) as writer:
-        for record in small_run.records:
+        for k, record in enumerate(small_run.records):
+            for a in small_run.arrivals.get(k, []):
+                if a.request_id in announced:
+                    writer.write_request(a.request_id, a.arrival_step, a.arrival_time,
+                                         a.prompt_token_ids, a.prompt_text, a.sampling)
             writer.write_step(record)
     reader = Reader(path)
     assert reader.request_ids() == list(small_run.states[-1].requests)
     info = reader.request_info("req-0")
     assert info.prompt_token_ids is None and info.is_finished
+    for a in (a for arr in small_run.arrivals.values() for a in arr if a.request_id in announced):
+        info = reader.request_info(a.request_id)
+        assert (info.prompt_token_ids, info.prompt_text, info.sampling) == (
+            a.prompt_token_ids, a.prompt_text, a.sampling)
     assert_replays(small_run, path)
