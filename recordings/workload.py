@@ -1,0 +1,269 @@
+"""Turn trace rows (arrival time + token counts) into requests an engine can run.
+
+A trace gives only counts, so prompts are synthesised: windows of the shipped English corpus cut
+to the exact token count with the model's tokenizer, or random token ids when there is none.
+Lengths and times can be scaled and clipped to fit a small model on a CPU; every such change is
+written down in plain words in ``Workload.scaling_notes``. No torch: the tokenizer is passed in.
+"""
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, Sequence
+
+from recordings.traces import TraceRow, load_azure_csv
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+DEMO_TRACE = DATA_DIR / "azure_conv_demo.csv"
+CORPUS_PATH = DATA_DIR / "corpus.txt"
+RANDOM_TOKEN_RANGE = (100, 40000)  # inclusive, as random.randint draws them (the bench's choice)
+
+
+class Tokenizer(Protocol):
+    """What the workload needs from a tokenizer (a Hugging Face tokenizer fits)."""
+
+    def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
+
+    def decode(self, token_ids: list[int]) -> str: ...
+
+
+@dataclass(frozen=True)
+class WorkloadRequest:
+    """One request to submit: at ``arrival_s`` seconds after the workload starts, with these prompt
+    token ids (authoritative; ``prompt_text`` is their decoding, None without a tokenizer), asking
+    for at most ``max_tokens`` output tokens. ``source_line`` is the trace file line it came from."""
+
+    request_id: str
+    arrival_s: float
+    prompt_text: str | None
+    prompt_token_ids: list[int]
+    max_tokens: int
+    source_line: int
+
+
+@dataclass
+class Workload:
+    """Requests in arrival order, and plain-words notes on every scaling or clipping applied."""
+
+    requests: list[WorkloadRequest]
+    scaling_notes: list[str] = field(default_factory=list)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return sum(len(r.prompt_token_ids) for r in self.requests)
+
+    @property
+    def num_output_tokens(self) -> int:
+        """Total of ``max_tokens`` (what a run with EOS ignored generates)."""
+        return sum(r.max_tokens for r in self.requests)
+
+    @property
+    def duration_s(self) -> float:
+        """Seconds from the first arrival to the last."""
+        return self.requests[-1].arrival_s - self.requests[0].arrival_s if self.requests else 0.0
+
+
+def build_workload(rows: Sequence[TraceRow], tokenizer: Tokenizer | None, *,
+                   time_scale: float = 1.0, max_prompt_tokens: int | None = None,
+                   max_output_tokens: int | None = None, prompt_scale: float = 1.0,
+                   output_scale: float = 1.0, min_prompt_tokens: int = 4,
+                   min_output_tokens: int = 1, corpus: str | None = None,
+                   seed: int = 0) -> Workload:
+    """Build one request per row, in row order.
+
+    Arrival = ``row.arrival_s * time_scale`` (below 1 compresses time). Prompt length =
+    ``round(num_prompt_tokens * prompt_scale)`` clamped to ``[min_prompt_tokens, max_prompt_tokens]``;
+    ``max_tokens`` = ``round(num_output_tokens * output_scale)`` clamped to
+    ``[min_output_tokens, max_output_tokens]`` (None: no upper bound). With a tokenizer, each prompt
+    is a window of ``corpus`` (default: the shipped corpus) starting at a sentence picked by
+    ``random.Random(seed)``, encoded without special tokens, cut to exactly that many ids and decoded
+    back into ``prompt_text``. Without one, prompt ids are ``randint(100, 40000)`` draws from the same
+    generator. Deterministic given its arguments. Raises ``ValueError`` for out-of-range arguments.
+    """
+    _check_arguments(time_scale, prompt_scale, output_scale, min_prompt_tokens,
+                     max_prompt_tokens, min_output_tokens, max_output_tokens)
+    rng = random.Random(seed)
+    prompts = _CorpusPrompts(tokenizer, corpus if corpus is not None else default_corpus())\
+        if tokenizer is not None else None
+    prompt_lengths = _Clamp("prompt lengths", prompt_scale, min_prompt_tokens, max_prompt_tokens)
+    output_lengths = _Clamp("output lengths (max_tokens)", output_scale, min_output_tokens,
+                            max_output_tokens)
+    width = max(4, len(str(len(rows) - 1)))
+    requests = []
+    for index, row in enumerate(rows):
+        num_prompt = prompt_lengths(row.num_prompt_tokens)
+        if prompts is not None:
+            ids = prompts.window(rng, num_prompt)
+            text: str | None = tokenizer.decode(ids)  # type: ignore[union-attr]
+        else:
+            ids, text = random_token_ids(rng, num_prompt), None
+        requests.append(WorkloadRequest(
+            request_id=f"r{index:0{width}d}", arrival_s=row.arrival_s * time_scale,
+            prompt_text=text, prompt_token_ids=ids,
+            max_tokens=output_lengths(row.num_output_tokens), source_line=row.line_no))
+    notes = [note for note in (_time_note(rows, time_scale), prompt_lengths.note(),
+                               output_lengths.note()) if note]
+    notes.append("prompt text: windows of the built-in English corpus (the trace has only token "
+                 "counts)" if prompts is not None else
+                 f"prompt tokens: random ids in [{RANDOM_TOKEN_RANGE[0]}, {RANDOM_TOKEN_RANGE[1]}] "
+                 f"(no tokenizer)")
+    return Workload(requests, notes)
+
+
+def random_token_ids(rng: random.Random, n: int) -> list[int]:
+    """``n`` ids drawn one by one with ``rng.randint(100, 40000)`` (as the benchmark peers do)."""
+    low, high = RANDOM_TOKEN_RANGE
+    return [rng.randint(low, high) for _ in range(n)]
+
+
+def default_corpus() -> str:
+    """The shipped English corpus (original essays) that prompts are cut from."""
+    return CORPUS_PATH.read_text(encoding="utf-8")
+
+
+class _CorpusPrompts:
+    """Windows of a corpus, read as if it repeated forever, starting at sentence starts."""
+
+    def __init__(self, tokenizer: Tokenizer, corpus: str) -> None:
+        if not corpus.strip():
+            raise ValueError("the prompt corpus is empty")
+        self.tokenizer = tokenizer
+        self.cycle = corpus.rstrip() + "\n\n"
+        self.starts = [m.start() for m in re.finditer(r"(?:^|(?<=[.!?]\s))\S", self.cycle, re.M)]
+
+    def window(self, rng: random.Random, num_tokens: int) -> list[int]:
+        start = rng.choice(self.starts)
+        num_chars = 6 * num_tokens + 64
+        while True:
+            repeats = (start + num_chars) // len(self.cycle) + 1
+            text = (self.cycle * repeats)[start:start + num_chars]
+            ids = self.tokenizer.encode(text, add_special_tokens=False)
+            if len(ids) > num_tokens:  # one to spare: the cut word at the window's end is dropped
+                return list(ids[:num_tokens])
+            num_chars *= 2
+
+
+class _Clamp:
+    """Scale then clamp lengths, counting how many were clipped, for the scaling note."""
+
+    def __init__(self, what: str, scale: float, low: int, high: int | None) -> None:
+        self.what, self.scale, self.low, self.high = what, scale, low, high
+        self.num, self.raised, self.cut = 0, 0, 0
+
+    def __call__(self, count: int) -> int:
+        value = round(count * self.scale)
+        self.num += 1
+        if value < self.low:
+            self.raised += 1
+            return self.low
+        if self.high is not None and value > self.high:
+            self.cut += 1
+            return self.high
+        return value
+
+    def note(self) -> str | None:
+        parts = [_times(self.scale)] if self.scale != 1 else []
+        if self.high is None and self.raised:
+            parts.append(f"raised to at least {self.low} tokens ({self.raised} of {self.num} "
+                         f"raised)")
+        elif self.raised or self.cut:
+            parts.append(f"clipped to [{self.low}, {self.high}] tokens ({self.raised + self.cut} "
+                         f"of {self.num} clipped: {self.raised} raised, {self.cut} cut)")
+        return f"{self.what} {', '.join(parts)}" if parts else None
+
+
+def _time_note(rows: Sequence[TraceRow], time_scale: float) -> str | None:
+    if time_scale == 1:
+        return None
+    span = (rows[-1].arrival_s - rows[0].arrival_s) if rows else 0.0
+    how = "compressed" if time_scale < 1 else "stretched"
+    return (f"arrival times {_times(time_scale)} ({how}): the trace's {span:.1f} s become "
+            f"{span * time_scale:.1f} s")
+
+
+def _times(scale: float) -> str:
+    """``x0.125``, or ``x1/12`` where the decimal would be long and the scale is 1/n."""
+    if len(f"{scale:g}") > 5 and 0 < scale < 1 and abs(1 / scale - round(1 / scale)) < 1e-9:
+        return f"x1/{round(1 / scale)}"
+    return f"x{scale:g}"
+
+
+def _check_arguments(time_scale, prompt_scale, output_scale, min_prompt, max_prompt,
+                     min_output, max_output) -> None:
+    if time_scale < 0:
+        raise ValueError(f"time_scale must be >= 0, got {time_scale}")
+    if prompt_scale <= 0 or output_scale <= 0:
+        raise ValueError(f"prompt_scale and output_scale must be > 0, got {prompt_scale}, "
+                         f"{output_scale}")
+    for name, low, high in (("prompt", min_prompt, max_prompt), ("output", min_output, max_output)):
+        if low < 1:
+            raise ValueError(f"min_{name}_tokens must be >= 1, got {low}")
+        if high is not None and high < low:
+            raise ValueError(f"max_{name}_tokens ({high}) is below min_{name}_tokens ({low})")
+
+
+# --- the built-in workloads ---------------------------------------------------------------------
+
+DEMO_NUM_REQUESTS = 100
+DEMO_TIME_SCALE = 0.1
+BENCH_CPU_NUM_REQUESTS = 64
+
+
+def demo_workload(tokenizer: Tokenizer | None, time_scale: float = DEMO_TIME_SCALE,
+                  n: int = DEMO_NUM_REQUESTS, seed: int = 0) -> Workload:
+    """The built-in demo: the first ``n`` (at most 400) requests of the shipped Azure conversation
+    slice, sized for SmolLM2-135M on a 2-core CPU (about 20-60 forward steps/s, max_num_seqs 16).
+
+    Defaults: times x0.1 (the first 100 requests arrive over 4.3 s instead of 43 s; the trace starts
+    slowly, with 11 s before its 16th request, so milder compression leaves the batch half empty);
+    prompt lengths x1/12 clipped to [8, 96] tokens (mean ~47, keeping the trace's spread); output
+    lengths x1/4 clipped to [8, 64] (mean ~36). A step-count estimate at 20/40/60 steps/s: all 16
+    slots busy after 1.4/2.1/2.6 s, a waiting queue peaking at ~50/28/13 requests that drains once
+    arrivals stop, the whole run over in ~14/8/6 s. Works without ``../shared``. Raises
+    ``ValueError`` if ``n`` is not in 1..400.
+    """
+    rows = load_azure_csv(DEMO_TRACE).rows
+    if not 1 <= n <= len(rows):
+        raise ValueError(f"the demo has {len(rows)} requests; n must be in 1..{len(rows)}, got {n}")
+    workload = build_workload(rows[:n], tokenizer, time_scale=time_scale, prompt_scale=1 / 12,
+                              min_prompt_tokens=8, max_prompt_tokens=96, output_scale=1 / 4,
+                              min_output_tokens=8, max_output_tokens=64, seed=seed)
+    workload.scaling_notes.insert(0, f"the first {n} requests of the Azure LLM inference trace "
+                                     f"2023, conversation service (Patel et al., CC-BY-4.0)")
+    return workload
+
+
+def bench_cpu_workload(trace_path: str | Path | None = None) -> Workload:
+    """The CPU benchmark workload of ``shared/bench/README.md``, exactly as its peers build it.
+
+    The first 64 rows of the Azure conv trace (``trace_path``, default: the shipped slice, whose
+    first 64 rows are the same bytes); prompt length ``clamp(ContextTokens // 8, 8, 256)``, output
+    length ``clamp(GeneratedTokens // 4, 4, 64)``, prompt ids ``random.Random(0).randint(100,
+    40000)`` drawn request by request, every request arriving at t=0 (run it with EOS ignored).
+    Totals: 4,497 prompt tokens, 1,896 output tokens. Raises ``ValueError`` if the trace's first
+    64 rows are not all valid.
+    """
+    path = Path(trace_path) if trace_path is not None else DEMO_TRACE
+    load = load_azure_csv(path, limit=BENCH_CPU_NUM_REQUESTS)
+    if load.errors or len(load.rows) < BENCH_CPU_NUM_REQUESTS:
+        problems = "; ".join(str(e) for e in load.errors[:3]) or f"only {len(load.rows)} rows"
+        raise ValueError(f"{path}: the benchmark needs its first {BENCH_CPU_NUM_REQUESTS} rows "
+                         f"intact: {problems}")
+    rng = random.Random(0)
+    requests = []
+    for index, row in enumerate(load.rows):
+        num_prompt = min(256, max(8, row.num_prompt_tokens // 8))
+        num_output = min(64, max(4, row.num_output_tokens // 4))
+        requests.append(WorkloadRequest(
+            request_id=f"bench{index:02d}", arrival_s=0.0, prompt_text=None,
+            prompt_token_ids=random_token_ids(rng, num_prompt), max_tokens=num_output,
+            source_line=row.line_no))
+    notes = ["CPU benchmark workload (shared/bench/README.md): the first 64 Azure conv requests, "
+             "all arriving at t=0; run with EOS ignored",
+             "prompt lengths ContextTokens // 8, clipped to [8, 256] tokens",
+             "output lengths GeneratedTokens // 4, clipped to [4, 64] tokens",
+             "prompt tokens: random ids randint(100, 40000) from random.Random(0), request by "
+             "request"]
+    return Workload(requests, notes)
