@@ -72,7 +72,7 @@ class MetricsPlots(QWidget):
                     f" <span style='color:{css(c)}'>&#9644;{n}</span>" for n, c in series) + "</span>"
             p.setTitle(title, color=PLOT_FG, size="10pt")
             p.setMouseEnabled(False, False)
-            p.showGrid(x=True, y=True, alpha=0.15)
+            # no grid: grid lines belong to the axes, and would repaint every axis on each frame
             style_axis(p.getAxis("left"), ylabel, units)
             style_axis(p.getAxis("bottom"), "step")
             p.getAxis("left").setWidth(52)

@@ -19,6 +19,9 @@ from ui.request_menu import request_menu
 
 QUEUES = ("running", "waiting", "paused", "finished")
 COLUMNS = ("id", "state", "prompt", "output", "TTFT", "ITL", "preempt", "finish / error")
+# starting widths (user-resizable) in characters of content; ResizeToContents would re-query
+# every row on each frame
+WIDTH_CHARS = (7, 8, 4, 7, 4, 4, 3)
 
 
 def _num(x: float | None, unit: str = "") -> str:
@@ -44,6 +47,18 @@ def cell_text(r: RequestView, column: int) -> str:
     return r.error or r.finish_reason or ""
 
 
+# PySide6 hands data() its role as a plain int, and comparing with a Qt enum attribute costs
+# microseconds: data() runs hundreds of times a frame, so it compares ints.
+_R = Qt.ItemDataRole
+DISPLAY, DECORATION, FOREGROUND, TOOLTIP, ALIGN, USER = (int(r) for r in (
+    _R.DisplayRole, _R.DecorationRole, _R.ForegroundRole, _R.ToolTipRole, _R.TextAlignmentRole,
+    _R.UserRole))
+_ROLES = (DISPLAY, DECORATION, FOREGROUND, TOOLTIP, ALIGN, USER)
+_RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
+_ERROR_COLOR = QColor(*ERROR)
+_HORIZONTAL = Qt.Orientation.Horizontal
+
+
 class RequestTableModel(QAbstractTableModel):
     """Rows are RequestViews. ``set_rows`` keeps row identity when the ids do not change
     (``dataChanged`` only), otherwise resets the model."""
@@ -58,27 +73,25 @@ class RequestTableModel(QAbstractTableModel):
     def columnCount(self, parent=QModelIndex()) -> int:
         return 0 if parent.isValid() else len(COLUMNS)
 
-    def headerData(self, section, orientation, role=Qt.DisplayRole):
-        if role == Qt.DisplayRole and orientation == Qt.Horizontal:
+    def headerData(self, section, orientation, role=DISPLAY):
+        if role == DISPLAY and orientation == _HORIZONTAL:
             return COLUMNS[section]
         return None
 
-    def data(self, index: QModelIndex, role=Qt.DisplayRole):
-        if not index.isValid():
+    def data(self, index: QModelIndex, role=DISPLAY):
+        if role not in _ROLES or not index.isValid():
             return None
         r, col = self.rows[index.row()], index.column()
-        if role == Qt.DisplayRole:
+        if role == DISPLAY:
             return cell_text(r, col)
-        if role == Qt.DecorationRole and col == 0:
-            return request_qcolor(r.request_id)
-        if role == Qt.ForegroundRole and col == 7 and r.error:
-            return QColor(*ERROR)
-        if role == Qt.ToolTipRole and col == 7 and r.error:
-            return r.error
-        if role == Qt.TextAlignmentRole and 2 <= col <= 6:
-            return int(Qt.AlignRight | Qt.AlignVCenter)
-        if role == Qt.UserRole:
+        if role == USER:
             return r.request_id
+        if role == DECORATION:
+            return request_qcolor(r.request_id) if col == 0 else None
+        if role == ALIGN:
+            return _RIGHT if 2 <= col <= 6 else None
+        if col == 7 and r.error:
+            return _ERROR_COLOR if role == FOREGROUND else r.error
         return None
 
     def set_rows(self, rows: Sequence[RequestView]) -> bool:
@@ -125,8 +138,12 @@ class QueueTables(QWidget):
             view.verticalHeader().hide()
             view.verticalHeader().setDefaultSectionSize(22)
             hh = view.horizontalHeader()
-            hh.setSectionResizeMode(QHeaderView.ResizeToContents)
+            hh.setSectionResizeMode(QHeaderView.Interactive)
             hh.setStretchLastSection(True)
+            fm, hfm = view.fontMetrics(), hh.fontMetrics()
+            for col, chars in enumerate(WIDTH_CHARS):
+                view.setColumnWidth(col, max(fm.horizontalAdvance("0" * chars) + 14,
+                                             hfm.horizontalAdvance(COLUMNS[col]) + 20))
             view.setContextMenuPolicy(Qt.CustomContextMenu)
             view.customContextMenuRequested.connect(lambda p, n=name: self._menu(n, p))
             view.selectionModel().selectionChanged.connect(lambda *_a, n=name: self._picked(n))
@@ -146,7 +163,9 @@ class QueueTables(QWidget):
                 rows = rows[::-1]                   # newest first
             if self.models[name].set_rows(rows):
                 self._restore(name)
-            self.tabs.setTabText(i, f"{name.capitalize()} ({len(rows)})")
+            title = f"{name.capitalize()} ({len(rows)})"
+            if self.tabs.tabText(i) != title:
+                self.tabs.setTabText(i, title)
 
     def row_counts(self) -> dict[str, int]:
         return {n: m.rowCount() for n, m in self.models.items()}

@@ -54,7 +54,6 @@ class SlotTimeline(QWidget):
         pi = self.plot.getPlotItem()
         pi.setMouseEnabled(False, False)
         pi.invertY(True)
-        pi.showGrid(x=True, y=False, alpha=0.15)
         style_axis(pi.getAxis("bottom"), "step")
         style_axis(pi.getAxis("left"), "batch slot")
         self.item = pg.ImageItem(axisOrder="row-major")
