@@ -30,7 +30,7 @@ def resolve_model(spec: str | Path = "default", progress: Progress = True) -> Mo
     """
     if str(spec) == "default":
         return _resolve_default(progress)
-    folder = Path(spec).expanduser()
+    folder = Path(spec).expanduser().absolute()
     if folder.suffix == ".gguf":
         raise ModelLoadError(
             f"{folder}: GGUF files other than the built-in model are not supported; convert it to "
@@ -40,7 +40,7 @@ def resolve_model(spec: str | Path = "default", progress: Progress = True) -> Mo
         raise ModelLoadError(
             f"{folder}: no weight files (expected *.safetensors or pytorch_model*.bin next to "
             f"config.json)")
-    return ModelSource(name=folder.resolve().name, folder=folder,
+    return ModelSource(name=folder.name, folder=folder,
                        weight_file_hash=weights_hash(folder), is_default=False)
 
 
