@@ -85,8 +85,9 @@ def build_workload(rows: Sequence[TraceRow], tokenizer: Tokenizer | None, *,
     _check_arguments(time_scale, prompt_scale, output_scale, min_prompt_tokens,
                      max_prompt_tokens, min_output_tokens, max_output_tokens)
     rng = random.Random(seed)
-    prompts = _CorpusPrompts(tokenizer, corpus if corpus is not None else default_corpus())\
-        if tokenizer is not None else None
+    prompts = None
+    if tokenizer is not None:
+        prompts = _CorpusPrompts(tokenizer, default_corpus() if corpus is None else corpus)
     prompt_lengths = _Clamp("prompt lengths", prompt_scale, min_prompt_tokens, max_prompt_tokens)
     output_lengths = _Clamp("output lengths (max_tokens)", output_scale, min_output_tokens,
                             max_output_tokens)
