@@ -50,6 +50,12 @@ class IncrementalDetokenizer:
         """Final text if a stop string fired, else everything decoded so far."""
         return self.final if self.final is not None else self.text
 
+    @property
+    def streamed_text(self) -> str:
+        """What the deltas returned so far add up to (the final text of a request that ends without
+        a last token, e.g. aborted: held-back characters were never shown)."""
+        return (self.final if self.final is not None else self.text)[:self.num_emitted]
+
     def _emit(self, upto: int, text: str) -> str:
         if upto <= self.num_emitted:
             return ""

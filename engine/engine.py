@@ -81,6 +81,7 @@ class LLMEngine:
         self._ids = itertools.count()
         self._order: dict[str, int] = {}
         self._released: set[str] = set()
+        self._deltas: dict[str, str] = {}
 
     # --- clock ----------------------------------------------------------------------------
     def now(self) -> float:
@@ -136,6 +137,7 @@ class LLMEngine:
                                         {k: getattr(sp, k) for k in sp.__dataclass_fields__})
         if not self.scheduler.add_request(req):
             self._released.add(req.request_id)
+            req.finished_time = self.now()
         self._sync_blocks(req)
         if self.tokenizer is not None and not req.is_finished:
             sp = req.sampling_params
@@ -158,7 +160,7 @@ class LLMEngine:
         if req is None or req.is_finished:
             return False
         self.scheduler.finish_request(request_id, RequestStatus.FINISHED_ABORTED)
-        self._after_finish(req)
+        self._after_finish(req, self.now())
         return True
 
     def pause_request(self, request_id: str) -> bool:
@@ -200,13 +202,16 @@ class LLMEngine:
     def _sync_blocks(self, req: Request) -> None:
         req._block_ids = list(self.scheduler.kv.block_ids(req.request_id))  # type: ignore[attr-defined]
 
-    def _after_finish(self, req: Request) -> None:
+    def _after_finish(self, req: Request, when: float) -> None:
         self._released.add(req.request_id)
+        req.finished_time = when
         self._sync_blocks(req)
         self.runner.release(req.request_id)
         det = self._detok.pop(req.request_id, None)
         if det is not None:
-            req.output_text = det.output_text
+            # Equal to det.output_text after a stop / length finish (flushed with the last token);
+            # after an abort or failure the held-back characters were never streamed: drop them.
+            req.output_text = det.streamed_text
         self._dirty.add(req.request_id)
 
     # --- the step -------------------------------------------------------------------------
@@ -230,7 +235,7 @@ class LLMEngine:
             out = ModelRunnerOutput(errors={s.request_id: error for s in sched.scheduled})
         t2 = time.perf_counter_ns()
         token_time = float(step + 1) if self.config.clock == "virtual" else self.now()
-        got = self.scheduler.update_from_output(sched, out, token_time, step)
+        got = self.scheduler.update_from_output(sched, out, token_time, step, self._check_stop)
         new_tokens = [self._detokenize(req) for req in got]
         touched = set(self._dirty)
         touched.update(s.request_id for s in sched.scheduled)
@@ -240,7 +245,7 @@ class LLMEngine:
         for rid in touched:
             req = self.requests[rid]
             if req.is_finished and rid not in self._released:
-                self._after_finish(req)
+                self._after_finish(req, token_time)
             self._sync_blocks(req)
         changed = []
         for rid in sorted(touched, key=self._order.__getitem__):
@@ -265,15 +270,21 @@ class LLMEngine:
             s.check_invariants()
         return record
 
+    def _check_stop(self, req: Request) -> str | None:
+        """Detokenize ``req``'s newest token (called by the scheduler once per new token); keeps
+        the streamable delta for :meth:`_detokenize` and returns the stop string that fired."""
+        det = self._detok.get(req.request_id)
+        if det is None:
+            return None
+        text, stop = det.update(req.output_token_ids)
+        self._deltas[req.request_id] = text
+        return stop
+
     def _detokenize(self, req: Request) -> NewToken:
         idx = req.num_output_tokens - 1
         det = self._detok.get(req.request_id)
-        text = ""
+        text = self._deltas.pop(req.request_id, "")
         if det is not None:
-            text, stop = det.update(req.output_token_ids)
-            if stop is not None and not req.is_finished:
-                self.scheduler.finish_request(req.request_id, RequestStatus.FINISHED_STOPPED,
-                                              stop_reason=stop)
             if req.is_finished:
                 text += det.flush()
             req.output_text = det.output_text

@@ -11,14 +11,24 @@ Documented policy choices (see ``../shared/cases/README.md``):
   empty, ``max_tokens`` < 1, ``prompt + max_tokens`` exceeds ``max_model_len``, or its full KV
   (``prompt + max_tokens`` tokens) exceeds the whole cache. So every admitted request fits the cache
   alone, and the oldest running request can always make progress (liveness, G5).
+- A waiting (or preempted) request is admitted only when the blocks for its whole remaining prefill
+  (prompt + output so far) are free, though it computes at most one chunk per step: a prefill that
+  starts without room would be preempted before it ends and readmitted, over and over.
 - No new request is admitted in a step that preempted one.
-- A user-paused request keeps its KV but no batch slot. If the cache runs dry and no running request
-  is left to preempt, paused requests lose their KV first (they recompute on resume).
+- When a running request needs a block and none is free, the newest other running request is
+  preempted (recompute: its KV is dropped and it goes to the front of the waiting queue).
+- A user-paused request keeps its KV but no batch slot. Its KV is taken (it recomputes on resume)
+  when a running request needs a block and no other running request is left to preempt, or when
+  nothing runs and the oldest waiting request cannot fit otherwise; so parked requests never stall
+  the engine (G5). Such evictions are reported as preemptions of the paused request.
+- ``long_prefill_token_threshold`` caps the prefill chunk of one request per step (only with chunked
+  prefill). Without it, one long prompt takes the whole token budget until its prefill is done and
+  a short request arriving behind it waits (running requests are scheduled before new admissions).
 """
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterable
+from typing import Callable, Iterable
 
 from engine.config import EngineConfig
 from engine.kv_cache import KVCacheManager
@@ -84,9 +94,11 @@ class Scheduler:
 
     # --- one step -----------------------------------------------------------------------
     def _chunk(self, req: Request, budget: int) -> int:
+        """Tokens ``req`` may compute this step: what it lacks, capped by the long-prefill
+        threshold (only with chunked prefill: without it a prefill is never split) and ``budget``."""
         n = req.num_tokens - req.num_computed_tokens
         thr = self.config.long_prefill_token_threshold
-        if thr and n > thr:
+        if thr and n > thr and self.config.enable_chunked_prefill:
             n = thr
         return min(n, budget)
 
@@ -129,6 +141,13 @@ class Scheduler:
                 if reason is None and not self.config.enable_chunked_prefill and n < req.num_tokens:
                     reason = NOT_ADMITTED_TOKEN_BUDGET
                 new_blocks = None
+                if reason is None and self.kv.blocks_for(req.num_tokens) > self.kv.num_free_blocks:
+                    # Its whole prefill must fit the free blocks, not only this chunk: a prefill
+                    # started without room would be preempted before it ends, over and over.
+                    reason = NOT_ADMITTED_NO_FREE_BLOCKS
+                    if not self.running:
+                        # Only parked KV stands in the way: take it (liveness), admit next step.
+                        preempted += self._evict_paused(self.kv.blocks_for(req.num_tokens))
                 if reason is None:
                     new_blocks = self.kv.allocate_slots(req.request_id, req.num_computed_tokens + n)
                     if new_blocks is None:
@@ -156,13 +175,26 @@ class Scheduler:
         )
 
     def _pick_victim(self, req: Request) -> Request | None:
-        """Newest running request (possibly ``req`` itself); else a paused request holding KV."""
-        if self.running:
+        """Who loses its KV so that ``req`` can grow: the newest other running request, else the
+        most recently paused request holding KV, else ``req`` itself."""
+        if self.running and self.running[-1] is not req:
             return self.running[-1]
         for p in reversed(self.paused):
             if self.kv.block_ids(p.request_id):
                 return p
-        return None
+        return req if req in self.running else None
+
+    def _evict_paused(self, num_free_needed: int) -> list[str]:
+        """Drop the KV of paused requests, most recently paused first, until ``num_free_needed``
+        blocks are free (or none is left to drop). Returns their ids."""
+        out = []
+        for p in reversed(list(self.paused)):
+            if self.kv.num_free_blocks >= num_free_needed:
+                break
+            if self.kv.block_ids(p.request_id):
+                self._preempt(p)
+                out.append(p.request_id)
+        return out
 
     def _start_running(self, req: Request) -> None:
         req.status = RequestStatus.RUNNING
@@ -193,9 +225,13 @@ class Scheduler:
 
     # --- after the forward pass -----------------------------------------------------------
     def update_from_output(self, out: SchedulerOutput, runner_out: ModelRunnerOutput,
-                           now: float, step: int) -> list[Request]:
-        """Advance ``num_computed_tokens``, append sampled tokens, finish on EOS / max_tokens and
-        fail requests the runner reported errors for. Returns the requests that got a token."""
+                           now: float, step: int,
+                           check_stop: Callable[[Request], str | None] | None = None) -> list[Request]:
+        """Advance ``num_computed_tokens``, append sampled tokens, finish on EOS / stop string /
+        max_tokens and fail requests the runner reported errors for. Returns the requests that got
+        a token. ``check_stop(req)`` (the engine's detokenizer) is called once per new token and
+        returns the stop string it completed, or None; a stop string in the last allowed token
+        finishes the request as stopped, not as length-capped (vLLM's rule)."""
         got_token = []
         for s in out.scheduled:
             req = self.requests[s.request_id]
@@ -217,8 +253,11 @@ class Scheduler:
                 req.first_token_step = step
             got_token.append(req)
             sp = req.sampling_params
+            stop = check_stop(req) if check_stop is not None else None
             if not sp.ignore_eos and req.eos_token_id is not None and tok == req.eos_token_id:
                 self._finish(req, RequestStatus.FINISHED_STOPPED, stop_reason="eos")
+            elif stop is not None:
+                self._finish(req, RequestStatus.FINISHED_STOPPED, stop_reason=stop)
             elif req.num_output_tokens >= sp.max_tokens:
                 self._finish(req, RequestStatus.FINISHED_LENGTH)
         return got_token

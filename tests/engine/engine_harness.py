@@ -1,0 +1,337 @@
+"""Drive an ``LLMEngine`` through a workload step by step and check the global invariants of
+``../shared/cases/README.md`` (G1-G6) after every step; compare outputs with a reference (G7).
+
+A workload is a list of :class:`Arrival` (added just before step ``arrive_step`` is scheduled, in
+list order, as the cases README defines) and :class:`Action` (abort / pause / resume applied just
+before step ``step``). Paused requests are held by the user: G5 (liveness) is required of waiting
+and running requests only.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from engine.config import EngineConfig
+from engine.engine import LLMEngine
+from engine.outputs import (NOT_ADMITTED_BEHIND, NOT_ADMITTED_NO_FREE_BLOCKS, NOT_ADMITTED_SEQ_CAP,
+                            NOT_ADMITTED_TOKEN_BUDGET, NewToken, StepRecord)
+from engine.request import Request, RequestStatus, SamplingParams
+from fake_runner import FakeRunner, hash_next_token
+
+ACTIONS = ("abort", "pause", "resume")
+
+
+@dataclass(frozen=True)
+class Arrival:
+    request_id: str
+    arrive_step: int
+    prompt: tuple[int, ...]
+    params: SamplingParams
+
+
+@dataclass(frozen=True)
+class Action:
+    step: int
+    kind: str            # one of ACTIONS
+    request_id: str
+
+
+def blocks_for(num_tokens: int, block_size: int) -> int:
+    return -(-num_tokens // block_size)
+
+
+def is_impossible(config: EngineConfig, num_blocks: int, prompt_len: int, max_tokens: int) -> bool:
+    """The documented admission rule, restated independently of the scheduler's code."""
+    return (prompt_len == 0 or max_tokens < 1 or prompt_len + max_tokens > config.max_model_len
+            or blocks_for(prompt_len + max_tokens, config.block_size) > num_blocks)
+
+
+@dataclass
+class RunResult:
+    engine: LLMEngine
+    runner: object
+    records: list[StepRecord]
+    action_results: list[tuple[Action, bool]]
+    streamed: dict[str, list[NewToken]]
+    rejected: set[str]
+
+    @property
+    def requests(self) -> dict[str, Request]:
+        return self.engine.requests
+
+    def outputs(self) -> dict[str, list[int]]:
+        return {rid: list(r.output_token_ids) for rid, r in self.requests.items()}
+
+    def scheduled_steps(self, request_id: str) -> list[int]:
+        return [r.step for r in self.records
+                if any(s.request_id == request_id for s in r.scheduler_output.scheduled)]
+
+    def finish_step(self, request_id: str) -> int | None:
+        for r in self.records:
+            if any(e.request_id == request_id and e.kind in ("finished", "aborted", "failed", "rejected")
+                   for e in r.events):
+                return r.step
+        return None
+
+    def token_steps(self, request_id: str) -> list[int]:
+        return [r.step for r in self.records for t in r.new_tokens if t.request_id == request_id]
+
+    @property
+    def num_preemptions(self) -> int:
+        return sum(r.num_preemptions for r in self.records)
+
+
+class InvariantChecker:
+    """Checks G1-G6 around every step of one engine (raises ``AssertionError``)."""
+
+    def __init__(self, engine: LLMEngine, runner) -> None:
+        self.e = engine
+        self.runner = runner
+        self.c = engine.config
+        self.finished: dict[str, RequestStatus] = {}
+        self.rejected: set[str] = set()
+        self.streamed: dict[str, list[NewToken]] = defaultdict(list)
+        self.idle_steps = 0
+        self.pre: dict = {}
+
+    # --- around admissions ------------------------------------------------------------------
+    def after_add(self, rid: str) -> None:
+        req = self.e.requests[rid]
+        if is_impossible(self.c, self.e.num_gpu_blocks, req.num_prompt_tokens, req.sampling_params.max_tokens):
+            # G5: a request that can never run is failed at once with an error, not left waiting.
+            assert req.status is RequestStatus.FINISHED_ERROR and req.error, (rid, req.status, req.error)
+            assert not self.e.scheduler.kv.block_ids(rid)
+            self.rejected.add(rid)
+            self.finished[rid] = req.status
+        else:
+            assert req.status is RequestStatus.WAITING, (rid, req.status, req.error)
+
+    # --- around a step ----------------------------------------------------------------------
+    def before_step(self) -> None:
+        s = self.e.scheduler
+        kv = s.kv
+        self.pre = dict(
+            running=[r.request_id for r in s.running],
+            waiting=[r.request_id for r in s.waiting],
+            paused=[r.request_id for r in s.paused],
+            blocks={r.request_id: list(kv.block_ids(r.request_id)) for r in s.live_requests()},
+            free=kv.num_free_blocks,
+            num_tokens={r.request_id: r.num_tokens for r in s.live_requests()},
+        )
+
+    def after_step(self, rec: StepRecord) -> None:
+        e, c, s, pre = self.e, self.c, self.e.scheduler, self.pre
+        kv = s.kv
+        bs = c.block_size
+        out = rec.scheduler_output
+        sched_ids = [x.request_id for x in out.scheduled]
+
+        # G1 / G2 / G3 / G4 (slots) as the scheduler states them ...
+        s.check_invariants()
+        # ... and again from what the UI and the recording see (RequestViews, StepRecord).
+        st = e.state()
+        assert st.step == rec.step
+        assert st.num_used_blocks + rec.num_free_blocks == rec.num_total_blocks == e.num_gpu_blocks, "G1 (views)"
+        live_views = [v for v in st.requests.values() if not v.is_finished]
+        assert sum(len(v.block_ids) for v in live_views) == st.num_used_blocks, "G2: a block held twice"
+        assert (len(st.waiting), len(st.running), len(st.paused)) == (
+            rec.num_waiting, rec.num_running, rec.num_paused), "G3 (views)"
+        for rid, req in e.requests.items():
+            v = st.requests[rid]
+            assert (v.status, v.num_output_tokens, v.num_computed_tokens, v.block_ids, v.slot,
+                    v.num_preemptions, v.error) == (
+                req.status.value, req.num_output_tokens, req.num_computed_tokens,
+                tuple(kv.block_ids(rid)), req.slot, req.num_preemptions, req.error), f"stale view of {rid}"
+            # Each live request holds exactly the blocks its computed KV needs (no leak, no lack).
+            if not req.is_finished:
+                assert len(kv.block_ids(rid)) == blocks_for(req.num_computed_tokens, bs), (
+                    rid, req.num_computed_tokens, kv.block_ids(rid))
+            assert req.num_output_tokens <= req.sampling_params.max_tokens
+            if req.status is RequestStatus.FINISHED_LENGTH:
+                assert req.num_output_tokens == req.sampling_params.max_tokens
+
+        # G3: a finished request never comes back, and is never scheduled again.
+        for rid, status in self.finished.items():
+            assert e.requests[rid].status is status, f"G3: finished {rid} changed to {e.requests[rid].status}"
+            assert rid not in sched_ids, f"G3: finished {rid} scheduled"
+        for rid, req in e.requests.items():
+            if req.is_finished:
+                self.finished.setdefault(rid, req.status)
+
+        # G4: limits.
+        assert rec.num_running <= c.max_num_seqs, "G4: running > max_num_seqs"
+        assert len(out.scheduled) <= c.max_num_seqs, "G4: scheduled > max_num_seqs"
+        assert rec.num_scheduled_tokens <= c.max_num_batched_tokens, "G4: token budget exceeded"
+        assert len(set(sched_ids)) == len(sched_ids)
+        slots = [x.slot for x in out.scheduled]
+        assert len(set(slots)) == len(slots) and all(0 <= x < c.max_num_seqs for x in slots), slots
+        for x in out.scheduled:
+            assert x.num_tokens >= 1
+            if not c.enable_chunked_prefill:
+                assert x.num_tokens == 1 or (x.num_computed_tokens == 0
+                                             and x.num_tokens == pre["num_tokens"][x.request_id]), (
+                    "prefill split without chunked prefill", x)
+            elif c.long_prefill_token_threshold and x.num_tokens > 1:
+                assert x.num_tokens <= c.long_prefill_token_threshold, ("long prefill cap", x)
+            # The block table only grows at its end during a step.
+            assert list(x.block_ids) == pre["blocks"].get(x.request_id, []) + list(x.new_block_ids), x
+
+        # Preemption: only requests running (or parked with KV) at the start of the step, once each;
+        # nothing is admitted in a step that preempted; each preemption frees what it held.
+        pre_ids = set(pre["running"]) | set(pre["paused"])
+        assert len(set(out.preempted_ids)) == len(out.preempted_ids), out.preempted_ids
+        for rid in out.preempted_ids:
+            assert rid in pre_ids, f"preempted {rid} was not running at the start of step {rec.step}"
+            assert pre["blocks"][rid], f"preempted {rid} held no KV"
+            assert rid not in sched_ids
+            assert not kv.block_ids(rid) and e.requests[rid].num_computed_tokens == 0
+        admitted = [rid for rid in sched_ids if rid not in pre["running"]]
+        assert admitted == pre["waiting"][:len(admitted)], ("FCFS admission order", admitted, pre["waiting"])
+        if out.preempted_ids:
+            assert not admitted, "admitted a request in a step that preempted one"
+
+        # Exact block accounting over the step (G1 per step): what was allocated, what preemption
+        # released (exactly the victims' tables) and what finishing requests released.
+        new_blocks = {x.request_id: list(x.new_block_ids) for x in out.scheduled}
+        finished_now = [rid for rid in pre["blocks"] if e.requests[rid].is_finished]
+        freed = sum(len(pre["blocks"][rid]) for rid in out.preempted_ids)
+        freed += sum(len(pre["blocks"][rid]) + len(new_blocks.get(rid, [])) for rid in finished_now)
+        allocated = sum(len(b) for b in new_blocks.values())
+        assert kv.num_free_blocks == pre["free"] - allocated + freed, "G1: blocks appeared or vanished"
+
+        # Why waiting requests were not admitted: every one is listed once, in queue order, and the
+        # first reason is true.
+        waiting_now = [r.request_id for r in s.waiting]
+        assert [rid for rid, _ in out.not_admitted] == waiting_now, (out.not_admitted, waiting_now)
+        if out.not_admitted:
+            head, reason = out.not_admitted[0]
+            assert all(r == NOT_ADMITTED_BEHIND for _, r in out.not_admitted[1:])
+            running_at_decision = (len([r for r in pre["running"] if r not in out.preempted_ids])
+                                   + len(admitted))
+            left = c.max_num_batched_tokens - rec.num_scheduled_tokens
+            free_at_decision = pre["free"] - allocated + freed - sum(
+                len(pre["blocks"][rid]) + len(new_blocks.get(rid, [])) for rid in finished_now)
+            if reason == NOT_ADMITTED_SEQ_CAP:
+                assert running_at_decision == c.max_num_seqs
+            elif reason == NOT_ADMITTED_TOKEN_BUDGET:
+                assert left == 0 or (not c.enable_chunked_prefill and left < e.requests[head].num_tokens)
+            elif reason == NOT_ADMITTED_NO_FREE_BLOCKS:
+                assert out.preempted_ids or blocks_for(e.requests[head].num_tokens, bs) > free_at_decision
+            else:
+                raise AssertionError(f"unknown or misplaced reason {reason!r}")
+
+        # G5 liveness: with waiting or running work, something computes or changes state at
+        # least once every 2 steps; nobody waits who can never run.
+        progress = rec.num_scheduled_tokens > 0 or any(ev.kind != "arrived" for ev in rec.events)
+        if pre["running"] or pre["waiting"]:
+            self.idle_steps = 0 if progress else self.idle_steps + 1
+            assert self.idle_steps < 2, f"G5: no progress for {self.idle_steps} steps at step {rec.step}"
+        for r in s.waiting:
+            assert not is_impossible(c, e.num_gpu_blocks, r.num_prompt_tokens, r.sampling_params.max_tokens)
+
+        # Streamed tokens: one per request per step, indexed in order.
+        got = [t.request_id for t in rec.new_tokens]
+        assert len(set(got)) == len(got)
+        for t in rec.new_tokens:
+            assert t.index == len(self.streamed[t.request_id]), t
+            self.streamed[t.request_id].append(t)
+        assert rec.error is None or rec.error, rec.error
+
+    def at_end(self) -> None:
+        """G6 drain and the bookkeeping that must balance once every request finished."""
+        e = self.e
+        kv = e.scheduler.kv
+        for rid, req in e.requests.items():
+            assert req.is_finished, f"{rid} never finished ({req.status})"
+            assert [t.token_id for t in self.streamed[rid]] == req.output_token_ids, f"{rid}: streamed tokens"
+        assert kv.num_free_blocks == kv.num_blocks, "G6: blocks still held after every request finished"
+        assert not kv.block_tables, kv.block_tables
+        kv.check_invariants()
+        assert not e.scheduler.has_unfinished
+        if isinstance(self.runner, FakeRunner):
+            assert not self.runner.violations, self.runner.violations
+            released = self.runner.released
+            assert len(set(released)) == len(released), "a request was released twice"
+            assert set(released) == set(e.requests) - self.rejected
+
+
+def run_workload(config: EngineConfig, arrivals: Sequence[Arrival], actions: Sequence[Action] = (), *,
+                 runner=None, tokenizer=None, eos_token_id: int | None = None,
+                 next_token_fn=hash_next_token, max_steps: int = 5000,
+                 resume_paused_at_end: bool = True) -> RunResult:
+    """Run ``arrivals`` and ``actions`` to completion with invariant checks after every step.
+
+    ``config.num_gpu_blocks`` sizes the cache. ``runner`` defaults to a :class:`FakeRunner`.
+    Once no arrival or action is left, paused requests are resumed (if ``resume_paused_at_end``)
+    so the run drains. Raises ``AssertionError`` if it has not drained after ``max_steps`` (G5).
+    """
+    num_blocks = config.num_gpu_blocks
+    assert num_blocks is not None
+    if runner is None:
+        runner = FakeRunner(num_blocks, config.block_size, next_token_fn)
+    engine = LLMEngine(config, runner, num_blocks, tokenizer=tokenizer, eos_token_id=eos_token_id)
+    checker = InvariantChecker(engine, runner)
+    by_step: dict[int, list] = defaultdict(list)
+    for a in arrivals:
+        by_step[a.arrive_step].append(a)
+    for act in actions:
+        by_step[act.step].append(act)
+    last = max(by_step, default=-1)
+    records: list[StepRecord] = []
+    results: list[tuple[Action, bool]] = []
+    step = 0
+    while True:
+        for item in by_step.get(step, []):
+            if isinstance(item, Arrival):
+                engine.add_request(list(item.prompt), item.params, request_id=item.request_id)
+                checker.after_add(item.request_id)
+            else:
+                fn = {"abort": engine.abort_request, "pause": engine.pause_request,
+                      "resume": engine.resume_request}[item.kind]
+                results.append((item, fn(item.request_id)))
+                if item.kind == "abort" and results[-1][1]:
+                    checker.finished[item.request_id] = RequestStatus.FINISHED_ABORTED
+        if step > last:
+            s = engine.scheduler
+            if s.paused and not s.running and not s.waiting and resume_paused_at_end:
+                for r in list(s.paused):
+                    assert engine.resume_request(r.request_id)
+            if not engine.has_unfinished or (s.paused and not s.running and not s.waiting):
+                break
+        assert step < max_steps, f"G5: not drained after {max_steps} steps"
+        checker.before_step()
+        rec = engine.step()
+        assert rec.step == step
+        checker.after_step(rec)
+        records.append(rec)
+        step += 1
+    if not engine.scheduler.paused:
+        checker.at_end()
+    return RunResult(engine, runner, records, results, dict(checker.streamed), checker.rejected)
+
+
+def reference_outputs(config: EngineConfig, arrivals: Sequence[Arrival], **kw) -> dict[str, list[int]]:
+    """The cases README's reference run: the same workload with 10x the KV blocks, no actions."""
+    ref = run_workload(config.replace(num_gpu_blocks=10 * config.num_gpu_blocks), arrivals, **kw)
+    return ref.outputs()
+
+
+def assert_outputs_match(result: RunResult, reference: dict[str, list[int]]) -> None:
+    """G7: every request that finished by length (or stop) has exactly the reference tokens; an
+    aborted or failed request has a prefix of them."""
+    for rid, req in result.requests.items():
+        if rid in result.rejected:
+            continue
+        ref = reference[rid]
+        if req.status in (RequestStatus.FINISHED_LENGTH, RequestStatus.FINISHED_STOPPED):
+            assert req.output_token_ids == ref[:len(req.output_token_ids)], f"G7: {rid} differs from reference"
+            if req.status is RequestStatus.FINISHED_LENGTH:
+                assert req.output_token_ids == ref, f"G7: {rid} differs from reference"
+        else:
+            assert req.output_token_ids == ref[:req.num_output_tokens], f"G7: {rid} is not a prefix of reference"
+
+
+def distinct_prompt(index: int, length: int, vocab: int = 1000) -> tuple[int, ...]:
+    """A prompt of ``length`` ids that differs from every other index's prompt from its first token."""
+    return tuple((index * 131 + 17 * j + j * j) % vocab for j in range(length)) if length else ()

@@ -1,0 +1,147 @@
+"""Random workloads through LLMEngine + the fake runner, with the global invariants G1-G6 of
+``../shared/cases/README.md`` checked after every step (see ``engine_harness``) and G7 (outputs
+equal a reference run with 10x the KV blocks) at the end."""
+from __future__ import annotations
+
+from functools import partial
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from engine.config import EngineConfig
+from engine.request import RequestStatus, SamplingParams
+from engine_harness import (ACTIONS, Action, Arrival, assert_outputs_match, distinct_prompt,
+                            reference_outputs, run_workload)
+from fake_runner import FakeRunner, ToyTokenizer, hash_next_token
+
+STOP_TOKEN = 5
+TOKENIZER = ToyTokenizer({})            # token i decodes to "<i>"
+
+
+@st.composite
+def workloads(draw):
+    chunked = draw(st.booleans())
+    max_model_len = draw(st.integers(8, 128))
+    config = EngineConfig(
+        block_size=draw(st.sampled_from([1, 2, 4, 8, 16])),
+        num_gpu_blocks=draw(st.integers(1, 32)),
+        max_model_len=max_model_len,
+        max_num_seqs=draw(st.integers(1, 6)),
+        max_num_batched_tokens=(draw(st.integers(1, 96)) if chunked
+                                else draw(st.integers(max_model_len, max_model_len + 64))),
+        enable_chunked_prefill=chunked,
+        long_prefill_token_threshold=draw(st.one_of(st.just(0), st.integers(1, 48))),
+    )
+    vocab = draw(st.sampled_from([20, 1000]))             # small vocab: EOS and stops fire often
+    eos = draw(st.sampled_from([None, 3]))
+    n = draw(st.integers(1, 10))
+    arrivals = []
+    for i in range(n):
+        stop = (f"<{STOP_TOKEN}>",) if draw(st.integers(0, 4)) == 0 else ()
+        params = SamplingParams(max_tokens=draw(st.one_of(st.integers(1, 40), st.just(0))),
+                                ignore_eos=draw(st.booleans()), stop=stop)
+        prompt_len = draw(st.one_of(st.integers(1, 90), st.just(0)))
+        arrivals.append(Arrival(f"r{i}", draw(st.integers(0, 20)), distinct_prompt(i, prompt_len), params))
+    actions = draw(st.lists(st.builds(Action, st.integers(0, 40), st.sampled_from(ACTIONS),
+                                      st.sampled_from([a.request_id for a in arrivals])), max_size=10))
+    fail_steps = draw(st.lists(st.integers(0, 60), max_size=1))
+    return config, vocab, eos, arrivals, actions, fail_steps
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads())
+def test_random_workloads_keep_invariants_and_outputs(w):
+    config, vocab, eos, arrivals, actions, fail_steps = w
+    fn = partial(hash_next_token, vocab_size=vocab)
+    runner = FakeRunner(config.num_gpu_blocks, config.block_size, fn, fail_steps=fail_steps)
+    result = run_workload(config, arrivals, actions, runner=runner, tokenizer=TOKENIZER,
+                          eos_token_id=eos, max_steps=3000)
+    reference = reference_outputs(config, arrivals, tokenizer=TOKENIZER, eos_token_id=eos, next_token_fn=fn)
+    assert_outputs_match(result, reference)
+
+    failed_steps = {r.step for r in result.records if r.error}
+    assert failed_steps <= set(fail_steps)
+    in_failed = {s.request_id for r in result.records if r.error for s in r.scheduler_output.scheduled}
+    for rid, req in result.requests.items():
+        sp = req.sampling_params
+        if req.status is RequestStatus.FINISHED_ERROR:
+            assert rid in result.rejected or rid in in_failed, (rid, req.error)
+            assert req.error
+            if rid in in_failed:
+                assert "injected failure" in req.error
+        elif req.status is RequestStatus.FINISHED_STOPPED:
+            last = req.output_token_ids[-1]
+            if req.stop_reason == "eos":
+                assert not sp.ignore_eos and last == eos
+            else:
+                # The stop string fired on its first occurrence and was cut from the text.
+                assert req.stop_reason == f"<{STOP_TOKEN}>" and last == STOP_TOKEN
+                assert STOP_TOKEN not in req.output_token_ids[:-1]
+                assert req.output_text == TOKENIZER.decode(req.output_token_ids[:-1])
+        elif req.status is RequestStatus.FINISHED_LENGTH:
+            assert req.num_output_tokens == sp.max_tokens
+            if sp.stop:
+                assert STOP_TOKEN not in req.output_token_ids
+            if eos is not None and not sp.ignore_eos:
+                assert eos not in req.output_token_ids
+        if req.status is not RequestStatus.FINISHED_ERROR and sp.stop:
+            streamed = "".join(t.text for t in result.streamed.get(rid, []))
+            assert streamed == req.output_text, (rid, streamed, req.output_text)
+
+
+def test_heavy_pressure_workload_preempts_and_matches_reference():
+    """A fixed workload that surely preempts (the random one may not): 12 requests over 10 blocks."""
+    config = EngineConfig(block_size=4, num_gpu_blocks=10, max_model_len=64, max_num_seqs=6,
+                          max_num_batched_tokens=16, long_prefill_token_threshold=8)
+    arrivals = [Arrival(f"r{i}", i // 3, distinct_prompt(i, 3 + 2 * i), SamplingParams(max_tokens=12))
+                for i in range(12)]
+    actions = [Action(4, "pause", "r1"), Action(9, "resume", "r1"), Action(6, "abort", "r5")]
+    result = run_workload(config, arrivals, actions)
+    assert result.num_preemptions > 0
+    assert_outputs_match(result, reference_outputs(config, arrivals))
+    assert result.requests["r5"].status is RequestStatus.FINISHED_ABORTED
+    assert all(ok for _, ok in result.action_results)
+
+
+def test_future_arrival_time_equals_adding_at_that_step():
+    """``add_request(arrival_time=s)`` under the virtual clock behaves like adding before step s."""
+    from engine.engine import LLMEngine
+
+    config = EngineConfig(block_size=4, num_gpu_blocks=16, max_num_seqs=2, max_num_batched_tokens=8)
+    arrivals = [Arrival("a", 0, distinct_prompt(0, 10), SamplingParams(max_tokens=5)),
+                Arrival("b", 3, distinct_prompt(1, 6), SamplingParams(max_tokens=5))]
+    stepped = run_workload(config, arrivals)
+    engine = LLMEngine(config, FakeRunner(16, 4), 16)
+    for a in arrivals:
+        engine.add_request(list(a.prompt), a.params, request_id=a.request_id, arrival_time=float(a.arrive_step))
+    assert engine.next_arrival_time == 3.0
+    records = engine.run_until_done(max_steps=100)
+    assert [r.scheduler_output for r in records] == [r.scheduler_output for r in stepped.records]
+    assert engine.requests["b"].arrival_step == 3
+    assert {k: r.output_token_ids for k, r in engine.requests.items()} == stepped.outputs()
+
+
+def test_parked_kv_never_stalls_waiting_requests():
+    """A paused request holding most of the cache must not leave a waiting request stuck (G5):
+    its KV is taken, and it recomputes when resumed."""
+    config = EngineConfig(block_size=4, num_gpu_blocks=4, max_model_len=64, max_num_seqs=2,
+                          max_num_batched_tokens=16)
+    arrivals = [Arrival("P", 0, distinct_prompt(0, 10), SamplingParams(max_tokens=4)),
+                Arrival("W", 2, distinct_prompt(1, 10), SamplingParams(max_tokens=4))]
+    result = run_workload(config, arrivals, [Action(2, "pause", "P"), Action(30, "resume", "P")])
+    assert result.finish_step("W") < 10
+    assert result.requests["P"].num_preemptions == 1
+    assert_outputs_match(result, reference_outputs(config, arrivals))
+
+
+def test_parked_kv_yields_to_a_growing_running_request():
+    """A running request that needs a block takes a paused request's KV before preempting itself."""
+    config = EngineConfig(block_size=4, num_gpu_blocks=6, max_model_len=64, max_num_seqs=2,
+                          max_num_batched_tokens=16)
+    arrivals = [Arrival("A", 0, distinct_prompt(0, 8), SamplingParams(max_tokens=12)),
+                Arrival("P", 0, distinct_prompt(1, 8), SamplingParams(max_tokens=12))]
+    result = run_workload(config, arrivals, [Action(2, "pause", "P"), Action(40, "resume", "P")])
+    a, p = result.requests["A"], result.requests["P"]
+    assert a.num_preemptions == 0 and p.num_preemptions == 1
+    assert result.finish_step("A") == 11          # never stalled: prefill at step 0 + 11 decodes
+    assert_outputs_match(result, reference_outputs(config, arrivals))
