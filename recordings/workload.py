@@ -119,6 +119,11 @@ def random_token_ids(rng: random.Random, n: int) -> list[int]:
     return [rng.randint(low, high) for _ in range(n)]
 
 
+def demo_trace_path() -> Path:
+    """The shipped Azure conversation slice (header + first 400 rows; see data/ATTRIBUTION.md)."""
+    return DEMO_TRACE
+
+
 def default_corpus() -> str:
     """The shipped English corpus (original essays) that prompts are cut from."""
     return CORPUS_PATH.read_text(encoding="utf-8")

@@ -10,7 +10,7 @@ from shared_traces import AZURE_CONV, traces_dir  # noqa: F401
 import recordings
 from recordings.traces import TraceRow, load_azure_csv
 from recordings.workload import (DATA_DIR, DEMO_TRACE, bench_cpu_workload, build_workload,
-                                 default_corpus, demo_workload)
+                                 default_corpus, demo_trace_path, demo_workload)
 
 
 class CharTokenizer:
@@ -115,7 +115,7 @@ def test_bad_arguments_raise(kwargs):
 # --- the shipped data and the demo --------------------------------------------------------------
 
 def test_shipped_slice_and_attribution_are_in_the_package():
-    assert DATA_DIR == DEMO_TRACE.parent
+    assert DATA_DIR == DEMO_TRACE.parent == demo_trace_path().parent
     assert DATA_DIR.parent.samefile(recordings.__path__[0])
     data = DEMO_TRACE.read_bytes()
     assert data.startswith(b"TIMESTAMP,ContextTokens,GeneratedTokens\r\n")
