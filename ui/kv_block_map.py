@@ -13,11 +13,11 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Signal
-from PySide6.QtWidgets import QLabel, QToolTip, QVBoxLayout, QWidget
-from PySide6.QtGui import QCursor
+from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from engine.state import BlockCell, EngineState
 from ui.colors import BACKGROUND, FREE, MUTED, as_rgba, css, lut, mix, packed
+from ui.pointer import track_pointer
 
 CELL = 10           # pixels per block side, including a 1-pixel gap on the right and bottom
 INNER = CELL - 1    # painted pixels per side
@@ -100,8 +100,7 @@ class KVBlockMap(QWidget):
         self.view.setMouseEnabled(False, False)
         self.item = pg.ImageItem(axisOrder="row-major")
         self.view.addItem(self.item)
-        self.plot.scene().sigMouseMoved.connect(self._on_move)
-        self.plot.scene().sigMouseClicked.connect(self._on_click)
+        track_pointer(self.plot, self._block_at_scene, self.describe, self._clicked)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.setSpacing(2)
@@ -180,14 +179,6 @@ class KVBlockMap(QWidget):
         p = self.view.mapSceneToView(pos)
         return self.block_at(p.x(), p.y())
 
-    def _on_move(self, pos: QPointF) -> None:
-        b = self._block_at_scene(pos)
-        if b is None:
-            QToolTip.hideText()
-        else:
-            QToolTip.showText(QCursor.pos(), self.describe(b), self.plot)
-
-    def _on_click(self, ev) -> None:
-        b = self._block_at_scene(ev.scenePos())
-        if b is not None and self.cells[b].request_id is not None:
-            self.requestSelected.emit(self.cells[b].request_id)
+    def _clicked(self, block_id: int) -> None:
+        if self.cells[block_id].request_id is not None:
+            self.requestSelected.emit(self.cells[block_id].request_id)

@@ -61,6 +61,7 @@ class MainWindow(QMainWindow):
         self.following, self.shown_step, self.selected = True, -1, None
         self.state: EngineState | None = None
         self.records: list[StepRecord] = []
+        self.not_admitted: dict[str, str] = {}     # waiting id -> why not admitted at the step
         self._drawn: tuple | None = None
         self._source_error: str | None = None
         apply_theme(self)
@@ -158,6 +159,8 @@ class MainWindow(QMainWindow):
             self._source_error = f"Could not read the run info: {e}"
         run = " · ".join(str(info[k]) for k in ("model", "device", "dtype") if info.get(k))
         self.status["run"].setText(run)
+        config = info.get("config") or {}
+        self.status["run"].setToolTip("\n".join(f"{k} = {v}" for k, v in config.items()))
         mode = "LIVE" if control is not None else "REPLAY"
         self.status["mode"].setText(f"<b>{mode}</b>")
         self.setWindowTitle(f"{self.base_title} — {info.get('model', 'run')} ({mode.lower()})")
@@ -179,7 +182,7 @@ class MainWindow(QMainWindow):
         for view in (self.block_map, self.timeline, self.queues, self.inspector):
             view.set_selected(request_id)
         if self.state is not None:
-            self.inspector.set_state(self.state, self.shown_step)
+            self.inspector.set_state(self.state, self.shown_step, self.not_admitted)
 
     # --- the frame -----------------------------------------------------------------------------
     def refresh(self, force: bool = False) -> None:
@@ -194,6 +197,9 @@ class MainWindow(QMainWindow):
             latest, k = self.shown_step, self.shown_step
             self._source_error = f"Could not read step {k}: {type(e).__name__}: {e}"
         self.transport.set_position(k, latest, self.following)
+        step_text = f"step {k} of {latest}" + ("" if self.following else "  (scrubbed)")
+        if self.status["step"].text() != step_text:
+            self.status["step"].setText(step_text)
         self._show_errors()
 
     def _draw(self, k: int, latest: int) -> None:
@@ -202,12 +208,13 @@ class MainWindow(QMainWindow):
         self.records = self.cache.get(k - self.window, k + 1)
         self.block_map.set_state(state)
         self.timeline.set_records(self.records, k, state.max_num_seqs, latest)
-        self.queues.set_state(state)
+        last = self.records[-1] if self.records and self.records[-1].step == k else None
+        self.not_admitted = dict(last.scheduler_output.not_admitted) if last else {}
+        self.queues.set_state(state, self.not_admitted)
         self.metrics.set_records(self.records, k, latest)
-        self.inspector.set_state(state, k)
+        self.inspector.set_state(state, k, self.not_admitted)
         self._drawn = (k, step_span(k, latest, self.window), id(self.source))
         tps = self.metrics.mean_output_tps()
-        self.status["step"].setText(f"step {k}")
         self.status["clock"].setText(f"clock {state.clock:.4g}")
         self.status["kv"].setText(f"KV {100 * state.kv_cache_usage:.0f}% "
                                   f"({state.num_used_blocks}/{state.num_total_blocks} blocks)")

@@ -11,14 +11,22 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPoint, Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QTabWidget, QVBoxLayout, QWidget
 
-from engine.outputs import RequestView
+from engine.outputs import (NOT_ADMITTED_BEHIND, NOT_ADMITTED_NO_FREE_BLOCKS, NOT_ADMITTED_SEQ_CAP,
+                            NOT_ADMITTED_TOKEN_BUDGET, RequestView)
 from engine.source import EngineControl
 from engine.state import EngineState
 from ui.colors import ERROR, request_qcolor
 from ui.request_menu import request_menu
 
 QUEUES = ("running", "waiting", "paused", "finished")
-COLUMNS = ("id", "state", "prompt", "output", "TTFT", "ITL", "preempt", "finish / error")
+COLUMNS = ("id", "state", "prompt", "output", "TTFT", "ITL", "preempt", "reason")
+# why a waiting request was not admitted in the shown step (SchedulerOutput.not_admitted)
+NOT_ADMITTED_TEXT = {
+    NOT_ADMITTED_TOKEN_BUDGET: "waits: token budget spent",
+    NOT_ADMITTED_NO_FREE_BLOCKS: "waits: no free KV blocks",
+    NOT_ADMITTED_SEQ_CAP: "waits: all batch slots busy",
+    NOT_ADMITTED_BEHIND: "waits: behind an older request",
+}
 # starting widths (user-resizable) in characters of content; ResizeToContents would re-query
 # every row on each frame
 WIDTH_CHARS = (7, 8, 4, 7, 4, 4, 3)
@@ -28,7 +36,14 @@ def _num(x: float | None, unit: str = "") -> str:
     return "–" if x is None else f"{x:.3g}{unit}"
 
 
-def cell_text(r: RequestView, column: int) -> str:
+def reason_text(r: RequestView, not_admitted: str | None = None) -> str:
+    """The error, the finish reason, or why the request still waits ('' if none)."""
+    if r.error or r.finish_reason:
+        return r.error or f"finished: {r.finish_reason}"
+    return NOT_ADMITTED_TEXT.get(not_admitted, not_admitted or "")
+
+
+def cell_text(r: RequestView, column: int, not_admitted: str | None = None) -> str:
     """Text of ``column`` for request ``r`` (times in engine clock units)."""
     if column == 0:
         return r.request_id
@@ -44,7 +59,7 @@ def cell_text(r: RequestView, column: int) -> str:
         return _num(r.mean_itl)
     if column == 6:
         return str(r.num_preemptions)
-    return r.error or r.finish_reason or ""
+    return reason_text(r, not_admitted)
 
 
 # PySide6 hands data() its role as a plain int, and comparing with a Qt enum attribute costs
@@ -66,6 +81,7 @@ class RequestTableModel(QAbstractTableModel):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.rows: list[RequestView] = []
+        self.reasons: dict[str, str] = {}
 
     def rowCount(self, parent=QModelIndex()) -> int:
         return 0 if parent.isValid() else len(self.rows)
@@ -83,7 +99,7 @@ class RequestTableModel(QAbstractTableModel):
             return None
         r, col = self.rows[index.row()], index.column()
         if role == DISPLAY:
-            return cell_text(r, col)
+            return cell_text(r, col, self.reasons.get(r.request_id))
         if role == USER:
             return r.request_id
         if role == DECORATION:
@@ -94,11 +110,14 @@ class RequestTableModel(QAbstractTableModel):
             return _ERROR_COLOR if role == FOREGROUND else r.error
         return None
 
-    def set_rows(self, rows: Sequence[RequestView]) -> bool:
-        """Replace the rows; returns True if the model was reset (row ids changed)."""
-        rows = list(rows)
+    def set_rows(self, rows: Sequence[RequestView], reasons: dict[str, str] | None = None) -> bool:
+        """Replace the rows (and the not-admitted reasons by request id); returns True if the
+        model was reset (row ids changed)."""
+        rows, old = list(rows), self.reasons
+        self.reasons = reasons or {}
         if [r.request_id for r in rows] == [r.request_id for r in self.rows]:
-            changed = [i for i, (a, b) in enumerate(zip(self.rows, rows)) if a != b]
+            changed = [i for i, (a, b) in enumerate(zip(self.rows, rows)) if a != b
+                       or old.get(a.request_id) != self.reasons.get(a.request_id)]
             self.rows = rows
             if changed:
                 self.dataChanged.emit(self.index(min(changed), 0),
@@ -156,12 +175,13 @@ class QueueTables(QWidget):
     def set_control(self, control: EngineControl | None) -> None:
         self.control = control
 
-    def set_state(self, state: EngineState) -> None:
+    def set_state(self, state: EngineState, not_admitted: dict[str, str] | None = None) -> None:
+        """Show ``state``'s queues; ``not_admitted`` maps waiting ids to NOT_ADMITTED_* reasons."""
         for i, name in enumerate(QUEUES):
             rows = state.queue(name)
             if name == "finished":
                 rows = rows[::-1]                   # newest first
-            if self.models[name].set_rows(rows):
+            if self.models[name].set_rows(rows, not_admitted if name == "waiting" else None):
                 self._restore(name)
             title = f"{name.capitalize()} ({len(rows)})"
             if self.tabs.tabText(i) != title:

@@ -13,9 +13,9 @@ from engine.source import EngineControl, StepSource
 from engine.state import EngineState
 from ui.colors import ERROR, css, request_rgb
 from ui.request_menu import allowed_actions, run_action
-from ui.queue_tables import cell_text
+from ui.queue_tables import cell_text, reason_text
 
-FIELDS = ("state", "arrival", "tokens", "KV", "latency", "error")
+FIELDS = ("state", "arrival", "tokens", "KV", "latency", "reason")
 
 
 class RequestInspector(QWidget):
@@ -28,6 +28,7 @@ class RequestInspector(QWidget):
         self.selected: str | None = None
         self.view: RequestView | None = None
         self.step = -1
+        self.not_admitted: dict[str, str] = {}
         self._text_key: tuple | None = None
         self.header = QLabel("No request selected: click a block, a slot cell or a table row")
         self.header.setWordWrap(True)
@@ -79,8 +80,12 @@ class RequestInspector(QWidget):
         self.selected = request_id
         self._text_key = None
 
-    def set_state(self, state: EngineState, step: int) -> None:
+    def set_state(self, state: EngineState, step: int,
+                  not_admitted: dict[str, str] | None = None) -> None:
+        """Show the selected request in ``state`` (after ``step``); ``not_admitted`` maps
+        waiting ids to the reason they were not admitted in that step."""
         self.step = step
+        self.not_admitted = not_admitted or {}
         self.view = state.requests.get(self.selected) if self.selected else None
         self._show()
 
@@ -108,8 +113,9 @@ class RequestInspector(QWidget):
         self.values["KV"].setText(f"{len(v.block_ids)} blocks [{ids}]" if v.block_ids else "no blocks")
         self.values["latency"].setText(f"TTFT {cell_text(v, 4)} · mean ITL {cell_text(v, 5)}"
                                        " (engine clock units)")
-        self.values["error"].setText(v.error or "–")
-        self.values["error"].setStyleSheet(f"color: {css(ERROR)};" if v.error else "")
+        reason = reason_text(v, self.not_admitted.get(v.request_id))
+        self.values["reason"].setText(reason or "–")
+        self.values["reason"].setStyleSheet(f"color: {css(ERROR)};" if v.error else "")
         key = (v.request_id, self.step, v.num_output_tokens)
         if key != self._text_key:
             self._text_key = key

@@ -12,11 +12,12 @@ from typing import Sequence
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Signal
-from PySide6.QtGui import QCursor, QFont
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolTip, QVBoxLayout, QWidget
+from PySide6.QtGui import QFont
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from engine.outputs import ScheduledRequest, StepRecord
 from ui.colors import BACKGROUND, IDLE, MUTED, as_rgba, css, dim, lighten, packed, request_rgb
+from ui.pointer import track_pointer
 from ui.record_cache import step_span
 from ui.theme import plot_widget, style_axis
 
@@ -62,8 +63,7 @@ class SlotTimeline(QWidget):
                                       pen=pg.mkPen("#ffffff", width=1.5, style=pg.QtCore.Qt.DashLine))
         pi.addItem(self.marker)
         pi.getViewBox().sigResized.connect(lambda *_: self.cells and self._redraw())
-        self.plot.scene().sigMouseMoved.connect(self._on_move)
-        self.plot.scene().sigMouseClicked.connect(self._on_click)
+        track_pointer(self.plot, self._cell_at_scene, lambda c: self.describe(*c), self._clicked)
         self.title = QLabel("Batch slots")
         self.title.setStyleSheet("font-weight: bold;")
         head = QHBoxLayout()
@@ -201,14 +201,6 @@ class SlotTimeline(QWidget):
         p = vb.mapSceneToView(pos)
         return self.cell_at(p.x(), p.y())
 
-    def _on_move(self, pos: QPointF) -> None:
-        cell = self._cell_at_scene(pos)
-        if cell is None:
-            QToolTip.hideText()
-        else:
-            QToolTip.showText(QCursor.pos(), self.describe(*cell), self.plot)
-
-    def _on_click(self, ev) -> None:
-        cell = self._cell_at_scene(ev.scenePos())
-        if cell is not None and cell in self.cells:
+    def _clicked(self, cell: tuple[int, int]) -> None:
+        if cell in self.cells:
             self.requestSelected.emit(self.cells[cell].request_id)

@@ -1,75 +1,68 @@
 """Inject dialog validation and the control calls it makes; Engine > Inject from the window."""
 from __future__ import annotations
 
+import pytest
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QDialog
 
 from ui.inject_dialog import InjectDialog
 
 
-def test_empty_prompt_is_rejected_with_a_clear_message(qtbot, control):
+@pytest.fixture
+def dialog(qtbot, control):
     d = InjectDialog(control)
     qtbot.addWidget(d)
-    d.prompt.setPlainText("   \n ")
+    return d
+
+
+def submit(d: InjectDialog, prompt: str, max_tokens: int = 16) -> bool:
+    """Fill the prompt and max_tokens, press OK; True if the dialog accepted."""
+    d.prompt.setPlainText(prompt)
+    d.max_tokens.setValue(max_tokens)
     d.accept()
-    assert d.result() != QDialog.Accepted
-    assert "prompt is empty" in d.message.text()
+    return d.result() == QDialog.Accepted
+
+
+def test_empty_prompt_is_rejected_with_a_clear_message(dialog, control):
+    assert not submit(dialog, "   \n ")
+    assert "prompt is empty" in dialog.message.text()
     assert control.calls == []
 
 
-def test_max_tokens_below_one_is_rejected(qtbot, control):
-    d = InjectDialog(control)
-    qtbot.addWidget(d)
-    d.prompt.setPlainText("Hello")
-    d.max_tokens.setValue(0)
-    d.accept()
-    assert d.result() != QDialog.Accepted and "max_tokens" in d.message.text()
-    assert control.calls == []
+def test_max_tokens_below_one_is_rejected(dialog, control):
+    assert not submit(dialog, "Hello", max_tokens=0)
+    assert "max_tokens" in dialog.message.text() and control.calls == []
 
 
-def test_accept_calls_add_request_with_the_values(qtbot, control):
-    d = InjectDialog(control)
-    qtbot.addWidget(d)
-    d.prompt.setPlainText("Explain paged attention")
-    d.max_tokens.setValue(5)
-    d.temperature.setValue(0.7)
-    d.top_p.setValue(0.9)
-    d.use_seed.setChecked(True)
-    d.seed.setValue(42)
-    d.accept()
-    assert d.result() == QDialog.Accepted
+def test_accept_calls_add_request_with_the_values(dialog, control):
+    dialog.temperature.setValue(0.7)
+    dialog.top_p.setValue(0.9)
+    dialog.use_seed.setChecked(True)
+    dialog.seed.setValue(42)
+    assert submit(dialog, "Explain paged attention", max_tokens=5)
     assert control.calls == [("add_request", "Explain paged attention", 5, 0.7, 0.9, 42)]
-    assert d.request_id == "req-6"
+    assert dialog.request_id == "req-6"
 
 
-def test_seed_is_optional(qtbot, control):
-    d = InjectDialog(control)
-    qtbot.addWidget(d)
-    d.prompt.setPlainText("hi")
-    d.accept()
+def test_seed_is_optional(dialog, control):
+    assert submit(dialog, "hi")
     assert control.calls[-1][-1] is None
 
 
-def test_engine_refusal_keeps_the_dialog_open(qtbot, control, monkeypatch):
+def test_engine_refusal_keeps_the_dialog_open(dialog, control, monkeypatch):
     def refuse(**kwargs):
         raise ValueError("prompt longer than max_model_len (2048)")
 
     monkeypatch.setattr(control, "add_request", refuse)
-    d = InjectDialog(control)
-    qtbot.addWidget(d)
-    d.prompt.setPlainText("x")
-    d.accept()
-    assert d.result() != QDialog.Accepted and "max_model_len" in d.message.text()
+    assert not submit(dialog, "x")
+    assert "max_model_len" in dialog.message.text()
 
 
 def test_inject_from_the_window_while_paused_selects_the_new_request(window, control, source):
     control.pause()
 
     def fill_and_accept():
-        d = window.findChild(InjectDialog)
-        d.prompt.setPlainText("one more request")
-        d.max_tokens.setValue(3)
-        d.accept()
+        submit(window.findChild(InjectDialog), "one more request", max_tokens=3)
 
     QTimer.singleShot(0, fill_and_accept)
     window.actions["inject"].trigger()

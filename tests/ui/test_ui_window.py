@@ -189,3 +189,15 @@ def test_replay_play_advances_through_the_recording(window, qtbot):
     assert window.shown_step == 0
     qtbot.waitUntil(lambda: window.shown_step == 11, timeout=5000)
     qtbot.waitUntil(lambda: not t.play_btn.isChecked(), timeout=2000)
+
+
+def test_waiting_requests_say_why_they_were_not_admitted(window, source):
+    window.show_step(10)                           # req-4 waits: all four slots are busy
+    model = window.queues.models["waiting"]
+    row = model.row_of("req-4")
+    assert model.data(model.index(row, 7)) == "waits: all batch slots busy"
+    window.select_request("req-4")
+    assert window.inspector.values["reason"].text() == "waits: all batch slots busy"
+    window.show_step(38)
+    window.select_request("req-0")
+    assert window.inspector.values["reason"].text() == "finished: length"
