@@ -335,3 +335,17 @@ def assert_outputs_match(result: RunResult, reference: dict[str, list[int]]) -> 
 def distinct_prompt(index: int, length: int, vocab: int = 1000) -> tuple[int, ...]:
     """A prompt of ``length`` ids that differs from every other index's prompt from its first token."""
     return tuple((index * 131 + 17 * j + j * j) % vocab for j in range(length)) if length else ()
+
+
+def replay_states(result: RunResult) -> list:
+    """The state after each step, rebuilt from the step records alone (as a replay does); the last
+    one must equal the live engine's state."""
+    from engine.state import EngineState
+
+    e = result.engine
+    st = EngineState(-1, 0.0, e.num_gpu_blocks, e.config.block_size, e.config.max_num_seqs)
+    out = []
+    for rec in result.records:
+        st = st.apply(rec)
+        out.append(st)
+    return out
