@@ -1,0 +1,94 @@
+"""The torch reference paged attention against dense causal SDPA on the same packed sequences
+(mixed prefill chunks and decodes, GQA, non-contiguous block tables), and the step metadata."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from engine.attention import PagedAttentionMetadata
+from engine.attention.reference import paged_attention
+from engine.attention.registry import _paged_attention_forward
+
+H, HKV, D, BS, NUM_BLOCKS = 4, 2, 16, 4, 40
+
+
+def test_metadata_slot_mapping_by_hand():
+    # A: 3 new tokens at positions 3..5 over blocks [7, 2]; B: a decode at position 4 over [5, 1];
+    # C: a 2-token prompt in block [3].
+    meta = PagedAttentionMetadata.build([3, 1, 2], [6, 5, 2], [[7, 2], [5, 1], [3]], [], BS, torch.device("cpu"))
+    assert meta.slot_mapping.tolist() == [7 * 4 + 3, 2 * 4 + 0, 2 * 4 + 1, 1 * 4 + 0, 3 * 4 + 0, 3 * 4 + 1]
+    assert meta.query_start_loc.tolist() == meta.query_start_host == [0, 3, 4, 6]
+    assert meta.context_lens.tolist() == meta.context_lens_host == [6, 5, 2]
+    assert meta.block_tables.tolist() == [[7, 2], [5, 1], [3, 0]]
+    assert meta.decode_ids.tolist() == [1] and meta.prefill_ids == [0, 2]
+    assert meta.decode_mask.tolist() == [[True] * 5 + [False] * 3]
+
+
+def test_metadata_without_decodes_has_no_mask():
+    meta = PagedAttentionMetadata.build([4], [4], [[9]], [], BS, torch.device("cpu"))
+    assert meta.decode_mask is None and meta.decode_ids.numel() == 0 and meta.prefill_ids == [0]
+    assert meta.slot_mapping.tolist() == [36, 37, 38, 39]
+
+
+# (new tokens this step, context length after the step): a whole prompt, a later prefill chunk,
+# decodes with different context lengths, a 1-token prompt and a chunk ending exactly on a block.
+REQUESTS = [(10, 10), (7, 20), (1, 33), (1, 5), (1, 1), (4, 16), (9, 9)]
+
+
+def dense_reference(q_full, k_full, v_full, nq, scale):
+    """Causal SDPA over the whole sequence (GQA expanded), keeping the last ``nq`` query rows."""
+    rep = H // HKV
+    q = q_full.transpose(0, 1)[None]                                  # [1, H, ctx, D]
+    k = k_full.repeat_interleave(rep, dim=1).transpose(0, 1)[None]
+    v = v_full.repeat_interleave(rep, dim=1).transpose(0, 1)[None]
+    o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+    return o[0].transpose(0, 1)[-nq:]                                 # [nq, H, D]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_paged_attention_matches_dense_causal_sdpa(seed):
+    g = torch.Generator().manual_seed(seed)
+    scale = D ** -0.5
+    # Noise everywhere, so reading an unwritten slot or an unmasked padding block shows.
+    k_cache = torch.randn(NUM_BLOCKS, BS, HKV, D, generator=g)
+    v_cache = torch.randn(NUM_BLOCKS, BS, HKV, D, generator=g)
+    perm = (torch.randperm(NUM_BLOCKS - 1, generator=g) + 1).tolist()   # block 0 is only padding
+    tables, seqs = [], []
+    for nq, ctx in REQUESTS:
+        nblk = -(-ctx // BS)
+        tables.append([perm.pop() for _ in range(nblk)])
+        seqs.append((torch.randn(ctx, H, D, generator=g), torch.randn(ctx, HKV, D, generator=g),
+                     torch.randn(ctx, HKV, D, generator=g)))
+    # Earlier steps' K/V are already in the cache, written by hand through the block tables.
+    for (nq, ctx), table, (_, k, v) in zip(REQUESTS, tables, seqs):
+        for pos in range(ctx - nq):
+            k_cache[table[pos // BS], pos % BS] = k[pos]
+            v_cache[table[pos // BS], pos % BS] = v[pos]
+    meta = PagedAttentionMetadata.build([nq for nq, _ in REQUESTS], [ctx for _, ctx in REQUESTS], tables,
+                                        [(k_cache, v_cache)], BS, torch.device("cpu"))
+    query = torch.cat([q[ctx - nq:] for (nq, ctx), (q, _, _) in zip(REQUESTS, seqs)])       # [T, H, D]
+    key = torch.cat([k[ctx - nq:] for (nq, ctx), (_, k, _) in zip(REQUESTS, seqs)])
+    value = torch.cat([v[ctx - nq:] for (nq, ctx), (_, _, v) in zip(REQUESTS, seqs)])
+    out = paged_attention(query.transpose(0, 1)[None], key.transpose(0, 1)[None],
+                          value.transpose(0, 1)[None], meta, layer_idx=0, scaling=scale)
+    assert out.shape == (1, query.shape[0], H, D)
+    start = 0
+    for (nq, ctx), table, (q, k, v) in zip(REQUESTS, tables, seqs):
+        expected = dense_reference(q, k, v, nq, scale)
+        torch.testing.assert_close(out[0, start:start + nq], expected, rtol=1e-5, atol=1e-5)
+        start += nq
+        # This step's K/V landed in the request's blocks.
+        for pos in range(ctx):
+            torch.testing.assert_close(k_cache[table[pos // BS], pos % BS], k[pos], rtol=0, atol=0)
+            torch.testing.assert_close(v_cache[table[pos // BS], pos % BS], v[pos], rtol=0, atol=0)
+
+
+def test_registered_attention_requires_metadata():
+    class Layer(torch.nn.Module):
+        layer_idx = 0
+
+    q = torch.zeros(1, H, 2, D)
+    kv = torch.zeros(1, HKV, 2, D)
+    with pytest.raises(RuntimeError, match="paged_meta"):
+        _paged_attention_forward(Layer(), q, kv, kv, None, scaling=1.0)
