@@ -96,7 +96,7 @@ class MainWindow(QMainWindow):
         bottom.addWidget(_group("Requests", self.queues))
         bottom.addWidget(_group("Metrics", self.metrics))
         bottom.addWidget(_group("Selected request", self.inspector))
-        bottom.setSizes([560, 640, 400])
+        bottom.setSizes([640, 560, 400])
         main = QSplitter(Qt.Vertical)
         main.addWidget(top)
         main.addWidget(bottom)
@@ -152,19 +152,23 @@ class MainWindow(QMainWindow):
         self.queues.set_control(control)
         self.transport.set_control(control)
         self.actions["inject"].setEnabled(control is not None)
-        try:
-            info = source.run_info() or {}
-        except Exception as e:
-            info = {}
-            self._source_error = f"Could not read the run info: {e}"
-        run = " · ".join(str(info[k]) for k in ("model", "device", "dtype") if info.get(k))
-        self.status["run"].setText(run)
+        self.status["mode"].setText("<b>LIVE</b>" if control is not None else "<b>REPLAY</b>")
+        self._run_info: dict | None = None
+        self.refresh(force=True)
+
+    def _show_run_info(self) -> None:
+        """Model, device and dtype in the status bar, the config as its tooltip. A live engine
+        fills its run info only once the model is loaded, so this repeats until it has one."""
+        info = self.source.run_info() or {}
+        if info == self._run_info:
+            return
+        self._run_info = info
+        self.status["run"].setText(" · ".join(str(info[k]) for k in ("model", "device", "dtype")
+                                              if info.get(k)))
         config = info.get("config") or {}
         self.status["run"].setToolTip("\n".join(f"{k} = {v}" for k, v in config.items()))
-        mode = "LIVE" if control is not None else "REPLAY"
-        self.status["mode"].setText(f"<b>{mode}</b>")
-        self.setWindowTitle(f"{self.base_title} — {info.get('model', 'run')} ({mode.lower()})")
-        self.refresh(force=True)
+        mode = "live" if self.control is not None else "replay"
+        self.setWindowTitle(f"{self.base_title} — {info.get('model', 'run')} ({mode})")
 
     def show_step(self, step: int) -> None:
         """Show the state after ``step`` (clamped) and stop following the newest step."""
@@ -188,10 +192,15 @@ class MainWindow(QMainWindow):
     def refresh(self, force: bool = False) -> None:
         """Pull the source and redraw what changed (called by the 30 Hz timer)."""
         try:
+            if not (self._run_info or {}).get("model"):
+                self._show_run_info()
             latest = self.source.latest_step()
             k = latest if self.following else max(-1, min(self.shown_step, latest))
-            if force or self._drawn != (k, step_span(k, latest, self.window), id(self.source)):
-                self._draw(k, latest)
+            # the newest state can change without a new step (a live engine's injected request)
+            state = self.source.state_at(k) if k == latest else None
+            fresh = state is not None and state is not self.state and state != self.state
+            if force or fresh or self._drawn != (k, step_span(k, latest, self.window), id(self.source)):
+                self._draw(k, latest, state)
             self._source_error = None
         except Exception as e:                          # a broken source must not kill the UI
             latest, k = self.shown_step, self.shown_step
@@ -202,9 +211,9 @@ class MainWindow(QMainWindow):
             self.status["step"].setText(step_text)
         self._show_errors()
 
-    def _draw(self, k: int, latest: int) -> None:
+    def _draw(self, k: int, latest: int, state: EngineState | None = None) -> None:
         self.shown_step = k
-        self.state = state = self.source.state_at(k)
+        self.state = state = state if state is not None else self.source.state_at(k)
         self.records = self.cache.get(k - self.window, k + 1)
         self.block_map.set_state(state)
         self.timeline.set_records(self.records, k, state.max_num_seqs, latest)

@@ -29,7 +29,7 @@ NOT_ADMITTED_TEXT = {
 }
 # starting widths (user-resizable) in characters of content; ResizeToContents would re-query
 # every row on each frame
-WIDTH_CHARS = (7, 8, 4, 7, 4, 4, 3)
+WIDTH_CHARS = (7, 8, 4, 9, 4, 4, 3)
 
 
 def _num(x: float | None, unit: str = "") -> str:
@@ -161,7 +161,8 @@ class QueueTables(QWidget):
             hh.setStretchLastSection(True)
             fm, hfm = view.fontMetrics(), hh.fontMetrics()
             for col, chars in enumerate(WIDTH_CHARS):
-                view.setColumnWidth(col, max(fm.horizontalAdvance("0" * chars) + 14,
+                swatch = 22 if col == 0 else 0
+                view.setColumnWidth(col, max(fm.horizontalAdvance("0" * chars) + 14 + swatch,
                                              hfm.horizontalAdvance(COLUMNS[col]) + 20))
             view.setContextMenuPolicy(Qt.CustomContextMenu)
             view.customContextMenuRequested.connect(lambda p, n=name: self._menu(n, p))

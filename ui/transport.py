@@ -112,12 +112,17 @@ class TransportBar(QWidget):
         self.refresh_engine()
 
     def refresh_engine(self) -> None:
-        """Mirror the engine's paused state on the pause and step buttons."""
+        """Mirror the engine's state on the pause and step buttons and the engine label (its
+        ``status()`` line when the control has one, e.g. "loading model…")."""
         paused = self.control is not None and self.control.is_paused()
         self.pause_btn.setText("Resume" if paused else "Pause")
         self.step_btn.setEnabled(paused)
-        self.engine_label.setText("<b style='color:#edc948'>PAUSED</b>" if paused else
-                                  "<b style='color:#59a14f'>RUNNING</b>")
+        status = getattr(self.control, "status", None)
+        text = str(status()) if callable(status) else ("paused" if paused else "running")
+        color = "#edc948" if paused else "#e15759" if "fail" in text.lower() else "#59a14f"
+        html = f"<b style='color:{color}'>{text.upper()}</b>"
+        if self.engine_label.text() != html:
+            self.engine_label.setText(html)
 
     # --- actions (buttons and the window's shortcuts) -------------------------------------------
     def toggle_pause(self) -> None:

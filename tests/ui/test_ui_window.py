@@ -201,3 +201,42 @@ def test_waiting_requests_say_why_they_were_not_admitted(window, source):
     window.show_step(38)
     window.select_request("req-0")
     assert window.inspector.values["reason"].text() == "finished: length"
+
+
+class LateSource(FakeSource):
+    """Like a live engine's source: no steps and no run info while the model loads, and a
+    newest state that changes between steps (a request injected while paused)."""
+
+    def __init__(self):
+        super().__init__(num_steps=0)
+        self.loaded = False
+        self.extra = None
+
+    def run_info(self):
+        return super().run_info() if self.loaded else {}
+
+    def state_at(self, step):
+        state = super().state_at(step)
+        if self.extra is not None and step >= self.latest_step():
+            state = state.with_views([self.extra], state.step, state.clock)
+        return state
+
+
+def test_live_source_that_loads_late_and_changes_between_steps(qtbot):
+    source = LateSource()
+    w = MainWindow(source, FakeControl(source))
+    w.timer.stop()
+    qtbot.addWidget(w)
+    w.show()
+    assert w.shown_step == -1 and w.state.requests == {} and not w.banner.isVisible()
+    assert w.status["run"].text() == ""
+    source.loaded = True
+    source.advance(3)
+    w.refresh()
+    assert w.shown_step == 2 and "fake/SmolLM2-135M" in w.status["run"].text()
+    assert "fake/SmolLM2-135M" in w.windowTitle()
+    view = source.state_at(2).requests["req-0"]
+    source.extra = type(view)(**{**view.__dict__, "request_id": "req-99", "status": "WAITING",
+                                 "block_ids": (), "slot": None, "num_computed_tokens": 0})
+    w.refresh()                                    # no new step, yet the new request shows
+    assert w.shown_step == 2 and w.queues.models["waiting"].row_of("req-99") is not None
