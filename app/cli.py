@@ -36,15 +36,20 @@ def _engine_args(p: argparse.ArgumentParser, *, num_gpu_blocks: int | None, cloc
     g.add_argument("--seed", type=int, default=0, help="engine seed (default: %(default)s)")
 
 
-def _workload_args(p: argparse.ArgumentParser, *, time_scale: float, max_prompt: int | None,
-                   max_output: int | None) -> None:
+def _workload_args(p: argparse.ArgumentParser, *, time_scale: float, prompt_scale: float = 1.0,
+                   output_scale: float = 1.0, min_prompt: int = 4, max_prompt: int | None = None,
+                   min_output: int = 1, max_output: int | None = None) -> None:
     g = p.add_argument_group("workload scaling (make a production trace fit this machine)")
     g.add_argument("--time-scale", type=float, default=time_scale,
                    help="multiply trace arrival times (0.1 = 10x faster arrivals) (default: %(default)s)")
-    g.add_argument("--prompt-scale", type=float, default=1.0, help="multiply prompt lengths (default: %(default)s)")
-    g.add_argument("--output-scale", type=float, default=1.0, help="multiply output lengths (default: %(default)s)")
-    g.add_argument("--max-prompt-tokens", type=int, default=max_prompt, help="clip prompt lengths (default: %(default)s)")
-    g.add_argument("--max-output-tokens", type=int, default=max_output, help="clip output lengths (default: %(default)s)")
+    g.add_argument("--prompt-scale", type=float, default=prompt_scale,
+                   help="multiply prompt lengths (default: %(default).4g)")
+    g.add_argument("--output-scale", type=float, default=output_scale,
+                   help="multiply output lengths (default: %(default).4g)")
+    g.add_argument("--min-prompt-tokens", type=int, default=min_prompt, help="clip prompt lengths below (default: %(default)s)")
+    g.add_argument("--max-prompt-tokens", type=int, default=max_prompt, help="clip prompt lengths above (default: %(default)s)")
+    g.add_argument("--min-output-tokens", type=int, default=min_output, help="clip output lengths below (default: %(default)s)")
+    g.add_argument("--max-output-tokens", type=int, default=max_output, help="clip output lengths above (default: %(default)s)")
     g.add_argument("--steps-per-second", type=float, default=10.0,
                    help="virtual clock only: trace seconds -> steps (default: %(default)s)")
 
@@ -75,18 +80,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="live window on the built-in demo workload (the default command)")
     demo.add_argument("--trace", help="use this Azure/Mooncake trace instead of the built-in slice")
-    demo.add_argument("--limit", type=int, default=200, help="number of trace requests (default: %(default)s)")
+    demo.add_argument("--limit", type=int, default=200,
+                      help="number of trace requests (the built-in slice has 400) (default: %(default)s)")
     demo.add_argument("--record", help="recording path (default: a new file under ~/.cache/batchscope/runs)")
     demo.add_argument("--paused", action="store_true", help="start paused (single-step from the first step)")
     _engine_args(demo, num_gpu_blocks=DEMO_NUM_GPU_BLOCKS, clock="wall")
-    _workload_args(demo, time_scale=0.25, max_prompt=96, max_output=64)
+    # Sized for SmolLM2-135M on 2 CPU cores: the 16 slots fill within ~2 s (see recordings/workload.py).
+    _workload_args(demo, time_scale=0.1, prompt_scale=1 / 12, output_scale=0.25, min_prompt=8, max_prompt=96,
+                   min_output=8, max_output=64)
 
     run = sub.add_parser("run", help="headless: replay a trace through the engine and record it")
     run.add_argument("--trace", required=True, help="Azure CSV or Mooncake JSONL trace")
     run.add_argument("--limit", type=int, help="first N requests only")
     run.add_argument("--record", required=True, help="output recording (.sqlite)")
     _engine_args(run, num_gpu_blocks=None, clock="wall")
-    _workload_args(run, time_scale=1.0, max_prompt=None, max_output=None)
+    _workload_args(run, time_scale=1.0)
 
     rep = sub.add_parser("replay", help="open a recording in the window, step by step")
     rep.add_argument("recording")

@@ -27,10 +27,10 @@ def load_workload(args: argparse.Namespace, tokenizer) -> LoadedWorkload:
     load = load_trace(path, limit=args.limit)
     wl = build_workload(load.rows, tokenizer, time_scale=args.time_scale,
                         max_prompt_tokens=args.max_prompt_tokens, max_output_tokens=args.max_output_tokens,
-                        prompt_scale=args.prompt_scale, output_scale=args.output_scale, seed=args.seed)
+                        prompt_scale=args.prompt_scale, output_scale=args.output_scale,
+                        min_prompt_tokens=args.min_prompt_tokens, min_output_tokens=args.min_output_tokens,
+                        seed=args.seed)
     notes = list(wl.scaling_notes)
-    if args.time_scale != 1.0:
-        notes.insert(0, f"arrival times x{args.time_scale:g}")
     for err in load.errors[:5]:
         notes.append(f"skipped malformed row: line {err.line_no}: {err.message}")
     if len(load.errors) > 5:
