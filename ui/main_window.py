@@ -163,12 +163,14 @@ class MainWindow(QMainWindow):
         if info == self._run_info:
             return
         self._run_info = info
-        self.status["run"].setText(" · ".join(str(info[k]) for k in ("model", "device", "dtype")
-                                              if info.get(k)))
-        config = info.get("config") or {}
-        self.status["run"].setToolTip("\n".join(f"{k} = {v}" for k, v in config.items()))
+        model = info.get("model")
+        name = str(model.get("name") or model.get("path") or "") if isinstance(model, dict) else model
+        self.status["run"].setText(" · ".join(str(v) for v in (name, info.get("device"),
+                                                               info.get("dtype")) if v))
+        details = {**(model if isinstance(model, dict) else {}), **(info.get("config") or {})}
+        self.status["run"].setToolTip("\n".join(f"{k} = {v}" for k, v in details.items()))
         mode = "live" if self.control is not None else "replay"
-        self.setWindowTitle(f"{self.base_title} — {info.get('model', 'run')} ({mode})")
+        self.setWindowTitle(f"{self.base_title} — {name or 'run'} ({mode})")
 
     def show_step(self, step: int) -> None:
         """Show the state after ``step`` (clamped) and stop following the newest step."""

@@ -22,10 +22,10 @@ QUEUES = ("running", "waiting", "paused", "finished")
 COLUMNS = ("id", "state", "prompt", "output", "TTFT", "ITL", "preempt", "reason")
 # why a waiting request was not admitted in the shown step (SchedulerOutput.not_admitted)
 NOT_ADMITTED_TEXT = {
-    NOT_ADMITTED_TOKEN_BUDGET: "waits: token budget spent",
-    NOT_ADMITTED_NO_FREE_BLOCKS: "waits: no free KV blocks",
-    NOT_ADMITTED_SEQ_CAP: "waits: all batch slots busy",
-    NOT_ADMITTED_BEHIND: "waits: behind an older request",
+    NOT_ADMITTED_TOKEN_BUDGET: "token budget spent",
+    NOT_ADMITTED_NO_FREE_BLOCKS: "no free KV blocks",
+    NOT_ADMITTED_SEQ_CAP: "batch slots full",
+    NOT_ADMITTED_BEHIND: "behind older request",
 }
 # starting widths (user-resizable) in characters of content; ResizeToContents would re-query
 # every row on each frame
@@ -106,8 +106,10 @@ class RequestTableModel(QAbstractTableModel):
             return request_qcolor(r.request_id) if col == 0 else None
         if role == ALIGN:
             return _RIGHT if 2 <= col <= 6 else None
-        if col == 7 and r.error:
-            return _ERROR_COLOR if role == FOREGROUND else r.error
+        if col == 7 and role == TOOLTIP:
+            return reason_text(r, self.reasons.get(r.request_id)) or None
+        if col == 7 and r.error and role == FOREGROUND:
+            return _ERROR_COLOR
         return None
 
     def set_rows(self, rows: Sequence[RequestView], reasons: dict[str, str] | None = None) -> bool:

@@ -195,9 +195,9 @@ def test_waiting_requests_say_why_they_were_not_admitted(window, source):
     window.show_step(10)                           # req-4 waits: all four slots are busy
     model = window.queues.models["waiting"]
     row = model.row_of("req-4")
-    assert model.data(model.index(row, 7)) == "waits: all batch slots busy"
+    assert model.data(model.index(row, 7)) == "batch slots full"
     window.select_request("req-4")
-    assert window.inspector.values["reason"].text() == "waits: all batch slots busy"
+    assert window.inspector.values["reason"].text() == "batch slots full"
     window.show_step(38)
     window.select_request("req-0")
     assert window.inspector.values["reason"].text() == "finished: length"
