@@ -129,3 +129,36 @@ def test_queue_tables_keep_selection_across_updates(qtbot, source):
         rows = view.selectionModel().selectedRows()
         assert [i.data(Qt.UserRole) for i in rows] == [rid], (k, queue)
     assert w.row_counts() == {q: len(state.queue(q)) for q in w.models}
+
+
+def test_hovering_a_block_shows_its_details(qtbot, source):
+    from PySide6.QtWidgets import QToolTip
+    w = KVBlockMap(source.state_at(20))
+    qtbot.addWidget(w)
+    w.resize(500, 400)
+    w.show()
+    qtbot.waitExposed(w)
+    owned = next(c for c in w.cells if c.request_id)
+    x, y = w.cell_origin(owned.block_id)
+    pos = w.plot.mapFromScene(w.view.mapViewToScene(pg_point(x + CELL / 2, y + CELL / 2)))
+    qtbot.mouseMove(w.plot.viewport(), pos)
+    qtbot.waitUntil(QToolTip.isVisible, timeout=2000)
+    assert QToolTip.text() == w.describe(owned.block_id)
+    assert f"owner {owned.request_id}" in QToolTip.text()
+
+
+def test_request_menu_offers_what_the_status_allows(qtbot, source, control):
+    from PySide6.QtWidgets import QWidget
+
+    from ui.request_menu import request_menu
+    parent = QWidget()
+    qtbot.addWidget(parent)
+    state = source.state_at(20)
+    running, finished = state.running[0], state.finished[0]
+    menu = request_menu(control, running, parent)
+    acts = {a.text(): a for a in menu.actions() if a.text()}
+    assert acts["Pause request"].isEnabled() and not acts["Resume request"].isEnabled()
+    acts["Abort request"].trigger()
+    assert control.calls == [("abort_request", running.request_id)]
+    menu = request_menu(control, finished, parent)
+    assert not any(a.isEnabled() for a in menu.actions() if a.text().endswith("request"))
