@@ -9,7 +9,7 @@ and running requests only.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 from engine.config import EngineConfig
