@@ -1,7 +1,8 @@
 """Each view on its own: what it paints is what the state and the records say."""
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+import pytest
+from PySide6.QtCore import QPointF, Qt
 
 from engine.state import BlockCell
 from ui.colors import FREE, IDLE, PALETTE, mix, request_qcolor, request_rgb
@@ -55,7 +56,10 @@ def test_block_map_render_scales_to_thousands_of_blocks():
     assert rgb(img, 0, CELL - 1) != FREE                  # the gap column between cells
 
 
-def test_block_map_click_selects_owner(qtbot, source):
+@pytest.fixture
+def shown_map(qtbot, source):
+    """A block map at step 20 on screen, its first owned block, and that block's centre in
+    viewport coordinates."""
     w = KVBlockMap(source.state_at(20))
     qtbot.addWidget(w)
     w.resize(500, 400)
@@ -63,16 +67,15 @@ def test_block_map_click_selects_owner(qtbot, source):
     qtbot.waitExposed(w)
     owned = next(c for c in w.cells if c.request_id)
     x, y = w.cell_origin(owned.block_id)
-    scene = w.view.mapViewToScene(pg_point(x + CELL / 2, y + CELL / 2))
-    pos = w.plot.mapFromScene(scene)
+    pos = w.plot.mapFromScene(w.view.mapViewToScene(QPointF(x + CELL / 2, y + CELL / 2)))
+    return w, owned, pos
+
+
+def test_block_map_click_selects_owner(qtbot, shown_map):
+    w, owned, pos = shown_map
     with qtbot.waitSignal(w.requestSelected) as sig:
         qtbot.mouseClick(w.plot.viewport(), Qt.LeftButton, pos=pos)
     assert sig.args == [owned.request_id]
-
-
-def pg_point(x, y):
-    from PySide6.QtCore import QPointF
-    return QPointF(x, y)
 
 
 def test_slot_timeline_cells_match_scheduled_slots(qtbot, source):
@@ -131,16 +134,9 @@ def test_queue_tables_keep_selection_across_updates(qtbot, source):
     assert w.row_counts() == {q: len(state.queue(q)) for q in w.models}
 
 
-def test_hovering_a_block_shows_its_details(qtbot, source):
+def test_hovering_a_block_shows_its_details(qtbot, shown_map):
     from PySide6.QtWidgets import QToolTip
-    w = KVBlockMap(source.state_at(20))
-    qtbot.addWidget(w)
-    w.resize(500, 400)
-    w.show()
-    qtbot.waitExposed(w)
-    owned = next(c for c in w.cells if c.request_id)
-    x, y = w.cell_origin(owned.block_id)
-    pos = w.plot.mapFromScene(w.view.mapViewToScene(pg_point(x + CELL / 2, y + CELL / 2)))
+    w, owned, pos = shown_map
     qtbot.mouseMove(w.plot.viewport(), pos)
     qtbot.waitUntil(QToolTip.isVisible, timeout=2000)
     assert QToolTip.text() == w.describe(owned.block_id)
