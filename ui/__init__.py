@@ -1,9 +1,4 @@
-"""BatchScope's Qt views (PySide6 + pyqtgraph). Views read a ``StepSource``; none builds an
-engine or opens a recording. ``MainWindow(source, control=None, open_recording=None)``."""
-from ui.qt_compat import guard_singletons
-
-guard_singletons()          # before any widget exists: see ui/qt_compat.py
-
-from ui.main_window import MainWindow  # noqa: E402
+"""BatchScope's Qt views (PySide6 + pyqtgraph). Views read a ``StepSource`` and never build an engine."""
+from ui.main_window import MainWindow
 
 __all__ = ["MainWindow"]
