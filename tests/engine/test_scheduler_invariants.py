@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from engine.config import EngineConfig
@@ -21,10 +21,13 @@ TOKENIZER = ToyTokenizer({})            # token i decodes to "<i>"
 @st.composite
 def workloads(draw):
     chunked = draw(st.booleans())
-    max_model_len = draw(st.integers(8, 128))
+    max_model_len = draw(st.integers(16, 160))
+    block_size = draw(st.sampled_from([1, 2, 4, 8, 16]))
+    # A cache of roughly 16..160 tokens: tight enough to preempt, big enough to serve most requests.
+    num_blocks = draw(st.integers(max(1, 16 // block_size), max(2, 160 // block_size)))
     config = EngineConfig(
-        block_size=draw(st.sampled_from([1, 2, 4, 8, 16])),
-        num_gpu_blocks=draw(st.integers(1, 32)),
+        block_size=block_size,
+        num_gpu_blocks=num_blocks,
         max_model_len=max_model_len,
         max_num_seqs=draw(st.integers(1, 6)),
         max_num_batched_tokens=(draw(st.integers(1, 96)) if chunked
@@ -34,21 +37,20 @@ def workloads(draw):
     )
     vocab = draw(st.sampled_from([20, 1000]))             # small vocab: EOS and stops fire often
     eos = draw(st.sampled_from([None, 3]))
-    n = draw(st.integers(1, 10))
+    n = draw(st.integers(1, 12))
     arrivals = []
     for i in range(n):
         stop = (f"<{STOP_TOKEN}>",) if draw(st.integers(0, 4)) == 0 else ()
-        params = SamplingParams(max_tokens=draw(st.one_of(st.integers(1, 40), st.just(0))),
-                                ignore_eos=draw(st.booleans()), stop=stop)
-        prompt_len = draw(st.one_of(st.integers(1, 90), st.just(0)))
-        arrivals.append(Arrival(f"r{i}", draw(st.integers(0, 20)), distinct_prompt(i, prompt_len), params))
+        params = SamplingParams(max_tokens=draw(st.integers(0, 32)), ignore_eos=draw(st.booleans()), stop=stop)
+        prompt_len = draw(st.integers(0, 64))              # 0 and the largest are rejected
+        arrivals.append(Arrival(f"r{i}", draw(st.integers(0, 12)), distinct_prompt(i, prompt_len), params))
     actions = draw(st.lists(st.builds(Action, st.integers(0, 40), st.sampled_from(ACTIONS),
                                       st.sampled_from([a.request_id for a in arrivals])), max_size=10))
     fail_steps = draw(st.lists(st.integers(0, 60), max_size=1))
     return config, vocab, eos, arrivals, actions, fail_steps
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workloads())
 def test_random_workloads_keep_invariants_and_outputs(w):
     config, vocab, eos, arrivals, actions, fail_steps = w
@@ -58,6 +60,11 @@ def test_random_workloads_keep_invariants_and_outputs(w):
                           eos_token_id=eos, max_steps=3000)
     reference = reference_outputs(config, arrivals, tokenizer=TOKENIZER, eos_token_id=eos, next_token_fn=fn)
     assert_outputs_match(result, reference)
+    kinds = {e.kind + (":paused" if "paused" in e.detail else "") for r in result.records for e in r.events}
+    for kind in sorted(kinds - {"arrived", "scheduled"}):
+        event(f"event {kind}")
+    if any(s.is_prefill and s.num_computed_tokens for r in result.records for s in r.scheduler_output.scheduled):
+        event("continued prefill chunk")
 
     failed_steps = {r.step for r in result.records if r.error}
     assert failed_steps <= set(fail_steps)
