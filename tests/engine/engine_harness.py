@@ -236,7 +236,13 @@ class InvariantChecker:
         for t in rec.new_tokens:
             assert t.index == len(self.streamed[t.request_id]), t
             self.streamed[t.request_id].append(t)
-        assert rec.error is None or rec.error, rec.error
+        # A failed forward pass fails exactly the step's requests, with its error; nothing else fails.
+        failed = {ev.request_id for ev in rec.events if ev.kind == "failed"}
+        if rec.error:
+            assert failed == set(sched_ids) and not rec.new_tokens, (rec.error, failed, sched_ids)
+            assert all(e.requests[rid].error == rec.error for rid in failed)
+        else:
+            assert not failed, failed
 
     def at_end(self) -> None:
         """G6 drain and the bookkeeping that must balance once every request finished."""

@@ -49,7 +49,8 @@ def test_capacity_never_fits(prefix_caching):
     assert "KV blocks" in r0.error and str(config.num_gpu_blocks) in r0.error   # names the limit
     assert result.finish_step(r0.request_id) <= 1
     assert result.scheduled_steps(r0.request_id) == [] and r0.num_preemptions == 0
-    assert all(not v.block_ids for rec in result.records for v in rec.changed if v.request_id == r0.request_id)
+    views = [v for rec in result.records for v in rec.changed if v.request_id == r0.request_id]
+    assert views and all(not v.block_ids and v.status != "RUNNING" for v in views)
     for r in c["requests"][1:]:
         req = result.requests[r["id"]]
         assert req.status is RequestStatus.FINISHED_LENGTH and req.num_output_tokens == r["max_tokens"]
