@@ -39,7 +39,7 @@ class EngineWorker(threading.Thread):
         self._commands: queue.Queue[Callable[[], None]] = queue.Queue()
         self._paused = start_paused
         self._steps_requested = 0
-        self._stop = threading.Event()
+        self._stop_event = threading.Event()
         self._idle_wait_s = idle_wait_s
         self._error: str | None = None
         self._status = "loading model…"
@@ -89,7 +89,7 @@ class EngineWorker(threading.Thread):
 
     def stop(self, timeout: float = 10.0) -> None:
         """End the loop, flush and close the recorder; waits up to ``timeout`` seconds."""
-        self._stop.set()
+        self._stop_event.set()
         self._commands.put(lambda: None)
         if self.is_alive():
             self.join(timeout)
@@ -134,7 +134,7 @@ class EngineWorker(threading.Thread):
 
     def _loop(self) -> None:
         eng = self.built.engine
-        while not self._stop.is_set():
+        while not self._stop_event.is_set():
             changed = self._drain()
             stepping = self._steps_requested > 0 or not self._paused
             eng.admit_due()
