@@ -44,7 +44,7 @@ def hf_model():
 
 def generate(model, prompt, max_tokens: int) -> tuple[list[int], float]:
     """Greedy ``generate()`` on one request alone; also the smallest top-1/top-2 logit gap seen."""
-    ids = torch.tensor([list(prompt)])
+    ids = torch.tensor([list(prompt)], device=model.device)
     with torch.no_grad():
         # An explicit mask: else generate() infers one that hides prompt tokens equal to pad (0).
         out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_tokens,
@@ -67,6 +67,7 @@ def references(model, arrivals) -> dict[str, list[int]]:
 
 def run_real(hf_model, config: EngineConfig, arrivals, actions=(), seed: int = 0, model=None):
     model = model if model is not None else copy.deepcopy(hf_model)
+    assert model is not hf_model       # the engine switches its model's attention implementation
     runner = ModelRunner(model, config.num_gpu_blocks, config.block_size, seed=seed)
     return run_workload(config, arrivals, actions, runner=runner)
 
@@ -80,12 +81,15 @@ def mixed_workload(n: int = 16, seed: int = 0) -> list[Arrival]:
             for i, (p, m) in enumerate(zip(lens, maxes))]
 
 
-def test_greedy_batch_with_chunked_prefill_and_preemption_equals_generate(hf_model):
+@pytest.mark.parametrize("device", [
+    "cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"))])
+def test_greedy_batch_with_chunked_prefill_and_preemption_equals_generate(hf_model, device):
+    model = copy.deepcopy(hf_model).to(device)
     arrivals = mixed_workload()
-    refs = references(hf_model, arrivals)
+    refs = references(model, arrivals)                   # generate() on the same device, alone
     config = EngineConfig(block_size=8, num_gpu_blocks=24, max_model_len=256, max_num_seqs=8,
                           max_num_batched_tokens=64)
-    result = run_real(hf_model, config, arrivals)
+    result = run_real(model, config, arrivals, model=copy.deepcopy(model))
     for a in arrivals:
         req = result.requests[a.request_id]
         assert req.status is RequestStatus.FINISHED_LENGTH, (a.request_id, req.error)
