@@ -152,3 +152,17 @@ def test_parked_kv_yields_to_a_growing_running_request():
     assert a.num_preemptions == 0 and p.num_preemptions == 1
     assert result.finish_step("A") == 11          # never stalled: prefill at step 0 + 11 decodes
     assert_outputs_match(result, reference_outputs(config, arrivals))
+
+
+def test_long_prefill_cap_is_ignored_without_chunked_prefill():
+    """Without chunked prefill a prompt is never split, so a cap below its length must not leave it
+    waiting forever (it did: the capped chunk never covered the prompt)."""
+    config = EngineConfig(block_size=4, num_gpu_blocks=16, max_model_len=32, max_num_seqs=2,
+                          max_num_batched_tokens=32, enable_chunked_prefill=False,
+                          long_prefill_token_threshold=4)
+    arrivals = [Arrival("a", 0, distinct_prompt(0, 10), SamplingParams(max_tokens=3)),
+                Arrival("b", 1, distinct_prompt(1, 20), SamplingParams(max_tokens=3))]
+    result = run_workload(config, arrivals)
+    assert [(s.request_id, s.num_tokens) for r in result.records for s in r.scheduler_output.scheduled
+            if s.is_prefill] == [("a", 10), ("b", 20)]
+    assert_outputs_match(result, reference_outputs(config, arrivals))
