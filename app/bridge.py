@@ -119,9 +119,10 @@ class EngineWorker(threading.Thread):
         eng = self.built.engine
         if self._paused:
             eng.freeze_clock()
-        self.source.reset(eng.state(), self.built.run_info)
         if self._on_ready:
             self._on_ready(self.built)
+        self.source.reset(eng.state(), self.built.run_info)
+        self._status = "paused" if self._paused else "running"
         try:
             self._loop()
         finally:

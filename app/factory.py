@@ -45,6 +45,7 @@ class BuiltEngine:
     config: EngineConfig          # resolved: device, dtype, num_gpu_blocks, max_model_len filled in
     run_info: dict[str, Any]
     tokenizer: Any
+    vocab_size: int
 
 
 def build_engine(config: EngineConfig, *, recorder_factory=None, trace: dict | None = None,
@@ -83,4 +84,4 @@ def build_engine(config: EngineConfig, *, recorder_factory=None, trace: dict | N
     recorder = recorder_factory(run_info) if recorder_factory else None
     eos = tokenizer.eos_token_id if tokenizer is not None else None
     engine = LLMEngine(config, runner, num_blocks, tokenizer=tokenizer, eos_token_id=eos, recorder=recorder)
-    return BuiltEngine(engine, config, run_info, tokenizer)
+    return BuiltEngine(engine, config, run_info, tokenizer, model.config.vocab_size)

@@ -31,7 +31,7 @@ def make_live(args: argparse.Namespace):
 
     def build():
         built = build_engine(config, recorder_factory=None)
-        wl = load_workload(args, built.tokenizer)
+        wl = load_workload(args, built.tokenizer, built.vocab_size)
         built.run_info["trace"] = wl.trace_info
         built.run_info["recording"] = str(record)
         built.engine.recorder = RecordingWriter(record, built.run_info)

@@ -29,7 +29,7 @@ def run_headless(args: argparse.Namespace) -> int:
     try:
         print(f"loading model {config.model!r}…", file=sys.stderr)
         built = build_engine(config, recorder_factory=None)
-        wl = load_workload(args, built.tokenizer)
+        wl = load_workload(args, built.tokenizer, built.vocab_size)
     except (ModelLoadError, TraceFormatError, OSError, RuntimeError) as e:
         print(f"batchscope: {e}", file=sys.stderr)
         return 1

@@ -17,7 +17,7 @@ class LoadedWorkload:
     notes: list[str]          # human-readable lines: what was scaled, clipped or skipped
 
 
-def load_workload(args: argparse.Namespace, tokenizer) -> LoadedWorkload:
+def load_workload(args: argparse.Namespace, tokenizer, vocab_size: int | None = None) -> LoadedWorkload:
     """Read ``args.trace`` (or the built-in demo slice when it is None) and scale it per ``args``.
     Raises ``recordings.traces.TraceFormatError`` for a file that is not a known trace."""
     from recordings.traces import load_trace
@@ -29,7 +29,7 @@ def load_workload(args: argparse.Namespace, tokenizer) -> LoadedWorkload:
                         max_prompt_tokens=args.max_prompt_tokens, max_output_tokens=args.max_output_tokens,
                         prompt_scale=args.prompt_scale, output_scale=args.output_scale,
                         min_prompt_tokens=args.min_prompt_tokens, min_output_tokens=args.min_output_tokens,
-                        seed=args.seed)
+                        seed=args.seed, vocab_size=vocab_size)
     notes = list(wl.scaling_notes)
     for err in load.errors[:5]:
         notes.append(f"skipped malformed row: line {err.line_no}: {err.message}")

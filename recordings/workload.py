@@ -70,7 +70,7 @@ def build_workload(rows: Sequence[TraceRow], tokenizer: Tokenizer | None, *,
                    max_output_tokens: int | None = None, prompt_scale: float = 1.0,
                    output_scale: float = 1.0, min_prompt_tokens: int = 4,
                    min_output_tokens: int = 1, corpus: str | None = None,
-                   seed: int = 0) -> Workload:
+                   seed: int = 0, vocab_size: int | None = None) -> Workload:
     """Build one request per row, in row order.
 
     Arrival = ``row.arrival_s * time_scale`` (below 1 compresses time). Prompt length =
@@ -80,7 +80,8 @@ def build_workload(rows: Sequence[TraceRow], tokenizer: Tokenizer | None, *,
     is a window of ``corpus`` (default: the shipped corpus) starting at a sentence picked by
     ``random.Random(seed)``, encoded without special tokens, cut to exactly that many ids and decoded
     back into ``prompt_text``. Without one, prompt ids are ``randint(100, 40000)`` draws from the same
-    generator. Deterministic given its arguments. Raises ``ValueError`` for out-of-range arguments.
+    generator (capped below ``vocab_size`` when given, for small models). Deterministic given its
+    arguments. Raises ``ValueError`` for out-of-range arguments.
     """
     _check_arguments(time_scale, prompt_scale, output_scale, min_prompt_tokens,
                      max_prompt_tokens, min_output_tokens, max_output_tokens)
@@ -99,24 +100,32 @@ def build_workload(rows: Sequence[TraceRow], tokenizer: Tokenizer | None, *,
             ids = prompts.window(rng, num_prompt)
             text: str | None = tokenizer.decode(ids)  # type: ignore[union-attr]
         else:
-            ids, text = random_token_ids(rng, num_prompt), None
+            ids, text = random_token_ids(rng, num_prompt, vocab_size), None
         requests.append(WorkloadRequest(
             request_id=f"r{index:0{width}d}", arrival_s=row.arrival_s * time_scale,
             prompt_text=text, prompt_token_ids=ids,
             max_tokens=output_lengths(row.num_output_tokens), source_line=row.line_no))
     notes = [note for note in (_time_note(rows, time_scale), prompt_lengths.note(),
                                output_lengths.note()) if note]
+    low, high = _id_range(vocab_size)
     notes.append("prompt text: windows of the built-in English corpus (the trace has only token "
                  "counts)" if prompts is not None else
-                 f"prompt tokens: random ids in [{RANDOM_TOKEN_RANGE[0]}, {RANDOM_TOKEN_RANGE[1]}] "
-                 f"(no tokenizer)")
+                 f"prompt tokens: random ids in [{low}, {high}] (no tokenizer)")
     return Workload(requests, notes)
 
 
-def random_token_ids(rng: random.Random, n: int) -> list[int]:
-    """``n`` ids drawn one by one with ``rng.randint(100, 40000)`` (as the benchmark peers do)."""
-    low, high = RANDOM_TOKEN_RANGE
+def random_token_ids(rng: random.Random, n: int, vocab_size: int | None = None) -> list[int]:
+    """``n`` ids drawn one by one with ``rng.randint(100, 40000)`` (as the benchmark peers do);
+    for a ``vocab_size`` at or below 40000 the range shrinks to fit inside it."""
+    low, high = _id_range(vocab_size)
     return [rng.randint(low, high) for _ in range(n)]
+
+
+def _id_range(vocab_size: int | None) -> tuple[int, int]:
+    low, high = RANDOM_TOKEN_RANGE
+    if vocab_size is not None and vocab_size <= high:
+        return min(low, vocab_size // 4), vocab_size - 1
+    return low, high
 
 
 def demo_trace_path() -> Path:
