@@ -9,7 +9,9 @@ from __future__ import annotations
 import itertools
 import logging
 import queue
+import sys
 import threading
+import time
 import traceback
 from typing import Callable
 
@@ -31,7 +33,7 @@ class EngineWorker(threading.Thread):
 
     def __init__(self, build: Callable[[], BuiltEngine], source: LiveSource, *,
                  on_ready: Callable[[BuiltEngine], None] | None = None, start_paused: bool = False,
-                 idle_wait_s: float = 0.05) -> None:
+                 idle_wait_s: float = 0.05, started_at: float | None = None) -> None:
         super().__init__(name="batchscope-engine", daemon=True)
         self._build = build
         self.source = source
@@ -44,6 +46,9 @@ class EngineWorker(threading.Thread):
         self._error: str | None = None
         self._status = "loading model…"
         self.built: BuiltEngine | None = None
+        self._started_at = started_at if started_at is not None else time.perf_counter()
+        self.first_token_s: float | None = None   # seconds from started_at to the first generated token
+        self.build_s: float | None = None         # seconds spent loading the model and building
         self._ids = itertools.count()
 
     # --- EngineControl (any thread) ---------------------------------------------------------
@@ -109,8 +114,10 @@ class EngineWorker(threading.Thread):
         self._steps_requested += 1
 
     def run(self) -> None:
+        t0 = time.perf_counter()
         try:
             self.built = self._build()
+            self.build_s = time.perf_counter() - t0
         except Exception as e:  # noqa: BLE001 - shown in the window
             log.exception("engine build failed")
             self._error = f"{type(e).__name__}: {e}"
@@ -152,6 +159,10 @@ class EngineWorker(threading.Thread):
                     continue
                 if record.error:
                     self._error = f"step {record.step}: {record.error}"
+                if self.first_token_s is None and record.new_tokens:
+                    self.first_token_s = time.perf_counter() - self._started_at
+                    print(f"batchscope: first token after {self.first_token_s:.1f} s (model load and "
+                          f"engine build {self.build_s or 0.0:.1f} s)", file=sys.stderr, flush=True)
                 self.source.publish(eng.state(), record)
                 self._status = "paused" if self._paused else "running"
                 continue

@@ -4,6 +4,9 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
+
+PROCESS_START = time.perf_counter()   # for "first token after N s" (import of torch etc. included)
 
 from engine.config import ConfigError, EngineConfig
 

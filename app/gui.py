@@ -42,7 +42,8 @@ def make_live(args: argparse.Namespace):
         add_workload(built.engine, holder["workload"].requests, clock=built.config.clock,
                      steps_per_second=args.steps_per_second)
 
-    worker = EngineWorker(build, source, on_ready=on_ready, start_paused=args.paused)
+    from app.cli import PROCESS_START
+    worker = EngineWorker(build, source, on_ready=on_ready, start_paused=args.paused, started_at=PROCESS_START)
     return source, worker, record
 
 
