@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -94,7 +95,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", default=str(DEFAULT_TRACE))
     ap.add_argument("--skip-hf", action="store_true")
-    ap.add_argument("--record-overhead", action="store_true")
+    ap.add_argument("--record-overhead", action="store_true",
+                    help="also time the engine with the recorder on (alternating with off runs)")
+    ap.add_argument("--repeats", type=int, default=3, help="on/off pairs for --record-overhead")
     ap.add_argument("--max-num-seqs", type=int, default=64)
     ap.add_argument("--max-num-batched-tokens", type=int, default=512)
     args = ap.parse_args()
@@ -107,9 +110,16 @@ def main() -> None:
            "out_tokens": sum(o for _, o in reqs), "threads": torch.get_num_threads(), "knobs": knobs}
     res["engine"] = run_engine(reqs, **knobs)
     if args.record_overhead:
+        # Alternate off/on runs and compare medians: single runs on this machine vary by ~10%.
+        off, on = [res["engine"]["steps_per_s"]], []
         with tempfile.TemporaryDirectory() as d:
-            res["engine_recording"] = run_engine(reqs, recorder_path=os.path.join(d, "b.sqlite"), **knobs)
-        res["recording_slowdown"] = 1 - res["engine_recording"]["steps_per_s"] / res["engine"]["steps_per_s"]
+            for i in range(args.repeats):
+                on.append(run_engine(reqs, recorder_path=os.path.join(d, f"b{i}.sqlite"), **knobs)["steps_per_s"])
+                if i + 1 < args.repeats:
+                    off.append(run_engine(reqs, **knobs)["steps_per_s"])
+        res["recording"] = {"steps_per_s_off": off, "steps_per_s_on": on,
+                            "median_off": statistics.median(off), "median_on": statistics.median(on),
+                            "slowdown": 1 - statistics.median(on) / statistics.median(off)}
     if not args.skip_hf:
         from engine.model_loader import resolve_model
         res.update(run_hf(reqs, str(resolve_model("default", progress=False).folder)))
