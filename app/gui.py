@@ -47,6 +47,20 @@ def make_live(args: argparse.Namespace):
     return source, worker, record
 
 
+def _quit_on_signals(app) -> None:
+    """Ctrl+C / SIGTERM in the terminal close the window cleanly (so the recording is closed).
+    Qt's event loop blocks Python's signal handlers; a short idle timer lets them run."""
+    import signal
+
+    from PySide6.QtCore import QTimer
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: app.quit())
+    timer = QTimer(app)
+    timer.timeout.connect(lambda: None)
+    timer.start(250)
+
+
 def launch(args: argparse.Namespace, command: str) -> int:
     """Open the window. ``command`` is ``demo`` (live engine) or ``replay`` (a recording)."""
     from PySide6.QtWidgets import QApplication
@@ -56,6 +70,7 @@ def launch(args: argparse.Namespace, command: str) -> int:
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("BatchScope")
+    _quit_on_signals(app)
     if command == "replay":
         try:
             source = Reader(args.recording)
