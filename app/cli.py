@@ -10,7 +10,7 @@ PROCESS_START = time.perf_counter()   # for "first token after N s" (import of t
 
 from engine.config import ConfigError, EngineConfig
 
-DEMO_NUM_GPU_BLOCKS = 160
+DEMO_NUM_GPU_BLOCKS = 112   # tight enough that the demo shows the cache filling and a few preemptions
 
 
 def _engine_args(p: argparse.ArgumentParser, *, num_gpu_blocks: int | None, clock: str) -> None:
