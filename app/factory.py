@@ -60,6 +60,7 @@ def build_engine(config: EngineConfig, *, recorder_factory=None, trace: dict | N
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)
     source = resolve_model(config.model, progress=progress)
+    transformers.utils.logging.disable_progress_bar()   # the cached load takes ~1 s: no bar needed
     model, tokenizer = load_model(source, dtype, device)
     max_len = min(config.max_model_len, getattr(model.config, "max_position_embeddings", config.max_model_len))
     config = config.replace(device=str(device), dtype=str(dtype).removeprefix("torch."), max_model_len=max_len)

@@ -21,17 +21,19 @@ def make_live(args: argparse.Namespace):
     from app.cli import engine_config
     from app.factory import build_engine
     from app.live_source import LiveSource
-    from app.workload_setup import add_workload, load_workload
+    from app.workload_setup import add_workload, check_args, load_workload, read_trace
     from recordings import RecordingWriter
 
     config = engine_config(args)
+    check_args(args)
+    trace = read_trace(args)
     record = Path(args.record) if args.record else default_recording_path()
     source = LiveSource(empty_state(config.max_num_seqs))
     holder: dict = {}
 
     def build():
         built = build_engine(config, recorder_factory=None)
-        wl = load_workload(args, built.tokenizer, built.vocab_size)
+        wl = load_workload(args, trace, built.tokenizer, built.vocab_size)
         built.run_info["trace"] = wl.trace_info
         built.run_info["recording"] = str(record)
         built.engine.recorder = RecordingWriter(record, built.run_info)
@@ -61,26 +63,43 @@ def _quit_on_signals(app) -> None:
     timer.start(250)
 
 
+def _has_display() -> bool:
+    """False on a Linux machine with neither a display nor an explicit Qt platform plugin, where Qt
+    would abort the process."""
+    if not sys.platform.startswith("linux") or os.environ.get("QT_QPA_PLATFORM"):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
 def launch(args: argparse.Namespace, command: str) -> int:
-    """Open the window. ``command`` is ``demo`` (live engine) or ``replay`` (a recording)."""
+    """Open the window. ``command`` is ``demo`` (live engine) or ``replay`` (a recording).
+    Inputs are checked before Qt starts; returns 1 with a one-line message when they are bad."""
+    from recordings import Reader, RecordingError
+
+    try:
+        if command == "replay":
+            source = Reader(args.recording)
+        else:
+            source, worker, record = make_live(args)
+    except (RecordingError, ValueError, OSError) as e:
+        print(f"batchscope: {e}", file=sys.stderr)
+        return 1
+    if not _has_display():
+        print("batchscope: no display found (DISPLAY/WAYLAND_DISPLAY unset): run it on a desktop, under "
+              "Xvfb, or headless with QT_QPA_PLATFORM=offscreen; `batchscope run` needs no window",
+              file=sys.stderr)
+        return 1
     from PySide6.QtWidgets import QApplication
 
-    from recordings import Reader, RecordingError
     from ui import MainWindow
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("BatchScope")
     _quit_on_signals(app)
     if command == "replay":
-        try:
-            source = Reader(args.recording)
-        except RecordingError as e:
-            print(f"batchscope: {e}", file=sys.stderr)
-            return 1
         win = MainWindow(source, None, open_recording=Reader, title=f"BatchScope — {args.recording}")
         win.show()
         return app.exec()
-    source, worker, record = make_live(args)
     win = MainWindow(source, worker, open_recording=Reader, title=f"BatchScope — live ({record.name})")
     win.show()
     worker.start()
@@ -88,4 +107,5 @@ def launch(args: argparse.Namespace, command: str) -> int:
         return app.exec()
     finally:
         worker.stop()
-        print(f"recording saved: {record}  (batchscope replay {record})", file=sys.stderr)
+        if record.exists():
+            print(f"recording saved: {record}  (batchscope replay {record})", file=sys.stderr)

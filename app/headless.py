@@ -2,79 +2,135 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from tqdm import tqdm
 
 from app.cli import engine_config
 from app.factory import build_engine
-from app.workload_setup import add_workload, load_workload
+from app.workload_setup import add_workload, check_args, load_workload, read_trace
+
+
+def _fail(message: str) -> int:
+    print(f"batchscope: {message}", file=sys.stderr)
+    return 1
 
 
 def run_headless(args: argparse.Namespace) -> int:
-    """Load the model, replay ``args.trace`` with a progress bar, write ``args.record``, print the
-    summary. Returns the process exit code (1 when the model or trace cannot be loaded)."""
+    """Check the inputs, load the model, replay ``args.trace`` with a progress bar, write
+    ``args.record`` and print the summary. Returns the exit code: 0 done, 1 bad input or nothing
+    could be served, 130 interrupted (the recording keeps every step so far)."""
     from engine.model_loader import ModelLoadError
-    from recordings import Reader, RecordingWriter, summarize
+    from recordings import Reader, RecordingError, RecordingWriter, summarize
     from recordings.traces import TraceFormatError
 
     out = Path(args.record)
     if out.exists():
-        print(f"batchscope: {out} exists; choose a new --record path (recordings are never overwritten)",
-              file=sys.stderr)
-        return 1
+        return _fail(f"{out} exists; choose a new --record path (recordings are never overwritten)")
+    if not out.parent.is_dir():
+        return _fail(f"cannot write {out}: folder {out.parent} does not exist")
     config = engine_config(args)
+    try:
+        check_args(args)
+        trace = read_trace(args)
+    except (ValueError, OSError) as e:          # TraceFormatError is a ValueError
+        return _fail(str(e))
     try:
         print(f"loading model {config.model!r}…", file=sys.stderr)
         built = build_engine(config, recorder_factory=None)
-        wl = load_workload(args, built.tokenizer, built.vocab_size)
-    except (ModelLoadError, TraceFormatError, OSError, RuntimeError) as e:
-        print(f"batchscope: {e}", file=sys.stderr)
-        return 1
-    built.run_info["trace"] = wl.trace_info
-    writer = RecordingWriter(out, built.run_info)
+        wl = load_workload(args, trace, built.tokenizer, built.vocab_size)
+        built.run_info["trace"] = wl.trace_info
+        writer = RecordingWriter(out, built.run_info)
+    except (ModelLoadError, TraceFormatError, RecordingError, OSError, RuntimeError, ValueError) as e:
+        return _fail(str(e))
     eng = built.engine
     eng.recorder = writer
     add_workload(eng, wl.requests, clock=built.config.clock, steps_per_second=args.steps_per_second)
-    for line in wl.notes:
-        print(f"  {line}", file=sys.stderr)
-    total = len(wl.requests)
+    if wl.notes:
+        print("workload scaled to fit this machine:", file=sys.stderr)
+        for line in wl.notes:
+            print(f"  - {line}", file=sys.stderr)
+    interrupted = False
     try:
-        with tqdm(total=total, unit="req", desc="replaying", dynamic_ncols=True) as bar:
-            done = 0
-            while eng.has_unfinished:
-                eng.admit_due()
-                s = eng.scheduler
-                if not (s.waiting or s.running) and built.config.clock == "wall" and eng.next_arrival_time:
-                    time.sleep(max(0.0, min(0.05, eng.next_arrival_time - eng.now())))
-                    continue
-                rec = eng.step()
-                if rec.num_finished != done:
-                    bar.update(rec.num_finished - done)
-                    done = rec.num_finished
-                bar.set_postfix(step=rec.step, running=rec.num_running, waiting=rec.num_waiting,
-                                kv=f"{rec.kv_cache_usage:.0%}", refresh=False)
+        _replay(eng, len(wl.requests), built.config.clock)
     except KeyboardInterrupt:
-        print("\ninterrupted: the recording keeps every step so far", file=sys.stderr)
+        interrupted = True
     finally:
         writer.close()
     print(summarize(Reader(out)).format_table())
-    if wl.notes:
-        print("scaled to fit this machine:")
-        for line in wl.notes:
-            print(f"  - {line}")
+    for line in describe_run(Reader(out).run_info()):
+        print(line)
+    reqs = list(eng.requests.values())
+    unfinished = len(wl.requests) - sum(r.is_finished for r in reqs)
+    rejected = [r for r in reqs if r.status.value == "FINISHED_ERROR"]
+    if rejected:
+        print(rejection_report(rejected, len(wl.requests)))
+    if interrupted:
+        print(f"interrupted: {unfinished} of {len(wl.requests)} requests did not finish; the recording "
+              f"keeps every step so far")
     print(f"recording: {out}  (open it with: batchscope replay {out})")
-    return 0
+    if interrupted:
+        return 130
+    return 1 if rejected and len(rejected) == len(wl.requests) else 0
+
+
+def _replay(eng, total: int, clock: str) -> None:
+    """Step until every request finished, sleeping through idle gaps under the wall clock."""
+    with tqdm(total=total, unit="req", desc="replaying", dynamic_ncols=True) as bar:
+        done = 0
+        while eng.has_unfinished:
+            eng.admit_due()
+            s = eng.scheduler
+            if not (s.waiting or s.running) and clock == "wall" and eng.next_arrival_time is not None:
+                time.sleep(max(0.0, min(0.05, eng.next_arrival_time - eng.now())))
+                continue
+            rec = eng.step()
+            if rec.num_finished != done:
+                bar.update(rec.num_finished - done)
+                done = rec.num_finished
+            bar.set_postfix(step=rec.step, running=rec.num_running, waiting=rec.num_waiting,
+                            kv=f"{rec.kv_cache_usage:.0%}", refresh=False)
+
+
+def rejection_report(rejected: list, total: int) -> str:
+    """Why requests were refused, grouped by limit, with the flags that help."""
+    kinds = Counter(re.sub(r"\d+", "N", r.error or "unknown error") for r in rejected)
+    lines = [f"{len(rejected)} of {total} requests failed or were rejected at admission:"]
+    for kind, n in kinds.most_common(5):
+        example = next(r.error for r in rejected if re.sub(r"\d+", "N", r.error or "unknown error") == kind)
+        lines.append(f"  {n} x {example}")
+    lines.append("  (shrink requests with --prompt-scale / --max-prompt-tokens / --max-output-tokens, or "
+                 "raise --max-model-len / --num-gpu-blocks)")
+    return "\n".join(lines)
+
+
+def describe_run(info: dict) -> list[str]:
+    """Lines about a recording's provenance: model, device, trace and how it was scaled."""
+    cfg = info.get("config", {})
+    model = info.get("model", {})
+    lines = [f"model: {model.get('name', '?')} on {info.get('device', '?')} ({info.get('dtype', '?')}); "
+             f"max_num_seqs {cfg.get('max_num_seqs')}, max_num_batched_tokens {cfg.get('max_num_batched_tokens')}, "
+             f"{cfg.get('num_gpu_blocks')} KV blocks of {cfg.get('block_size')} tokens, clock {cfg.get('clock')}"]
+    trace = info.get("trace") or {}
+    if trace:
+        lines.append(f"trace: {trace.get('name')} ({trace.get('num_rows')} requests, "
+                     f"{trace.get('num_malformed_rows', 0)} malformed rows skipped)")
+        lines += [f"  - {n}" for n in trace.get("scaling", [])]
+    return lines
 
 
 def print_summary(path: str) -> int:
-    """``batchscope summary FILE``: metrics recomputed from a recording's rows."""
+    """``batchscope summary FILE``: metrics recomputed from a recording's rows, and its provenance."""
     from recordings import Reader, RecordingError, summarize
     try:
-        print(summarize(Reader(path)).format_table())
+        reader = Reader(path)
+        print(summarize(reader).format_table())
+        for line in describe_run(reader.run_info()):
+            print(line)
     except RecordingError as e:
-        print(f"batchscope: {e}", file=sys.stderr)
-        return 1
+        return _fail(str(e))
     return 0

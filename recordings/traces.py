@@ -175,7 +175,7 @@ def _mooncake_row(line_no: int, line: str) -> _Parsed:
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as e:
-        raise ValueError(f"not valid JSON: {e.msg} at column {e.colno}") from None
+        raise ValueError(f"not valid JSON ({e.msg}; column {e.colno})") from None
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, found {type(obj).__name__}")
     missing = [key for key in MOONCAKE_KEYS if key not in obj]

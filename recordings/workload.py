@@ -83,7 +83,7 @@ def build_workload(rows: Sequence[TraceRow], tokenizer: Tokenizer | None, *,
     generator (capped below ``vocab_size`` when given, for small models). Deterministic given its
     arguments. Raises ``ValueError`` for out-of-range arguments.
     """
-    _check_arguments(time_scale, prompt_scale, output_scale, min_prompt_tokens,
+    check_workload_arguments(time_scale, prompt_scale, output_scale, min_prompt_tokens,
                      max_prompt_tokens, min_output_tokens, max_output_tokens)
     rng = random.Random(seed)
     prompts = None
@@ -181,8 +181,8 @@ class _Clamp:
     def note(self) -> str | None:
         parts = [_times(self.scale)] if self.scale != 1 else []
         if self.high is None and self.raised:
-            parts.append(f"raised to at least {self.low} tokens ({self.raised} of {self.num} "
-                         f"raised)")
+            unit = "token" if self.low == 1 else "tokens"
+            parts.append(f"raised to at least {self.low} {unit} ({self.raised} of {self.num} raised)")
         elif self.raised or self.cut:
             parts.append(f"clipped to [{self.low}, {self.high}] tokens ({self.raised + self.cut} "
                          f"of {self.num} clipped: {self.raised} raised, {self.cut} cut)")
@@ -205,8 +205,9 @@ def _times(scale: float) -> str:
     return f"x{scale:g}"
 
 
-def _check_arguments(time_scale, prompt_scale, output_scale, min_prompt, max_prompt,
-                     min_output, max_output) -> None:
+def check_workload_arguments(time_scale, prompt_scale, output_scale, min_prompt, max_prompt,
+                             min_output, max_output) -> None:
+    """Raise ``ValueError`` naming the argument and its limit if a scaling argument is out of range."""
     if time_scale < 0:
         raise ValueError(f"time_scale must be >= 0, got {time_scale}")
     if prompt_scale <= 0 or output_scale <= 0:

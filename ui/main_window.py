@@ -169,6 +169,10 @@ class MainWindow(QMainWindow):
                                                                info.get("dtype")) if v))
         details = {**(model if isinstance(model, dict) else {}), **(info.get("config") or {})}
         self.status["run"].setToolTip("\n".join(f"{k} = {v}" for k, v in details.items()))
+        clock = (info.get("config") or {}).get("clock")
+        self.time_unit = {"wall": "s", "virtual": "steps"}.get(clock, "")
+        self.queues.set_time_unit(self.time_unit)
+        self.inspector.time_unit = self.time_unit
         mode = "live" if self.control is not None else "replay"
         self.setWindowTitle(f"{self.base_title} — {name or 'run'} ({mode})")
 
@@ -226,7 +230,8 @@ class MainWindow(QMainWindow):
         self.inspector.set_state(state, k, self.not_admitted)
         self._drawn = (k, step_span(k, latest, self.window), id(self.source))
         tps = self.metrics.mean_output_tps()
-        self.status["clock"].setText(f"clock {state.clock:.4g}")
+        unit = {"s": " s", "steps": " steps"}.get(getattr(self, "time_unit", ""), "")
+        self.status["clock"].setText(f"clock {state.clock:.4g}{unit}")
         self.status["kv"].setText(f"KV {100 * state.kv_cache_usage:.0f}% "
                                   f"({state.num_used_blocks}/{state.num_total_blocks} blocks)")
         self.status["tps"].setText("– tok/s" if tps is None else f"{tps:,.0f} output tok/s")

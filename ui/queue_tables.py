@@ -48,7 +48,7 @@ def cell_text(r: RequestView, column: int, not_admitted: str | None = None) -> s
     if column == 0:
         return r.request_id
     if column == 1:
-        return "finished" if r.is_finished else r.status.lower()
+        return r.status.lower().removeprefix("finished_") if r.is_finished else r.status.lower()
     if column == 2:
         return str(r.num_prompt_tokens)
     if column == 3:
@@ -89,10 +89,20 @@ class RequestTableModel(QAbstractTableModel):
     def columnCount(self, parent=QModelIndex()) -> int:
         return 0 if parent.isValid() else len(COLUMNS)
 
+    time_unit = ""        # "s" (wall clock) or "steps" (virtual clock), shown in the TTFT/ITL headers
+
     def headerData(self, section, orientation, role=DISPLAY):
         if role == DISPLAY and orientation == _HORIZONTAL:
+            if COLUMNS[section] in ("TTFT", "ITL") and self.time_unit:
+                return f"{COLUMNS[section]} ({self.time_unit})"
             return COLUMNS[section]
         return None
+
+    def set_time_unit(self, unit: str) -> None:
+        """Name the unit of the TTFT and ITL columns."""
+        if unit != self.time_unit:
+            self.time_unit = unit
+            self.headerDataChanged.emit(_HORIZONTAL, 0, len(COLUMNS) - 1)
 
     def data(self, index: QModelIndex, role=DISPLAY):
         if role not in _ROLES or not index.isValid():
@@ -189,6 +199,11 @@ class QueueTables(QWidget):
             title = f"{name.capitalize()} ({len(rows)})"
             if self.tabs.tabText(i) != title:
                 self.tabs.setTabText(i, title)
+
+    def set_time_unit(self, unit: str) -> None:
+        """``s`` or ``steps``: the unit of the run's clock, for the TTFT and ITL columns."""
+        for m in self.models.values():
+            m.set_time_unit(unit)
 
     def row_counts(self) -> dict[str, int]:
         return {n: m.rowCount() for n, m in self.models.items()}

@@ -21,6 +21,8 @@ FIELDS = ("state", "arrival", "tokens", "KV", "latency", "reason")
 class RequestInspector(QWidget):
     """``set_state(state, step)`` refreshes the shown request; ``set_selected(id)`` picks it."""
 
+    time_unit = ""   # "s" or "steps": the run's clock unit, set by the main window
+
     def __init__(self, source: StepSource, control: EngineControl | None = None,
                  parent: QWidget | None = None):
         super().__init__(parent)
@@ -112,7 +114,7 @@ class RequestInspector(QWidget):
         ids = ", ".join(map(str, v.block_ids[:12])) + (" …" if len(v.block_ids) > 12 else "")
         self.values["KV"].setText(f"{len(v.block_ids)} blocks [{ids}]" if v.block_ids else "no blocks")
         self.values["latency"].setText(f"TTFT {cell_text(v, 4)} · mean ITL {cell_text(v, 5)}"
-                                       " (engine clock units)")
+                                       f" ({self.time_unit or 'engine clock units'})")
         reason = reason_text(v, self.not_admitted.get(v.request_id))
         self.values["reason"].setText(reason or "–")
         self.values["reason"].setStyleSheet(f"color: {css(ERROR)};" if v.error else "")

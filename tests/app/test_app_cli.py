@@ -75,7 +75,8 @@ def test_malformed_rows_are_reported_by_line_and_the_rest_is_served(tiny_model, 
     assert len(Reader(rec).state_at(10_000).requests) == 7
 
 
-@pytest.mark.parametrize("problem", ["missing-model", "existing-record", "bad-trace", "bad-knob"])
+@pytest.mark.parametrize("problem", ["missing-model", "existing-record", "bad-trace", "bad-knob",
+                                     "missing-trace", "record-folder", "limit", "time-scale", "clip"])
 def test_bad_input_gives_a_clear_error_and_exit_code(problem, tiny_model, tmp_path, capsys):
     rec = tmp_path / "x.sqlite"
     args = ["run", "--model", str(tiny_model), "--trace", str(DEMO_TRACE), "--record", str(rec), "--limit", "2"]
@@ -90,11 +91,35 @@ def test_bad_input_gives_a_clear_error_and_exit_code(problem, tiny_model, tmp_pa
         bad.write_text("a,b\n1,2\n")
         args[4] = str(bad)
         expect = "t.csv"
-    else:
+    elif problem == "bad-knob":
         args += ["--max-num-seqs", "0"]
         expect = "max_num_seqs"
+    elif problem == "missing-trace":
+        args[4] = str(tmp_path / "gone.csv")
+        expect = "gone.csv"
+    elif problem == "record-folder":
+        args[6] = str(tmp_path / "no-such-dir" / "x.sqlite")
+        expect = "no-such-dir"
+    elif problem == "limit":
+        args[8] = "0"
+        expect = "--limit"
+    elif problem == "time-scale":
+        args += ["--time-scale", "-1"]
+        expect = "time_scale"
+    else:
+        args += ["--max-prompt-tokens", "2"]
+        expect = "max_prompt_tokens"
     code = main(args)
     err = capsys.readouterr().err
     assert code in (1, 2)
     assert expect in err
     assert "Traceback" not in err
+
+
+def test_rejected_requests_are_explained_and_all_rejected_is_a_failure(tiny_model, tmp_path):
+    rec = tmp_path / "rej.sqlite"
+    out = run_cli("run", "--model", str(tiny_model), "--trace", str(DEMO_TRACE), "--limit", "3",
+                  "--record", str(rec), "--clock", "virtual", "--max-model-len", "64")
+    assert out.returncode == 1
+    assert "3 of 3 requests failed or were rejected" in out.stdout
+    assert "max_model_len 64" in out.stdout and "--max-prompt-tokens" in out.stdout
