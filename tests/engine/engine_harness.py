@@ -5,18 +5,24 @@ A workload is a list of :class:`Arrival` (added just before step ``arrive_step``
 list order, as the cases README defines) and :class:`Action` (abort / pause / resume applied just
 before step ``step``). Paused requests are held by the user: G5 (liveness) is required of waiting
 and running requests only.
+
+With ``record_to`` a run is also recorded (``recordings.RecordingWriter``); then
+:func:`assert_recording_matches` reads the file back and checks that it replays the live run step
+by step and that the state-level invariants hold again on the states read from it.
 """
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
 
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.outputs import (NOT_ADMITTED_BEHIND, NOT_ADMITTED_NO_FREE_BLOCKS, NOT_ADMITTED_SEQ_CAP,
                             NOT_ADMITTED_TOKEN_BUDGET, NewToken, StepRecord)
 from engine.request import Request, RequestStatus, SamplingParams
+from engine.state import EngineState
 from fake_runner import FakeRunner, hash_next_token
 
 ACTIONS = ("abort", "pause", "resume")
@@ -55,6 +61,8 @@ class RunResult:
     action_results: list[tuple[Action, bool]]
     streamed: dict[str, list[NewToken]]
     rejected: set[str]
+    states: list[EngineState] = field(default_factory=list)   # live state after each step
+    recording: Path | None = None                             # the file, if recorded
 
     @property
     def requests(self) -> dict[str, Request]:
@@ -82,6 +90,42 @@ class RunResult:
         return sum(r.num_preemptions for r in self.records)
 
 
+def check_state(st: EngineState, rec: StepRecord, config: Mapping, finished: set[str]) -> None:
+    """G1, G3 and G4 as the views of one state show them (the live state after a step or the same
+    state read back from a recording), with ``rec`` that step's record and ``config`` the run's
+    config as a dict. ``finished`` holds the ids seen finished in earlier states and is updated."""
+    total = config["num_gpu_blocks"]
+    assert st.step == rec.step and st.num_total_blocks == rec.num_total_blocks == total, (st.step, rec.step)
+    # G1 / G2: live requests hold distinct, valid blocks; free + held == total. Finished hold none.
+    held = [b for v in st.requests.values() if not v.is_finished for b in v.block_ids]
+    assert len(held) == len(set(held)) == st.num_used_blocks, "G2: a block held twice"
+    assert all(0 <= b < total for b in held), held
+    assert st.num_used_blocks + rec.num_free_blocks == total, "G1 (views)"
+    assert all(not v.block_ids for v in st.finished), "G1: a finished request holds blocks"
+    # G3: every request in exactly one queue, counts as the step reports them; finished stays so.
+    queues = [st.waiting, st.running, st.paused, st.finished]
+    ids = [v.request_id for q in queues for v in q]
+    assert sorted(ids) == sorted(st.requests), ("G3: not in exactly one queue", ids)
+    assert (len(st.waiting), len(st.running), len(st.paused)) == (
+        rec.num_waiting, rec.num_running, rec.num_paused), "G3 (views)"
+    now_finished = {v.request_id for v in st.finished}
+    assert finished <= now_finished, f"G3: finished {finished - now_finished} came back"
+    finished |= now_finished
+    # G4: limits, from the state and from the step's schedule.
+    slots = [v.slot for v in st.running]
+    assert len(slots) <= config["max_num_seqs"], "G4: running > max_num_seqs"
+    assert len(set(slots)) == len(slots) and all(s is not None and 0 <= s < config["max_num_seqs"]
+                                                 for s in slots), slots
+    assert len(rec.scheduler_output.scheduled) <= config["max_num_seqs"], "G4: scheduled > max_num_seqs"
+    assert rec.num_scheduled_tokens <= config["max_num_batched_tokens"], "G4: token budget exceeded"
+
+
+def check_drained(st: EngineState, rec: StepRecord) -> None:
+    """G6 on the final state: every request finished and every block free."""
+    assert all(v.is_finished for v in st.requests.values()), "G6: unfinished requests at the end"
+    assert st.num_used_blocks == 0 and rec.num_free_blocks == rec.num_total_blocks, "G6: blocks still held"
+
+
 class InvariantChecker:
     """Checks G1-G6 around every step of one engine (raises ``AssertionError``)."""
 
@@ -94,6 +138,10 @@ class InvariantChecker:
         self.streamed: dict[str, list[NewToken]] = defaultdict(list)
         self.idle_steps = 0
         self.pre: dict = {}
+        self.states: list[EngineState] = []
+        self.last_rec: StepRecord | None = None
+        self.config_dict = engine.config.to_dict() | {"num_gpu_blocks": engine.num_gpu_blocks}
+        self.finished_views: set[str] = set()
 
     # --- around admissions ------------------------------------------------------------------
     def after_add(self, rid: str) -> None:
@@ -131,12 +179,9 @@ class InvariantChecker:
         s.check_invariants()
         # ... and again from what the UI and the recording see (RequestViews, StepRecord).
         st = e.state()
-        assert st.step == rec.step
-        assert st.num_used_blocks + rec.num_free_blocks == rec.num_total_blocks == e.num_gpu_blocks, "G1 (views)"
-        live_views = [v for v in st.requests.values() if not v.is_finished]
-        assert sum(len(v.block_ids) for v in live_views) == st.num_used_blocks, "G2: a block held twice"
-        assert (len(st.waiting), len(st.running), len(st.paused)) == (
-            rec.num_waiting, rec.num_running, rec.num_paused), "G3 (views)"
+        check_state(st, rec, self.config_dict, self.finished_views)
+        self.states.append(st)
+        self.last_rec = rec
         for rid, req in e.requests.items():
             v = st.requests[rid]
             assert (v.status, v.num_output_tokens, v.num_computed_tokens, v.block_ids, v.slot,
@@ -252,6 +297,8 @@ class InvariantChecker:
             assert req.is_finished, f"{rid} never finished ({req.status})"
             assert [t.token_id for t in self.streamed[rid]] == req.output_token_ids, f"{rid}: streamed tokens"
         assert kv.num_free_blocks == kv.num_blocks, "G6: blocks still held after every request finished"
+        if self.states:
+            check_drained(self.states[-1], self.last_rec)
         assert not kv.block_tables, kv.block_tables
         kv.check_invariants()
         assert not e.scheduler.has_unfinished
@@ -265,18 +312,38 @@ class InvariantChecker:
 def run_workload(config: EngineConfig, arrivals: Sequence[Arrival], actions: Sequence[Action] = (), *,
                  runner=None, tokenizer=None, eos_token_id: int | None = None,
                  next_token_fn=hash_next_token, max_steps: int = 5000,
-                 resume_paused_at_end: bool = True) -> RunResult:
+                 resume_paused_at_end: bool = True, record_to: str | Path | None = None,
+                 keyframe_interval: int = 16) -> RunResult:
     """Run ``arrivals`` and ``actions`` to completion with invariant checks after every step.
 
     ``config.num_gpu_blocks`` sizes the cache. ``runner`` defaults to a :class:`FakeRunner`.
     Once no arrival or action is left, paused requests are resumed (if ``resume_paused_at_end``)
     so the run drains. Raises ``AssertionError`` if it has not drained after ``max_steps`` (G5).
+    ``record_to``: also record the run to this (new) file, closed before returning.
     """
     num_blocks = config.num_gpu_blocks
     assert num_blocks is not None
     if runner is None:
         runner = FakeRunner(num_blocks, config.block_size, next_token_fn)
-    engine = LLMEngine(config, runner, num_blocks, tokenizer=tokenizer, eos_token_id=eos_token_id)
+    writer = None
+    if record_to is not None:
+        from recordings import RecordingWriter
+
+        writer = RecordingWriter(record_to, {"config": config.to_dict(), "model": "fake"},
+                                 keyframe_interval=keyframe_interval)
+    try:
+        engine = LLMEngine(config, runner, num_blocks, tokenizer=tokenizer, eos_token_id=eos_token_id,
+                           recorder=writer)
+        result = _drive(engine, runner, arrivals, actions, max_steps, resume_paused_at_end)
+    finally:
+        if writer is not None:
+            writer.close()
+    result.recording = None if record_to is None else Path(record_to)
+    return result
+
+
+def _drive(engine: LLMEngine, runner, arrivals: Sequence[Arrival], actions: Sequence[Action],
+           max_steps: int, resume_paused_at_end: bool) -> RunResult:
     checker = InvariantChecker(engine, runner)
     by_step: dict[int, list] = defaultdict(list)
     for a in arrivals:
@@ -314,7 +381,36 @@ def run_workload(config: EngineConfig, arrivals: Sequence[Arrival], actions: Seq
         step += 1
     if not engine.scheduler.paused:
         checker.at_end()
-    return RunResult(engine, runner, records, results, dict(checker.streamed), checker.rejected)
+    return RunResult(engine, runner, records, results, dict(checker.streamed), checker.rejected,
+                     checker.states)
+
+
+def assert_recording_matches(result: RunResult) -> None:
+    """The README's "again from the recording": open ``result.recording`` and check that every
+    step's state and record read back equal the live ones, then re-check G1, G3, G4 (and G6 if the
+    run drained) on the states read from the file, with the config stored in the file."""
+    from recordings import Reader
+
+    assert result.recording is not None, "run_workload(..., record_to=path) first"
+    n = len(result.records)
+    with Reader(result.recording) as reader:
+        assert reader.is_complete() and reader.latest_step() == n - 1
+        config = reader.run_info()["config"]
+        assert config == result.engine.config.to_dict()
+        records = reader.records(0, n)
+        assert records == result.records, "recorded steps differ from the live StepRecords"
+        states = [reader.state_at(k) for k in range(n)]
+        announced = reader.request_ids()
+    assert len(states) == len(result.states) == n
+    for k, (got, live) in enumerate(zip(states, result.states)):
+        assert got == live, f"state read back at step {k} differs from the live state"
+    finished: set[str] = set()
+    for st, rec in zip(states, records):
+        check_state(st, rec, config, finished)
+    if n:
+        assert announced == list(states[-1].requests) == list(result.requests)   # arrival order
+        if not result.engine.scheduler.paused:
+            check_drained(states[-1], records[-1])
 
 
 def reference_outputs(config: EngineConfig, arrivals: Sequence[Arrival], **kw) -> dict[str, list[int]]:
