@@ -95,13 +95,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", default=str(DEFAULT_TRACE))
     ap.add_argument("--skip-hf", action="store_true")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (default: all cores)")
     ap.add_argument("--record-overhead", action="store_true",
                     help="also time the engine with the recorder on (alternating with off runs)")
     ap.add_argument("--repeats", type=int, default=3, help="on/off pairs for --record-overhead")
     ap.add_argument("--max-num-seqs", type=int, default=64)
     ap.add_argument("--max-num-batched-tokens", type=int, default=512)
     args = ap.parse_args()
-    torch.set_num_threads(os.cpu_count() or 2)
+    torch.set_num_threads(args.threads or os.cpu_count() or 2)
     wl = bench_cpu_workload(args.trace)
     reqs = [(w.prompt_token_ids, w.max_tokens) for w in wl.requests]
     knobs = dict(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,

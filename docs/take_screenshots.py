@@ -44,6 +44,9 @@ def main() -> None:
         if not first_token and any(r.num_output_tokens for r in source.latest_state().requests.values()):
             first_token.append(time.monotonic() - t0)
         if time.monotonic() - t0 >= a.seconds:
+            running = source.latest_state().running
+            if running:
+                win.select_request(running[0].request_id)
             win.refresh(force=True)
             app.processEvents()
             win.grab().save(str(ROOT / "docs" / "screenshot-live.png"))
@@ -60,6 +63,9 @@ def main() -> None:
     rep.resize(1600, 1000)
     rep.show()
     rep.show_step(reader.latest_step() // 2)
+    mid = reader.state_at(reader.latest_step() // 2).running
+    if mid:
+        rep.select_request(mid[-1].request_id)
     app.processEvents()
     rep.refresh(force=True)
     app.processEvents()

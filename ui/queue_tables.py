@@ -29,7 +29,7 @@ NOT_ADMITTED_TEXT = {
 }
 # starting widths (user-resizable) in characters of content; ResizeToContents would re-query
 # every row on each frame
-WIDTH_CHARS = (7, 8, 4, 9, 4, 4, 3)
+WIDTH_CHARS = (7, 8, 4, 9, 7, 7, 3)
 
 
 def _num(x: float | None, unit: str = "") -> str:
