@@ -46,7 +46,7 @@ def check_equality(device: str, small: bool) -> dict:
     rng = random.Random(1)
     reqs = [([rng.randint(3, cfg.vocab_size - 1) for _ in range(rng.randint(5, 120))], rng.randint(4, 24))
             for _ in range(16)]
-    eng = make_engine(model, num_blocks=24, block_size=16, max_num_batched_tokens=64, max_num_seqs=16)
+    eng = make_engine(model, num_blocks=20, block_size=8, max_num_batched_tokens=64, max_num_seqs=16)
     for i, (p, o) in enumerate(reqs):
         eng.add_request(p, SamplingParams(max_tokens=o, ignore_eos=True), request_id=f"r{i}")
     recs = eng.run_until_done()
@@ -58,11 +58,16 @@ def check_equality(device: str, small: bool) -> dict:
             ref = model.generate(torch.tensor([p], device=device), max_new_tokens=o, do_sample=False,
                                  eos_token_id=-1, pad_token_id=0)[0, len(p):].tolist()
             ok += ref == eng.requests[f"r{i}"].output_token_ids
-    return {"equal": ok, "requests": len(reqs), "preemptions": preemptions, "steps": len(recs)}
+    rejected = sum(eng.requests[f"r{i}"].status.value == "FINISHED_ERROR" for i in range(len(reqs)))
+    return {"equal": ok, "requests": len(reqs), "preemptions": preemptions, "steps": len(recs),
+            "rejected": rejected}
 
 
 def azure_rows(n: int) -> list[tuple[int, int]]:
-    with open(TRACE, newline="") as f:
+    """(prompt, output) token counts of the first n conv rows (the shipped 400-row slice when
+    ../shared is not there)."""
+    path = TRACE if TRACE.is_file() else Path(__file__).resolve().parents[1] / "recordings" / "data" / "azure_conv_demo.csv"
+    with open(path, newline="") as f:
         rows = list(csv.DictReader(f))[:n]
     return [(int(r["ContextTokens"]), int(r["GeneratedTokens"])) for r in rows]
 
@@ -117,7 +122,8 @@ def main() -> None:
     t = time.perf_counter()
     eq = check_equality(args.device, args.small)
     print(f"equality fp32 : {eq['equal']}/{eq['requests']} requests token-identical to generate(), "
-          f"{eq['preemptions']} preemptions, {eq['steps']} steps ({time.perf_counter() - t:.1f} s)")
+          f"{eq['preemptions']} preemptions, {eq['rejected']} rejected, {eq['steps']} steps "
+          f"({time.perf_counter() - t:.1f} s)")
     rp = replay(args.device, args.small, args.n)
     print("replay        : " + "  ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
                                          for k, v in rp.items()))
