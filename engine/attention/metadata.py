@@ -21,8 +21,11 @@ class PagedAttentionMetadata:
       block_tables    int64 [R, Bmax]  block ids, padded with 0 beyond each request's table
     ``kv_caches`` holds one ``(k_cache, v_cache)`` pair per layer, each
     ``[num_blocks, block_size, num_kv_heads, head_dim]``.
-    ``decode_ids``/``decode_mask`` describe the requests with exactly one query token (batched
-    in one call); ``prefill_ids`` lists the others (one call each).
+    ``decode_ids``/``decode_mask`` describe the requests with exactly one query token;
+    ``decode_groups`` splits them, sorted by context length, into up to ``MAX_DECODE_GROUPS``
+    batches of ``(query rows [Rg], block tables [Rg, Bg], mask [Rg, Bg*bs])`` each padded only to its
+    own longest context, so short requests do not pay for the longest one. ``prefill_ids`` lists
+    the other requests (one call each).
     """
 
     slot_mapping: torch.Tensor
@@ -36,6 +39,7 @@ class PagedAttentionMetadata:
     decode_ids: torch.Tensor
     decode_mask: torch.Tensor | None
     prefill_ids: list[int]
+    decode_groups: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 
     @classmethod
     def build(cls, query_lens: list[int], context_lens: list[int], block_tables: list[list[int]],
@@ -71,4 +75,29 @@ class PagedAttentionMetadata:
             decode_ids=decode_ids,
             decode_mask=mask,
             prefill_ids=prefill,
+            decode_groups=_decode_groups(decode, starts, context_lens, block_tables, block_size, device),
         )
+
+
+MAX_DECODE_GROUPS = 4
+MIN_DECODE_GROUP = 8
+
+
+def _decode_groups(decode: list[int], starts: list[int], context_lens: list[int],
+                   block_tables: list[list[int]], block_size: int, device: torch.device):
+    """Decode requests sorted by block count, cut into up to MAX_DECODE_GROUPS equal batches."""
+    if not decode:
+        return []
+    order = sorted(decode, key=lambda i: len(block_tables[i]))
+    n = max(1, min(MAX_DECODE_GROUPS, len(order) // MIN_DECODE_GROUP))
+    groups = []
+    for g in range(n):
+        ids = order[g * len(order) // n:(g + 1) * len(order) // n]
+        bmax = max(len(block_tables[i]) for i in ids)
+        tables = torch.tensor([block_tables[i] + [0] * (bmax - len(block_tables[i])) for i in ids],
+                              dtype=torch.long, device=device)
+        ctx = torch.tensor([context_lens[i] for i in ids], dtype=torch.long, device=device)
+        mask = torch.arange(bmax * block_size, device=device)[None, :] < ctx[:, None]
+        rows = torch.tensor([starts[i] for i in ids], dtype=torch.long, device=device)
+        groups.append((rows, tables, mask))
+    return groups

@@ -42,15 +42,13 @@ def paged_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     out = torch.empty(t, h, d, dtype=q.dtype, device=q.device)
     bs = meta.block_size
 
-    if meta.decode_mask is not None:
-        ids = meta.decode_ids
-        rows = meta.query_start_loc[ids]                                  # [Rd]
-        kd = gather_kv(k_cache, meta.block_tables[ids]).to(q.dtype)       # [Rd, L, Hkv, D]
-        vd = gather_kv(v_cache, meta.block_tables[ids]).to(q.dtype)
-        qd = q[:, rows].transpose(0, 1).unsqueeze(2)                      # [Rd, H, 1, D]
+    for rows, tables, mask in meta.decode_groups:
+        kd = gather_kv(k_cache, tables).to(q.dtype)                       # [Rg, L, Hkv, D]
+        vd = gather_kv(v_cache, tables).to(q.dtype)
+        qd = q[:, rows].transpose(0, 1).unsqueeze(2)                      # [Rg, H, 1, D]
         o = F.scaled_dot_product_attention(
-            qd, kd.transpose(1, 2), vd.transpose(1, 2), attn_mask=meta.decode_mask[:, None, None, :],
-            scale=scaling, enable_gqa=h != hkv)                           # [Rd, H, 1, D]
+            qd, kd.transpose(1, 2), vd.transpose(1, 2), attn_mask=mask[:, None, None, :],
+            scale=scaling, enable_gqa=h != hkv)                           # [Rg, H, 1, D]
         out[rows] = o[:, :, 0]
 
     for i in meta.prefill_ids:
