@@ -42,13 +42,9 @@ def request_view(req: Request) -> RequestView:
         request_id=req.request_id, status=req.status.value, arrival_step=req.arrival_step,
         arrival_time=req.arrival_time, num_prompt_tokens=req.num_prompt_tokens,
         num_output_tokens=req.num_output_tokens, num_computed_tokens=req.num_computed_tokens,
-        max_tokens=req.sampling_params.max_tokens, block_ids=tuple(req_blocks(req)),
+        max_tokens=req.sampling_params.max_tokens, block_ids=req.block_ids,
         slot=req.slot, num_preemptions=req.num_preemptions, ttft=req.ttft, mean_itl=req.mean_itl,
         finish_reason=req.finish_reason.value if req.finish_reason else None, error=req.error)
-
-
-def req_blocks(req: Request) -> list[int]:
-    return getattr(req, "_block_ids", [])
 
 
 class LLMEngine:
@@ -200,7 +196,7 @@ class LLMEngine:
                                       self._state.step, self._state.clock)
 
     def _sync_blocks(self, req: Request) -> None:
-        req._block_ids = list(self.scheduler.kv.block_ids(req.request_id))  # type: ignore[attr-defined]
+        req.block_ids = tuple(self.scheduler.kv.block_ids(req.request_id))
 
     def _after_finish(self, req: Request, when: float) -> None:
         self._released.add(req.request_id)
