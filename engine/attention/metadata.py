@@ -5,41 +5,37 @@ from dataclasses import dataclass
 
 import torch
 
+MAX_DECODE_GROUPS = 4
+MIN_DECODE_GROUP = 8
+
 
 @dataclass
 class PagedAttentionMetadata:
     """Where each scheduled token's K/V goes and what each query attends to.
 
     The step packs ``T`` tokens of ``R`` requests into one row (no padding). Request ``i`` owns
-    query rows ``query_start_loc[i]:query_start_loc[i+1]`` and, after this step's writes, has
-    ``context_lens[i]`` tokens of KV in its blocks ``block_tables[i, :]``.
+    query rows ``query_start_host[i]:query_start_host[i+1]`` and, after this step's writes, has
+    ``context_lens_host[i]`` tokens of KV in its blocks ``block_tables[i, :]``.
 
     Tensors (all on the model's device):
-      slot_mapping    int64 [T]        flat cache slot (block_id * block_size + offset) per token
-      query_start_loc int64 [R + 1]    prefix sums of query lengths (host copy in ``query_start_host``)
-      context_lens    int64 [R]        KV length per request after the step
-      block_tables    int64 [R, Bmax]  block ids, padded with 0 beyond each request's table
+      slot_mapping  int64 [T]        flat cache slot (block_id * block_size + offset) per token
+      block_tables  int64 [R, Bmax]  block ids, padded with 0 beyond each request's table
     ``kv_caches`` holds one ``(k_cache, v_cache)`` pair per layer, each
     ``[num_blocks, block_size, num_kv_heads, head_dim]``.
-    ``decode_ids``/``decode_mask`` describe the requests with exactly one query token;
-    ``decode_groups`` splits them, sorted by context length, into up to ``MAX_DECODE_GROUPS``
-    batches of ``(query rows [Rg], block tables [Rg, Bg], mask [Rg, Bg*bs])`` each padded only to its
-    own longest context, so short requests do not pay for the longest one. ``prefill_ids`` lists
-    the other requests (one call each).
+    ``decode_groups`` holds the requests with exactly one query token, sorted by context length
+    and cut into up to ``MAX_DECODE_GROUPS`` batches of ``(query rows [Rg], block tables [Rg, Bg],
+    mask [Rg, Bg * block_size])``, each padded only to its own longest context so short requests
+    do not pay for the longest one. ``prefill_ids`` lists the other requests (one call each).
     """
 
     slot_mapping: torch.Tensor
-    query_start_loc: torch.Tensor
-    context_lens: torch.Tensor
     block_tables: torch.Tensor
     kv_caches: list[tuple[torch.Tensor, torch.Tensor]]
     block_size: int
     query_start_host: list[int]
     context_lens_host: list[int]
-    decode_ids: torch.Tensor
-    decode_mask: torch.Tensor | None
-    prefill_ids: list[int]
     decode_groups: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+    prefill_ids: list[int]
 
     @classmethod
     def build(cls, query_lens: list[int], context_lens: list[int], block_tables: list[list[int]],
@@ -53,34 +49,23 @@ class PagedAttentionMetadata:
             starts.append(starts[-1] + q)
             for pos in range(ctx - q, ctx):
                 slots.append(table[pos // block_size] * block_size + pos % block_size)
-        bmax = max((len(t) for t in block_tables), default=1) or 1
-        padded = [t + [0] * (bmax - len(t)) for t in block_tables]
         decode = [i for i, q in enumerate(query_lens) if q == 1]
-        prefill = [i for i, q in enumerate(query_lens) if q != 1]
-        ctx_t = torch.tensor(context_lens, dtype=torch.long, device=device)
-        decode_ids = torch.tensor(decode, dtype=torch.long, device=device)
-        mask = None
-        if decode:
-            pos = torch.arange(bmax * block_size, device=device)
-            mask = pos[None, :] < ctx_t[decode_ids][:, None]        # [Rd, Bmax*bs] True = attend
         return cls(
             slot_mapping=torch.tensor(slots, dtype=torch.long, device=device),
-            query_start_loc=torch.tensor(starts, dtype=torch.long, device=device),
-            context_lens=ctx_t,
-            block_tables=torch.tensor(padded, dtype=torch.long, device=device),
+            block_tables=_padded(block_tables, device),
             kv_caches=kv_caches,
             block_size=block_size,
             query_start_host=starts,
             context_lens_host=list(context_lens),
-            decode_ids=decode_ids,
-            decode_mask=mask,
-            prefill_ids=prefill,
             decode_groups=_decode_groups(decode, starts, context_lens, block_tables, block_size, device),
+            prefill_ids=[i for i, q in enumerate(query_lens) if q != 1],
         )
 
 
-MAX_DECODE_GROUPS = 4
-MIN_DECODE_GROUP = 8
+def _padded(tables: list[list[int]], device: torch.device) -> torch.Tensor:
+    """``[len(tables), longest]`` int64 tensor, rows padded with block 0."""
+    width = max((len(t) for t in tables), default=1) or 1
+    return torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.long, device=device)
 
 
 def _decode_groups(decode: list[int], starts: list[int], context_lens: list[int],
@@ -93,11 +78,9 @@ def _decode_groups(decode: list[int], starts: list[int], context_lens: list[int]
     groups = []
     for g in range(n):
         ids = order[g * len(order) // n:(g + 1) * len(order) // n]
-        bmax = max(len(block_tables[i]) for i in ids)
-        tables = torch.tensor([block_tables[i] + [0] * (bmax - len(block_tables[i])) for i in ids],
-                              dtype=torch.long, device=device)
+        tables = _padded([block_tables[i] for i in ids], device)
         ctx = torch.tensor([context_lens[i] for i in ids], dtype=torch.long, device=device)
-        mask = torch.arange(bmax * block_size, device=device)[None, :] < ctx[:, None]
+        mask = torch.arange(tables.shape[1] * block_size, device=device)[None, :] < ctx[:, None]
         rows = torch.tensor([starts[i] for i in ids], dtype=torch.long, device=device)
         groups.append((rows, tables, mask))
     return groups

@@ -18,16 +18,18 @@ def test_metadata_slot_mapping_by_hand():
     # C: a 2-token prompt in block [3].
     meta = PagedAttentionMetadata.build([3, 1, 2], [6, 5, 2], [[7, 2], [5, 1], [3]], [], BS, torch.device("cpu"))
     assert meta.slot_mapping.tolist() == [7 * 4 + 3, 2 * 4 + 0, 2 * 4 + 1, 1 * 4 + 0, 3 * 4 + 0, 3 * 4 + 1]
-    assert meta.query_start_loc.tolist() == meta.query_start_host == [0, 3, 4, 6]
-    assert meta.context_lens.tolist() == meta.context_lens_host == [6, 5, 2]
+    assert meta.query_start_host == [0, 3, 4, 6]
+    assert meta.context_lens_host == [6, 5, 2]
     assert meta.block_tables.tolist() == [[7, 2], [5, 1], [3, 0]]
-    assert meta.decode_ids.tolist() == [1] and meta.prefill_ids == [0, 2]
-    assert meta.decode_mask.tolist() == [[True] * 5 + [False] * 3]
+    assert meta.prefill_ids == [0, 2]
+    [(rows, tables, mask)] = meta.decode_groups                 # B's one query row, its own width
+    assert rows.tolist() == [3] and tables.tolist() == [[5, 1]]
+    assert mask.tolist() == [[True] * 5 + [False] * 3]
 
 
 def test_metadata_without_decodes_has_no_mask():
     meta = PagedAttentionMetadata.build([4], [4], [[9]], [], BS, torch.device("cpu"))
-    assert meta.decode_mask is None and meta.decode_ids.numel() == 0 and meta.prefill_ids == [0]
+    assert meta.decode_groups == [] and meta.prefill_ids == [0]
     assert meta.slot_mapping.tolist() == [36, 37, 38, 39]
 
 
