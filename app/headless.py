@@ -25,7 +25,7 @@ def run_headless(args: argparse.Namespace) -> int:
     ``args.record`` and print the summary. Returns the exit code: 0 done, 1 bad input or nothing
     could be served, 130 interrupted (the recording keeps every step so far)."""
     from engine.model_loader import ModelLoadError
-    from recordings import Reader, RecordingError, RecordingWriter, summarize
+    from recordings import Reader, RecordingError, RecordingWriter
     from recordings.traces import TraceFormatError
 
     out = Path(args.record)
@@ -61,9 +61,7 @@ def run_headless(args: argparse.Namespace) -> int:
         interrupted = True
     finally:
         writer.close()
-    print(summarize(Reader(out)).format_table())
-    for line in describe_run(Reader(out).run_info()):
-        print(line)
+    print_report(Reader(out))
     reqs = list(eng.requests.values())
     unfinished = len(wl.requests) - sum(r.is_finished for r in reqs)
     rejected = [r for r in reqs if r.status.value == "FINISHED_ERROR"]
@@ -123,14 +121,19 @@ def describe_run(info: dict) -> list[str]:
     return lines
 
 
+def print_report(reader) -> None:
+    """The metrics table recomputed from ``reader``'s rows, then the run's provenance."""
+    from recordings import summarize
+    print(summarize(reader).format_table())
+    for line in describe_run(reader.run_info()):
+        print(line)
+
+
 def print_summary(path: str) -> int:
     """``batchscope summary FILE``: metrics recomputed from a recording's rows, and its provenance."""
-    from recordings import Reader, RecordingError, summarize
+    from recordings import Reader, RecordingError
     try:
-        reader = Reader(path)
-        print(summarize(reader).format_table())
-        for line in describe_run(reader.run_info()):
-            print(line)
+        print_report(Reader(path))
     except RecordingError as e:
         return _fail(str(e))
     return 0

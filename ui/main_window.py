@@ -154,6 +154,7 @@ class MainWindow(QMainWindow):
         self.actions["inject"].setEnabled(control is not None)
         self.status["mode"].setText("<b>LIVE</b>" if control is not None else "<b>REPLAY</b>")
         self._run_info: dict | None = None
+        self.time_unit = ""                  # "s" or "steps", from the run's clock
         self.refresh(force=True)
 
     def _show_run_info(self) -> None:
@@ -230,7 +231,7 @@ class MainWindow(QMainWindow):
         self.inspector.set_state(state, k, self.not_admitted)
         self._drawn = (k, step_span(k, latest, self.window), id(self.source))
         tps = self.metrics.mean_output_tps()
-        unit = {"s": " s", "steps": " steps"}.get(getattr(self, "time_unit", ""), "")
+        unit = f" {self.time_unit}" if self.time_unit else ""
         self.status["clock"].setText(f"clock {state.clock:.4g}{unit}")
         self.status["kv"].setText(f"KV {100 * state.kv_cache_usage:.0f}% "
                                   f"({state.num_used_blocks}/{state.num_total_blocks} blocks)")
