@@ -63,10 +63,13 @@ class ModelRunnerOutput:
 
     Requests in the middle of a chunked prefill get no token. ``errors`` maps a request id to
     the error that made its forward or sampling fail (the engine fails those requests only).
+    ``step_duration_s`` is set by a simulated executor: the predicted duration of the step in
+    seconds, by which the engine's ``sim`` clock advances (None for a real forward pass).
     """
 
     sampled_token_ids: dict[str, int] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    step_duration_s: float | None = None
 
 
 @dataclass(frozen=True)
