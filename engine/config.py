@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 POLICIES = ("fcfs",)
 PREEMPTION_MODES = ("recompute",)
-CLOCKS = ("virtual", "wall")
+CLOCKS = ("virtual", "wall", "sim")
 
 
 class ConfigError(ValueError):
@@ -24,7 +24,8 @@ class EngineConfig:
     ``max_num_batched_tokens`` (token budget of one step), ``enable_chunked_prefill``,
     ``long_prefill_token_threshold`` (0 = no per-request prefill cap), ``policy``,
     ``preemption_mode``. ``clock`` is ``virtual`` (arrivals counted in steps, reproducible) or
-    ``wall`` (live, seconds). ``kv_cache_memory_fraction`` bounds the automatic sizing.
+    ``wall`` (live, seconds) or ``sim`` (simulated seconds from a simulated executor's step
+    durations; idle gaps jump to the next arrival). ``kv_cache_memory_fraction`` bounds the automatic sizing.
     ``dtype`` ``auto`` means float32 on the CPU and bfloat16 on a GPU; ``device`` ``auto`` picks
     CUDA when available. ``check_invariants`` asserts G1-G4 after every step (tests, debugging).
     """

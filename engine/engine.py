@@ -2,6 +2,11 @@
 
 Not thread-safe: one thread (the app's engine worker) calls every method. ``app.bridge`` turns
 commands from the UI thread into calls on that thread.
+
+Memory follows what is live: a finished request is handed to ``on_finished`` (if set), written
+once by the recorder and dropped. The engine keeps its state as an
+:class:`engine.timeline.StateTimeline` fed by its own step records, so the state it publishes is
+the state a replay of its recording rebuilds.
 """
 from __future__ import annotations
 
@@ -13,10 +18,12 @@ from typing import Protocol
 
 from engine.config import EngineConfig
 from engine.detokenizer import IncrementalDetokenizer
-from engine.outputs import ModelRunnerOutput, NewToken, RequestView, SchedulerOutput, StepRecord
+from engine.outputs import (Arrival, BatchEntry, ModelRunnerOutput, NewToken, SchedulerOutput,
+                            StepRecord, Transition)
 from engine.request import Request, RequestStatus, SamplingParams
 from engine.scheduler import Scheduler
 from engine.state import EngineState
+from engine.timeline import StateTimeline
 
 log = logging.getLogger(__name__)
 
@@ -36,24 +43,23 @@ class Recorder(Protocol):
     def write_step(self, record: StepRecord) -> None: ...
 
 
-def request_view(req: Request) -> RequestView:
-    """Immutable snapshot of ``req`` for the UI and the recording."""
-    return RequestView(
-        request_id=req.request_id, status=req.status.value, arrival_step=req.arrival_step,
-        arrival_time=req.arrival_time, num_prompt_tokens=req.num_prompt_tokens,
-        num_output_tokens=req.num_output_tokens, num_computed_tokens=req.num_computed_tokens,
-        max_tokens=req.sampling_params.max_tokens, block_ids=req.block_ids,
-        slot=req.slot, num_preemptions=req.num_preemptions, ttft=req.ttft, mean_itl=req.mean_itl,
-        finish_reason=req.finish_reason.value if req.finish_reason else None, error=req.error)
+def transition_of(req: Request) -> Transition:
+    """The authoritative after-step values of ``req`` (see :class:`Transition`)."""
+    return Transition(req.request_id, req.status.value, -1 if req.slot is None else req.slot,
+                      req.num_computed_tokens, req.num_preemptions, req.error)
 
 
 class LLMEngine:
     """A continuous-batching engine over one paged KV cache of ``num_gpu_blocks`` blocks.
 
     ``runner`` executes steps (a real :class:`engine.model_runner.ModelRunner` or a fake for
-    tests); ``tokenizer`` (optional) gives streamed text and stop strings; ``recorder`` (optional)
-    receives every request and :class:`StepRecord`. Under ``config.clock == "virtual"`` times are
-    steps (a token made in step s has time s + 1); under ``"wall"`` they are seconds since start.
+    tests, or a simulated executor); ``tokenizer`` (optional) gives streamed text and stop
+    strings; ``recorder`` (optional) receives every request and :class:`StepRecord`;
+    ``on_finished(request)`` (optional) is called once per finished request, after which the
+    engine forgets it. Under ``config.clock == "virtual"`` times are steps (a token made in step s
+    has time s + 1); under ``"wall"`` seconds since start; under ``"sim"`` simulated seconds: the
+    clock advances by each step's ``ModelRunnerOutput.step_duration_s`` and jumps over idle gaps
+    to the next arrival. Request ids are unique per engine (a finished request's id is not reused).
     """
 
     def __init__(self, config: EngineConfig, runner: Runner, num_gpu_blocks: int, *,
@@ -72,18 +78,27 @@ class LLMEngine:
         self._future: list[tuple[float, int, Request]] = []
         self._seq = itertools.count()
         self._detok: dict[str, IncrementalDetokenizer] = {}
-        self._dirty: set[str] = set()
-        self._state = EngineState(-1, 0.0, num_gpu_blocks, config.block_size, config.max_num_seqs)
         self._ids = itertools.count()
-        self._order: dict[str, int] = {}
-        self._released: set[str] = set()
+        self._seen_ids: set[str] = set()
         self._deltas: dict[str, str] = {}
+        self._sim_time = 0.0
+        self.on_finished = None
+        self.timeline = StateTimeline(num_gpu_blocks, config.block_size, config.max_num_seqs)
+        self._state: EngineState | None = self.timeline.snapshot()
+        # changes since the last step (recorded with the next step)
+        self._arrivals: list[Arrival] = []
+        self._arrival_index: dict[str, int] = {}
+        self._touched: set[str] = set()
+        self._finished_now: list[Request] = []
+        self._recorder_wait_ns = 0
 
     # --- clock ----------------------------------------------------------------------------
     def now(self) -> float:
         """Engine clock: the step index (virtual) or seconds since start (wall)."""
         if self.config.clock == "virtual":
             return float(self.step_index)
+        if self.config.clock == "sim":
+            return self._sim_time
         now_ns = self._frozen_at_ns if self._frozen_at_ns is not None else time.perf_counter_ns()
         return (now_ns - self._t0_ns - self._frozen_ns) / 1e9
 
@@ -111,8 +126,9 @@ class LLMEngine:
         rid = request_id if request_id is not None else f"req-{next(self._ids)}"
         if params.stop and self.tokenizer is None:
             raise ValueError("stop strings need a tokenizer; this engine runs on token ids only")
-        if rid in self.scheduler.requests or any(r.request_id == rid for _, _, r in self._future):
-            raise ValueError(f"duplicate request id {rid!r}")
+        if rid in self._seen_ids:
+            raise ValueError(f"duplicate request id {rid!r} (ids are unique within a run)")
+        self._seen_ids.add(rid)
         now = self.now()
         at = now if arrival_time is None else arrival_time
         req = Request(rid, list(prompt_token_ids), params, arrival_time=at, prompt_text=prompt_text,
@@ -125,27 +141,33 @@ class LLMEngine:
 
     def _admit(self, req: Request) -> None:
         req.arrival_step = self.step_index
-        self._order[req.request_id] = len(self._order)
         if self.recorder is not None:
             sp = req.sampling_params
             self.recorder.write_request(req.request_id, req.arrival_step, req.arrival_time,
                                         req.prompt_token_ids, req.prompt_text,
                                         {k: getattr(sp, k) for k in sp.__dataclass_fields__})
+        self._arrival_index[req.request_id] = len(self._arrivals)
+        self._arrivals.append(Arrival(req.request_id, req.arrival_step, req.arrival_time,
+                                      req.num_prompt_tokens, req.sampling_params.max_tokens))
+        self._touched.add(req.request_id)
+        self._state = None
         if not self.scheduler.add_request(req):
-            self._released.add(req.request_id)
-            req.finished_time = self.now()
-        self._sync_blocks(req)
-        if self.tokenizer is not None and not req.is_finished:
+            self._collect_finished()
+            return
+        if self.tokenizer is not None:
             sp = req.sampling_params
             self._detok[req.request_id] = IncrementalDetokenizer(self.tokenizer, sp.stop,
                                                                  sp.include_stop_str_in_output)
-        self._dirty.add(req.request_id)
 
     def admit_due(self) -> None:
         """Move requests whose arrival time has come into the scheduler's waiting queue."""
         self._admit_due()
 
     def _admit_due(self) -> None:
+        if (self.config.clock == "sim" and self._future and not self.scheduler.waiting
+                and not self.scheduler.running):
+            # Simulated time: nothing can run until the next arrival, so jump to it.
+            self._sim_time = max(self._sim_time, self._future[0][0])
         now = self.now()
         while self._future and self._future[0][0] <= now:
             self._admit(heapq.heappop(self._future)[2])
@@ -156,22 +178,25 @@ class LLMEngine:
         if req is None or req.is_finished:
             return False
         self.scheduler.finish_request(request_id, RequestStatus.FINISHED_ABORTED)
-        self._after_finish(req, self.now())
+        self._touched.add(request_id)
+        self._state = None
+        self._collect_finished()
         return True
 
     def pause_request(self, request_id: str) -> bool:
         """Park a request: it keeps its KV but no batch slot. Returns False if not possible."""
         ok = request_id in self.scheduler.requests and self.scheduler.pause_request(request_id)
         if ok:
-            self._dirty.add(request_id)
+            self._touched.add(request_id)
+            self._state = None
         return ok
 
     def resume_request(self, request_id: str) -> bool:
         """Un-park a paused request. Returns False if it is not paused."""
         ok = request_id in self.scheduler.requests and self.scheduler.resume_request(request_id)
         if ok:
-            self._sync_blocks(self.scheduler.requests[request_id])
-            self._dirty.add(request_id)
+            self._touched.add(request_id)
+            self._state = None
         return ok
 
     # --- state ----------------------------------------------------------------------------
@@ -185,30 +210,62 @@ class LLMEngine:
 
     @property
     def requests(self) -> dict[str, Request]:
+        """The live requests (waiting, running, paused) by id; finished ones are gone."""
         return self.scheduler.requests
 
     def state(self) -> EngineState:
-        """Current state: the last step's state plus any change made since (adds, aborts...)."""
-        if not self._dirty:
-            return self._state
-        return self._state.with_views([request_view(self.requests[r])
-                                       for r in sorted(self._dirty, key=self._order.__getitem__)],
-                                      self._state.step, self._state.clock)
+        """Current state: the last step's state plus any change made since (adds, aborts...).
 
-    def _sync_blocks(self, req: Request) -> None:
-        req.block_ids = tuple(self.scheduler.kv.block_ids(req.request_id))
+        O(live requests) when something changed since the last call, else cached."""
+        if self._state is None:
+            pending = self._pending_changes()
+            if any(pending):
+                tl = StateTimeline.from_state(self.timeline.snapshot())
+                tl.apply_changes(*pending)
+                self._state = tl.snapshot()
+            else:
+                self._state = self.timeline.snapshot()
+        return self._state
 
-    def _after_finish(self, req: Request, when: float) -> None:
-        self._released.add(req.request_id)
-        req.finished_time = when
-        self._sync_blocks(req)
-        self.runner.release(req.request_id)
-        det = self._detok.pop(req.request_id, None)
-        if det is not None:
-            # Equal to det.output_text after a stop / length finish (flushed with the last token);
-            # after an abort or failure the held-back characters were never streamed: drop them.
-            req.output_text = det.streamed_text
-        self._dirty.add(req.request_id)
+    def _pending_changes(self):
+        """(arrivals, block events, transitions) made since the last step, not yet recorded."""
+        blocks = tuple(self.scheduler.kv.events)
+        return tuple(self._arrivals), blocks, tuple(self._transitions(self._touched))
+
+    def _transitions(self, request_ids) -> list[Transition]:
+        """Transitions of the given requests (live or finished since the last step), in
+        arrival order of the timeline (then finished ones)."""
+        live = self.scheduler.requests
+        done = {r.request_id: r for r in self._finished_now}
+        out = []
+        for rid in sorted(request_ids, key=self._order_key):
+            req = live.get(rid) or done.get(rid)
+            if req is not None:
+                out.append(transition_of(req))
+        return out
+
+    def _order_key(self, request_id: str):
+        # Deterministic order: by arrival number where known (already in the timeline), else by
+        # position among this step's arrivals.
+        seq = self.timeline.seq_of(request_id)
+        if seq is not None:
+            return (0, seq)
+        return (1, self._arrival_index.get(request_id, -1))
+
+    def _collect_finished(self, when: float | None = None) -> None:
+        """Take finished requests from the scheduler: stamp ``finished_time`` (``when``, default
+        now), release runner state, keep their final text; they are reported with the next step
+        and then dropped."""
+        for req in self.scheduler.take_finished():
+            req.finished_time = self.now() if when is None else when
+            self.runner.release(req.request_id)
+            det = self._detok.pop(req.request_id, None)
+            if det is not None:
+                # Equal to det.output_text after a stop / length finish (flushed with the last
+                # token); after an abort or failure the held-back characters were never streamed.
+                req.output_text = det.streamed_text
+            self._touched.add(req.request_id)
+            self._finished_now.append(req)
 
     # --- the step -------------------------------------------------------------------------
     def step(self) -> StepRecord:
@@ -230,41 +287,63 @@ class LLMEngine:
             error = f"{type(e).__name__}: {e}"
             out = ModelRunnerOutput(errors={s.request_id: error for s in sched.scheduled})
         t2 = time.perf_counter_ns()
+        if self.config.clock == "sim" and out.step_duration_s is not None:
+            self._sim_time += out.step_duration_s
         token_time = float(step + 1) if self.config.clock == "virtual" else self.now()
         got = self.scheduler.update_from_output(sched, out, token_time, step, self._check_stop)
-        new_tokens = [self._detokenize(req) for req in got]
-        touched = set(self._dirty)
-        touched.update(s.request_id for s in sched.scheduled)
-        touched.update(sched.preempted_ids)
+        new_tokens = tuple([self._detokenize(req) for req in got])
         events = tuple(self.scheduler.take_events())
+        self._collect_finished(token_time)
+        touched = self._touched
+        touched.update(sched.preempted_ids)
         touched.update(e.request_id for e in events)
-        for rid in touched:
-            req = self.requests[rid]
-            if req.is_finished and rid not in self._released:
-                self._after_finish(req, token_time)
-            self._sync_blocks(req)
-        changed = []
-        for rid in sorted(touched, key=self._order.__getitem__):
-            v = request_view(self.requests[rid])
-            if self._state.requests.get(rid) != v:
-                changed.append(v)
         t3 = time.perf_counter_ns()
-        s = self.scheduler
         record = StepRecord(
             step=step, start_ns=t0 - self._t0_ns, end_ns=t3 - self._t0_ns, clock=clock,
-            scheduler_output=sched, new_tokens=tuple(new_tokens), events=events,
-            changed=tuple(changed), num_waiting=len(s.waiting), num_running=len(s.running),
-            num_paused=len(s.paused), num_finished=len(s.finished_ids),
-            num_free_blocks=s.kv.num_free_blocks, num_total_blocks=s.kv.num_blocks,
-            schedule_ns=t1 - t0, forward_ns=t2 - t1, update_ns=t3 - t2, error=error)
-        self._state = self._state.apply(record)
-        self._dirty.clear()
+            token_time=token_time,
+            arrivals=tuple(self._arrivals),
+            scheduled=tuple([BatchEntry(s.request_id, s.slot, s.num_tokens, s.num_computed_tokens,
+                                        s.is_prefill) for s in sched.scheduled]),
+            new_tokens=new_tokens, events=events,
+            block_events=tuple(self.scheduler.kv.take_events()),
+            transitions=tuple(self._transitions(touched)),
+            preempted_ids=sched.preempted_ids, not_admitted=sched.not_admitted,
+            num_waiting=len(self.scheduler.waiting), num_running=len(self.scheduler.running),
+            num_paused=len(self.scheduler.paused), num_finished=self.scheduler.num_finished,
+            num_free_blocks=self.scheduler.kv.num_free_blocks,
+            num_total_blocks=self.scheduler.kv.num_blocks,
+            schedule_ns=t1 - t0, forward_ns=t2 - t1, update_ns=t3 - t2,
+            recorder_wait_ns=self._recorder_wait_ns, error=error)
+        self.timeline.apply(record)
+        finished, self._finished_now = self._finished_now, []
+        self._arrivals, self._arrival_index, self._touched = [], {}, set()
+        self._state = None
         self.step_index += 1
         if self.recorder is not None:
+            t4 = time.perf_counter_ns()
             self.recorder.write_step(record)
+            self._recorder_wait_ns = time.perf_counter_ns() - t4
+        if self.on_finished is not None:
+            for req in finished:
+                self.on_finished(req)
         if self.config.check_invariants:
-            s.check_invariants()
+            self.scheduler.check_invariants()
+            self.check_state()
         return record
+
+    def check_state(self) -> None:
+        """Assert that the published state equals the scheduler's truth for every live request
+        (status, slot, progress, preemptions, block table). Raises ``AssertionError``."""
+        tl = self.timeline
+        assert tl.num_live == len(self.scheduler.requests), (
+            f"state holds {tl.num_live} live requests, scheduler {len(self.scheduler.requests)}")
+        snap = tl.snapshot()
+        for rid, req in self.scheduler.requests.items():
+            want = (req.status.value, -1 if req.slot is None else req.slot, req.num_computed_tokens,
+                    req.num_output_tokens, req.num_preemptions)
+            assert tl.values(rid) == want, f"state of {rid}: {tl.values(rid)} != engine {want}"
+            blocks = tuple(self.scheduler.kv.block_ids(rid))
+            assert snap.block_ids(rid) == blocks, f"blocks of {rid}: {snap.block_ids(rid)} != {blocks}"
 
     def _check_stop(self, req: Request) -> str | None:
         """Detokenize ``req``'s newest token (called by the scheduler once per new token); keeps

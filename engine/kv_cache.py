@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from engine.outputs import BLOCKS_ALLOCATED, BLOCKS_FREED, BlockEvent
+
 
 class NoFreeBlocksError(RuntimeError):
     """The pool has fewer free blocks than asked for."""
@@ -88,13 +90,20 @@ class KVCacheManager:
     """Block tables of live requests over one :class:`BlockPool`.
 
     ``block_size`` tokens per block; a request whose KV covers ``T`` tokens holds
-    ``ceil(T / block_size)`` blocks (no reserved null block).
+    ``ceil(T / block_size)`` blocks (no reserved null block). Every change of a block table is
+    logged in ``events`` (:class:`BlockEvent`, in order) until :meth:`take_events`.
     """
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.pool = BlockPool(num_blocks)
         self.block_size = block_size
         self.block_tables: dict[str, list[int]] = {}
+        self.events: list[BlockEvent] = []
+
+    def take_events(self) -> list[BlockEvent]:
+        """The block events since the last call, in order."""
+        ev, self.events = self.events, []
+        return ev
 
     @property
     def num_blocks(self) -> int:
@@ -132,6 +141,7 @@ class KVCacheManager:
             return None
         new = self.pool.allocate(need)
         table.extend(new)
+        self.events.append(BlockEvent(BLOCKS_ALLOCATED, request_id, tuple(new)))
         return new
 
     def free(self, request_id: str) -> list[int]:
@@ -139,6 +149,8 @@ class KVCacheManager:
         table = self.block_tables.pop(request_id, [])
         # Free in reverse so the request's tail blocks are reused first (vLLM does the same).
         self.pool.free(list(reversed(table)))
+        if table:
+            self.events.append(BlockEvent(BLOCKS_FREED, request_id, tuple(table)))
         return table
 
     def check_invariants(self) -> None:

@@ -1,27 +1,39 @@
 """Plain, frozen data passed between scheduler, model runner, engine, recorder and UI. No torch.
 
-The flow of one step (see DESIGN.md): ``Scheduler.schedule() -> SchedulerOutput``,
-``ModelRunner.execute(...) -> ModelRunnerOutput``, ``Scheduler.update_from_output(...)``, then the
-engine freezes everything into a :class:`StepRecord` for the recorder and the UI.
+The flow of one step (see docs/data-flow.md): ``Scheduler.schedule() -> SchedulerOutput``,
+``Runner.execute(...) -> ModelRunnerOutput``, ``Scheduler.update_from_output(...)``, then the
+engine freezes what changed into a :class:`StepRecord`: the recorder stores it and
+``engine.timeline.StateTimeline.apply`` turns the state before the step into the state after it.
+A record stores what changed, not what is: block events instead of block tables, and a
+:class:`Transition` only for requests whose status, slot or progress did not follow from the batch.
+
+High-volume items (one per scheduled request or token per step) are ``NamedTuple``s: cheap to
+build on the engine's hot path and equal by value.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-# Reasons a waiting request was not admitted in a step (recorded per step, per request).
+# Reasons a waiting request was not admitted in a step (recorded per step).
 NOT_ADMITTED_TOKEN_BUDGET = "token_budget"      # max_num_batched_tokens already spent
-NOT_ADMITTED_NO_FREE_BLOCKS = "no_free_blocks"  # the block pool cannot hold its next chunk
+NOT_ADMITTED_NO_FREE_BLOCKS = "no_free_blocks"  # the block pool cannot hold its prefill
 NOT_ADMITTED_SEQ_CAP = "seq_cap"                # max_num_seqs requests already running
 NOT_ADMITTED_BEHIND = "behind_older"            # FCFS: an older waiting request is blocked
+
+# Block events (kind of BlockEvent).
+BLOCKS_ALLOCATED = "allocated"
+BLOCKS_FREED = "freed"
 
 
 @dataclass(frozen=True)
 class ScheduledRequest:
-    """One request's share of a step.
+    """One request's share of a step, as the model runner needs it.
 
     ``num_computed_tokens`` is the value *before* the step; the step computes tokens
     ``[num_computed_tokens, num_computed_tokens + num_tokens)`` of the request's sequence.
-    ``new_block_ids`` were allocated to it this step; ``block_ids`` is its whole block table.
+    ``new_block_ids`` were allocated to it this step; ``block_ids`` is its whole block table
+    (the runner's contract; it is not recorded: the recording keeps block events).
     ``slot`` is its batch slot (0 .. max_num_seqs - 1), stable while it keeps running.
     """
 
@@ -40,7 +52,9 @@ class SchedulerOutput:
 
     ``scheduled`` in batch order (running requests first, then new admissions).
     ``preempted_ids`` lost their blocks this step (recompute preemption).
-    ``not_admitted`` pairs a waiting request id with the reason it did not start (NOT_ADMITTED_*).
+    ``not_admitted`` pairs waiting request ids with the reason they did not start
+    (``NOT_ADMITTED_*``); it lists only the requests whose reason is not ``behind_older``: every
+    other waiting request was behind an older one (so a step costs O(1), not O(waiting)).
     """
 
     step: int
@@ -72,8 +86,18 @@ class ModelRunnerOutput:
     step_duration_s: float | None = None
 
 
-@dataclass(frozen=True)
-class RequestEvent:
+class BatchEntry(NamedTuple):
+    """One scheduled request in a recorded step: ``num_tokens`` computed from
+    ``num_computed_tokens`` (the value before the step) in batch slot ``slot``."""
+
+    request_id: str
+    slot: int
+    num_tokens: int
+    num_computed_tokens: int
+    is_prefill: bool
+
+
+class RequestEvent(NamedTuple):
     """A lifecycle event: kind is one of arrived, rejected, scheduled, preempted, paused,
     resumed, aborted, finished, failed. ``detail`` is free text (the error, finish reason...)."""
 
@@ -82,8 +106,7 @@ class RequestEvent:
     detail: str = ""
 
 
-@dataclass(frozen=True)
-class NewToken:
+class NewToken(NamedTuple):
     """One generated token: its index in the output, id and decoded text delta."""
 
     request_id: str
@@ -92,12 +115,44 @@ class NewToken:
     text: str
 
 
+class BlockEvent(NamedTuple):
+    """KV blocks changing hands: ``allocated`` appends ``block_ids`` to the request's block
+    table in order; ``freed`` releases them (today always the whole table)."""
+
+    kind: str
+    request_id: str
+    block_ids: tuple[int, ...]
+
+
+class Arrival(NamedTuple):
+    """The static facts of a request entering the engine's queues (times on the engine clock)."""
+
+    request_id: str
+    arrival_step: int
+    arrival_time: float
+    num_prompt_tokens: int
+    max_tokens: int
+
+
+class Transition(NamedTuple):
+    """Authoritative values after the step for a request whose status, slot, progress or
+    preemption count changed other than by running its batch entry (user actions, preemption,
+    finishing, failing). ``slot`` -1 = none. A FINISHED_* status removes it from the state."""
+
+    request_id: str
+    status: str
+    slot: int
+    num_computed_tokens: int
+    num_preemptions: int
+    error: str | None = None
+
+
 @dataclass(frozen=True)
 class RequestView:
     """What the inspector shows of one request at one step (an immutable snapshot).
 
-    Times are seconds on the engine clock; ``ttft`` and ``mean_itl`` are ``None`` until defined.
-    ``block_ids`` is the block table (physical block ids in the paged KV cache).
+    Times are on the engine clock; ``ttft`` and ``mean_itl`` are ``None`` until defined.
+    Block tables are not part of a view: ask ``EngineState.block_ids(request_id)``.
     """
 
     request_id: str
@@ -108,7 +163,6 @@ class RequestView:
     num_output_tokens: int
     num_computed_tokens: int
     max_tokens: int
-    block_ids: tuple[int, ...]
     slot: int | None
     num_preemptions: int
     ttft: float | None
@@ -126,21 +180,29 @@ class StepRecord:
     """Everything that happened in one engine step, frozen for the recorder and the UI.
 
     Times: ``start_ns``/``end_ns`` are wall-clock nanoseconds since the run started;
-    ``clock`` is the engine clock at the start of the step (steps under the virtual clock,
-    seconds under the wall clock). ``schedule_ns``/``forward_ns``/``update_ns`` time the phases.
-    ``changed`` holds the new view of every request whose view changed in this step (the delta
-    from which ``recordings.Reader.state_at`` rebuilds state). Counts are after the step.
-    ``error`` is set when the step's forward pass raised; the affected requests are failed.
+    ``clock`` is the engine clock at the start of the step and ``token_time`` the engine-clock
+    time stamped on the tokens sampled in it (steps under the virtual clock, seconds otherwise).
+    ``schedule_ns``/``forward_ns``/``update_ns`` time the phases; ``recorder_wait_ns`` is how
+    long the engine waited for a full recorder queue when it handed over the previous step.
+    What changed: ``arrivals`` (entered the queues since the last step), ``scheduled`` (batch
+    order), ``new_tokens``, ``events``, ``block_events`` (in the order they happened) and
+    ``transitions``. Counts are after the step. ``error`` is set when the step's forward pass
+    raised; the affected requests are failed.
     """
 
     step: int
     start_ns: int
     end_ns: int
     clock: float
-    scheduler_output: SchedulerOutput
+    token_time: float
+    arrivals: tuple[Arrival, ...]
+    scheduled: tuple[BatchEntry, ...]
     new_tokens: tuple[NewToken, ...]
     events: tuple[RequestEvent, ...]
-    changed: tuple[RequestView, ...]
+    block_events: tuple[BlockEvent, ...]
+    transitions: tuple[Transition, ...]
+    preempted_ids: tuple[str, ...]
+    not_admitted: tuple[tuple[str, str], ...]
     num_waiting: int
     num_running: int
     num_paused: int
@@ -150,11 +212,12 @@ class StepRecord:
     schedule_ns: int = 0
     forward_ns: int = 0
     update_ns: int = 0
+    recorder_wait_ns: int = 0
     error: str | None = None
 
     @property
     def num_scheduled_tokens(self) -> int:
-        return self.scheduler_output.num_scheduled_tokens
+        return sum(s.num_tokens for s in self.scheduled)
 
     @property
     def kv_cache_usage(self) -> float:
@@ -163,4 +226,11 @@ class StepRecord:
 
     @property
     def num_preemptions(self) -> int:
-        return len(self.scheduler_output.preempted_ids)
+        return len(self.preempted_ids)
+
+    def not_admitted_reason(self, request_id: str) -> str:
+        """Why waiting ``request_id`` was not admitted in this step (``NOT_ADMITTED_*``)."""
+        for rid, reason in self.not_admitted:
+            if rid == request_id:
+                return reason
+        return NOT_ADMITTED_BEHIND

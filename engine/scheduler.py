@@ -21,12 +21,15 @@ Documented policy choices (see ``../shared/cases/README.md``):
   when a running request needs a block and no other running request is left to preempt, or when
   nothing runs and the oldest waiting request cannot fit otherwise; so parked requests never stall
   the engine (G5). Such evictions are reported as preemptions of the paused request.
+- Finished requests leave the scheduler at once (as vLLM's scheduler frees them): it holds live
+  requests only, and the engine takes the finished ones with :meth:`Scheduler.take_finished`.
 - ``long_prefill_token_threshold`` caps the prefill chunk of one request per step (only with chunked
   prefill). Without it, one long prompt takes the whole token budget until its prefill is done and
   a short request arriving behind it waits (running requests are scheduled before new admissions).
 """
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from typing import Callable, Iterable
 
@@ -41,10 +44,11 @@ from engine.request import Request, RequestStatus
 class Scheduler:
     """Decides, step by step, which requests run and how many tokens each computes.
 
-    ``num_gpu_blocks`` is the resolved size of the paged cache. Requests are owned by the caller
-    (``LLMEngine``); the scheduler keeps them in exactly one of ``waiting`` (WAITING/PREEMPTED),
-    ``running``, ``paused`` or ``finished`` (invariant G3). Events of the current step accumulate
-    in ``events`` until :meth:`take_events`.
+    ``num_gpu_blocks`` is the resolved size of the paged cache. ``requests`` holds the live
+    requests only, each in exactly one of ``waiting`` (WAITING/PREEMPTED), ``running`` or
+    ``paused`` (invariant G3); a request that finishes leaves them and waits in
+    :meth:`take_finished` for the engine. ``num_finished`` counts finished requests. Events of the
+    current step accumulate in ``events`` until :meth:`take_events`.
     """
 
     def __init__(self, config: EngineConfig, num_gpu_blocks: int) -> None:
@@ -54,9 +58,10 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.paused: list[Request] = []
-        self.finished_ids: list[str] = []
+        self.num_finished = 0
+        self._finished: list[Request] = []
         self.events: list[RequestEvent] = []
-        self._free_slots = list(range(config.max_num_seqs))
+        self._free_slots = list(range(config.max_num_seqs))   # a heap: lowest free slot first
 
     # --- admission ----------------------------------------------------------------------
     def admission_error(self, req: Request) -> str | None:
@@ -159,10 +164,11 @@ class Scheduler:
                 self._start_running(req)
                 scheduled.append((req, n, new_blocks))
                 budget -= n
-        for req in list(self.waiting)[len(not_admitted):]:
-            # After a preemption nobody is admitted: the cache is what ran out.
+        if self.waiting and not not_admitted:
+            # After a preemption nobody is admitted: the cache is what ran out. Everyone behind
+            # the first waiting request is implicitly NOT_ADMITTED_BEHIND (not listed).
             first = NOT_ADMITTED_NO_FREE_BLOCKS if preempted else NOT_ADMITTED_TOKEN_BUDGET
-            not_admitted.append((req.request_id, NOT_ADMITTED_BEHIND if not_admitted else first))
+            not_admitted.append((self.waiting[0].request_id, first))
 
         return SchedulerOutput(
             step=step,
@@ -198,8 +204,7 @@ class Scheduler:
 
     def _start_running(self, req: Request) -> None:
         req.status = RequestStatus.RUNNING
-        self._free_slots.sort()
-        req.slot = self._free_slots.pop(0)
+        req.slot = heapq.heappop(self._free_slots)
         self.running.append(req)
         self.events.append(RequestEvent(req.request_id, "scheduled"))
 
@@ -207,7 +212,7 @@ class Scheduler:
         if req in self.running:
             self.running.remove(req)
         if req.slot is not None:
-            self._free_slots.append(req.slot)
+            heapq.heappush(self._free_slots, req.slot)
             req.slot = None
 
     def _preempt(self, req: Request) -> None:
@@ -266,8 +271,8 @@ class Scheduler:
     def finish_request(self, request_id: str, status: RequestStatus, *, error: str | None = None,
                        stop_reason: str | None = None) -> None:
         """Finish a live request (abort, stop string, failure). No-op if already finished."""
-        req = self.requests[request_id]
-        if req.is_finished:
+        req = self.requests.get(request_id)
+        if req is None or req.is_finished:
             return
         kind = {RequestStatus.FINISHED_ABORTED: "aborted",
                 RequestStatus.FINISHED_ERROR: "failed"}.get(status, "finished")
@@ -316,7 +321,9 @@ class Scheduler:
         req.status = status
         req.error = error
         req.stop_reason = stop_reason
-        self.finished_ids.append(req.request_id)
+        del self.requests[req.request_id]
+        self._finished.append(req)
+        self.num_finished += 1
         detail = error or stop_reason or (req.finish_reason.value if req.finish_reason else "")
         self.events.append(RequestEvent(req.request_id, kind, detail))
 
@@ -324,6 +331,11 @@ class Scheduler:
     def take_events(self) -> list[RequestEvent]:
         ev, self.events = self.events, []
         return ev
+
+    def take_finished(self) -> list[Request]:
+        """Requests that finished since the last call (they are no longer in ``requests``)."""
+        done, self._finished = self._finished, []
+        return done
 
     @property
     def has_unfinished(self) -> bool:
@@ -344,11 +356,11 @@ class Scheduler:
                 assert not r.is_finished, f"G3: finished {r.request_id} back in {name}"
                 seen[r.request_id] = name
         for rid, r in self.requests.items():
-            if r.is_finished:
-                assert rid not in seen, f"G3: finished {rid} in {seen.get(rid)}"
-                assert not self.kv.block_ids(rid), f"G1: finished {rid} still holds blocks"
-            else:
-                assert rid in seen, f"G3: {rid} ({r.status}) is in no queue"
+            assert not r.is_finished, f"G3: finished {rid} still held by the scheduler"
+            assert rid in seen, f"G3: {rid} ({r.status}) is in no queue"
+        assert len(seen) == len(self.requests), "G3: a queued request is not in requests"
+        for rid in self.kv.block_tables:
+            assert rid in self.requests, f"G1: {rid} holds blocks but is not live"
         assert len(self.running) <= self.config.max_num_seqs, "G4: running > max_num_seqs"
         slots = [r.slot for r in self.running]
         assert None not in slots and len(set(slots)) == len(slots), f"slots not unique: {slots}"

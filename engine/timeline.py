@@ -1,0 +1,212 @@
+"""StateTimeline: the one implementation of "state before a step + its StepRecord = state after".
+
+The engine applies every record it makes to its own timeline and publishes snapshots; the
+recording's reader starts a timeline from a keyframe (a snapshot) and applies the recorded steps.
+So the live view and a replay are equal by construction (the round-trip tests check it).
+
+Storage is columnar (numpy arrays with spare capacity, one row per request in arrival order, rows
+of finished requests dropped and compacted away), so a step costs O(requests in the step) Python
+work and a snapshot O(live requests) array copies: memory follows what is live, not history.
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Iterable
+
+import numpy as np
+
+from engine.outputs import (BLOCKS_ALLOCATED, BLOCKS_FREED, Arrival, BlockEvent, StepRecord,
+                            Transition)
+from engine.state import (COLUMNS, NUM_RECENTLY_FINISHED, STATUS_CODE, STATUSES, EngineState,
+                          row_view)
+
+_RUNNING = STATUS_CODE["RUNNING"]
+_WAITING = STATUS_CODE["WAITING"]
+_MIN_CAPACITY = 64
+
+
+class StateTimeline:
+    """The mutable state of one run, advanced one :class:`StepRecord` at a time.
+
+    Not thread-safe: one thread applies records; :meth:`snapshot` hands immutable copies to
+    others. Raises ``KeyError`` when a record names a request the state does not hold (a corrupt
+    or out-of-order record) and ``ValueError`` for a block event of an unknown kind.
+    """
+
+    def __init__(self, num_total_blocks: int, block_size: int, max_num_seqs: int) -> None:
+        self.start(EngineState(-1, 0.0, num_total_blocks, block_size, max_num_seqs))
+
+    @classmethod
+    def from_state(cls, state: EngineState) -> "StateTimeline":
+        """A timeline that continues from ``state`` (a keyframe or a snapshot)."""
+        tl = cls.__new__(cls)
+        tl.start(state)
+        return tl
+
+    def start(self, state: EngineState) -> None:
+        """Reset to ``state``."""
+        n = len(state)
+        cap = max(_MIN_CAPACITY, 2 * n)
+        self.step, self.clock = state.step, state.clock
+        self.layout = (state.num_total_blocks, state.block_size, state.max_num_seqs)
+        self.next_seq = state.next_seq
+        self._cols = {k: np.zeros(cap, dt) for k, dt in COLUMNS.items()}
+        for k in COLUMNS:
+            self._cols[k][:n] = state.columns[k]
+        self._ids: list[str | None] = list(state.request_ids)
+        self._alive = np.zeros(cap, bool)
+        self._alive[:n] = True
+        self._row = {rid: i for i, rid in enumerate(state.request_ids)}
+        self._n = n
+        self.block_owner = state.block_owner.copy()
+        self.block_pos = state.block_pos.copy()
+        self.finished: deque = deque(state.recently_finished, maxlen=NUM_RECENTLY_FINISHED)
+
+    # --- reading ---------------------------------------------------------------------------
+    @property
+    def num_live(self) -> int:
+        return len(self._row)
+
+    def __contains__(self, request_id: str) -> bool:
+        return request_id in self._row
+
+    def snapshot(self) -> EngineState:
+        """An immutable copy of the current state (O(live requests + blocks))."""
+        rows = np.flatnonzero(self._alive[:self._n])
+        nb, bs, mns = self.layout
+        return EngineState(self.step, self.clock, nb, bs, mns, next_seq=self.next_seq,
+                           request_ids=tuple(self._ids[i] for i in rows),
+                           columns={k: c[rows] for k, c in self._cols.items()},
+                           block_owner=self.block_owner.copy(), block_pos=self.block_pos.copy(),
+                           recently_finished=tuple(self.finished))
+
+    def seq_of(self, request_id: str) -> int | None:
+        """Arrival number of a live request, or None."""
+        i = self._row.get(request_id)
+        return None if i is None else int(self._cols["seq"][i])
+
+    def values(self, request_id: str) -> tuple[str, int, int, int, int]:
+        """(status, slot, num_computed_tokens, num_output_tokens, num_preemptions) of a live
+        request (slot -1 = none). Raises ``KeyError`` if it is not live."""
+        i, c = self._row[request_id], self._cols
+        return (STATUSES[int(c["status"][i])], int(c["slot"][i]), int(c["num_computed_tokens"][i]),
+                int(c["num_output_tokens"][i]), int(c["num_preemptions"][i]))
+
+    # --- advancing -------------------------------------------------------------------------
+    def apply(self, record: StepRecord) -> None:
+        """Advance to the state after ``record``'s step."""
+        self.apply_changes(record.arrivals, record.block_events, record.transitions,
+                           record.scheduled, record.new_tokens, record.token_time)
+        self.step, self.clock = record.step, record.clock
+
+    def apply_changes(self, arrivals: Iterable[Arrival], block_events: Iterable[BlockEvent],
+                      transitions: Iterable[Transition], scheduled=(), new_tokens=(),
+                      token_time: float = math.nan) -> None:
+        """Apply a step's changes in their fixed order: arrivals, batch entries, tokens, block
+        events, transitions (last, so they are the values after the step). Also used for the
+        changes a user makes between steps (they are recorded with the next step)."""
+        c, row = self._cols, self._row
+        for a in arrivals:
+            self._add(a)
+        if scheduled:
+            rows = [row[e.request_id] for e in scheduled]
+            c["num_computed_tokens"][rows] = [e.num_computed_tokens + e.num_tokens for e in scheduled]
+            c["slot"][rows] = [e.slot for e in scheduled]
+            c["status"][rows] = _RUNNING
+        if new_tokens:
+            rows = [row[t.request_id] for t in new_tokens]
+            c["num_output_tokens"][rows] += 1
+            first = c["first_token_time"]
+            fresh = [r for r in rows if math.isnan(first[r])]
+            first[fresh] = token_time
+            c["last_token_time"][rows] = token_time
+        for ev in block_events:
+            self._blocks(ev)
+        for t in transitions:
+            self._transition(t)
+
+    def _add(self, a: Arrival) -> None:
+        if a.request_id in self._row:
+            raise ValueError(f"request {a.request_id!r} arrived twice")
+        if self._n == len(self._alive):
+            self._grow()
+        i = self._n
+        self._n += 1
+        c = self._cols
+        c["seq"][i] = self.next_seq
+        self.next_seq += 1
+        c["status"][i] = _WAITING
+        c["slot"][i] = -1
+        c["arrival_step"][i] = a.arrival_step
+        c["arrival_time"][i] = a.arrival_time
+        c["num_prompt_tokens"][i] = a.num_prompt_tokens
+        c["max_tokens"][i] = a.max_tokens
+        for k in ("num_computed_tokens", "num_output_tokens", "num_preemptions", "num_blocks"):
+            c[k][i] = 0
+        c["first_token_time"][i] = c["last_token_time"][i] = math.nan
+        self._ids.append(a.request_id)
+        self._alive[i] = True
+        self._row[a.request_id] = i
+
+    def _blocks(self, ev: BlockEvent) -> None:
+        i = self._row[ev.request_id]
+        ids = np.asarray(ev.block_ids, np.int64)
+        nblocks = self._cols["num_blocks"]
+        if ev.kind == BLOCKS_ALLOCATED:
+            self.block_owner[ids] = self._cols["seq"][i]
+            self.block_pos[ids] = nblocks[i] + np.arange(len(ids))
+            nblocks[i] += len(ids)
+        elif ev.kind == BLOCKS_FREED:
+            self.block_owner[ids] = -1
+            self.block_pos[ids] = 0
+            nblocks[i] -= len(ids)
+        else:
+            raise ValueError(f"unknown block event kind {ev.kind!r}")
+
+    def _transition(self, t: Transition) -> None:
+        i, c = self._row[t.request_id], self._cols
+        if t.status.startswith("FINISHED"):
+            c["slot"][i] = t.slot
+            c["num_computed_tokens"][i] = t.num_computed_tokens
+            c["num_preemptions"][i] = t.num_preemptions
+            self.finished.append(row_view(t.request_id, c, i, status=t.status, error=t.error))
+            self._remove(t.request_id)
+            return
+        c["status"][i] = STATUS_CODE[t.status]
+        c["slot"][i] = t.slot
+        c["num_computed_tokens"][i] = t.num_computed_tokens
+        c["num_preemptions"][i] = t.num_preemptions
+
+    def _remove(self, request_id: str) -> None:
+        i = self._row.pop(request_id)
+        self._alive[i] = False
+        self._ids[i] = None
+        if self._n > 2 * _MIN_CAPACITY and len(self._row) * 2 < self._n:
+            self._compact()
+
+    def _grow(self) -> None:
+        live = len(self._row)
+        if live * 2 < self._n:
+            self._compact()
+            if self._n < len(self._alive):
+                return
+        cap = 2 * len(self._alive)
+        for k, col in self._cols.items():
+            new = np.zeros(cap, col.dtype)
+            new[:self._n] = col[:self._n]
+            self._cols[k] = new
+        alive = np.zeros(cap, bool)
+        alive[:self._n] = self._alive[:self._n]
+        self._alive = alive
+
+    def _compact(self) -> None:
+        rows = np.flatnonzero(self._alive[:self._n])
+        m = len(rows)
+        for col in self._cols.values():
+            col[:m] = col[rows]
+        self._ids = [self._ids[i] for i in rows]
+        self._alive[:] = False
+        self._alive[:m] = True
+        self._row = {rid: j for j, rid in enumerate(self._ids)}
+        self._n = m
