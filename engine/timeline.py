@@ -62,6 +62,7 @@ class StateTimeline:
         self.block_owner = state.block_owner.copy()
         self.block_pos = state.block_pos.copy()
         self.finished: deque = deque(state.recently_finished, maxlen=NUM_RECENTLY_FINISHED)
+        self.last_finished: list = []   # final views of the requests the last apply finished
 
     # --- reading ---------------------------------------------------------------------------
     @property
@@ -107,6 +108,7 @@ class StateTimeline:
         events, transitions (last, so they are the values after the step). Also used for the
         changes a user makes between steps (they are recorded with the next step)."""
         c, row = self._cols, self._row
+        self.last_finished = []
         for a in arrivals:
             self._add(a)
         if scheduled:
@@ -170,7 +172,9 @@ class StateTimeline:
             c["slot"][i] = t.slot
             c["num_computed_tokens"][i] = t.num_computed_tokens
             c["num_preemptions"][i] = t.num_preemptions
-            self.finished.append(row_view(t.request_id, c, i, status=t.status, error=t.error))
+            view = row_view(t.request_id, c, i, status=t.status, error=t.error)
+            self.finished.append(view)
+            self.last_finished.append(view)
             self._remove(t.request_id)
             return
         c["status"][i] = STATUS_CODE[t.status]

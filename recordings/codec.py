@@ -1,20 +1,26 @@
-"""Conversions between the engine's frozen objects and the recording's rows.
+"""Schema-v2 conversions between the engine's frozen objects and the recording's rows.
 
-The writer calls the ``*_rows``/``*_json`` functions, the reader the ``*_from_*`` ones; keeping
-both directions in one file keeps them symmetric, so a read-back object compares equal to the one
-written (tuples stay tuples, ``None`` stays ``None``, float fields come back as floats).
+The writer calls the ``*_rows`` / ``*_blob`` functions, the reader the ``*_from_*`` ones; both
+directions live here so a read-back object equals the one written. Requests are referred to by
+their arrival number ``seq`` (the ``requests`` table's key) rather than their id text. A step's
+batch and tokens are stored as aligned JSON arrays in its ``steps`` row (SQL can expand them with
+``json_each``; the ``tokens`` and ``step_requests`` views do), so a step of 256 decoding requests
+costs a few kB. Keyframes are engine states stored as a NumPy ``.npz`` (``allow_pickle`` off).
 """
 from __future__ import annotations
 
-import dataclasses
+import io
 import json
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from engine.outputs import (NewToken, RequestEvent, RequestView, ScheduledRequest,
-                            SchedulerOutput, StepRecord)
-from engine.state import EngineState
+import numpy as np
 
-_VIEW_FIELDS = tuple(f.name for f in dataclasses.fields(RequestView))
+from engine.outputs import (Arrival, BatchEntry, BlockEvent, NewToken, RequestEvent,
+                            RequestView, StepRecord, Transition)
+from engine.state import COLUMNS, EngineState
+
+SeqOf = Callable[[str], int]
+IdOf = Callable[[int], str]
 
 
 def dumps(obj: Any) -> str:
@@ -23,157 +29,170 @@ def dumps(obj: Any) -> str:
 
 
 def strict_dumps(obj: Any) -> str:
-    """Compact JSON text; raises ``TypeError`` for values JSON cannot hold (engine payloads
-    must round-trip exactly, so nothing is silently turned into a string)."""
+    """Compact JSON text; raises ``TypeError`` for values JSON cannot hold."""
     return json.dumps(obj, separators=(",", ":"))
 
 
-# --- request views and states ----------------------------------------------------------------
-def view_to_dict(view: RequestView) -> dict[str, Any]:
-    """A plain dict of every field of ``view`` (``block_ids`` stays a tuple until dumped)."""
-    return {name: getattr(view, name) for name in _VIEW_FIELDS}
-
-
-def view_from_dict(data: Mapping[str, Any]) -> RequestView:
-    """The :class:`RequestView` that :func:`view_to_dict` (after a JSON round trip) came from."""
-    data = dict(data)
-    data["block_ids"] = tuple(data["block_ids"])
-    return RequestView(**data)
-
-
-def state_json(step: int, clock: float, num_total_blocks: int, block_size: int,
-               max_num_seqs: int, views: Iterable[RequestView]) -> str:
-    """JSON text of a full engine state (a keyframe); ``views`` in the state's request order."""
-    return strict_dumps({
-        "step": step, "clock": clock, "num_total_blocks": num_total_blocks,
-        "block_size": block_size, "max_num_seqs": max_num_seqs,
-        "requests": [view_to_dict(v) for v in views],
-    })
-
-
-def state_from_json(text: str) -> EngineState:
-    """The :class:`EngineState` a :func:`state_json` keyframe describes."""
-    data = json.loads(text)
-    views = [view_from_dict(v) for v in data.pop("requests")]
-    return EngineState(requests={v.request_id: v for v in views}, **data)
-
-
 # --- requests ----------------------------------------------------------------------------------
-_OUTCOME_FIELDS = ("status", "finish_reason", "num_output_tokens", "ttft", "mean_itl",
-                   "num_preemptions", "error")
+def token_blob(token_ids: Sequence[int]) -> bytes:
+    """Prompt token ids as little-endian int32 bytes (4 bytes per token)."""
+    return np.asarray(token_ids, dtype="<i4").tobytes()
 
 
-def request_row(request_id: str, arrival_step: int, arrival_time: float,
+def tokens_from_blob(blob: bytes | None) -> tuple[int, ...] | None:
+    """The token ids :func:`token_blob` stored (None stays None)."""
+    return None if blob is None else tuple(np.frombuffer(blob, dtype="<i4").tolist())
+
+
+def request_row(seq: int, request_id: str, arrival_step: int, arrival_time: float,
                 prompt_token_ids: Sequence[int], prompt_text: str | None,
                 sampling: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``requests`` row of an announced arrival (outcome columns still empty)."""
-    return {
-        "request_id": request_id, "arrival_step": arrival_step, "arrival_time": arrival_time,
-        "num_prompt_tokens": len(prompt_token_ids), "max_tokens": sampling.get("max_tokens"),
-        "prompt_token_ids_json": strict_dumps(list(prompt_token_ids)),
-        "prompt_text": prompt_text, "sampling_json": dumps(sampling),
-    }
-
-
-def request_row_from_view(view: RequestView) -> dict[str, Any]:
-    """A ``requests`` row for a request the engine never announced (no prompt, no sampling);
-    it has the same columns as :func:`request_row`, so both can share one batch insert."""
-    return {"request_id": view.request_id, "arrival_step": view.arrival_step,
-            "arrival_time": view.arrival_time, "num_prompt_tokens": view.num_prompt_tokens,
-            "max_tokens": view.max_tokens, "prompt_token_ids_json": None, "prompt_text": None,
-            "sampling_json": None}
+    """The ``requests`` row of an arrival (outcome columns still empty)."""
+    return {"seq": seq, "request_id": request_id, "arrival_step": arrival_step,
+            "arrival_time": arrival_time, "num_prompt_tokens": len(prompt_token_ids),
+            "max_tokens": sampling.get("max_tokens"),
+            "prompt_token_ids": token_blob(prompt_token_ids), "prompt_text": prompt_text,
+            "sampling_json": dumps(dict(sampling))}
 
 
 def outcome_row(view: RequestView, step: int) -> dict[str, Any]:
-    """The outcome columns of a request that finished in ``step``, from its final view."""
-    row = {name: getattr(view, name) for name in _OUTCOME_FIELDS}
-    row.update(request_id=view.request_id, finish_step=step)
-    return row
+    """Outcome columns of a request that finished in ``step``, from its final view."""
+    return {"request_id": view.request_id, "status": view.status,
+            "finish_reason": view.finish_reason, "finish_step": step,
+            "num_output_tokens": view.num_output_tokens, "ttft": view.ttft,
+            "mean_itl": view.mean_itl, "num_preemptions": view.num_preemptions,
+            "error": view.error}
 
 
-# --- step records ------------------------------------------------------------------------------
-def step_rows(record: StepRecord) -> dict[str, list[dict[str, Any]]]:
-    """Rows of every table that one step writes, keyed by table name.
+def arrival_from_row(row: Sequence[Any]) -> Arrival:
+    """An :class:`Arrival` from (request_id, arrival_step, arrival_time, num_prompt_tokens,
+    max_tokens)."""
+    rid, step, at, n, m = row
+    return Arrival(rid, int(step), float(at), int(n), int(m))
 
-    Raises ``TypeError``/``ValueError`` if a payload cannot be stored as JSON.
-    """
-    so = record.scheduler_output
-    step = record.step
+
+# --- steps -------------------------------------------------------------------------------------
+def step_rows(record: StepRecord, seq_of: SeqOf) -> dict[str, list[dict[str, Any]]]:
+    """Rows of every table one step writes, keyed by table name. Raises ``KeyError`` for a
+    request the writer was never told about and ``TypeError`` for a value JSON cannot hold."""
+    step, batch = record.step, record.scheduled
+    tok = {t.request_id: t for t in record.new_tokens}
+    aligned = [tok.get(e.request_id) for e in batch]
+    if tuple(t for t in aligned if t is not None) != record.new_tokens:
+        raise ValueError(f"step {step}: tokens are not in batch order")
+    texts = [None if t is None else t.text for t in aligned]
+    steps_row = {
+        "step": step, "start_ns": record.start_ns, "end_ns": record.end_ns,
+        "clock": record.clock, "token_time": record.token_time,
+        "num_scheduled_tokens": record.num_scheduled_tokens,
+        "num_scheduled_requests": len(batch), "num_new_tokens": len(record.new_tokens),
+        "num_waiting": record.num_waiting, "num_running": record.num_running,
+        "num_paused": record.num_paused, "num_finished": record.num_finished,
+        "num_free_blocks": record.num_free_blocks, "num_total_blocks": record.num_total_blocks,
+        "kv_cache_usage": record.kv_cache_usage, "num_preemptions": record.num_preemptions,
+        "schedule_ns": record.schedule_ns, "forward_ns": record.forward_ns,
+        "update_ns": record.update_ns, "recorder_wait_ns": record.recorder_wait_ns,
+        "error": record.error,
+        "batch_seq_json": strict_dumps([seq_of(e.request_id) for e in batch]),
+        "batch_slot_json": strict_dumps([e.slot for e in batch]),
+        "batch_num_tokens_json": strict_dumps([e.num_tokens for e in batch]),
+        "batch_num_computed_json": strict_dumps([e.num_computed_tokens for e in batch]),
+        "batch_prefill_json": strict_dumps([i for i, e in enumerate(batch) if e.is_prefill]),
+        "token_index_json": strict_dumps([-1 if t is None else t.index for t in aligned]),
+        "token_id_json": strict_dumps([-1 if t is None else t.token_id for t in aligned]),
+        "token_text_json": strict_dumps(texts) if any(texts) else None,
+        "preempted_json": strict_dumps([seq_of(r) for r in record.preempted_ids]),
+        "not_admitted_json": strict_dumps([[seq_of(r), why] for r, why in record.not_admitted]),
+    }
     return {
-        "steps": [{
-            "step": step, "start_ns": record.start_ns, "end_ns": record.end_ns,
-            "clock": record.clock, "num_scheduled_tokens": record.num_scheduled_tokens,
-            "num_scheduled_requests": len(so.scheduled),
-            "num_waiting": record.num_waiting, "num_running": record.num_running,
-            "num_paused": record.num_paused, "num_finished": record.num_finished,
-            "num_free_blocks": record.num_free_blocks,
-            "num_total_blocks": record.num_total_blocks,
-            "kv_cache_usage": record.kv_cache_usage, "num_preemptions": record.num_preemptions,
-            "schedule_ns": record.schedule_ns, "forward_ns": record.forward_ns,
-            "update_ns": record.update_ns, "error": record.error,
-            "preempted_ids_json": strict_dumps(so.preempted_ids),
-            "not_admitted_json": strict_dumps(so.not_admitted),
-        }],
-        "step_requests": [{
-            "step": step, "seq": i, "request_id": s.request_id, "slot": s.slot,
-            "num_tokens": s.num_tokens, "num_computed_tokens": s.num_computed_tokens,
-            "is_prefill": int(s.is_prefill), "new_block_ids_json": strict_dumps(s.new_block_ids),
-            "block_ids_json": strict_dumps(s.block_ids),
-        } for i, s in enumerate(so.scheduled)],
-        "events": [{
-            "step": step, "seq": i, "request_id": e.request_id, "kind": e.kind,
-            "detail": e.detail,
-        } for i, e in enumerate(record.events)],
-        "tokens": [{
-            "step": step, "seq": i, "request_id": t.request_id, "idx": t.index,
-            "token_id": t.token_id, "text": t.text,
-        } for i, t in enumerate(record.new_tokens)],
-        "request_states": [{
-            "step": step, "seq": i, "request_id": v.request_id,
-            "view_json": strict_dumps(view_to_dict(v)),
-        } for i, v in enumerate(record.changed)],
+        "steps": [steps_row],
+        "events": [{"step": step, "ord": i, "seq": seq_of(e.request_id), "kind": e.kind,
+                    "detail": e.detail} for i, e in enumerate(record.events)],
+        "block_events": [{"step": step, "ord": i, "kind": b.kind, "seq": seq_of(b.request_id),
+                          "block_ids_json": strict_dumps(b.block_ids)}
+                         for i, b in enumerate(record.block_events)],
+        "transitions": [{"step": step, "ord": i, "seq": seq_of(t.request_id), "status": t.status,
+                         "slot": t.slot, "num_computed_tokens": t.num_computed_tokens,
+                         "num_preemptions": t.num_preemptions, "error": t.error}
+                        for i, t in enumerate(record.transitions)],
     }
 
 
 # Column order the reader selects; record_from_rows unpacks rows in exactly this order.
-STEP_COLUMNS = ("step", "start_ns", "end_ns", "clock", "num_waiting", "num_running",
+STEP_COLUMNS = ("step", "start_ns", "end_ns", "clock", "token_time", "num_waiting", "num_running",
                 "num_paused", "num_finished", "num_free_blocks", "num_total_blocks",
-                "schedule_ns", "forward_ns", "update_ns", "error", "preempted_ids_json",
-                "not_admitted_json")
-STEP_REQUEST_COLUMNS = ("step", "request_id", "slot", "num_tokens", "num_computed_tokens",
-                        "is_prefill", "new_block_ids_json", "block_ids_json")
-EVENT_COLUMNS = ("step", "request_id", "kind", "detail")
-TOKEN_COLUMNS = ("step", "request_id", "idx", "token_id", "text")
-STATE_COLUMNS = ("step", "view_json")
+                "schedule_ns", "forward_ns", "update_ns", "recorder_wait_ns", "error",
+                "batch_seq_json", "batch_slot_json", "batch_num_tokens_json",
+                "batch_num_computed_json", "batch_prefill_json", "token_index_json",
+                "token_id_json", "token_text_json", "preempted_json", "not_admitted_json")
+EVENT_COLUMNS = ("step", "seq", "kind", "detail")
+BLOCK_EVENT_COLUMNS = ("step", "kind", "seq", "block_ids_json")
+TRANSITION_COLUMNS = ("step", "seq", "status", "slot", "num_computed_tokens", "num_preemptions",
+                      "error")
 
 
-def record_from_rows(step_row: Sequence[Any], scheduled: Iterable[Sequence[Any]],
-                     events: Iterable[Sequence[Any]], tokens: Iterable[Sequence[Any]],
-                     changed: Iterable[Sequence[Any]]) -> StepRecord:
+def record_from_rows(row: Sequence[Any], arrivals: Sequence[Arrival], events: Sequence[Sequence],
+                     block_events: Sequence[Sequence], transitions: Sequence[Sequence],
+                     id_of: IdOf) -> StepRecord:
     """Rebuild one :class:`StepRecord` from its rows (columns as in the ``*_COLUMNS`` tuples,
-    child rows in ``seq`` order)."""
-    (step, start_ns, end_ns, clock, num_waiting, num_running, num_paused, num_finished,
-     num_free_blocks, num_total_blocks, schedule_ns, forward_ns, update_ns, error,
-     preempted_json, not_admitted_json) = step_row
-    so = SchedulerOutput(
-        step=step,
-        scheduled=tuple(
-            ScheduledRequest(request_id=rid, slot=slot, num_tokens=n, num_computed_tokens=nc,
-                             is_prefill=bool(pre), new_block_ids=tuple(json.loads(new)),
-                             block_ids=tuple(json.loads(blocks)))
-            for _, rid, slot, n, nc, pre, new, blocks in scheduled),
-        preempted_ids=tuple(json.loads(preempted_json)),
-        not_admitted=tuple(tuple(pair) for pair in json.loads(not_admitted_json)),
-    )
+    child rows in ``ord`` order). Raises ``ValueError``/``KeyError``/``TypeError`` on bad rows."""
+    (step, start_ns, end_ns, clock, token_time, num_waiting, num_running, num_paused,
+     num_finished, num_free, num_total, schedule_ns, forward_ns, update_ns, wait_ns, error,
+     b_seq, b_slot, b_n, b_nc, b_pre, t_idx, t_id, t_text, preempted, not_admitted) = row
+    seqs, slots, ns, ncs = (json.loads(x) for x in (b_seq, b_slot, b_n, b_nc))
+    prefill = set(json.loads(b_pre))
+    idxs, ids = json.loads(t_idx), json.loads(t_id)
+    texts = json.loads(t_text) if t_text is not None else [""] * len(seqs)
+    if not (len(seqs) == len(slots) == len(ns) == len(ncs) == len(idxs) == len(ids) == len(texts)):
+        raise ValueError(f"step {step}: batch arrays of different lengths")
+    rids = [id_of(s) for s in seqs]
     return StepRecord(
-        step=step, start_ns=start_ns, end_ns=end_ns, clock=clock, scheduler_output=so,
-        new_tokens=tuple(NewToken(request_id=rid, index=idx, token_id=tid, text=text)
-                         for _, rid, idx, tid, text in tokens),
-        events=tuple(RequestEvent(request_id=rid, kind=kind, detail=detail)
-                     for _, rid, kind, detail in events),
-        changed=tuple(view_from_dict(json.loads(text)) for _, text in changed),
+        step=step, start_ns=start_ns, end_ns=end_ns, clock=clock, token_time=token_time,
+        arrivals=tuple(arrivals),
+        scheduled=tuple(BatchEntry(rid, slot, n, nc, i in prefill)
+                        for i, (rid, slot, n, nc) in enumerate(zip(rids, slots, ns, ncs))),
+        new_tokens=tuple(NewToken(rid, idx, tid, text or "")
+                         for rid, idx, tid, text in zip(rids, idxs, ids, texts) if idx >= 0),
+        events=tuple(RequestEvent(id_of(seq), kind, detail or "") for _, seq, kind, detail in events),
+        block_events=tuple(BlockEvent(kind, id_of(seq), tuple(json.loads(blocks)))
+                           for _, kind, seq, blocks in block_events),
+        transitions=tuple(Transition(id_of(seq), status, slot, nc, npre, err)
+                          for _, seq, status, slot, nc, npre, err in transitions),
+        preempted_ids=tuple(id_of(s) for s in json.loads(preempted)),
+        not_admitted=tuple((id_of(s), why) for s, why in json.loads(not_admitted)),
         num_waiting=num_waiting, num_running=num_running, num_paused=num_paused,
-        num_finished=num_finished, num_free_blocks=num_free_blocks,
-        num_total_blocks=num_total_blocks, schedule_ns=schedule_ns, forward_ns=forward_ns,
-        update_ns=update_ns, error=error,
-    )
+        num_finished=num_finished, num_free_blocks=num_free, num_total_blocks=num_total,
+        schedule_ns=schedule_ns, forward_ns=forward_ns, update_ns=update_ns,
+        recorder_wait_ns=wait_ns, error=error)
+
+
+# --- keyframes ---------------------------------------------------------------------------------
+def state_blob(state: EngineState) -> tuple[bytes, str]:
+    """A keyframe of ``state``: (compressed ``.npz`` of its arrays and scalars, JSON of its
+    recently finished views)."""
+    buf = io.BytesIO()
+    np.savez_compressed(
+        buf, scalars=np.array([state.step, state.num_total_blocks, state.block_size,
+                               state.max_num_seqs, state.next_seq], np.int64),
+        clock=np.array([state.clock], np.float64),
+        request_ids=np.array(state.request_ids, dtype=np.str_) if len(state) else np.zeros(0, "U1"),
+        block_owner=state.block_owner.astype(np.int32), block_pos=state.block_pos.astype(np.int32),
+        **{f"col_{k}": v for k, v in state.columns.items()})
+    finished = [[v.request_id, v.status, v.arrival_step, v.arrival_time, v.num_prompt_tokens,
+                 v.num_output_tokens, v.num_computed_tokens, v.max_tokens, v.slot,
+                 v.num_preemptions, v.ttft, v.mean_itl, v.finish_reason, v.error]
+                for v in state.recently_finished]
+    return buf.getvalue(), strict_dumps(finished)
+
+
+def state_from_blob(blob: bytes, finished_json: str) -> EngineState:
+    """The :class:`EngineState` a :func:`state_blob` keyframe holds. Raises ``ValueError`` /
+    ``KeyError`` for a damaged keyframe (never unpickles anything)."""
+    with np.load(io.BytesIO(blob), allow_pickle=False) as z:
+        step, nb, bs, mns, next_seq = (int(x) for x in z["scalars"])
+        return EngineState(
+            step, float(z["clock"][0]), nb, bs, mns, next_seq=next_seq,
+            request_ids=tuple(str(x) for x in z["request_ids"]),
+            columns={k: z[f"col_{k}"] for k in COLUMNS},
+            block_owner=z["block_owner"].astype(np.int64), block_pos=z["block_pos"].astype(np.int64),
+            recently_finished=tuple(RequestView(*v) for v in json.loads(finished_json)))

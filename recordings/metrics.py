@@ -1,11 +1,12 @@
 """Run metrics recomputed from a recording's rows (never from the engine's own counters).
 
 Latencies are on the engine clock of the run (``config['clock']``): in steps under the virtual
-clock, in seconds under the wall clock. A token's time is the end of the step that produced it on
-that clock: the step's ``clock`` (its start) plus its duration, which is 1 step under the virtual
-clock and ``(end_ns - start_ns) / 1e9`` seconds under the wall clock. So TTFT = first token time -
-``requests.arrival_time`` (a request admitted and prefilled in the step it arrived in has a TTFT of
-1 step), and the ITL samples are the gaps between consecutive tokens of a request.
+clock, in seconds under the wall clock and in simulated seconds under the sim clock. A token's time
+is its step's ``token_time``: the end of the step on that clock (the step's start + 1 under the
+virtual clock). So TTFT = first token time - ``requests.arrival_time`` (a request admitted and
+prefilled in the step it arrived in has a TTFT of 1 step), and the ITL samples are the gaps
+between consecutive tokens of a request. Under the sim clock, durations and throughput are in
+simulated seconds (the run's ``token_time`` span), not in the wall time the simulation took.
 """
 from __future__ import annotations
 
@@ -123,11 +124,13 @@ def _summarize(reader: Reader) -> RunSummary:
     by_reason = {str(reason): n for reason, n in reader.execute(
         "SELECT finish_reason, count(*) FROM requests WHERE status LIKE 'FINISHED%' "
         "GROUP BY finish_reason ORDER BY finish_reason")}
-    ttft, itl = _latencies(reader, virtual=clock != "wall")
-    num_output_tokens = reader.execute("SELECT count(*) FROM tokens")[0][0]
+    ttft, itl = _latencies(reader)
+    num_output_tokens = reader.execute("SELECT coalesce(sum(num_new_tokens), 0) FROM steps")[0][0]
     duration_s = (last_ns - first_ns) / 1e9 if num_steps else 0.0
+    if clock == "sim" and num_steps:
+        (duration_s,), = reader.execute("SELECT max(token_time) - min(clock) FROM steps")
     return RunSummary(
-        clock=clock, time_unit="s" if clock == "wall" else "steps",
+        clock=clock, time_unit="steps" if clock == "virtual" else "s",
         num_requests=num_requests, num_finished_by_reason=by_reason, num_steps=num_steps,
         num_prompt_tokens=num_prompt_tokens, num_output_tokens=num_output_tokens,
         wall_duration_s=duration_s,
@@ -137,16 +140,14 @@ def _summarize(reader: Reader) -> RunSummary:
     )
 
 
-def _latencies(reader: Reader, virtual: bool) -> tuple[list[float], list[float]]:
+def _latencies(reader: Reader) -> tuple[list[float], list[float]]:
     """TTFT samples (one per request with a token) and ITL samples (gaps between tokens)."""
     arrival = dict(reader.execute("SELECT request_id, arrival_time FROM requests"))
-    rows = reader.execute(
-        "SELECT t.request_id, s.clock, s.start_ns, s.end_ns FROM tokens t "
-        "JOIN steps s ON s.step = t.step ORDER BY t.request_id, t.step, t.seq")
+    rows = reader.execute("SELECT request_id, token_time FROM tokens ORDER BY seq, step")
     ttft: list[float] = []
     itl: list[float] = []
     for request_id, group in groupby(rows, key=lambda r: r[0]):
-        times = [c + (1.0 if virtual else (end - start) / 1e9) for _, c, start, end in group]
+        times = [t for _, t in group]
         if arrival.get(request_id) is not None:
             ttft.append(times[0] - arrival[request_id])
         itl.extend(b - a for a, b in zip(times, times[1:]))

@@ -43,9 +43,29 @@ def check_sqlite_file(path: Path) -> None:
             f"{num_pages} pages of {page_size} bytes)")
 
 
-def open_readonly(path: str | os.PathLike) -> sqlite3.Connection:
+_TABLES = {1: ("runs", "requests", "steps", "step_requests", "events", "tokens", "request_states",
+               "keyframes"),
+           2: ("runs", "requests", "steps", "events", "block_events", "transitions", "keyframes")}
+
+
+def file_version(path: Path) -> int:
+    """The schema version of the recording at ``path`` (0 when it cannot tell; opening it then
+    raises the precise :class:`RecordingError`)."""
+    try:
+        check_sqlite_file(path)
+        conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
+        try:
+            return int(conn.execute("PRAGMA user_version").fetchone()[0])
+        finally:
+            conn.close()
+    except (RecordingError, OSError, sqlite3.Error):
+        return 0
+
+
+def open_readonly(path: str | os.PathLike, version: int | None = None) -> sqlite3.Connection:
     """A read-only connection (usable from any thread, one at a time) to the recording at
-    ``path``. Raises :class:`RecordingError` naming the file and the problem."""
+    ``path``, which must be of schema ``version`` (default: the latest). Raises
+    :class:`RecordingError` naming the file and the problem."""
     path = Path(path)
     check_sqlite_file(path)
     uri = path.resolve().as_uri() + "?mode=ro"
@@ -54,7 +74,7 @@ def open_readonly(path: str | os.PathLike) -> sqlite3.Connection:
     except sqlite3.Error as exc:
         raise RecordingError(f"{path}: cannot open: {exc}") from exc
     try:
-        _check_recording(conn, path)
+        _check_recording(conn, path, latest_version() if version is None else version)
     except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
         conn.close()
         raise RecordingError(f"{path}: corrupt or unreadable recording: {exc}") from exc
@@ -64,19 +84,17 @@ def open_readonly(path: str | os.PathLike) -> sqlite3.Connection:
     return conn
 
 
-def _check_recording(conn: sqlite3.Connection, path: Path) -> None:
+def _check_recording(conn: sqlite3.Connection, path: Path, expected: int) -> None:
     app_id = conn.execute("PRAGMA application_id").fetchone()[0]
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     if app_id != APPLICATION_ID:
         raise RecordingError(f"{path}: an SQLite database but not a BatchScope recording")
     check_version(version, path)
-    if version < latest_version():
+    if version != expected:
         raise RecordingError(
-            f"{path}: recording schema version {version} is older than this BatchScope's "
-            f"({latest_version()}); upgrade it with recordings.schema.upgrade_file()")
+            f"{path}: recording schema version {version}, expected {expected}")
     # touch every table once, so a damaged file fails here rather than mid-replay
-    for table in ("runs", "requests", "steps", "step_requests", "events", "tokens",
-                  "request_states", "keyframes"):
+    for table in _TABLES[version]:
         conn.execute(f"SELECT * FROM {table} ORDER BY rowid DESC LIMIT 1").fetchall()
     if conn.execute("SELECT count(*) FROM runs").fetchone()[0] != 1:
         raise RecordingError(f"{path}: the recording has no run row (incomplete file)")

@@ -1,8 +1,10 @@
 """Reader: replay a recording (finished, crashed or still being written) as a StepSource.
 
 ``state_at(step)`` starts from the nearest keyframe at or before ``step`` (or from a cached state
-between that keyframe and ``step``, which makes scrubbing forward cheap) and replays the recorded
-``RequestView`` deltas up to ``step``. Every failure is a :class:`RecordingError` naming the file.
+between that keyframe and ``step``, which makes scrubbing forward cheap) and applies the recorded
+steps with :class:`engine.timeline.StateTimeline`, the same code the engine used to make its live
+states. Schema-1 files are read by ``recordings.v1_reader``. Every failure is a
+:class:`RecordingError` naming the file.
 """
 from __future__ import annotations
 
@@ -18,17 +20,16 @@ from typing import Any, Iterator, Sequence
 
 from engine.outputs import StepRecord
 from engine.state import EngineState
+from engine.timeline import StateTimeline
 from recordings import codec
 from recordings.errors import RecordingError
 from recordings.info import RequestInfo, TimelineEvent
-from recordings.opening import open_readonly
+from recordings.opening import file_version, open_readonly
 
-_CHILD_TABLES = (
-    ("step_requests", codec.STEP_REQUEST_COLUMNS),
-    ("events", codec.EVENT_COLUMNS),
-    ("tokens", codec.TOKEN_COLUMNS),
-    ("request_states", codec.STATE_COLUMNS),
-)
+_CHILD_TABLES = (("events", codec.EVENT_COLUMNS), ("block_events", codec.BLOCK_EVENT_COLUMNS),
+                 ("transitions", codec.TRANSITION_COLUMNS))
+_ARRIVAL_SQL = ("SELECT request_id, arrival_step, arrival_time, num_prompt_tokens, max_tokens "
+                "FROM requests WHERE arrival_step >= ? AND arrival_step <= ? ORDER BY seq")
 
 
 class Reader:
@@ -37,14 +38,23 @@ class Reader:
     Safe to share between threads (calls are serialised). Keeps the last ``cache_size`` states.
     Raises :class:`RecordingError` if the file is missing, not SQLite, not a BatchScope
     recording, of an unsupported schema version, truncated or corrupt (here or on any later call).
+    ``Reader(path)`` on a schema-1 file returns a ``recordings.v1_reader.V1Reader`` instead.
     """
 
-    def __init__(self, path: str | os.PathLike, cache_size: int = 32) -> None:
+    def __new__(cls, path: str | os.PathLike, cache_size: int = 8):
+        if cls is Reader and file_version(Path(path)) == 1:
+            from recordings.v1_reader import V1Reader
+            return V1Reader(path, cache_size)
+        return super().__new__(cls)
+
+    def __init__(self, path: str | os.PathLike, cache_size: int = 8) -> None:
         self.path = Path(path)
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = open_readonly(self.path)
         self._cache: OrderedDict[int, EngineState] = OrderedDict()
         self._cache_size = max(1, cache_size)
+        self._ids: dict[int, str] = {}
+        self._text: dict[str, tuple[int, list[str]]] = {}
         with self._reading("run info"):
             self._run_info = json.loads(self._rows("SELECT run_info_json FROM runs")[0][0])
 
@@ -61,23 +71,17 @@ class Reader:
     def state_at(self, step: int) -> EngineState:
         """The engine state after ``step``, clamped to [-1, latest_step()]."""
         with self._lock, self._reading(f"state at step {step}"):
-            row = self._rows("SELECT step, clock FROM steps WHERE step <= ? "
-                             "ORDER BY step DESC LIMIT 1", (int(step),))
-            target, clock = row[0] if row else (-1, None)
+            row = self._rows("SELECT max(step) FROM steps WHERE step <= ?", (int(step),))[0][0]
+            target = -1 if row is None else row
             if target in self._cache:
                 self._cache.move_to_end(target)
                 return self._cache[target]
             base = self._base_state(target)
             if base.step < target:
-                requests = dict(base.requests)
-                for (text,) in self._rows("SELECT view_json FROM request_states WHERE step > ? "
-                                          "AND step <= ? ORDER BY step, seq",
-                                          (base.step, target)):
-                    view = codec.view_from_dict(json.loads(text))
-                    requests[view.request_id] = view
-                base = EngineState(step=target, clock=clock, num_total_blocks=base.num_total_blocks,
-                                   block_size=base.block_size, max_num_seqs=base.max_num_seqs,
-                                   requests=requests)
+                timeline = StateTimeline.from_state(base)
+                for record in self._records(base.step + 1, target + 1):
+                    timeline.apply(record)
+                base = timeline.snapshot()
             self._remember(base)
             return base
 
@@ -85,55 +89,59 @@ class Reader:
         """The recorded steps with ``start <= step < stop``, in step order, each equal to the
         :class:`StepRecord` that was written."""
         with self._lock, self._reading(f"steps {start}..{stop}"):
-            steps = self._rows(f"SELECT {', '.join(codec.STEP_COLUMNS)} FROM steps "
-                               "WHERE step >= ? AND step < ? ORDER BY step", (start, stop))
-            if not steps:
-                return []
-            lo, hi = steps[0][0], steps[-1][0]
-            children = []
-            for table, columns in _CHILD_TABLES:
-                by_step: dict[int, list[tuple]] = defaultdict(list)
-                for r in self._rows(f"SELECT {', '.join(columns)} FROM {table} "
-                                    "WHERE step >= ? AND step <= ? ORDER BY step, seq", (lo, hi)):
-                    by_step[r[0]].append(r)
-                children.append(by_step)
-            return [codec.record_from_rows(row, *(c.get(row[0], ()) for c in children))
-                    for row in steps]
+            return self._records(start, stop)
 
     def request_text(self, request_id: str, step: int) -> str:
-        """Generated text of ``request_id`` up to and including ``step`` ('' if unknown)."""
-        rows = self._rows("SELECT text FROM tokens WHERE request_id = ? AND step <= ? "
-                          "ORDER BY step, seq", (request_id, step))
-        with self._reading(f"text of {request_id}"):
-            return "".join(text or "" for (text,) in rows)
+        """Generated text of ``request_id`` up to and including ``step`` ('' if unknown).
+        Incremental per request: scrubbing forward reads only the new steps."""
+        with self._lock, self._reading(f"text of {request_id}"):
+            row = self._rows("SELECT seq, arrival_step, finish_step FROM requests "
+                             "WHERE request_id = ?", (request_id,))
+            if not row:
+                return ""
+            seq, first, last = row[0]
+            upto = min(step, last) if last is not None else step
+            done, parts = self._text.get(request_id, (first - 1, []))
+            if done > upto:
+                done, parts = first - 1, []
+            for text_json, seq_json in self._rows(
+                    "SELECT token_text_json, batch_seq_json FROM steps WHERE step > ? AND step <= ? "
+                    "AND token_text_json IS NOT NULL ORDER BY step", (done, upto)):
+                seqs = json.loads(seq_json)
+                if seq in seqs:
+                    parts.append(json.loads(text_json)[seqs.index(seq)] or "")
+            self._text[request_id] = (max(done, upto), parts)
+            if len(self._text) > 64:
+                self._text.pop(next(iter(self._text)))
+            return "".join(parts)
 
     # --- beyond StepSource ---------------------------------------------------------------------
     def request_timeline(self, request_id: str) -> list[TimelineEvent]:
         """Every lifecycle event of ``request_id`` in order ([] if unknown)."""
         rows = self._rows(
             "SELECT e.step, e.kind, e.detail, s.clock, s.end_ns FROM events e "
-            "JOIN steps s ON s.step = e.step WHERE e.request_id = ? ORDER BY e.step, e.seq",
-            (request_id,))
+            "JOIN requests r ON r.seq = e.seq JOIN steps s ON s.step = e.step "
+            "WHERE r.request_id = ? ORDER BY e.step, e.ord", (request_id,))
         return [TimelineEvent(*r) for r in rows]
 
     def request_info(self, request_id: str) -> RequestInfo | None:
         """The request's arrival, prompt, sampling and outcome, or ``None`` if unknown."""
         rows = self._rows(
             "SELECT request_id, arrival_step, arrival_time, num_prompt_tokens, max_tokens, "
-            "prompt_token_ids_json, prompt_text, sampling_json, status, finish_reason, "
+            "prompt_token_ids, prompt_text, sampling_json, status, finish_reason, "
             "finish_step, num_output_tokens, ttft, mean_itl, num_preemptions, error "
             "FROM requests WHERE request_id = ?", (request_id,))
         if not rows:
             return None
         values = list(rows[0])
         with self._reading(f"request {request_id}"):
-            values[5] = None if values[5] is None else tuple(json.loads(values[5]))
+            values[5] = codec.tokens_from_blob(values[5])
             values[7] = None if values[7] is None else json.loads(values[7])
         return RequestInfo(*values)
 
     def request_ids(self) -> list[str]:
         """Every recorded request id, in arrival order."""
-        return [r[0] for r in self._rows("SELECT request_id FROM requests ORDER BY rowid")]
+        return [r[0] for r in self._rows("SELECT request_id FROM requests ORDER BY seq")]
 
     def is_complete(self) -> bool:
         """True once the writer closed the file cleanly (False while writing or after a crash)."""
@@ -173,9 +181,42 @@ class Reader:
         """Turn a malformed row (bad JSON, missing field) into a RecordingError."""
         try:
             yield
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, OSError) as exc:
             raise RecordingError(f"{self.path}: corrupt recording ({what}): "
                                  f"{type(exc).__name__}: {exc}") from exc
+
+    def _id_of(self, seq: int) -> str:
+        name = self._ids.get(seq)
+        if name is None:
+            known = max(self._ids, default=-1)
+            self._ids.update(self._rows("SELECT seq, request_id FROM requests WHERE seq > ?",
+                                        (known,)))
+            name = self._ids.get(seq)
+            if name is None:
+                raise KeyError(f"request number {seq} is not in the requests table")
+        return name
+
+    def _records(self, start: int, stop: int) -> list[StepRecord]:
+        steps = self._rows(f"SELECT {', '.join(codec.STEP_COLUMNS)} FROM steps "
+                           "WHERE step >= ? AND step < ? ORDER BY step", (start, stop))
+        if not steps:
+            return []
+        lo, hi = steps[0][0], steps[-1][0]
+        children = []
+        for table, columns in _CHILD_TABLES:
+            by_step: dict[int, list[tuple]] = defaultdict(list)
+            for r in self._rows(f"SELECT {', '.join(columns)} FROM {table} "
+                                "WHERE step >= ? AND step <= ? ORDER BY step, ord", (lo, hi)):
+                by_step[r[0]].append(r)
+            children.append(by_step)
+        arrivals: dict[int, list] = defaultdict(list)
+        for r in self._rows(_ARRIVAL_SQL, (lo, hi)):
+            arrivals[r[1]].append(codec.arrival_from_row(r))
+        events, blocks, transitions = children
+        return [codec.record_from_rows(row, arrivals.get(row[0], ()), events.get(row[0], ()),
+                                       blocks.get(row[0], ()), transitions.get(row[0], ()),
+                                       self._id_of)
+                for row in steps]
 
     def _base_state(self, target: int) -> EngineState:
         """The latest cached state or keyframe at or before ``target`` that replay can start
@@ -187,8 +228,9 @@ class Reader:
         cached = [s for s in self._cache if keyframe <= s <= target]
         if cached:
             return self._cache[max(cached)]
-        text = self._rows("SELECT state_json FROM keyframes WHERE step = ?", (keyframe,))[0][0]
-        state = codec.state_from_json(text)
+        blob, finished = self._rows("SELECT state_npz, finished_json FROM keyframes "
+                                    "WHERE step = ?", (keyframe,))[0]
+        state = codec.state_from_blob(blob, finished)
         self._remember(state)
         return state
 

@@ -4,9 +4,13 @@ A recording is marked by ``PRAGMA application_id = APPLICATION_ID`` and carries 
 in ``PRAGMA user_version``. :func:`migrate` applies the pending migrations in order, each in its
 own transaction together with the version bump, so a file is always at one whole version.
 
-Units are in the column names: ``*_ns`` are integer nanoseconds since the run started, ``clock``
-and ``arrival_time``/``ttft``/``mean_itl`` are on the engine clock (steps under the virtual clock,
-seconds under the wall clock), ``*_json`` columns hold nested payloads as JSON text.
+Units are in the column names: ``*_ns`` are integer nanoseconds since the run started, ``clock``,
+``token_time`` and ``arrival_time``/``ttft``/``mean_itl`` are on the engine clock (steps under the
+virtual clock, seconds under the wall or sim clock), ``*_json`` columns hold JSON text.
+
+Version 2 (this code writes it) stores what changed, not what is: see docs/recording.md for every
+table and view. Version-1 files are never upgraded in place (their per-step rows are a different
+model); :class:`recordings.Reader` opens them read-only through ``recordings.v1_reader``.
 """
 from __future__ import annotations
 
@@ -64,10 +68,74 @@ def _v1_tables(db: sqlite_utils.Database) -> None:
     db["events"].create_index(["kind"])
 
 
+_V1_STEP_TABLES = ("steps", "step_requests", "events", "tokens", "request_states", "keyframes",
+                   "requests")
+
+
+def _v2_tables(db: sqlite_utils.Database) -> None:
+    """Version 2: requests keyed by arrival number, compact steps (batch and tokens as aligned
+    JSON arrays), events, block events, transitions, npz keyframes, and SQL views ``tokens`` and
+    ``step_requests`` that expand the arrays. Only a version-1 file without steps is upgraded."""
+    if db["steps"].exists() and db.execute("SELECT count(*) FROM steps").fetchone()[0]:
+        raise RecordingError("a version-1 recording with steps is not upgraded in place; "
+                             "it opens read-only")
+    for table in _V1_STEP_TABLES:
+        db[table].drop(ignore=True)
+    db["requests"].create({
+        "seq": int, "request_id": str, "arrival_step": int, "arrival_time": float,
+        "num_prompt_tokens": int, "max_tokens": int, "prompt_token_ids": bytes,
+        "prompt_text": str, "sampling_json": str,
+        # outcome, filled in when the request finishes
+        "status": str, "finish_reason": str, "finish_step": int, "num_output_tokens": int,
+        "ttft": float, "mean_itl": float, "num_preemptions": int, "error": str,
+    }, pk="seq")
+    db["requests"].create_index(["request_id"], unique=True)
+    db["requests"].create_index(["arrival_step"])
+    db["steps"].create({
+        "step": int, "start_ns": int, "end_ns": int, "clock": float, "token_time": float,
+        "num_scheduled_tokens": int, "num_scheduled_requests": int, "num_new_tokens": int,
+        "num_waiting": int, "num_running": int, "num_paused": int, "num_finished": int,
+        "num_free_blocks": int, "num_total_blocks": int, "kv_cache_usage": float,
+        "num_preemptions": int, "schedule_ns": int, "forward_ns": int, "update_ns": int,
+        "recorder_wait_ns": int, "error": str,
+        "batch_seq_json": str, "batch_slot_json": str, "batch_num_tokens_json": str,
+        "batch_num_computed_json": str, "batch_prefill_json": str, "token_index_json": str,
+        "token_id_json": str, "token_text_json": str, "preempted_json": str,
+        "not_admitted_json": str,
+    }, pk="step")
+    db["events"].create({"step": int, "ord": int, "seq": int, "kind": str, "detail": str},
+                        pk=("step", "ord"))
+    db["block_events"].create({"step": int, "ord": int, "kind": str, "seq": int,
+                               "block_ids_json": str}, pk=("step", "ord"))
+    db["transitions"].create({"step": int, "ord": int, "seq": int, "status": str, "slot": int,
+                              "num_computed_tokens": int, "num_preemptions": int, "error": str},
+                             pk=("step", "ord"))
+    db["keyframes"].create({"step": int, "state_npz": bytes, "finished_json": str}, pk="step")
+    for table in ("events", "block_events", "transitions"):
+        db[table].create_index(["seq", "step"])
+    db["events"].create_index(["kind"])
+    # One row per scheduled request per step, and per generated token: plain SQL over the arrays.
+    db.execute("""CREATE VIEW step_requests AS
+        SELECT s.step AS step, b.key AS ord, r.request_id AS request_id, r.seq AS seq,
+               json_extract(s.batch_slot_json, '$[' || b.key || ']') AS slot,
+               json_extract(s.batch_num_tokens_json, '$[' || b.key || ']') AS num_tokens,
+               json_extract(s.batch_num_computed_json, '$[' || b.key || ']') AS num_computed_tokens
+        FROM steps s, json_each(s.batch_seq_json) b JOIN requests r ON r.seq = b.value""")
+    db.execute("""CREATE VIEW tokens AS
+        SELECT s.step AS step, b.key AS ord, r.request_id AS request_id, r.seq AS seq,
+               json_extract(s.token_index_json, '$[' || b.key || ']') AS idx,
+               json_extract(s.token_id_json, '$[' || b.key || ']') AS token_id,
+               coalesce(json_extract(s.token_text_json, '$[' || b.key || ']'), '') AS text,
+               s.token_time AS token_time
+        FROM steps s, json_each(s.batch_seq_json) b JOIN requests r ON r.seq = b.value
+        WHERE json_extract(s.token_index_json, '$[' || b.key || ']') >= 0""")
+
+
 # (version, migration); versions are 1, 2, 3 ... in order. Never edit a released migration:
 # append a new one.
 MIGRATIONS: list[tuple[int, Callable[[sqlite_utils.Database], None]]] = [
     (1, _v1_tables),
+    (2, _v2_tables),
 ]
 
 

@@ -1,9 +1,16 @@
 """RecordingWriter: records a run to SQLite from a background thread.
 
-The engine thread only puts objects on a queue. One writer thread turns them into rows and commits
-them in batches (every ``flush_interval_s`` or every ``BATCH_ITEMS`` items), with WAL on so readers
-can open the file while it grows. A step's rows always share the transaction of its ``steps`` row,
-so a killed process leaves a file that holds every committed step whole and nothing of the others.
+The engine thread only puts objects on a bounded queue; when the writer falls behind, the engine
+waits (nothing is dropped) and records how long in the next step's ``recorder_wait_ns``. One writer
+thread turns them into schema-v2 rows and commits them in batches (every ``flush_interval_s`` or
+every ``BATCH_ITEMS`` items), with WAL on so readers can open the file while it grows. A step's rows
+always share the transaction of its ``steps`` row, so a killed process leaves a file that holds
+every committed step whole and nothing of the others.
+
+Keyframes: the writer keeps its own :class:`engine.timeline.StateTimeline` (the one
+implementation of state + record) and stores a snapshot when the deltas written since the last
+keyframe outweigh it (at least ``MIN_KEYFRAME_GAP`` steps apart) or every ``keyframe_interval``
+steps, so seeking replays a bounded number of steps and keyframes stay a bounded share of the file.
 """
 from __future__ import annotations
 
@@ -21,12 +28,14 @@ from typing import Any, Iterable, Mapping
 import sqlite_utils
 
 from engine.outputs import StepRecord
+from engine.timeline import StateTimeline
 from recordings import codec
 from recordings.errors import RecordingError
-from recordings.keyframes import KeyframeState
 from recordings.schema import migrate
 
-BATCH_ITEMS = 256  # commit at the latest after this many queued items
+BATCH_ITEMS = 256       # commit at the latest after this many queued items
+MAX_QUEUE_ITEMS = 4096  # the engine waits when this many items are queued
+MIN_KEYFRAME_GAP = 16   # steps between two keyframes at least
 _LIVE_WRITERS: "weakref.WeakSet[RecordingWriter]" = weakref.WeakSet()
 
 
@@ -35,8 +44,8 @@ class RecordingWriter:
 
     ``run_info`` is stored as JSON (keys that JSON cannot hold are stored as their ``str``); its
     ``config`` dict must hold ``num_gpu_blocks`` (the resolved number), ``block_size`` and
-    ``max_num_seqs``, from which the writer starts its own :class:`EngineState` for keyframes (one
-    full state every ``keyframe_interval`` steps). An existing non-empty ``path`` is refused unless
+    ``max_num_seqs``, from which the writer starts its own state timeline for keyframes (at most
+    ``keyframe_interval`` steps apart). An existing non-empty ``path`` is refused unless
     ``overwrite`` (then it is replaced).
 
     ``write_*`` only enqueue; the writer thread converts and commits. If the writer thread fails,
@@ -47,8 +56,8 @@ class RecordingWriter:
     """
 
     def __init__(self, path: str | os.PathLike, run_info: Mapping[str, Any],
-                 keyframe_interval: int = 64, flush_interval_s: float = 0.2,
-                 *, overwrite: bool = False) -> None:
+                 keyframe_interval: int = 128, flush_interval_s: float = 0.2,
+                 *, overwrite: bool = False, max_queue_items: int = MAX_QUEUE_ITEMS) -> None:
         if keyframe_interval < 1:
             raise ValueError(f"keyframe_interval must be >= 1, got {keyframe_interval}")
         if flush_interval_s <= 0:
@@ -63,14 +72,17 @@ class RecordingWriter:
         self._run_info = dict(run_info)
         self._keyframe_interval = keyframe_interval
         self._flush_interval_s = flush_interval_s
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, max_queue_items))
         self._error: BaseException | None = None
         self._closed = False
         self._close_reported = False
         self._last_step = -1
-        self._state = KeyframeState(config["num_gpu_blocks"], config["block_size"],
-                                   config["max_num_seqs"])
-        self._known_requests: set[str] = set()
+        self._timeline = StateTimeline(config["num_gpu_blocks"], config["block_size"],
+                                       config["max_num_seqs"])
+        self._seq: dict[str, int] = {}      # live request id -> arrival number
+        self._next_seq = 0
+        self._last_keyframe = (-1, 0)        # (step, bytes)
+        self._bytes_since_keyframe = 0
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"RecordingWriter({self.path.name})")
@@ -96,8 +108,8 @@ class RecordingWriter:
                                      tuple(prompt_token_ids), prompt_text, dict(sampling))))
 
     def write_step(self, record: StepRecord) -> None:
-        """Record one step (steps in increasing order). Raises :class:`RecordingError` after a
-        writer failure or close."""
+        """Record one step (steps in increasing order). Blocks while the queue is full (the
+        writer is behind). Raises :class:`RecordingError` after a writer failure or close."""
         self._check()
         self._queue.put(("step", record))
 
@@ -110,6 +122,11 @@ class RecordingWriter:
         while not done.wait(0.05) and self._thread.is_alive():
             pass
         self._check()
+
+    @property
+    def queue_depth(self) -> int:
+        """Items waiting for the writer thread."""
+        return self._queue.qsize()
 
     def close(self) -> None:
         """Commit everything queued, stop the writer thread and close the file. Idempotent.
@@ -211,7 +228,9 @@ class RecordingWriter:
                     "keyframe_interval": self._keyframe_interval,
                     "run_info_json": codec.dumps(info),
                 })
-                db["keyframes"].insert({"step": -1, "state_json": self._state.to_json()})
+                blob, finished = codec.state_blob(self._timeline.snapshot())
+                db["keyframes"].insert({"step": -1, "state_npz": blob, "finished_json": finished})
+                self._last_keyframe = (-1, len(blob))
         except BaseException:
             db.close()
             raise
@@ -224,35 +243,54 @@ class RecordingWriter:
             return
         try:
             rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
-            outcomes: dict[str, dict[str, Any]] = {}
+            outcomes: list[dict[str, Any]] = []
             last_step = self._last_step
             for kind, payload in pending:
                 if kind == "request":
-                    self._known_requests.add(payload[0])
-                    rows["requests"].append(codec.request_row(*payload))
+                    rid = payload[0]
+                    self._seq[rid] = self._next_seq
+                    rows["requests"].append(codec.request_row(self._next_seq, *payload))
+                    self._next_seq += 1
                     continue
-                for table, table_rows in codec.step_rows(payload).items():
-                    rows[table].extend(table_rows)
-                for view in payload.changed:
-                    if view.request_id not in self._known_requests:
-                        self._known_requests.add(view.request_id)
-                        rows["requests"].append(codec.request_row_from_view(view))
-                    if view.is_finished:
-                        outcomes[view.request_id] = codec.outcome_row(view, payload.step)
-                if self._state.apply(payload, self._keyframe_interval):
-                    rows["keyframes"].append({"step": payload.step,
-                                              "state_json": self._state.to_json()})
+                self._add_step(payload, rows, outcomes)
                 last_step = payload.step
             with db.atomic():
                 for table, table_rows in rows.items():
                     db[table].insert_all(table_rows, batch_size=500)
                 if outcomes:
-                    db["requests"].upsert_all(outcomes.values(), pk="request_id")
+                    db.conn.executemany(
+                        "UPDATE requests SET status = :status, finish_reason = :finish_reason, "
+                        "finish_step = :finish_step, num_output_tokens = :num_output_tokens, "
+                        "ttft = :ttft, mean_itl = :mean_itl, num_preemptions = :num_preemptions, "
+                        "error = :error WHERE request_id = :request_id", outcomes)
             self._last_step = last_step
         except BaseException as exc:
             self._error = exc
         finally:
             pending.clear()
+
+    def _add_step(self, record: StepRecord, rows: dict[str, list[dict[str, Any]]],
+                  outcomes: list[dict[str, Any]]) -> None:
+        """Rows of one step (and its outcomes, and a keyframe when one is due)."""
+        seq = self._seq
+        for table, table_rows in codec.step_rows(record, seq.__getitem__).items():
+            rows[table].extend(table_rows)
+        step_row = rows["steps"][-1]
+        self._bytes_since_keyframe += sum(len(v) for k, v in step_row.items()
+                                          if k.endswith("_json") and v) + 200
+        self._timeline.apply(record)
+        for view in self._timeline.last_finished:
+            outcomes.append(codec.outcome_row(view, record.step))
+            seq.pop(view.request_id, None)
+        kf_step, kf_bytes = self._last_keyframe
+        gap = record.step - kf_step
+        if gap >= self._keyframe_interval or (
+                gap >= MIN_KEYFRAME_GAP and self._bytes_since_keyframe >= 2 * kf_bytes):
+            blob, finished = codec.state_blob(self._timeline.snapshot())
+            rows["keyframes"].append({"step": record.step, "state_npz": blob,
+                                      "finished_json": finished})
+            self._last_keyframe = (record.step, len(blob))
+            self._bytes_since_keyframe = 0
 
     def _finish(self, db: sqlite_utils.Database) -> None:
         """Mark a clean close, fold the WAL back into the file and close it."""
