@@ -9,6 +9,8 @@ import time
 PROCESS_START = time.perf_counter()   # for "first token after N s" (import of torch etc. included)
 
 from engine.config import ConfigError, EngineConfig
+from engine.sim.hardware import known_devices
+from engine.sim.model_shapes import known_models
 
 DEMO_NUM_GPU_BLOCKS = 112   # tight enough that the demo shows the cache filling and a few preemptions
 
@@ -33,10 +35,30 @@ def _engine_args(p: argparse.ArgumentParser, *, num_gpu_blocks: int | None, cloc
     g.add_argument("--long-prefill-token-threshold", type=int, default=0,
                    help="cap on one request's prefill chunk per step, 0 = none (default: %(default)s)")
     g.add_argument("--no-chunked-prefill", action="store_true", help="admit only whole prompts")
-    g.add_argument("--clock", choices=["wall", "virtual"], default=clock,
-                   help="wall: arrivals in real seconds; virtual: arrivals in steps, reproducible "
-                        "schedules (default: %(default)s)")
+    g.add_argument("--clock", choices=["wall", "virtual", "sim"], default=None,
+                   help=f"wall: arrivals in real seconds; virtual: arrivals in steps, reproducible "
+                        f"schedules; sim: simulated seconds from --executor sim's step times, idle gaps "
+                        f"skipped (default: sim with --executor sim, else {clock})")
     g.add_argument("--seed", type=int, default=0, help="engine seed (default: %(default)s)")
+    p.set_defaults(default_clock=clock)
+    _sim_args(p)
+
+
+def _sim_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("simulated executor (no model is loaded; each step's duration comes from a "
+                             "roofline cost model, sampled tokens are synthetic; see docs/sim.md)")
+    g.add_argument("--executor", choices=["model", "sim"], default="model",
+                   help="model: run the model's forward pass; sim: the real scheduler and KV cache with "
+                        "simulated step times, to replay big traces fast (default: %(default)s)")
+    g.add_argument("--sim-model", metavar="NAME",
+                   help=f"architecture to simulate: {', '.join(known_models())}, or a transformers folder "
+                        f"/ config.json (default: --model, i.e. the embedded SmolLM2-135M)")
+    g.add_argument("--sim-device", metavar="NAME",
+                   help=f"device to simulate: {', '.join(known_devices())} (cpu = this machine, measured "
+                        f"at start; GPU peaks from the vendors' datasheets) (default: h100)")
+    g.add_argument("--sim-cost", metavar="FIT.json",
+                   help="per-step overhead and efficiency factors written by 'batchscope fit' "
+                        "(default: overhead 2 ms, 50%% of peak FLOP/s, 80%% of peak bandwidth)")
 
 
 def _workload_args(p: argparse.ArgumentParser, *, time_scale: float, prompt_scale: float = 1.0,
@@ -58,12 +80,24 @@ def _workload_args(p: argparse.ArgumentParser, *, time_scale: float, prompt_scal
 
 
 def engine_config(a: argparse.Namespace) -> EngineConfig:
-    """EngineConfig from parsed arguments. Raises ConfigError with the knob and its limit."""
-    return EngineConfig(model=a.model, device=a.device, dtype=a.dtype, seed=a.seed, block_size=a.block_size,
-                        num_gpu_blocks=a.num_gpu_blocks, max_model_len=a.max_model_len,
-                        max_num_seqs=a.max_num_seqs, max_num_batched_tokens=a.max_num_batched_tokens,
-                        enable_chunked_prefill=not a.no_chunked_prefill,
-                        long_prefill_token_threshold=a.long_prefill_token_threshold, clock=a.clock)
+    """EngineConfig from parsed arguments (a ``SimConfig`` with ``--executor sim``). Raises
+    ConfigError with the knob and its limit, or the known names of a simulated model or device."""
+    sim = getattr(a, "executor", "model") == "sim"
+    clock = a.clock or ("sim" if sim else getattr(a, "default_clock", "wall"))
+    knobs = dict(model=a.model, device=a.device, dtype=a.dtype, seed=a.seed, block_size=a.block_size,
+                 num_gpu_blocks=a.num_gpu_blocks, max_model_len=a.max_model_len,
+                 max_num_seqs=a.max_num_seqs, max_num_batched_tokens=a.max_num_batched_tokens,
+                 enable_chunked_prefill=not a.no_chunked_prefill,
+                 long_prefill_token_threshold=a.long_prefill_token_threshold, clock=clock)
+    sim_flags = {k: getattr(a, k, None) for k in ("sim_model", "sim_device", "sim_cost")}
+    if not sim:
+        given = [f"--{k.replace('_', '-')}" for k, v in sim_flags.items() if v is not None]
+        if given or clock == "sim":
+            raise ConfigError(f"{', '.join(given) or '--clock sim'} needs --executor sim")
+        return EngineConfig(**knobs)
+    from engine.sim.config import SimConfig
+    return SimConfig(**knobs, sim_model=sim_flags["sim_model"] or a.model,
+                     sim_device=sim_flags["sim_device"] or "h100", sim_cost=sim_flags["sim_cost"])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,7 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
                "  batchscope demo --time-scale 0.1            the demo with 10x faster arrivals\n"
                "  batchscope run --trace conv.csv --limit 64 --record run.sqlite\n"
                "  batchscope replay run.sqlite                step through a recording\n"
-               "  batchscope summary run.sqlite               print a recording's metrics")
+               "  batchscope summary run.sqlite               print a recording's metrics\n"
+               "  batchscope run --trace conv.csv --record sim.sqlite --executor sim --sim-model llama-3.1-8b "
+               "--sim-device h100\n"
+               "                                              simulated replay (no model, roofline step times)\n"
+               "  batchscope fit run.sqlite -o fit.json       fit the simulator's cost parameters to a real run")
     p.add_argument("-v", "--verbose", action="store_true", help="log engine details")
     sub = p.add_subparsers(dest="command")
 
@@ -103,6 +141,17 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("recording")
     summ = sub.add_parser("summary", help="print the metrics of a recording, recomputed from its rows")
     summ.add_argument("recording")
+    fit = sub.add_parser("fit", help="fit the simulated executor's per-step overhead and efficiency factors "
+                                     "to a real recording's step times")
+    fit.add_argument("recording", help="a recording of a real (not simulated) run")
+    fit.add_argument("-o", "--output", required=True, metavar="FIT.json", help="where to write the fit (JSON)")
+    fit.add_argument("--sim-model", metavar="NAME",
+                     help=f"model shape: {', '.join(known_models())} or a transformers folder / config.json "
+                          f"(default: the recording's model)")
+    fit.add_argument("--sim-device", metavar="NAME",
+                     help=f"device peaks: {', '.join(known_devices())} (default: the recording's device)")
+    fit.add_argument("--check", nargs="+", metavar="REC.sqlite",
+                     help="also print the fit's relative errors on these recordings (same model and device)")
     return p
 
 
@@ -117,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
         if command == "run":
             from app.headless import run_headless
             return run_headless(args)
+        if command == "fit":
+            from app.fit import run_fit
+            return run_fit(args)
         if command == "summary":
             from app.headless import print_summary
             return print_summary(args.recording)

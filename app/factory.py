@@ -55,8 +55,11 @@ def build_engine(config: EngineConfig, *, recorder_factory=None, trace: dict | N
     ``recorder_factory(run_info) -> recorder`` (e.g. ``lambda info: RecordingWriter(path, info)``)
     is called once the provenance is known. ``trace`` (name, sha256, scaling notes) goes into the
     provenance. Raises ``engine.model_loader.ModelLoadError`` when the model does not load and
-    ``RuntimeError`` when the device or the KV cache cannot be set up.
+    ``RuntimeError`` when the device or the KV cache cannot be set up. A ``SimConfig``
+    (``--executor sim``) builds a simulated engine instead: see :func:`build_sim_engine`.
     """
+    if getattr(config, "executor", "model") == "sim":
+        return build_sim_engine(config, recorder_factory=recorder_factory, trace=trace)
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)
     source = resolve_model(config.model, progress=progress)
@@ -86,3 +89,41 @@ def build_engine(config: EngineConfig, *, recorder_factory=None, trace: dict | N
     eos = tokenizer.eos_token_id if tokenizer is not None else None
     engine = LLMEngine(config, runner, num_blocks, tokenizer=tokenizer, eos_token_id=eos, recorder=recorder)
     return BuiltEngine(engine, config, run_info, tokenizer, model.config.vocab_size)
+
+
+def build_sim_engine(config, *, recorder_factory=None, trace: dict | None = None) -> BuiltEngine:
+    """An engine on the simulated executor for ``config`` (an ``engine.sim.config.SimConfig``): no
+    weights, no tokenizer (prompts become random ids below the shape's vocabulary), step durations
+    from the roofline cost model. ``num_gpu_blocks`` None is sized from the simulated device's
+    memory (``engine.sim.config.sim_num_blocks``). The provenance says ``executor: sim`` and holds
+    the model shape, device peaks and cost parameters. Raises ``RuntimeError`` if the cache is too
+    small for one request."""
+    import numpy as np
+
+    from engine.sim.config import sim_num_blocks
+    from engine.sim.executor import SimExecutor
+
+    cost = config.cost_model()
+    shape, peaks = cost.shape, cost.device
+    config = config.replace(device=f"sim:{peaks.name}", dtype=config.sim_dtype())
+    config = config.replace(num_gpu_blocks=config.num_gpu_blocks or sim_num_blocks(config, shape, peaks))
+    runner = SimExecutor(cost, seed=config.seed)
+    run_info = {
+        "config": config.to_dict(),
+        "executor": "sim",
+        "simulated": True,
+        "model": {"name": shape.name, "path": config.sim_model, "weight_file_hash": None,
+                  "architecture": "simulated (roofline cost model)", "num_parameters": shape.num_parameters},
+        "device": config.device,
+        "device_name": f"simulated {peaks.description or peaks.name}",
+        "dtype": config.dtype,
+        "sim": {"model": shape.to_dict(), "device": peaks.to_dict(), "cost": cost.params.to_dict(),
+                "cost_file": config.sim_cost},
+        "versions": {"numpy": np.__version__, "python": platform.python_version()},
+        "seed": config.seed,
+        "trace": trace,
+        "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    recorder = recorder_factory(run_info) if recorder_factory else None
+    engine = LLMEngine(config, runner, config.num_gpu_blocks, tokenizer=None, eos_token_id=None, recorder=recorder)
+    return BuiltEngine(engine, config, run_info, None, shape.vocab_size)

@@ -1,0 +1,111 @@
+"""``batchscope fit REC.sqlite -o FIT.json``: fit the simulated executor's per-step overhead and
+efficiency factors to a real recording's per-step forward times (``forward_ns``), print the fit and
+its relative errors (on that recording and on any ``--check`` recordings), save it as JSON for
+``--sim-cost``. See docs/sim.md."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+from engine.sim.cost_model import CostModel, CostParams
+from engine.sim.fitting import fit_cost_params, predict, relative_errors, roofline_terms
+from engine.sim.hardware import get_device
+from engine.sim.model_shapes import DTYPE_BYTES, get_model_shape
+
+_GPU_NAMES = ("a100", "h100", "h200", "l40s")
+_CHUNK = 2048   # steps read per call
+
+
+def scheduled_of(record):
+    """The step's scheduled chunks (objects with ``num_tokens`` and ``num_computed_tokens``).
+    The one place that knows where a record keeps them."""
+    scheduled = getattr(record, "scheduled", None)
+    return scheduled if scheduled is not None else record.scheduler_output.scheduled
+
+
+def num_sampled_of(record) -> int:
+    """Rows sampled in the step: the requests that got a token."""
+    return len({t.request_id for t in record.new_tokens})
+
+
+def measured_steps(reader) -> tuple[list, np.ndarray]:
+    """``([(scheduled, num_sampled), ...], forward seconds)`` of every step that ran a forward
+    pass without error."""
+    steps, times = [], []
+    last = reader.latest_step()
+    for start in range(0, last + 1, _CHUNK):
+        for rec in reader.records(start, min(start + _CHUNK, last + 1)):
+            sched = scheduled_of(rec)
+            if sched and not rec.error and rec.forward_ns > 0:
+                steps.append((tuple(sched), num_sampled_of(rec)))
+                times.append(rec.forward_ns / 1e9)
+    return steps, np.asarray(times)
+
+
+def model_spec_of(info: dict) -> str:
+    """The recording's model as a sim model spec: its name if known, else its config folder."""
+    model = info.get("model") or {}
+    name = str(model.get("name") or "default")
+    try:
+        get_model_shape(name)
+        return name
+    except ValueError:
+        return str(model.get("path") or name)
+
+
+def device_name_of(info: dict) -> str:
+    """``cpu``, or the GPU in the recording's ``device_name`` (A100, H100, H200, L40S)."""
+    if str(info.get("device", "")).startswith("cpu"):
+        return "cpu"
+    text = str(info.get("device_name", "")).lower()
+    for name in _GPU_NAMES:
+        if name in text:
+            return name
+    raise ValueError(f"cannot tell the sim device of {info.get('device_name')!r}; pass --sim-device")
+
+
+def error_line(label: str, predicted: np.ndarray, measured: np.ndarray) -> str:
+    err = relative_errors(predicted, measured)
+    return (f"{label}: {len(err)} steps, relative error median {np.median(err):.1%}, "
+            f"p90 {np.percentile(err, 90):.1%}; measured {measured.sum():.1f} s, predicted {predicted.sum():.1f} s")
+
+
+def run_fit(args: argparse.Namespace) -> int:
+    """Fit, print, save. Returns 0, or 1 on bad input (message on stderr)."""
+    from recordings import Reader, RecordingError
+
+    try:
+        reader = Reader(args.recording)
+        info = reader.run_info()
+        if info.get("executor") == "sim":
+            raise ValueError(f"{args.recording} is a simulated recording; fit needs a real run")
+        dtype = str(info.get("dtype", "float32"))
+        shape = get_model_shape(args.sim_model or model_spec_of(info))
+        shape = shape.with_dtype(dtype) if dtype in DTYPE_BYTES else shape
+        device = get_device(args.sim_device or device_name_of(info))
+        model = CostModel(shape, device, CostParams())
+        steps, times = measured_steps(reader)
+        terms = roofline_terms(model, steps)
+        params = fit_cost_params(terms, times, device=device.name, peak_flops=device.peak_flops,
+                                 mem_bandwidth=device.mem_bandwidth)
+        checks = []
+        for path in args.check or ():
+            other_steps, other_times = measured_steps(Reader(path))
+            checks.append((path, predict(roofline_terms(model, other_steps), params), other_times))
+    except (RecordingError, ValueError, OSError) as e:
+        print(f"batchscope: {e}", file=sys.stderr)
+        return 1
+    print(f"model {shape.name} ({shape.num_parameters / 1e6:.0f}M parameters, {shape.bytes_per_param} bytes each) "
+          f"on {device.description or device.name}: {device.peak_flops / 1e12:.3g} TFLOP/s, "
+          f"{device.mem_bandwidth / 1e9:.3g} GB/s")
+    print(f"fit: per_step_overhead_s {params.per_step_overhead_s:.4g}, flops_efficiency "
+          f"{params.flops_efficiency:.3g}, bw_efficiency {params.bw_efficiency:.3g}")
+    print(error_line(f"fitted on {args.recording}", predict(terms, params), times))
+    for path, predicted, measured in checks:
+        print(error_line(f"predicted {path}", predicted, measured))
+    params.save(args.output)
+    print(f"saved {args.output} (use it with: batchscope run --executor sim --sim-model {shape.name} "
+          f"--sim-device {device.name} --sim-cost {args.output})")
+    return 0

@@ -1,0 +1,178 @@
+"""Roofline cost model of one engine step (after Vidur, Agrawal et al., MLSys 2024: operator-level
+time predictions; here from the roofline instead of profiles).
+
+For the step's scheduled requests (request i: ``q_i`` query tokens this step, ``c_i`` =
+``num_computed_tokens`` before it), with T = sum q_i tokens, S sampled rows, and the shape's
+h = hidden, i = intermediate, q = heads * head_dim, kv = kv_heads * head_dim, V = vocab,
+b = bytes per element, L = layers, each operator costs ``max(FLOPs / (peak_flops * flops_efficiency),
+bytes / (mem_bandwidth * bw_efficiency))`` and the step costs
+
+    step_time = per_step_overhead_s + sum over operators (layer operators counted L times)
+
+per layer:
+  qkv_proj   FLOPs 2 T h (q + 2 kv)           bytes b [h (q + 2 kv) + T (h + q + 2 kv)]
+  attention  FLOPs 4 q P, P = sum_i (q_i c_i + q_i (q_i + 1) / 2)   (causal QK^T and PV pairs)
+             bytes b [2 kv sum_i (c_i + q_i)  (K/V read) + 2 kv T (K/V written) + 2 q T (Q, out)]
+  o_proj     FLOPs 2 T q h                    bytes b [q h + T (q + h)]
+  mlp        FLOPs 2 T 3 h i                  bytes b [3 h i + T (2 h + 3 i)]
+  elementwise (norms, residuals, rotary, SiLU): FLOPs T (10 h + 4 i)   bytes b T (10 h + 3 i)
+once:
+  lm_head    FLOPs 2 S h V                    bytes b [h V (only if S > 0) + S (h + V) + T h (embedding gather)]
+
+Weights are read once per step (whatever T), which makes decode bandwidth-bound and a long prefill
+compute-bound. Times are seconds; FLOPs are floating-point operations; bytes are bytes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Protocol
+
+from engine.sim.hardware import CPU, DevicePeaks, get_device
+from engine.sim.model_shapes import ModelShape, get_model_shape
+
+
+class Scheduled(Protocol):
+    num_tokens: int
+    num_computed_tokens: int
+
+
+@dataclass(frozen=True)
+class CostParams:
+    """Calibration of the roofline: seconds of fixed cost per step and the fraction of each peak
+    reached. ``device``/``peak_flops``/``mem_bandwidth`` record what a fit was made against; a fit
+    on ``cpu`` pins those measured peaks (the measurement is noisy; see :meth:`CostModel.build`)."""
+
+    per_step_overhead_s: float = 0.002
+    flops_efficiency: float = 0.5
+    bw_efficiency: float = 0.8
+    device: str | None = None
+    peak_flops: float | None = None
+    mem_bandwidth: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.per_step_overhead_s >= 0:
+            raise ValueError(f"per_step_overhead_s must be >= 0, got {self.per_step_overhead_s}")
+        for k in ("flops_efficiency", "bw_efficiency"):
+            if not getattr(self, k) > 0:
+                raise ValueError(f"{k} must be > 0, got {getattr(self, k)}")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CostParams":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown cost parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return cls(**d)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "CostParams":
+        """Read a ``batchscope fit`` output. Raises ``ValueError`` naming the file."""
+        try:
+            d = json.loads(Path(path).read_text())
+            if not isinstance(d, dict):
+                raise ValueError("expected a JSON object")
+            return cls.from_dict(d)
+        except (OSError, ValueError, TypeError) as e:
+            raise ValueError(f"{path}: not a cost-parameter file: {e}") from e
+
+
+@dataclass(frozen=True)
+class StepWork:
+    """What a step computes, summed over its requests (see the module docstring for P)."""
+
+    num_tokens: int
+    num_sampled: int
+    attn_pairs: int
+    context_tokens: int
+
+    @classmethod
+    def of(cls, scheduled: Iterable[Scheduled], num_sampled: int | None = None) -> "StepWork":
+        """``num_sampled`` defaults to one row per scheduled request (every chunk ends its tokens)."""
+        t = pairs = ctx = n = 0
+        for s in scheduled:
+            q, c = s.num_tokens, s.num_computed_tokens
+            t += q
+            pairs += q * c + q * (q + 1) // 2
+            ctx += c + q
+            n += 1
+        return cls(t, n if num_sampled is None else num_sampled, pairs, ctx)
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """One operator over the whole step (all layers): work, its two roofline times and the max."""
+
+    flops: float
+    bytes: float
+    compute_s: float
+    memory_s: float
+
+    @property
+    def time_s(self) -> float:
+        return max(self.compute_s, self.memory_s)
+
+    @property
+    def bound(self) -> str:
+        return "compute" if self.compute_s >= self.memory_s else "memory"
+
+
+class CostModel:
+    """Step-time predictions for ``shape`` on ``device`` under ``params``."""
+
+    def __init__(self, shape: ModelShape, device: DevicePeaks, params: CostParams = CostParams()) -> None:
+        self.shape, self.device, self.params = shape, device, params
+
+    @classmethod
+    def build(cls, model: str, device: str, params: CostParams = CostParams(),
+              dtype: str | None = None) -> "CostModel":
+        """From names: a fit made on ``cpu`` reuses its recorded peaks when ``device`` is ``cpu``."""
+        shape = get_model_shape(model)
+        shape = shape.with_dtype(dtype) if dtype else shape
+        if device.strip().lower() == CPU and params.device == CPU and params.peak_flops and params.mem_bandwidth:
+            peaks = DevicePeaks(CPU, params.peak_flops, params.mem_bandwidth, get_device(CPU).memory_bytes,
+                                "this CPU, peaks pinned by the cost fit")
+        else:
+            peaks = get_device(device)
+        return cls(shape, peaks, params)
+
+    def with_params(self, params: CostParams) -> "CostModel":
+        return CostModel(self.shape, self.device, params)
+
+    def breakdown(self, scheduled: Iterable[Scheduled], num_sampled: int | None = None) -> dict[str, OpCost]:
+        """Cost of each operator of the step; ``step_time`` = overhead + the sum of their ``time_s``."""
+        w = StepWork.of(scheduled, num_sampled)
+        m, L = self.shape, self.shape.num_hidden_layers
+        h, i, q, kv, V, T, S = (m.hidden_size, m.intermediate_size, m.q_size, m.kv_size, m.vocab_size,
+                                w.num_tokens, w.num_sampled)
+        work = {  # name: (FLOPs, elements moved) over all layers
+            "qkv_proj": (L * 2 * T * m.qkv_params, L * (m.qkv_params + T * (h + q + 2 * kv))),
+            "attention": (L * 4 * q * w.attn_pairs, L * (2 * kv * (w.context_tokens + T) + 2 * q * T)),
+            "o_proj": (L * 2 * T * m.o_params, L * (m.o_params + T * (q + h))),
+            "mlp": (L * 2 * T * m.mlp_params, L * (m.mlp_params + T * (2 * h + 3 * i))),
+            "elementwise": (L * T * (10 * h + 4 * i), L * T * (10 * h + 3 * i)),
+            "lm_head": (2 * S * m.lm_head_params,
+                        (m.lm_head_params if S else 0) + S * (h + V) + T * h),
+        }
+        peak = self.device.peak_flops * self.params.flops_efficiency
+        bw = self.device.mem_bandwidth * self.params.bw_efficiency
+        out = {}
+        for name, (flops, elems) in work.items():
+            nbytes = float(elems * m.bytes_per_param)
+            out[name] = OpCost(float(flops), nbytes, flops / peak, nbytes / bw)
+        return out
+
+    def step_time(self, scheduled: Iterable[Scheduled], num_sampled: int | None = None) -> float:
+        """Predicted seconds of the step; 0.0 for an empty step (nothing runs)."""
+        ops = self.breakdown(scheduled, num_sampled)
+        if ops["qkv_proj"].flops == 0:
+            return 0.0
+        return self.params.per_step_overhead_s + sum(op.time_s for op in ops.values())

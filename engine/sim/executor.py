@@ -1,0 +1,57 @@
+"""The simulated executor: the engine's ``Runner`` with no model (after Vidur, Agrawal et al.,
+MLSys 2024). The real scheduler and KV manager run; each step returns synthetic tokens and the
+cost model's predicted duration in ``ModelRunnerOutput.step_duration_s``, by which the engine's
+``sim`` clock advances. Deterministic: same steps in, same tokens and durations out.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Mapping
+
+from engine.outputs import ModelRunnerOutput, SchedulerOutput
+from engine.request import Request
+from engine.sim.cost_model import CostModel
+
+
+def synthetic_token(seed: int, request_id: str, index: int, vocab_size: int, eos_token_id: int | None = None) -> int:
+    """Token ``index`` of ``request_id``'s output: blake2b of (seed, id, index) mod ``vocab_size``,
+    never ``eos_token_id`` (so output lengths follow the trace). Stable across processes."""
+    digest = hashlib.blake2b(f"{seed}\x00{request_id}\x00{index}".encode(), digest_size=8).digest()
+    token = int.from_bytes(digest, "little") % vocab_size
+    if token == eos_token_id:
+        token = (token + 1) % vocab_size
+    return token
+
+
+class SimExecutor:
+    """Implements ``engine.engine.Runner``: ``execute(sched, requests)`` and ``release(id)``.
+
+    A request whose scheduled chunk reaches the end of its known tokens
+    (``num_computed_tokens + num_tokens == request.num_tokens``) gets a synthetic token; the step's
+    duration is ``cost_model.step_time`` of the scheduled chunks with that many sampled rows.
+    ``total_time_s`` and ``num_steps`` sum what it predicted (for reports).
+    """
+
+    def __init__(self, cost_model: CostModel, *, seed: int = 0, eos_token_id: int | None = None,
+                 vocab_size: int | None = None) -> None:
+        self.cost_model = cost_model
+        self.seed = seed
+        self.eos_token_id = eos_token_id
+        self.vocab_size = vocab_size or cost_model.shape.vocab_size
+        self.total_time_s = 0.0
+        self.num_steps = 0
+
+    def execute(self, sched: SchedulerOutput, requests: Mapping[str, Request]) -> ModelRunnerOutput:
+        sampled: dict[str, int] = {}
+        for s in sched.scheduled:
+            req = requests[s.request_id]
+            if s.num_computed_tokens + s.num_tokens == req.num_tokens:
+                sampled[s.request_id] = synthetic_token(self.seed, s.request_id, req.num_output_tokens,
+                                                        self.vocab_size, self.eos_token_id)
+        duration = self.cost_model.step_time(sched.scheduled, len(sampled))
+        self.total_time_s += duration
+        self.num_steps += 1
+        return ModelRunnerOutput(sampled_token_ids=sampled, step_duration_s=duration)
+
+    def release(self, request_id: str) -> None:
+        """Nothing to free: the executor keeps no per-request state."""

@@ -1,0 +1,58 @@
+"""Fitting the cost parameters: recovers known parameters from steps generated with them."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from engine.outputs import ScheduledRequest
+from engine.sim.cost_model import CostModel, CostParams
+from engine.sim.fitting import fit_cost_params, predict, relative_errors, roofline_terms
+from engine.sim.hardware import DEVICES
+from engine.sim.model_shapes import get_model_shape
+
+
+def _random_steps(n: int, seed: int = 0) -> list:
+    """A mix of decode-only batches, big prefills and mixed steps, as a scheduler makes them."""
+    rng = random.Random(seed)
+    steps = []
+    for k in range(n):
+        sched = [ScheduledRequest(f"d{i}", i, 1, rng.randint(10, 3000), False, (), ())
+                 for i in range(rng.randint(1, 128))]
+        if k % 3 == 0:
+            sched.append(ScheduledRequest("p", 200, rng.randint(64, 4096), rng.choice([0, 512]), True, (), ()))
+        steps.append((sched, len(sched) - (k % 6 == 0)))
+    return steps
+
+
+@pytest.mark.parametrize("truth", [CostParams(0.003, 0.55, 0.75), CostParams(0.0005, 0.3, 0.9)])
+def test_fit_recovers_known_parameters(truth):
+    model = CostModel(get_model_shape("llama-3.1-8b"), DEVICES["h100"], truth)
+    steps = _random_steps(300)
+    rng = np.random.default_rng(1)
+    times = np.array([model.step_time(s, k) for s, k in steps]) * rng.normal(1.0, 0.01, len(steps))
+    terms = roofline_terms(model, steps)
+    fit = fit_cost_params(terms, times, device="h100")
+    assert fit.per_step_overhead_s == pytest.approx(truth.per_step_overhead_s, rel=0.05)
+    assert fit.flops_efficiency == pytest.approx(truth.flops_efficiency, rel=0.03)
+    assert fit.bw_efficiency == pytest.approx(truth.bw_efficiency, rel=0.03)
+    assert fit.device == "h100"
+    assert np.median(relative_errors(predict(terms, fit), times)) < 0.02
+
+
+def test_predict_matches_the_cost_model():
+    params = CostParams(0.001, 0.4, 0.6)
+    model = CostModel(get_model_shape("qwen2.5-7b"), DEVICES["l40s"], params)
+    steps = _random_steps(20, seed=5)
+    expected = [model.step_time(s, k) for s, k in steps]
+    assert predict(roofline_terms(model, steps), params) == pytest.approx(expected, rel=1e-9)
+
+
+def test_too_few_steps_or_bad_times():
+    model = CostModel(get_model_shape("default"), DEVICES["h100"])
+    terms = roofline_terms(model, _random_steps(4))
+    with pytest.raises(ValueError, match="at least 3"):
+        fit_cost_params(terms[:2], [0.1, 0.1])
+    with pytest.raises(ValueError, match="> 0"):
+        fit_cost_params(terms, [0.1, 0.0, 0.1, 0.1])
