@@ -159,16 +159,21 @@ class EngineWorker(threading.Thread):
                     continue
                 if record.error:
                     self._error = f"step {record.step}: {record.error}"
+                if eng.recorder_error and self._error != eng.recorder_error:
+                    self._error = eng.recorder_error
                 if self.first_token_s is None and record.new_tokens:
                     self.first_token_s = time.perf_counter() - self._started_at
                     print(f"batchscope: first token after {self.first_token_s:.1f} s (model load and "
                           f"engine build {self.build_s or 0.0:.1f} s)", file=sys.stderr, flush=True)
-                self.source.publish(eng.state(), record)
+                if self._paused or self.source.wants_state():
+                    self.source.publish(eng.state(), record)
+                else:
+                    self.source.publish_record(record)
                 self._status = "paused" if self._paused else "running"
                 continue
             if self._steps_requested and not (s.waiting or s.running):
                 self._steps_requested = 0        # nothing to step: do not bank the request
-            if changed:
+            if changed or self.source.latest_step() != eng.step_index - 1:
                 self.source.publish(eng.state())
             self._status = "paused" if self._paused else ("idle" if not eng.has_unfinished else "waiting for arrivals")
             try:

@@ -28,7 +28,8 @@ def make_live(args: argparse.Namespace):
     check_args(args)
     trace = read_trace(args)
     record = Path(args.record) if args.record else default_recording_path()
-    source = LiveSource(empty_state(config.max_num_seqs))
+    from recordings import Reader
+    source = LiveSource(empty_state(config.max_num_seqs), open_reader=Reader)
     holder: dict = {}
 
     def build():

@@ -49,6 +49,8 @@ def run_headless(args: argparse.Namespace) -> int:
         return _fail(str(e))
     eng = built.engine
     eng.recorder = writer
+    rejected: list = []
+    eng.on_finished = lambda r: rejected.append(r) if r.status.value == "FINISHED_ERROR" else None
     add_workload(eng, wl.requests, clock=built.config.clock, steps_per_second=args.steps_per_second)
     if wl.notes:
         print("workload scaled to fit this machine:", file=sys.stderr)
@@ -62,9 +64,9 @@ def run_headless(args: argparse.Namespace) -> int:
     finally:
         writer.close()
     print_report(Reader(out))
-    reqs = list(eng.requests.values())
-    unfinished = len(wl.requests) - sum(r.is_finished for r in reqs)
-    rejected = [r for r in reqs if r.status.value == "FINISHED_ERROR"]
+    unfinished = len(wl.requests) - eng.scheduler.num_finished
+    if eng.recorder_error:
+        print(f"batchscope: {eng.recorder_error}", file=sys.stderr)
     if rejected:
         print(rejection_report(rejected, len(wl.requests)))
     if interrupted:

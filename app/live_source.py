@@ -1,51 +1,68 @@
-"""LiveSource: a StepSource fed by the engine thread, readable from the UI thread."""
+"""LiveSource: a StepSource fed by the engine thread, readable from the UI thread, bounded in memory.
+
+It keeps the newest published :class:`EngineState` and a ring of the newest step records; all
+older history is read back from the recording being written through a ``recordings.Reader``
+(which opens the file read-only mid-write). A past state is the reader's state at the last
+committed step, advanced through the ring with :class:`engine.timeline.StateTimeline`: the one
+implementation of state + record, so live and replay cannot differ.
+"""
 from __future__ import annotations
 
 import threading
-from typing import Any, Sequence
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 from engine.outputs import StepRecord
 from engine.state import EngineState
+from engine.timeline import StateTimeline
 
-KEYFRAME_INTERVAL = 64
+RING_STEPS = 1024           # newest records kept in memory
+PUBLISH_INTERVAL_S = 1 / 60  # the engine hands over a fresh state at most this often
 
 
 class LiveSource:
-    """Keeps every :class:`StepRecord` of a live run in memory plus a state keyframe every
-    ``KEYFRAME_INTERVAL`` steps, so ``state_at(k)`` for any past step is keyframe + replayed records
-    (the same codec the recording uses). ``publish`` is called on the engine thread; the getters on
-    the UI thread; a lock guards the hand-over.
+    """``publish``/``publish_record`` are called on the engine thread, the getters on the UI
+    thread; a lock guards the hand-over. ``open_reader(path)`` opens the recording named by
+    ``run_info['recording']`` (``recordings.Reader``) once it is needed.
     """
 
-    def __init__(self, initial: EngineState | None = None) -> None:
+    def __init__(self, initial: EngineState | None = None,
+                 open_reader: Callable[[Path], Any] | None = None) -> None:
         self._lock = threading.Lock()
-        self._records: list[StepRecord] = []
-        self._keyframes: dict[int, EngineState] = {}
-        self._base = initial or EngineState(-1, 0.0, 0, 16, 1)
-        self._latest = self._base
-        self._text: dict[str, list[tuple[int, str]]] = {}
+        self._ring: deque[StepRecord] = deque(maxlen=RING_STEPS)
+        self._latest = initial or EngineState(-1, 0.0, 0, 16, 1)
         self._run_info: dict[str, Any] = {}
+        self._open_reader = open_reader
+        self._reader = None
+        self._last_publish = 0.0
 
     def reset(self, initial: EngineState, run_info: dict[str, Any]) -> None:
         """Start over for a new engine (called once the engine is built)."""
         with self._lock:
-            self._records.clear()
-            self._keyframes.clear()
-            self._text.clear()
-            self._base = self._latest = initial
+            self._ring.clear()
+            self._latest = initial
             self._run_info = dict(run_info)
+            self._reader = None
+
+    # --- engine thread --------------------------------------------------------------------
+    def wants_state(self) -> bool:
+        """True when a fresh state is due (the UI pulls at most at its frame rate)."""
+        return time.perf_counter() - self._last_publish >= PUBLISH_INTERVAL_S
 
     def publish(self, state: EngineState, record: StepRecord | None = None) -> None:
-        """Engine thread: hand over the newest state (and the record of the step that made it)."""
+        """Hand over the newest state (and the record of the step that made it)."""
         with self._lock:
             if record is not None:
-                self._records.append(record)
-                for t in record.new_tokens:
-                    if t.text:
-                        self._text.setdefault(t.request_id, []).append((record.step, t.text))
-                if record.step % KEYFRAME_INTERVAL == 0:
-                    self._keyframes[record.step] = self._state_at_locked(record.step)
+                self._ring.append(record)
             self._latest = state
+            self._last_publish = time.perf_counter()
+
+    def publish_record(self, record: StepRecord) -> None:
+        """Hand over a step's record without a state (between frames)."""
+        with self._lock:
+            self._ring.append(record)
 
     # --- StepSource ---------------------------------------------------------------------
     def run_info(self) -> dict[str, Any]:
@@ -53,8 +70,9 @@ class LiveSource:
             return dict(self._run_info)
 
     def latest_step(self) -> int:
+        """The step of the newest published state."""
         with self._lock:
-            return len(self._records) - 1
+            return self._latest.step
 
     def latest_state(self) -> EngineState:
         """The newest state, including changes since the last step (injected requests...)."""
@@ -63,27 +81,66 @@ class LiveSource:
 
     def state_at(self, step: int) -> EngineState:
         with self._lock:
-            last = len(self._records) - 1
-            if step >= last:
-                return self._latest
-            return self._state_at_locked(max(step, -1))
+            latest, ring = self._latest, list(self._ring)
+        if step >= latest.step:
+            return latest
+        ring = [r for r in ring if r.step <= step]
+        reader = self._history()
+        if reader is None:
+            return self._replay_from_ring(None, ring, step) or latest
+        committed = reader.latest_step()
+        base = reader.state_at(min(step, committed))
+        return self._replay_from_ring(base, [r for r in ring if r.step > base.step], step) or base
 
-    def _state_at_locked(self, step: int) -> EngineState:
-        if step < 0:
-            return self._base
-        k = (step // KEYFRAME_INTERVAL) * KEYFRAME_INTERVAL
-        state = self._keyframes.get(k) if k in self._keyframes and k <= step else None
-        start = k + 1 if state is not None else 0
-        if state is None:
-            state = self._base
-        for r in self._records[start:step + 1]:
-            state = state.apply(r)
-        return state
+    def _replay_from_ring(self, base: EngineState | None, ring: list[StepRecord],
+                          step: int) -> EngineState | None:
+        """``base`` advanced through ``ring`` up to ``step``; None when ``ring`` cannot get there
+        (a gap between the file and the ring, or no base and the ring does not start at 0)."""
+        if base is None:
+            return None
+        if base.step == step:
+            return base
+        if not ring or ring[0].step != base.step + 1:
+            return None
+        timeline = StateTimeline.from_state(base)
+        for r in ring:
+            if r.step > step:
+                break
+            timeline.apply(r)
+        return timeline.snapshot()
 
     def records(self, start: int, stop: int) -> Sequence[StepRecord]:
         with self._lock:
-            return self._records[max(0, start):max(0, stop)]
+            ring = list(self._ring)
+        first = ring[0].step if ring else stop
+        older: list[StepRecord] = []
+        if start < first:
+            reader = self._history()
+            if reader is not None:
+                older = list(reader.records(start, min(stop, first)))
+        return older + [r for r in ring if start <= r.step < stop]
 
     def request_text(self, request_id: str, step: int) -> str:
         with self._lock:
-            return "".join(t for s, t in self._text.get(request_id, ()) if s <= step)
+            ring = list(self._ring)
+        reader = self._history()
+        committed = reader.latest_step() if reader is not None else -1
+        text = reader.request_text(request_id, min(step, committed)) if reader is not None else ""
+        return text + "".join(t.text for r in ring if committed < r.step <= step
+                              for t in r.new_tokens if t.request_id == request_id)
+
+    def request_info(self, request_id: str):
+        """The recorded arrival and outcome of ``request_id`` (None without a recording)."""
+        reader = self._history()
+        return reader.request_info(request_id) if reader is not None else None
+
+    def _history(self):
+        """The reader on the recording being written, opened on first use (None if none)."""
+        if self._reader is None and self._open_reader is not None:
+            path = self._run_info.get("recording")
+            if path and Path(path).exists():
+                try:
+                    self._reader = self._open_reader(Path(path))
+                except Exception:  # noqa: BLE001 - not yet readable: try again later
+                    return None
+        return self._reader

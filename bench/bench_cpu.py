@@ -38,6 +38,7 @@ def run_engine(reqs, recorder_path: str | None = None, **knobs) -> dict:
         factory = lambda info: RecordingWriter(recorder_path, info)  # noqa: E731
     built = build_engine(cfg, recorder_factory=factory, progress=False)
     eng = built.engine
+    done = eng.collect_finished()
     warm = eng.add_request(list(reqs[0][0]), SamplingParams(max_tokens=4, ignore_eos=True), request_id="warmup")
     eng.run_until_done()
     steps0 = eng.step_index
@@ -48,8 +49,8 @@ def run_engine(reqs, recorder_path: str | None = None, **knobs) -> dict:
     dt = time.perf_counter() - t0
     if eng.recorder is not None:
         eng.recorder.close()
-    toks = sum(eng.requests[f"b{i}"].num_output_tokens for i in range(len(reqs)))
-    assert warm in eng.requests
+    toks = sum(done[f"b{i}"].num_output_tokens for i in range(len(reqs)))
+    assert warm in done
     return {"run_s": dt, "out_tokens": toks, "out_tok_per_s": toks / dt,
             "steps": eng.step_index - steps0, "steps_per_s": (eng.step_index - steps0) / dt}
 

@@ -47,6 +47,7 @@ def check_equality(device: str, small: bool) -> dict:
     reqs = [([rng.randint(3, cfg.vocab_size - 1) for _ in range(rng.randint(5, 120))], rng.randint(4, 24))
             for _ in range(16)]
     eng = make_engine(model, num_blocks=20, block_size=8, max_num_batched_tokens=64, max_num_seqs=16)
+    done = eng.collect_finished()
     for i, (p, o) in enumerate(reqs):
         eng.add_request(p, SamplingParams(max_tokens=o, ignore_eos=True), request_id=f"r{i}")
     recs = eng.run_until_done()
@@ -57,8 +58,8 @@ def check_equality(device: str, small: bool) -> dict:
         for i, (p, o) in enumerate(reqs):
             ref = model.generate(torch.tensor([p], device=device), max_new_tokens=o, do_sample=False,
                                  eos_token_id=-1, pad_token_id=0)[0, len(p):].tolist()
-            ok += ref == eng.requests[f"r{i}"].output_token_ids
-    rejected = sum(eng.requests[f"r{i}"].status.value == "FINISHED_ERROR" for i in range(len(reqs)))
+            ok += ref == done[f"r{i}"].output_token_ids
+    rejected = sum(done[f"r{i}"].status.value == "FINISHED_ERROR" for i in range(len(reqs)))
     return {"equal": ok, "requests": len(reqs), "preemptions": preemptions, "steps": len(recs),
             "rejected": rejected}
 
@@ -95,14 +96,15 @@ def replay(device: str, small: bool, n: int) -> dict:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
     t0 = time.perf_counter()
+    done = eng.collect_finished()
     for i, (p, o) in enumerate(work):
         eng.add_request(p, SamplingParams(max_tokens=o, ignore_eos=True), request_id=f"w{i}")
     recs = eng.run_until_done()
     if device.startswith("cuda"):
         torch.cuda.synchronize()
     dt = time.perf_counter() - t0
-    out = sum(eng.requests[f"w{i}"].num_output_tokens for i in range(len(work)))
-    ttft = sorted(eng.requests[f"w{i}"].ttft for i in range(len(work)))
+    out = sum(done[f"w{i}"].num_output_tokens for i in range(len(work)))
+    ttft = sorted(done[f"w{i}"].ttft for i in range(len(work)))
     fwd = sum(r.forward_ns for r in recs) / 1e9
     return {"requests": len(work), "prompt_tokens": sum(len(p) for p, _ in work), "out_tokens": out,
             "run_s": dt, "out_tok_per_s": out / dt, "steps": len(recs), "steps_per_s": len(recs) / dt,

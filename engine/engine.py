@@ -83,6 +83,7 @@ class LLMEngine:
         self._deltas: dict[str, str] = {}
         self._sim_time = 0.0
         self.on_finished = None
+        self.recorder_error: str | None = None
         self.timeline = StateTimeline(num_gpu_blocks, config.block_size, config.max_num_seqs)
         self._state: EngineState | None = self.timeline.snapshot()
         # changes since the last step (recorded with the next step)
@@ -143,9 +144,12 @@ class LLMEngine:
         req.arrival_step = self.step_index
         if self.recorder is not None:
             sp = req.sampling_params
-            self.recorder.write_request(req.request_id, req.arrival_step, req.arrival_time,
-                                        req.prompt_token_ids, req.prompt_text,
-                                        {k: getattr(sp, k) for k in sp.__dataclass_fields__})
+            try:
+                self.recorder.write_request(req.request_id, req.arrival_step, req.arrival_time,
+                                            req.prompt_token_ids, req.prompt_text,
+                                            {k: getattr(sp, k) for k in sp.__dataclass_fields__})
+            except Exception as e:  # noqa: BLE001
+                self._recorder_failed(e)
         self._arrival_index[req.request_id] = len(self._arrivals)
         self._arrivals.append(Arrival(req.request_id, req.arrival_step, req.arrival_time,
                                       req.num_prompt_tokens, req.sampling_params.max_tokens))
@@ -321,7 +325,10 @@ class LLMEngine:
         self.step_index += 1
         if self.recorder is not None:
             t4 = time.perf_counter_ns()
-            self.recorder.write_step(record)
+            try:
+                self.recorder.write_step(record)
+            except Exception as e:  # noqa: BLE001 - a full disk must not stop serving
+                self._recorder_failed(e)
             self._recorder_wait_ns = time.perf_counter_ns() - t4
         if self.on_finished is not None:
             for req in finished:
@@ -330,6 +337,21 @@ class LLMEngine:
             self.scheduler.check_invariants()
             self.check_state()
         return record
+
+    def _recorder_failed(self, exc: Exception) -> None:
+        """Stop recording after a recorder failure (full disk, writer thread died): the engine
+        keeps serving; ``recorder_error`` says what happened (the file stays readable up to its
+        last committed step)."""
+        log.error("recording stopped: %s", exc)
+        self.recorder_error = f"recording stopped at step {self.step_index - 1}: {exc}"
+        self.recorder = None
+
+    def collect_finished(self) -> dict[str, Request]:
+        """Keep every request that finishes from now on in the returned dict, by id (scripts,
+        tests and benchmarks; it replaces ``on_finished``, and grows with the run)."""
+        done: dict[str, Request] = {}
+        self.on_finished = lambda req: done.__setitem__(req.request_id, req)
+        return done
 
     def check_state(self) -> None:
         """Assert that the published state equals the scheduler's truth for every live request
