@@ -13,11 +13,24 @@ from engine.request import Request
 from engine.sim.cost_model import CostModel
 
 
-def synthetic_token(seed: int, request_id: str, index: int, vocab_size: int, eos_token_id: int | None = None) -> int:
-    """Token ``index`` of ``request_id``'s output: blake2b of (seed, id, index) mod ``vocab_size``,
-    never ``eos_token_id`` (so output lengths follow the trace). Stable across processes."""
-    digest = hashlib.blake2b(f"{seed}\x00{request_id}\x00{index}".encode(), digest_size=8).digest()
-    token = int.from_bytes(digest, "little") % vocab_size
+_M64 = (1 << 64) - 1
+
+
+def request_key(seed: int, request_id: str) -> int:
+    """64-bit key of one request's synthetic tokens: blake2b of (seed, id), stable across processes."""
+    digest = hashlib.blake2b(f"{seed}\x00{request_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+def synthetic_token(seed: int, request_id: str, index: int, vocab_size: int, eos_token_id: int | None = None,
+                    key: int | None = None) -> int:
+    """Token ``index`` of ``request_id``'s output: splitmix64 of its :func:`request_key` (pass
+    ``key`` to skip recomputing it) and ``index``, mod ``vocab_size``; never ``eos_token_id`` (so
+    output lengths follow the trace)."""
+    z = ((request_key(seed, request_id) if key is None else key) + (index + 1) * 0x9E3779B97F4A7C15) & _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    token = (z ^ (z >> 31)) % vocab_size
     if token == eos_token_id:
         token = (token + 1) % vocab_size
     return token
@@ -40,18 +53,23 @@ class SimExecutor:
         self.vocab_size = vocab_size or cost_model.shape.vocab_size
         self.total_time_s = 0.0
         self.num_steps = 0
+        self._keys: dict[str, int] = {}
 
     def execute(self, sched: SchedulerOutput, requests: Mapping[str, Request]) -> ModelRunnerOutput:
         sampled: dict[str, int] = {}
         for s in sched.scheduled:
             req = requests[s.request_id]
             if s.num_computed_tokens + s.num_tokens == req.num_tokens:
+                key = self._keys.get(s.request_id)
+                if key is None:
+                    key = self._keys[s.request_id] = request_key(self.seed, s.request_id)
                 sampled[s.request_id] = synthetic_token(self.seed, s.request_id, req.num_output_tokens,
-                                                        self.vocab_size, self.eos_token_id)
+                                                        self.vocab_size, self.eos_token_id, key)
         duration = self.cost_model.step_time(sched.scheduled, len(sampled))
         self.total_time_s += duration
         self.num_steps += 1
         return ModelRunnerOutput(sampled_token_ids=sampled, step_duration_s=duration)
 
     def release(self, request_id: str) -> None:
-        """Nothing to free: the executor keeps no per-request state."""
+        """Forget the request's cached key (it is recomputed identically if the id comes back)."""
+        self._keys.pop(request_id, None)
