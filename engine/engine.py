@@ -132,7 +132,8 @@ class LLMEngine:
         self._seen_ids.add(rid)
         now = self.now()
         at = now if arrival_time is None else arrival_time
-        req = Request(rid, list(prompt_token_ids), params, arrival_time=at, prompt_text=prompt_text,
+        # A future arrival keeps the caller's (possibly compact) sequence until it is admitted.
+        req = Request(rid, prompt_token_ids, params, arrival_time=at, prompt_text=prompt_text,
                       eos_token_id=self.eos_token_id)
         if at <= now:
             self._admit(req)
@@ -142,6 +143,8 @@ class LLMEngine:
 
     def _admit(self, req: Request) -> None:
         req.arrival_step = self.step_index
+        if not isinstance(req.prompt_token_ids, list):
+            req.prompt_token_ids = list(req.prompt_token_ids)
         if self.recorder is not None:
             sp = req.sampling_params
             try:
@@ -156,7 +159,7 @@ class LLMEngine:
         self._touched.add(req.request_id)
         self._state = None
         if not self.scheduler.add_request(req):
-            self._collect_finished()
+            self._collect_finished(release=False)   # rejected: the runner never saw it
             return
         if self.tokenizer is not None:
             sp = req.sampling_params
@@ -256,13 +259,14 @@ class LLMEngine:
             return (0, seq)
         return (1, self._arrival_index.get(request_id, -1))
 
-    def _collect_finished(self, when: float | None = None) -> None:
+    def _collect_finished(self, when: float | None = None, release: bool = True) -> None:
         """Take finished requests from the scheduler: stamp ``finished_time`` (``when``, default
-        now), release runner state, keep their final text; they are reported with the next step
-        and then dropped."""
+        now), release runner state (unless ``release`` is False), keep their final text; they are
+        reported with the next step and then dropped."""
         for req in self.scheduler.take_finished():
             req.finished_time = self.now() if when is None else when
-            self.runner.release(req.request_id)
+            if release:
+                self.runner.release(req.request_id)
             det = self._detok.pop(req.request_id, None)
             if det is not None:
                 # Equal to det.output_text after a stop / length finish (flushed with the last

@@ -7,11 +7,14 @@ written down in plain words in ``Workload.scaling_notes``. No torch: the tokeniz
 """
 from __future__ import annotations
 
+import array
 import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, Sequence
+
+import numpy as np
 
 from recordings.traces import TraceRow, load_azure_csv
 
@@ -32,13 +35,14 @@ class Tokenizer(Protocol):
 @dataclass(frozen=True)
 class WorkloadRequest:
     """One request to submit: at ``arrival_s`` seconds after the workload starts, with these prompt
-    token ids (authoritative; ``prompt_text`` is their decoding, None without a tokenizer), asking
+    token ids (authoritative; ``prompt_text`` is their decoding, None without a tokenizer; a list,
+    or a compact ``array('i')`` for synthetic ids, 4 bytes per token), asking
     for at most ``max_tokens`` output tokens. ``source_line`` is the trace file line it came from."""
 
     request_id: str
     arrival_s: float
     prompt_text: str | None
-    prompt_token_ids: list[int]
+    prompt_token_ids: Sequence[int]
     max_tokens: int
     source_line: int
 
@@ -79,13 +83,16 @@ def build_workload(rows: Sequence[TraceRow], tokenizer: Tokenizer | None, *,
     ``[min_output_tokens, max_output_tokens]`` (None: no upper bound). With a tokenizer, each prompt
     is a window of ``corpus`` (default: the shipped corpus) starting at a sentence picked by
     ``random.Random(seed)``, encoded without special tokens, cut to exactly that many ids and decoded
-    back into ``prompt_text``. Without one, prompt ids are ``randint(100, 40000)`` draws from the same
-    generator (capped below ``vocab_size`` when given, for small models). Deterministic given its
+    back into ``prompt_text``. Without one, prompt ids are uniform draws in [100, 40000] from
+    ``numpy.random.default_rng(seed)`` (capped below ``vocab_size`` when given, for small models),
+    kept as compact ``array('i')``s so a 20k-request trace fits in memory. Deterministic given its
     arguments. Raises ``ValueError`` for out-of-range arguments.
     """
     check_workload_arguments(time_scale, prompt_scale, output_scale, min_prompt_tokens,
                      max_prompt_tokens, min_output_tokens, max_output_tokens)
     rng = random.Random(seed)
+    np_rng = np.random.default_rng(seed)
+    low, high = _id_range(vocab_size)
     prompts = None
     if tokenizer is not None:
         prompts = _CorpusPrompts(tokenizer, default_corpus() if corpus is None else corpus)
@@ -100,14 +107,14 @@ def build_workload(rows: Sequence[TraceRow], tokenizer: Tokenizer | None, *,
             ids = prompts.window(rng, num_prompt)
             text: str | None = tokenizer.decode(ids)  # type: ignore[union-attr]
         else:
-            ids, text = random_token_ids(rng, num_prompt, vocab_size), None
+            drawn = np_rng.integers(low, high + 1, num_prompt, dtype=np.int32)
+            ids, text = array.array("i", drawn.tobytes()), None
         requests.append(WorkloadRequest(
             request_id=f"r{index:0{width}d}", arrival_s=row.arrival_s * time_scale,
             prompt_text=text, prompt_token_ids=ids,
             max_tokens=output_lengths(row.num_output_tokens), source_line=row.line_no))
     notes = [note for note in (_time_note(rows, time_scale), prompt_lengths.note(),
                                output_lengths.note()) if note]
-    low, high = _id_range(vocab_size)
     notes.append("prompt text: windows of the built-in English corpus (the trace has only token "
                  "counts)" if prompts is not None else
                  f"prompt tokens: random ids in [{low}, {high}] (no tokenizer)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib.util
 import random
 
+import numpy as np
 import pytest
 from shared_traces import AZURE_CONV, traces_dir  # noqa: F401
 
@@ -98,10 +99,13 @@ def test_same_seed_same_workload_other_seed_other_prompts():
 
 def test_without_tokenizer_prompts_are_seeded_random_ids():
     workload = build_workload(rows_with([5, 3]), None, min_prompt_tokens=1, seed=9)
-    rng = random.Random(9)
-    assert [r.prompt_token_ids for r in workload.requests] == [
-        [rng.randint(100, 40000) for _ in range(5)], [rng.randint(100, 40000) for _ in range(3)]]
+    rng = np.random.default_rng(9)
+    assert [list(r.prompt_token_ids) for r in workload.requests] == [
+        rng.integers(100, 40001, 5).tolist(), rng.integers(100, 40001, 3).tolist()]
+    assert all(r.prompt_token_ids.itemsize == 4 for r in workload.requests)   # compact
     assert all(r.prompt_text is None for r in workload.requests)
+    assert build_workload(rows_with([5, 3]), None, min_prompt_tokens=1, seed=9) == workload
+    assert build_workload(rows_with([5, 3]), None, min_prompt_tokens=1, seed=8) != workload
 
 
 @pytest.mark.parametrize("kwargs", [dict(time_scale=-1), dict(prompt_scale=0), dict(output_scale=-2),
