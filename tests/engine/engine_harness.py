@@ -6,12 +6,19 @@ list order, as the cases README defines) and :class:`Action` (abort / pause / re
 before step ``step``). Paused requests are held by the user: G5 (liveness) is required of waiting
 and running requests only.
 
+The engine holds live requests only: a finished request leaves ``engine.requests`` and is handed
+once to ``engine.on_finished``, where the harness collects it (``RunResult.requests`` holds every
+request of the run, in arrival order). After every step the harness also rebuilds the state from
+the step records alone (a :class:`StateTimeline` fed only the records, as a replay does) and the
+block tables from the records' block events, and checks both against the engine's truth.
+
 With ``record_to`` a run is also recorded (``recordings.RecordingWriter``); then
 :func:`assert_recording_matches` reads the file back and checks that it replays the live run step
 by step and that the state-level invariants hold again on the states read from it.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,13 +26,17 @@ from typing import Mapping, Sequence
 
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
-from engine.outputs import (NOT_ADMITTED_BEHIND, NOT_ADMITTED_NO_FREE_BLOCKS, NOT_ADMITTED_SEQ_CAP,
+from engine.outputs import (BLOCKS_ALLOCATED, BLOCKS_FREED, NOT_ADMITTED_BEHIND,
+                            NOT_ADMITTED_NO_FREE_BLOCKS, NOT_ADMITTED_SEQ_CAP,
                             NOT_ADMITTED_TOKEN_BUDGET, NewToken, StepRecord)
 from engine.request import Request, RequestStatus, SamplingParams
-from engine.state import EngineState
+from engine.state import NUM_RECENTLY_FINISHED, EngineState
+from engine.timeline import StateTimeline
 from fake_runner import FakeRunner, hash_next_token
 
 ACTIONS = ("abort", "pause", "resume")
+FINISH_EVENTS = ("finished", "aborted", "failed", "rejected")
+WALL_TIME_FIELDS = ("start_ns", "end_ns", "schedule_ns", "forward_ns", "update_ns", "recorder_wait_ns")
 
 
 @dataclass(frozen=True)
@@ -53,6 +64,11 @@ def is_impossible(config: EngineConfig, num_blocks: int, prompt_len: int, max_to
             or blocks_for(prompt_len + max_tokens, config.block_size) > num_blocks)
 
 
+def without_wall_times(rec: StepRecord) -> StepRecord:
+    """``rec`` with its wall-clock ``*_ns`` fields zeroed (what two identical runs must share)."""
+    return dataclasses.replace(rec, **{k: 0 for k in WALL_TIME_FIELDS})
+
+
 @dataclass
 class RunResult:
     engine: LLMEngine
@@ -63,22 +79,22 @@ class RunResult:
     rejected: set[str]
     states: list[EngineState] = field(default_factory=list)   # live state after each step
     recording: Path | None = None                             # the file, if recorded
+    all_requests: dict[str, Request] = field(default_factory=dict)
 
     @property
     def requests(self) -> dict[str, Request]:
-        return self.engine.requests
+        """Every request of the run (live ones and those handed to ``on_finished``), arrival order."""
+        return self.all_requests
 
     def outputs(self) -> dict[str, list[int]]:
         return {rid: list(r.output_token_ids) for rid, r in self.requests.items()}
 
     def scheduled_steps(self, request_id: str) -> list[int]:
-        return [r.step for r in self.records
-                if any(s.request_id == request_id for s in r.scheduler_output.scheduled)]
+        return [r.step for r in self.records if any(s.request_id == request_id for s in r.scheduled)]
 
     def finish_step(self, request_id: str) -> int | None:
         for r in self.records:
-            if any(e.request_id == request_id and e.kind in ("finished", "aborted", "failed", "rejected")
-                   for e in r.events):
+            if any(e.request_id == request_id and e.kind in FINISH_EVENTS for e in r.events):
                 return r.step
         return None
 
@@ -90,44 +106,89 @@ class RunResult:
         return sum(r.num_preemptions for r in self.records)
 
 
-def check_state(st: EngineState, rec: StepRecord, config: Mapping, finished: set[str]) -> None:
-    """G1, G3 and G4 as the views of one state show them (the live state after a step or the same
-    state read back from a recording), with ``rec`` that step's record and ``config`` the run's
-    config as a dict. ``finished`` holds the ids seen finished in earlier states and is updated."""
+def check_state(st: EngineState, rec: StepRecord, config: Mapping, seen: dict) -> None:
+    """G1, G3 and G4 as one state shows them (the live state after a step or the same state read
+    back from a recording), with ``rec`` that step's record and ``config`` the run's config as a
+    dict. ``seen`` carries what earlier states showed (``finished`` ids, ``live`` ids) and is
+    updated: start every run with an empty dict."""
     total = config["num_gpu_blocks"]
     assert st.step == rec.step and st.num_total_blocks == rec.num_total_blocks == total, (st.step, rec.step)
-    # G1 / G2: live requests hold distinct, valid blocks; free + held == total. Finished hold none.
-    held = [b for v in st.requests.values() if not v.is_finished for b in v.block_ids]
+    live = list(st.request_ids)
+    assert len(set(live)) == len(live), "a live request twice in the state"
+    # G1 / G2: live requests hold distinct, valid blocks; free + held == total; only live requests
+    # own blocks, and the block arrays agree with each request's block count.
+    tables = {rid: st.block_ids(rid) for rid in live}
+    held = [b for t in tables.values() for b in t]
     assert len(held) == len(set(held)) == st.num_used_blocks, "G2: a block held twice"
     assert all(0 <= b < total for b in held), held
-    assert st.num_used_blocks + rec.num_free_blocks == total, "G1 (views)"
-    assert all(not v.block_ids for v in st.finished), "G1: a finished request holds blocks"
-    # G3: every request in exactly one queue, counts as the step reports them; finished stays so.
-    queues = [st.waiting, st.running, st.paused, st.finished]
+    assert st.num_used_blocks + rec.num_free_blocks == total, "G1 (state)"
+    seqs = st.columns["seq"]
+    assert set(st.block_owner[st.block_owner >= 0].tolist()) <= set(seqs.tolist()), (
+        "G1: a block is owned by a request that is not live")
+    for i, rid in enumerate(live):
+        assert len(tables[rid]) == int(st.columns["num_blocks"][i]), (rid, tables[rid])
+        assert [int(st.block_pos[b]) for b in tables[rid]] == list(range(len(tables[rid]))), rid
+    assert list(seqs) == sorted(seqs) and (not len(seqs) or seqs[-1] < st.next_seq), "seq not arrival order"
+    # G3: every live request in exactly one queue, counts as the step reports them; a finished
+    # request never comes back, and a request leaves the live set only by finishing.
+    queues = [st.waiting, st.running, st.paused]
     ids = [v.request_id for q in queues for v in q]
-    assert sorted(ids) == sorted(st.requests), ("G3: not in exactly one queue", ids)
+    assert sorted(ids) == sorted(live), ("G3: not in exactly one queue", ids, live)
     assert (len(st.waiting), len(st.running), len(st.paused)) == (
-        rec.num_waiting, rec.num_running, rec.num_paused), "G3 (views)"
-    now_finished = {v.request_id for v in st.finished}
-    assert finished <= now_finished, f"G3: finished {finished - now_finished} came back"
-    finished |= now_finished
+        rec.num_waiting, rec.num_running, rec.num_paused), "G3 (state)"
+    recent = st.finished
+    assert len(recent) <= NUM_RECENTLY_FINISHED and all(v.is_finished and v.slot is None for v in recent)
+    now_finished = {v.request_id for v in recent}
+    assert not now_finished & set(live), "G3: a request both finished and live"
+    finished, before = seen.setdefault("finished", set()), seen.get("live", set())
+    finished |= {t.request_id for t in rec.transitions if t.status.startswith("FINISHED")}
+    assert now_finished <= finished, now_finished - finished
+    assert not finished & set(live), f"G3: finished {finished & set(live)} came back"
+    gone = before - set(live)
+    assert gone <= finished, f"G3: {gone - finished} left the state without finishing"
+    seen["live"] = set(live)
     # G4: limits, from the state and from the step's schedule.
     slots = [v.slot for v in st.running]
     assert len(slots) <= config["max_num_seqs"], "G4: running > max_num_seqs"
     assert len(set(slots)) == len(slots) and all(s is not None and 0 <= s < config["max_num_seqs"]
                                                  for s in slots), slots
-    assert len(rec.scheduler_output.scheduled) <= config["max_num_seqs"], "G4: scheduled > max_num_seqs"
+    assert len(rec.scheduled) <= config["max_num_seqs"], "G4: scheduled > max_num_seqs"
     assert rec.num_scheduled_tokens <= config["max_num_batched_tokens"], "G4: token budget exceeded"
 
 
 def check_drained(st: EngineState, rec: StepRecord) -> None:
-    """G6 on the final state: every request finished and every block free."""
-    assert all(v.is_finished for v in st.requests.values()), "G6: unfinished requests at the end"
+    """G6 on the final state: no request left live and every block free."""
+    assert len(st) == 0, f"G6: unfinished requests at the end: {st.request_ids}"
     assert st.num_used_blocks == 0 and rec.num_free_blocks == rec.num_total_blocks, "G6: blocks still held"
 
 
+def view_values(v) -> tuple:
+    """What a state shows of a request, to compare with the engine's :class:`Request`."""
+    return (v.status, v.num_prompt_tokens, v.num_output_tokens, v.num_computed_tokens, v.slot,
+            v.num_preemptions, v.max_tokens)
+
+
+def request_values(r: Request) -> tuple:
+    return (r.status.value, r.num_prompt_tokens, r.num_output_tokens, r.num_computed_tokens, r.slot,
+            r.num_preemptions, r.sampling_params.max_tokens)
+
+
+def assert_state_matches_scheduler(engine: LLMEngine, st: EngineState) -> None:
+    """The published state (also between steps, with pending user actions) shows exactly the
+    scheduler's live requests, in arrival order, with their values and block tables."""
+    s = engine.scheduler
+    assert set(st.request_ids) == set(s.requests), (st.request_ids, list(s.requests))
+    for rid, req in s.requests.items():
+        v = st.view(rid)
+        assert view_values(v) == request_values(req), f"stale view of {rid}: {v} vs {req.status}"
+        assert v.arrival_time == req.arrival_time and v.arrival_step == req.arrival_step, rid
+        assert st.block_ids(rid) == tuple(s.kv.block_ids(rid)), f"stale block table of {rid}"
+    assert st.num_used_blocks == s.kv.num_blocks - s.kv.num_free_blocks
+
+
 class InvariantChecker:
-    """Checks G1-G6 around every step of one engine (raises ``AssertionError``)."""
+    """Checks G1-G6 around every step of one engine (raises ``AssertionError``), collects the
+    requests the engine hands to ``on_finished`` and replays the step records."""
 
     def __init__(self, engine: LLMEngine, runner) -> None:
         self.e = engine
@@ -141,19 +202,59 @@ class InvariantChecker:
         self.states: list[EngineState] = []
         self.last_rec: StepRecord | None = None
         self.config_dict = engine.config.to_dict() | {"num_gpu_blocks": engine.num_gpu_blocks}
-        self.finished_views: set[str] = set()
+        self.seen: dict = {}
+        self.order: list[str] = []                       # every request id, arrival order
+        self.objs: dict[str, Request] = {}               # every Request seen (live or finished)
+        self.delivered: dict[str, Request] = {}          # handed to on_finished, in that order
+        self.delivered_now: list[str] = []
+        self.tables: dict[str, list[int]] = {}           # block tables rebuilt from block events
+        c = engine.config
+        self.replay = StateTimeline(engine.num_gpu_blocks, c.block_size, c.max_num_seqs)
+        assert engine.timeline.snapshot() == self.replay.snapshot()
+        assert engine.on_finished is None
+        engine.on_finished = self.on_finished
 
-    # --- around admissions ------------------------------------------------------------------
-    def after_add(self, rid: str) -> None:
-        req = self.e.requests[rid]
-        if is_impossible(self.c, self.e.num_gpu_blocks, req.num_prompt_tokens, req.sampling_params.max_tokens):
+    def all_requests(self) -> dict[str, Request]:
+        return {rid: self.objs[rid] for rid in self.order if rid in self.objs}
+
+    def on_finished(self, req: Request) -> None:
+        rid = req.request_id
+        assert req.is_finished, (rid, req.status)
+        assert rid not in self.delivered, f"{rid} handed to on_finished twice"
+        assert rid not in self.e.requests and rid not in self.e.scheduler.requests, f"finished {rid} still live"
+        assert self.objs.setdefault(rid, req) is req, f"{rid}: another Request object"
+        self.delivered[rid] = req
+        self.delivered_now.append(rid)
+
+    # --- around admissions and user actions -------------------------------------------------
+    def after_add(self, a: Arrival) -> None:
+        rid = a.request_id
+        self.order.append(rid)
+        req = self.e.requests.get(rid)
+        st = self.e.state()
+        v = st.view(rid)
+        if req is None:
+            assert is_impossible(self.c, self.e.num_gpu_blocks, len(a.prompt), a.params.max_tokens), rid
             # G5: a request that can never run is failed at once with an error, not left waiting.
-            assert req.status is RequestStatus.FINISHED_ERROR and req.error, (rid, req.status, req.error)
-            assert not self.e.scheduler.kv.block_ids(rid)
+            assert v.status == RequestStatus.FINISHED_ERROR.value and v.error, (rid, v)
+            assert not self.e.scheduler.kv.block_ids(rid) and st.block_ids(rid) == ()
             self.rejected.add(rid)
-            self.finished[rid] = req.status
+            self.finished[rid] = RequestStatus.FINISHED_ERROR
         else:
-            assert req.status is RequestStatus.WAITING, (rid, req.status, req.error)
+            assert not is_impossible(self.c, self.e.num_gpu_blocks, req.num_prompt_tokens,
+                                     req.sampling_params.max_tokens), rid
+            assert req.status is RequestStatus.WAITING and v.status == "WAITING", (rid, req.status, req.error)
+            self.objs[rid] = req
+        assert_state_matches_scheduler(self.e, st)
+
+    def after_action(self, act: "Action", ok: bool) -> None:
+        if act.kind == "abort" and ok:
+            self.finished[act.request_id] = RequestStatus.FINISHED_ABORTED
+            assert act.request_id not in self.e.requests
+            v = self.e.state().view(act.request_id)
+            assert v.status == RequestStatus.FINISHED_ABORTED.value and v.slot is None
+            assert self.e.state().block_ids(act.request_id) == ()
+        assert_state_matches_scheduler(self.e, self.e.state())
 
     # --- around a step ----------------------------------------------------------------------
     def before_step(self) -> None:
@@ -166,52 +267,92 @@ class InvariantChecker:
             blocks={r.request_id: list(kv.block_ids(r.request_id)) for r in s.live_requests()},
             free=kv.num_free_blocks,
             num_tokens={r.request_id: r.num_tokens for r in s.live_requests()},
+            num_pending_block_events=len(kv.events),
         )
+        self.delivered_now = []
+
+    def _replay_block_events(self, rec: StepRecord) -> dict[str, list[int]]:
+        """Apply the record's block events to the tables rebuilt so far; returns the blocks each
+        request was allocated by the step itself (not by changes made between steps)."""
+        step_alloc: dict[str, list[int]] = defaultdict(list)
+        for i, ev in enumerate(rec.block_events):
+            assert ev.block_ids, ev
+            if ev.kind == BLOCKS_ALLOCATED:
+                self.tables.setdefault(ev.request_id, []).extend(ev.block_ids)
+                if i >= self.pre["num_pending_block_events"]:
+                    step_alloc[ev.request_id].extend(ev.block_ids)
+            else:
+                assert ev.kind == BLOCKS_FREED, ev
+                assert list(ev.block_ids) == self.tables.pop(ev.request_id, None), (
+                    "a free event names other blocks than the whole table", ev)
+        owners = [b for t in self.tables.values() for b in t]
+        assert len(owners) == len(set(owners)), "block events hand one block to two requests"
+        return step_alloc
 
     def after_step(self, rec: StepRecord) -> None:
         e, c, s, pre = self.e, self.c, self.e.scheduler, self.pre
         kv = s.kv
         bs = c.block_size
-        out = rec.scheduler_output
-        sched_ids = [x.request_id for x in out.scheduled]
+        sched_ids = [x.request_id for x in rec.scheduled]
 
         # G1 / G2 / G3 / G4 (slots) as the scheduler states them ...
         s.check_invariants()
-        # ... and again from what the UI and the recording see (RequestViews, StepRecord).
+        e.check_state()
+        # ... and again from what the UI and the recording see (EngineState, StepRecord).
         st = e.state()
-        check_state(st, rec, self.config_dict, self.finished_views)
+        check_state(st, rec, self.config_dict, self.seen)
+        assert_state_matches_scheduler(e, st)
         self.states.append(st)
         self.last_rec = rec
-        for rid, req in e.requests.items():
-            v = st.requests[rid]
-            assert (v.status, v.num_output_tokens, v.num_computed_tokens, v.block_ids, v.slot,
-                    v.num_preemptions, v.error) == (
-                req.status.value, req.num_output_tokens, req.num_computed_tokens,
-                tuple(kv.block_ids(rid)), req.slot, req.num_preemptions, req.error), f"stale view of {rid}"
-            # Each live request holds exactly the blocks its computed KV needs (no leak, no lack).
-            if not req.is_finished:
-                assert len(kv.block_ids(rid)) == blocks_for(req.num_computed_tokens, bs), (
-                    rid, req.num_computed_tokens, kv.block_ids(rid))
+        # Round trip: the state rebuilt from the step records alone is the live state.
+        self.replay.apply(rec)
+        assert self.replay.snapshot() == st, f"state replayed from the records differs at step {rec.step}"
+
+        # Finished requests left the engine and were handed over once, each with its final view.
+        finished_ids = [ev.request_id for ev in rec.events if ev.kind in FINISH_EVENTS]
+        assert len(set(finished_ids)) == len(finished_ids)
+        assert sorted(self.delivered_now) == sorted(finished_ids), (self.delivered_now, finished_ids)
+        assert rec.num_finished == s.num_finished == len(self.delivered)
+        for rid in finished_ids:
+            req = self.delivered[rid]
+            assert rid not in e.requests and rid not in st.request_ids and req.slot is None
+            v = st.view(rid)
+            assert view_values(v) == request_values(req) and v.error == req.error, (rid, v, req)
+            assert v.finish_reason == req.finish_reason.value and req.finished_time is not None
             assert req.num_output_tokens <= req.sampling_params.max_tokens
             if req.status is RequestStatus.FINISHED_LENGTH:
                 assert req.num_output_tokens == req.sampling_params.max_tokens
+        for rid, req in e.requests.items():
+            assert not req.is_finished and self.objs[rid] is req
+            # Each live request holds exactly the blocks its computed KV needs (no leak, no lack).
+            assert len(kv.block_ids(rid)) == blocks_for(req.num_computed_tokens, bs), (
+                rid, req.num_computed_tokens, kv.block_ids(rid))
+            assert req.num_output_tokens < req.sampling_params.max_tokens
 
         # G3: a finished request never comes back, and is never scheduled again.
         for rid, status in self.finished.items():
-            assert e.requests[rid].status is status, f"G3: finished {rid} changed to {e.requests[rid].status}"
+            assert rid not in e.requests and rid not in st.request_ids, f"G3: finished {rid} is live again"
+            if rid in self.delivered:
+                assert self.delivered[rid].status is status, f"G3: finished {rid} changed status"
             assert rid not in sched_ids, f"G3: finished {rid} scheduled"
-        for rid, req in e.requests.items():
-            if req.is_finished:
-                self.finished.setdefault(rid, req.status)
+        for rid, req in self.delivered.items():
+            self.finished.setdefault(rid, req.status)
+            assert req.status is self.finished[rid]
 
         # G4: limits.
         assert rec.num_running <= c.max_num_seqs, "G4: running > max_num_seqs"
-        assert len(out.scheduled) <= c.max_num_seqs, "G4: scheduled > max_num_seqs"
+        assert len(rec.scheduled) <= c.max_num_seqs, "G4: scheduled > max_num_seqs"
         assert rec.num_scheduled_tokens <= c.max_num_batched_tokens, "G4: token budget exceeded"
         assert len(set(sched_ids)) == len(sched_ids)
-        slots = [x.slot for x in out.scheduled]
+        slots = [x.slot for x in rec.scheduled]
         assert len(set(slots)) == len(slots) and all(0 <= x < c.max_num_seqs for x in slots), slots
-        for x in out.scheduled:
+
+        # Block events rebuild the block tables exactly; during the step a table only grows at
+        # its end, by the blocks the step's scheduled chunk needs.
+        step_alloc = self._replay_block_events(rec)
+        assert self.tables == {rid: t for rid, t in kv.block_tables.items() if t}, "block events vs tables"
+        assert set(step_alloc) <= set(sched_ids), ("blocks allocated to an unscheduled request", step_alloc)
+        for x in rec.scheduled:
             assert x.num_tokens >= 1
             if not c.enable_chunked_prefill:
                 assert x.num_tokens == 1 or (x.num_computed_tokens == 0
@@ -219,50 +360,57 @@ class InvariantChecker:
                     "prefill split without chunked prefill", x)
             elif c.long_prefill_token_threshold and x.num_tokens > 1:
                 assert x.num_tokens <= c.long_prefill_token_threshold, ("long prefill cap", x)
-            # The block table only grows at its end during a step.
-            assert list(x.block_ids) == pre["blocks"].get(x.request_id, []) + list(x.new_block_ids), x
+            table = pre["blocks"].get(x.request_id, []) + step_alloc.get(x.request_id, [])
+            assert len(table) == blocks_for(x.num_computed_tokens + x.num_tokens, bs), (x, table)
+            if x.request_id in e.requests:
+                assert kv.block_ids(x.request_id) == table, (x, table)
+            else:      # finished in the step: its free event named exactly this table
+                assert any(ev.kind == BLOCKS_FREED and ev.request_id == x.request_id
+                           and list(ev.block_ids) == table for ev in rec.block_events), x
 
         # Preemption: only requests running (or parked with KV) at the start of the step, once each;
         # nothing is admitted in a step that preempted; each preemption frees what it held.
         pre_ids = set(pre["running"]) | set(pre["paused"])
-        assert len(set(out.preempted_ids)) == len(out.preempted_ids), out.preempted_ids
-        for rid in out.preempted_ids:
+        assert len(set(rec.preempted_ids)) == len(rec.preempted_ids), rec.preempted_ids
+        assert sorted(rec.preempted_ids) == sorted(ev.request_id for ev in rec.events if ev.kind == "preempted")
+        for rid in rec.preempted_ids:
             assert rid in pre_ids, f"preempted {rid} was not running at the start of step {rec.step}"
             assert pre["blocks"][rid], f"preempted {rid} held no KV"
             assert rid not in sched_ids
             assert not kv.block_ids(rid) and e.requests[rid].num_computed_tokens == 0
         admitted = [rid for rid in sched_ids if rid not in pre["running"]]
         assert admitted == pre["waiting"][:len(admitted)], ("FCFS admission order", admitted, pre["waiting"])
-        if out.preempted_ids:
+        if rec.preempted_ids:
             assert not admitted, "admitted a request in a step that preempted one"
 
         # Exact block accounting over the step (G1 per step): what was allocated, what preemption
         # released (exactly the victims' tables) and what finishing requests released.
-        new_blocks = {x.request_id: list(x.new_block_ids) for x in out.scheduled}
-        finished_now = [rid for rid in pre["blocks"] if e.requests[rid].is_finished]
-        freed = sum(len(pre["blocks"][rid]) for rid in out.preempted_ids)
-        freed += sum(len(pre["blocks"][rid]) + len(new_blocks.get(rid, [])) for rid in finished_now)
-        allocated = sum(len(b) for b in new_blocks.values())
-        assert kv.num_free_blocks == pre["free"] - allocated + freed, "G1: blocks appeared or vanished"
+        finished_now = [rid for rid in pre["blocks"] if rid in finished_ids]
+        freed = sum(len(pre["blocks"][rid]) for rid in rec.preempted_ids)
+        freed += sum(len(pre["blocks"][rid]) + len(step_alloc.get(rid, [])) for rid in finished_now)
+        allocated = sum(len(b) for b in step_alloc.values())
+        assert kv.num_free_blocks == pre["free"] - allocated + freed == rec.num_free_blocks, (
+            "G1: blocks appeared or vanished")
 
-        # Why waiting requests were not admitted: every one is listed once, in queue order, and the
-        # first reason is true.
+        # Why waiting requests were not admitted: the first one is listed with a true reason,
+        # everyone behind it is implicitly behind an older request.
         waiting_now = [r.request_id for r in s.waiting]
-        assert [rid for rid, _ in out.not_admitted] == waiting_now, (out.not_admitted, waiting_now)
-        if out.not_admitted:
-            head, reason = out.not_admitted[0]
-            assert all(r == NOT_ADMITTED_BEHIND for _, r in out.not_admitted[1:])
-            running_at_decision = (len([r for r in pre["running"] if r not in out.preempted_ids])
+        assert [rid for rid, _ in rec.not_admitted] == waiting_now[:1], (rec.not_admitted, waiting_now)
+        assert all(rec.not_admitted_reason(rid) == NOT_ADMITTED_BEHIND for rid in waiting_now[1:])
+        if rec.not_admitted:
+            head, reason = rec.not_admitted[0]
+            assert rec.not_admitted_reason(head) == reason
+            running_at_decision = (len([r for r in pre["running"] if r not in rec.preempted_ids])
                                    + len(admitted))
             left = c.max_num_batched_tokens - rec.num_scheduled_tokens
             free_at_decision = pre["free"] - allocated + freed - sum(
-                len(pre["blocks"][rid]) + len(new_blocks.get(rid, [])) for rid in finished_now)
+                len(pre["blocks"][rid]) + len(step_alloc.get(rid, [])) for rid in finished_now)
             if reason == NOT_ADMITTED_SEQ_CAP:
                 assert running_at_decision == c.max_num_seqs
             elif reason == NOT_ADMITTED_TOKEN_BUDGET:
                 assert left == 0 or (not c.enable_chunked_prefill and left < e.requests[head].num_tokens)
             elif reason == NOT_ADMITTED_NO_FREE_BLOCKS:
-                assert out.preempted_ids or blocks_for(e.requests[head].num_tokens, bs) > free_at_decision
+                assert rec.preempted_ids or blocks_for(e.requests[head].num_tokens, bs) > free_at_decision
             else:
                 raise AssertionError(f"unknown or misplaced reason {reason!r}")
 
@@ -285,7 +433,7 @@ class InvariantChecker:
         failed = {ev.request_id for ev in rec.events if ev.kind == "failed"}
         if rec.error:
             assert failed == set(sched_ids) and not rec.new_tokens, (rec.error, failed, sched_ids)
-            assert all(e.requests[rid].error == rec.error for rid in failed)
+            assert all(self.delivered[rid].error == rec.error for rid in failed)
         else:
             assert not failed, failed
 
@@ -293,20 +441,21 @@ class InvariantChecker:
         """G6 drain and the bookkeeping that must balance once every request finished."""
         e = self.e
         kv = e.scheduler.kv
-        for rid, req in e.requests.items():
-            assert req.is_finished, f"{rid} never finished ({req.status})"
+        assert not e.requests, f"never finished: {list(e.requests)}"
+        assert set(self.delivered) == set(self.order) == set(self.objs), "a request was never handed over"
+        for rid, req in self.delivered.items():
             assert [t.token_id for t in self.streamed[rid]] == req.output_token_ids, f"{rid}: streamed tokens"
         assert kv.num_free_blocks == kv.num_blocks, "G6: blocks still held after every request finished"
         if self.states:
             check_drained(self.states[-1], self.last_rec)
-        assert not kv.block_tables, kv.block_tables
+        assert not kv.block_tables and not self.tables, kv.block_tables
         kv.check_invariants()
-        assert not e.scheduler.has_unfinished
+        assert not e.scheduler.has_unfinished and e.timeline.num_live == 0
         if isinstance(self.runner, FakeRunner):
             assert not self.runner.violations, self.runner.violations
             released = self.runner.released
             assert len(set(released)) == len(released), "a request was released twice"
-            assert set(released) == set(e.requests) - self.rejected
+            assert set(released) == set(self.order) - self.rejected
 
 
 def run_workload(config: EngineConfig, arrivals: Sequence[Arrival], actions: Sequence[Action] = (), *,
@@ -358,13 +507,12 @@ def _drive(engine: LLMEngine, runner, arrivals: Sequence[Arrival], actions: Sequ
         for item in by_step.get(step, []):
             if isinstance(item, Arrival):
                 engine.add_request(list(item.prompt), item.params, request_id=item.request_id)
-                checker.after_add(item.request_id)
+                checker.after_add(item)
             else:
                 fn = {"abort": engine.abort_request, "pause": engine.pause_request,
                       "resume": engine.resume_request}[item.kind]
                 results.append((item, fn(item.request_id)))
-                if item.kind == "abort" and results[-1][1]:
-                    checker.finished[item.request_id] = RequestStatus.FINISHED_ABORTED
+                checker.after_action(item, results[-1][1])
         if step > last:
             s = engine.scheduler
             if s.paused and not s.running and not s.waiting and resume_paused_at_end:
@@ -382,7 +530,7 @@ def _drive(engine: LLMEngine, runner, arrivals: Sequence[Arrival], actions: Sequ
     if not engine.scheduler.paused:
         checker.at_end()
     return RunResult(engine, runner, records, results, dict(checker.streamed), checker.rejected,
-                     checker.states)
+                     checker.states, all_requests=checker.all_requests())
 
 
 def assert_recording_matches(result: RunResult) -> None:
@@ -404,11 +552,12 @@ def assert_recording_matches(result: RunResult) -> None:
     assert len(states) == len(result.states) == n
     for k, (got, live) in enumerate(zip(states, result.states)):
         assert got == live, f"state read back at step {k} differs from the live state"
-    finished: set[str] = set()
+    seen: dict = {}
     for st, rec in zip(states, records):
-        check_state(st, rec, config, finished)
+        check_state(st, rec, config | {"num_gpu_blocks": result.engine.num_gpu_blocks}, seen)
+    assert announced == list(result.requests)                    # arrival order
     if n:
-        assert announced == list(states[-1].requests) == list(result.requests)   # arrival order
+        assert list(states[-1].request_ids) == list(result.engine.requests)
         if not result.engine.scheduler.paused:
             check_drained(states[-1], records[-1])
 
@@ -422,6 +571,7 @@ def reference_outputs(config: EngineConfig, arrivals: Sequence[Arrival], **kw) -
 def assert_outputs_match(result: RunResult, reference: dict[str, list[int]]) -> None:
     """G7: every request that finished by length (or stop) has exactly the reference tokens; an
     aborted or failed request has a prefix of them."""
+    assert result.requests, "no request in the run"
     for rid, req in result.requests.items():
         if rid in result.rejected:
             continue
@@ -439,15 +589,16 @@ def distinct_prompt(index: int, length: int, vocab: int = 1000) -> tuple[int, ..
     return tuple((index * 131 + 17 * j + j * j) % vocab for j in range(length)) if length else ()
 
 
-def replay_states(result: RunResult) -> list:
-    """The state after each step, rebuilt from the step records alone (as a replay does); the last
-    one must equal the live engine's state."""
-    from engine.state import EngineState
-
+def replay_states(result: RunResult) -> list[EngineState]:
+    """The state after each step, rebuilt from the step records alone (as a replay does): a
+    :class:`StateTimeline` started empty, fed one record at a time. The last one equals the live
+    engine's state."""
     e = result.engine
-    st = EngineState(-1, 0.0, e.num_gpu_blocks, e.config.block_size, e.config.max_num_seqs)
+    tl = StateTimeline(e.num_gpu_blocks, e.config.block_size, e.config.max_num_seqs)
     out = []
     for rec in result.records:
-        st = st.apply(rec)
-        out.append(st)
+        tl.apply(rec)
+        out.append(tl.snapshot())
+    if out:
+        assert out[-1] == e.state()
     return out

@@ -2,11 +2,13 @@
 
 Every workload runs through the real ``Scheduler`` and ``KVCacheManager`` inside ``LLMEngine`` with
 the fake runner (``fake_runner.py``), with G1-G6 checked after every step (``engine_harness.py``)
-and outputs compared with the reference run (10x blocks, G7). Every such run is also recorded
-(``recordings.RecordingWriter``, the ``recorded`` fixture) and checked "again from the recording":
-every step's state and record read back equal the live ones, and G1/G3/G4/G6 hold on the states
-read from the file. Block math needs no shift: the engine keeps no reserved null block, T tokens of
-KV hold ceil(T / block_size) blocks.
+and outputs compared with the reference run (10x blocks, G7); the harness also rebuilds every
+state from the step records alone and checks it against the live one. Each case's workload is built
+by one function (``WORKLOADS``), so every such run is also recorded (``recordings.RecordingWriter``)
+and checked "again from the recording" by ``test_recording_replays_the_live_run``: every step's
+state and record read back equal the live ones, and G1/G3/G4/G6 hold on the states read from the
+file. Block math needs no shift: the engine keeps no reserved null block, T tokens of KV hold
+ceil(T / block_size) blocks.
 
 Cases (or variants) that need a feature the engine does not have -- priority scheduling, swap
 preemption with a CPU pool, prefix caching, repetition/frequency penalties -- are reported as
@@ -16,8 +18,8 @@ case's knob instead of silently ignoring it.
 from __future__ import annotations
 
 import collections
-import itertools
 import re
+from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
@@ -27,31 +29,37 @@ from engine.outputs import NOT_ADMITTED_NO_FREE_BLOCKS, NOT_ADMITTED_TOKEN_BUDGE
 from engine.request import RequestStatus, SamplingParams
 from engine.scheduler import __doc__ as SCHEDULER_DOC
 from engine_cases import CASES, arrivals_and_actions, case, engine_config, xfail_missing
-from engine_harness import (Arrival, assert_outputs_match, assert_recording_matches, blocks_for,
-                            distinct_prompt, reference_outputs, replay_states, run_workload)
+from engine_harness import (Arrival, RunResult, assert_outputs_match, assert_recording_matches,
+                            blocks_for, distinct_prompt, reference_outputs, replay_states,
+                            run_workload)
 from fake_runner import ToyTokenizer, script_next_token
-from recordings import Reader, RunSummary, summarize
 from recordings.metrics import Percentiles
 
+@dataclass(frozen=True)
+class Workload:
+    """One case's run: what ``run_workload`` gets. Built by one function per case so that the
+    live test and the recording re-check run exactly the same thing."""
 
-@pytest.fixture
-def recorded(tmp_path):
-    """``run_workload`` that also records the run (in ``tmp_path``) and checks the recording
-    against the live run (``assert_recording_matches``)."""
-    names = itertools.count()
+    config: EngineConfig
+    arrivals: list
+    actions: list = field(default_factory=list)
+    kw: dict = field(default_factory=dict)
 
-    def run(config: EngineConfig, arrivals, actions=(), **kw):
-        result = run_workload(config, arrivals, actions, record_to=tmp_path / f"run{next(names)}.sqlite", **kw)
-        assert_recording_matches(result)
+    def run(self, **extra) -> RunResult:
+        return run_workload(self.config, self.arrivals, self.actions, **self.kw, **extra)
+
+    def run_with_reference(self) -> RunResult:
+        """The run, with outputs equal to the reference run's (G7)."""
+        result = self.run()
+        assert_outputs_match(result, reference_outputs(self.config, self.arrivals, **self.kw))
         return result
-    return run
 
 
-def run_case(c: dict, config: EngineConfig, run, **kw):
-    arrivals, actions = arrivals_and_actions(c)
-    result = run(config, arrivals, actions, **kw)
-    assert_outputs_match(result, reference_outputs(config, arrivals))
-    return result
+def case_workload(case_id: str, **overrides) -> Workload:
+    """A case's own requests (numeric arrive_step and prompt_len) under its config."""
+    c = case(case_id)
+    config = engine_config(c, **overrides)
+    return Workload(config, *arrivals_and_actions(c))
 
 
 def first_scheduled(result, rid: str) -> int:
@@ -59,19 +67,28 @@ def first_scheduled(result, rid: str) -> int:
 
 
 # --- clean rejection --------------------------------------------------------------------------
+def wl_capacity_never_fits(prefix_caching: bool) -> Workload:
+    return case_workload("capacity-never-fits", enable_prefix_caching=prefix_caching)
+
+
 @pytest.mark.parametrize("prefix_caching", [False, True], ids=["no-prefix-cache", "prefix-cache"])
-def test_capacity_never_fits(prefix_caching, recorded):
+def test_capacity_never_fits(prefix_caching):
     c = case("capacity-never-fits")
-    config = engine_config(c, enable_prefix_caching=prefix_caching)
-    result = run_case(c, config, recorded)
+    w = wl_capacity_never_fits(prefix_caching)
+    config = w.config
+    result = w.run_with_reference()
     big = c["requests"][0]
     r0 = result.requests[big["id"]]
     assert r0.status is RequestStatus.FINISHED_ERROR
     assert "KV blocks" in r0.error and str(config.num_gpu_blocks) in r0.error   # names the limit
     assert result.finish_step(r0.request_id) <= 1
     assert result.scheduled_steps(r0.request_id) == [] and r0.num_preemptions == 0
-    views = [v for rec in result.records for v in rec.changed if v.request_id == r0.request_id]
-    assert views and all(not v.block_ids and v.status != "RUNNING" for v in views)
+    # It never held a block nor ran: no block event names it, its only recorded transition is
+    # its rejection, and no state shows it holding blocks.
+    assert not any(ev.request_id == r0.request_id for rec in result.records for ev in rec.block_events)
+    transitions = [t for rec in result.records for t in rec.transitions if t.request_id == r0.request_id]
+    assert [(t.status, t.slot, t.num_computed_tokens) for t in transitions] == [("FINISHED_ERROR", -1, 0)]
+    assert all(r0.request_id not in st.request_ids and st.block_ids(r0.request_id) == () for st in result.states)
     for r in c["requests"][1:]:
         req = result.requests[r["id"]]
         assert req.status is RequestStatus.FINISHED_LENGTH and req.num_output_tokens == r["max_tokens"]
@@ -81,10 +98,15 @@ def test_capacity_never_fits(prefix_caching, recorded):
                     and rec.num_scheduled_tokens == 0), rec.step
 
 
-def test_lone_request_outgrows_cache_rejected_at_admission(recorded):
+def wl_lone_request() -> Workload:
+    return case_workload("lone-request-outgrows-cache")
+
+
+def test_lone_request_outgrows_cache_rejected_at_admission():
     c = case("lone-request-outgrows-cache")
-    config = engine_config(c)
-    result = run_case(c, config, recorded)
+    w = wl_lone_request()
+    config = w.config
+    result = w.run_with_reference()
     big, small = c["requests"]
     r0 = result.requests[big["id"]]
     # Our documented choice: rejected at admission when prompt + max_tokens exceeds the cache.
@@ -99,10 +121,15 @@ def test_lone_request_outgrows_cache_rejected_at_admission(recorded):
 
 
 # --- admission -------------------------------------------------------------------------------
-def test_parked_requests_hold_no_slots(recorded):
+def wl_parked() -> Workload:
+    return case_workload("parked-requests-hold-slots")
+
+
+def test_parked_requests_hold_no_slots():
     c = case("parked-requests-hold-slots")
-    config = engine_config(c)
-    result = run_case(c, config, recorded)
+    w = wl_parked()
+    config = w.config
+    result = w.run_with_reference()
     parked = [r for r in c["requests"] if "pause_step" in r]
     new = [r for r in c["requests"] if "pause_step" not in r]
     assert parked and new and all(ok for _, ok in result.action_results)
@@ -111,9 +138,10 @@ def test_parked_requests_hold_no_slots(recorded):
     before_abort = states[abort_step - 1]
     held = set()
     for r in parked:
-        v = before_abort.requests[r["id"]]
-        assert v.status == "PAUSED" and v.slot is None and v.block_ids, v     # KV kept, no slot
-        held |= set(v.block_ids)
+        v = before_abort.view(r["id"])
+        blocks = before_abort.block_ids(r["id"])
+        assert v.status == "PAUSED" and v.slot is None and blocks, v     # KV kept, no slot
+        held |= set(blocks)
         assert result.requests[r["id"]].status is RequestStatus.FINISHED_ABORTED
     for r in new:
         assert first_scheduled(result, r["id"]) <= 4
@@ -127,11 +155,16 @@ def test_parked_requests_hold_no_slots(recorded):
 
 
 # --- preemption storms ---------------------------------------------------------------------
+def wl_readmit(prefix_caching: bool) -> Workload:
+    return case_workload("readmit-preempt-loop", enable_prefix_caching=prefix_caching)
+
+
 @pytest.mark.parametrize("prefix_caching", [False, True], ids=["no-prefix-cache", "prefix-cache"])
-def test_readmit_preempt_loop(prefix_caching, recorded):
+def test_readmit_preempt_loop(prefix_caching):
     c = case("readmit-preempt-loop")
-    config = engine_config(c, enable_prefix_caching=prefix_caching)
-    result = run_case(c, config, recorded)
+    w = wl_readmit(prefix_caching)
+    config = w.config
+    result = w.run_with_reference()
     r0, r1 = c["requests"]
     for r in (r0, r1):
         req = result.requests[r["id"]]
@@ -148,11 +181,12 @@ def test_readmit_preempt_loop(prefix_caching, recorded):
     assert result.num_preemptions == 0
     assert [result.requests[r["id"]].num_preemptions for r in (r0, r1)] == [0, 0]
     prompt_total = sum(r["prompt_len"] for r in c["requests"])
-    prefill = sum(s.num_tokens for rec in result.records for s in rec.scheduler_output.scheduled if s.is_prefill)
+    prefill = sum(s.num_tokens for rec in result.records for s in rec.scheduled if s.is_prefill)
     assert prompt_total == 600 and prefill == prompt_total
     assert first_scheduled(result, r1["id"]) == result.finish_step(r0["id"]) + 1
-    waits = {reason for rec in result.records for rid, reason in rec.scheduler_output.not_admitted}
+    waits = {rec.not_admitted_reason(r1["id"]) for rec in result.records[:first_scheduled(result, r1["id"])]}
     assert waits == {NOT_ADMITTED_TOKEN_BUDGET, NOT_ADMITTED_NO_FREE_BLOCKS}
+    assert {reason for rec in result.records for _, reason in rec.not_admitted} == waits
     # No repeating cycle: the scheduler state after a step that did something is never seen again.
     seen = set()
     for rec, st in zip(result.records, replay_states(result)):
@@ -164,19 +198,24 @@ def test_readmit_preempt_loop(prefix_caching, recorded):
         seen.add(key)
 
 
-def test_pressure_many_small(recorded):
+def wl_pressure() -> Workload:
+    return case_workload("pressure-many-small")
+
+
+def test_pressure_many_small():
     c = case("pressure-many-small")
-    config = engine_config(c)
-    result = run_case(c, config, recorded)          # per step: victims were running, once each, freed exactly
+    result = wl_pressure().run_with_reference()   # per step: victims were running, once each, freed exactly
     assert result.num_preemptions > 0, "the case is meant to force preemptions"
     events = [(rec.step, e.request_id) for rec in result.records for e in rec.events if e.kind == "preempted"]
-    assert sorted(events) == sorted((rec.step, rid) for rec in result.records
-                                    for rid in rec.scheduler_output.preempted_ids)
+    assert sorted(events) == sorted((rec.step, rid) for rec in result.records for rid in rec.preempted_ids)
     states = [None] + replay_states(result)
     for rec in result.records:
         before = states[rec.step]
-        for rid in rec.scheduler_output.preempted_ids:
-            assert before.requests[rid].status == "RUNNING"
+        for rid in rec.preempted_ids:
+            assert before.view(rid).status == "RUNNING"
+            # A preempted request is back in the waiting queue, holding no blocks, after the step.
+            after = states[rec.step + 1]
+            assert after.view(rid).status == "PREEMPTED" and after.block_ids(rid) == ()
     for r in c["requests"]:
         req = result.requests[r["id"]]
         assert req.status is RequestStatus.FINISHED_LENGTH and req.num_output_tokens == r["max_tokens"]
@@ -184,7 +223,7 @@ def test_pressure_many_small(recorded):
 
 
 # --- prefill / decode fairness ---------------------------------------------------------------
-def test_prefill_flood_does_not_starve_decode(recorded):
+def wl_prefill_flood() -> Workload:
     c = case("prefill-flood-vs-decode")
     config = engine_config(c)
     d0, flood = c["requests"]
@@ -194,7 +233,12 @@ def test_prefill_flood_does_not_starve_decode(recorded):
     arrivals += [Arrival(f"P{s}", s, distinct_prompt(s, flood["prompt_len"]),
                          SamplingParams(max_tokens=flood["max_tokens"], ignore_eos=True))
                  for s in range(lo, hi + 1)]
-    result = recorded(config, arrivals)
+    return Workload(config, arrivals)
+
+
+def test_prefill_flood_does_not_starve_decode():
+    d0 = case("prefill-flood-vs-decode")["requests"][0]
+    result = wl_prefill_flood().run()
     steps = result.token_steps(d0["id"])
     assert len(steps) == d0["max_tokens"]
     assert max(b - a for a, b in zip(steps, steps[1:])) <= 2
@@ -203,40 +247,53 @@ def test_prefill_flood_does_not_starve_decode(recorded):
     assert all(r.status is RequestStatus.FINISHED_LENGTH for r in result.requests.values())
 
 
-@pytest.mark.parametrize("cap", [128, 0], ids=["long-prefill-cap", "no-cap"])
-def test_long_prefill_vs_short_request(cap, recorded):
-    """Sub-case: one 8192-token prompt L at step 0, a 16-token S at step 1 (max_tokens 4)."""
-    c = case("prefill-flood-vs-decode")
-    sub = c["expect"][1]
+def long_prefill_sub_case() -> tuple[int, int, int]:
+    """Sub-case of prefill-flood-vs-decode: (long prompt, short prompt, max_tokens)."""
+    sub = case("prefill-flood-vs-decode")["expect"][1]
     long_len, short_len = map(int, re.search(r"one (\d+)-token prompt L.*a (\d+)-token S", sub).groups())
-    max_tokens = int(re.search(r"max_tokens (\d+)", sub).group(1))
-    budget = c["config"]["max_num_batched_tokens"]
-    assert 0 < 128 < budget
+    return long_len, short_len, int(re.search(r"max_tokens (\d+)", sub).group(1))
+
+
+def wl_long_prefill(cap: int) -> Workload:
+    c = case("prefill-flood-vs-decode")
+    long_len, short_len, max_tokens = long_prefill_sub_case()
     # The case sets no max_model_len; ours defaults to 2048, too short for L.
     config = engine_config(c, long_prefill_token_threshold=cap, max_model_len=long_len + 2 * max_tokens)
-    arrivals = [Arrival("L", 0, distinct_prompt(0, long_len), SamplingParams(max_tokens=max_tokens, ignore_eos=True)),
-                Arrival("S", 1, distinct_prompt(1, short_len), SamplingParams(max_tokens=max_tokens, ignore_eos=True))]
-    result = recorded(config, arrivals)
-    assert_outputs_match(result, reference_outputs(config, arrivals))
+    return Workload(config, [
+        Arrival("L", 0, distinct_prompt(0, long_len), SamplingParams(max_tokens=max_tokens, ignore_eos=True)),
+        Arrival("S", 1, distinct_prompt(1, short_len), SamplingParams(max_tokens=max_tokens, ignore_eos=True))])
+
+
+@pytest.mark.parametrize("cap", [128, 0], ids=["long-prefill-cap", "no-cap"])
+def test_long_prefill_vs_short_request(cap):
+    """Sub-case: one 8192-token prompt L at step 0, a 16-token S at step 1 (max_tokens 4)."""
+    long_len, _, _ = long_prefill_sub_case()
+    budget = case("prefill-flood-vs-decode")["config"]["max_num_batched_tokens"]
+    assert 0 < 128 < budget
+    result = wl_long_prefill(cap).run_with_reference()
     s = result.requests["S"]
     l_prefill_end = result.token_steps("L")[0]
     if cap:
         assert s.first_token_step - 1 < 2                      # first token within 2 steps of arrival
-        assert all(x.num_tokens <= cap for rec in result.records for x in rec.scheduler_output.scheduled)
+        assert all(x.num_tokens <= cap for rec in result.records for x in rec.scheduled)
     else:
         # Documented: without a cap the long prefill takes the whole budget and S waits for it.
         assert "long_prefill_token_threshold" in SCHEDULER_DOC and "waits" in SCHEDULER_DOC
         assert s.first_token_step >= l_prefill_end
         assert l_prefill_end == -(-long_len // budget) - 1
         for rec in result.records[1:l_prefill_end]:
-            assert ("S", NOT_ADMITTED_TOKEN_BUDGET) in rec.scheduler_output.not_admitted
+            assert rec.not_admitted == (("S", NOT_ADMITTED_TOKEN_BUDGET),)
+            assert rec.not_admitted_reason("S") == NOT_ADMITTED_TOKEN_BUDGET
 
 
 # --- bad input -------------------------------------------------------------------------------
-def test_edge_inputs(recorded):
+def wl_edge_inputs() -> Workload:
+    return case_workload("edge-inputs")
+
+
+def test_edge_inputs():
     c = case("edge-inputs")
-    config = engine_config(c)
-    result = run_case(c, config, recorded)
+    result = wl_edge_inputs().run_with_reference()
     by_id = {r["id"]: r for r in c["requests"]}
     e0, e1, e2, n = (result.requests[k] for k in ("E0", "E1", "E2", "N"))
     assert by_id["E0"]["prompt_len"] == 0 and by_id["E1"]["max_tokens"] == 0
@@ -250,7 +307,12 @@ def test_edge_inputs(recorded):
     (step,) = result.scheduled_steps("E2")
     assert e2.first_token_step == step == result.finish_step("E2")
     assert e2.ttft == e2.finished_time - e2.arrival_time > 0
-    assert replay_states(result)[step].requests["E2"].block_ids == ()
+    after = replay_states(result)[step]
+    assert "E2" not in after.request_ids and after.block_ids("E2") == ()
+    v = after.view("E2")                                          # among the recently finished
+    assert v.status == "FINISHED_LENGTH" and v.num_output_tokens == 1 and v.ttft == e2.ttft
+    freed = [ev for ev in result.records[step].block_events if ev.request_id == "E2"]
+    assert [ev.kind for ev in freed] == ["allocated", "freed"] and freed[0].block_ids == freed[1].block_ids
     assert n.status is RequestStatus.FINISHED_LENGTH and n.num_output_tokens == by_id["N"]["max_tokens"]
 
 
@@ -262,8 +324,9 @@ def stop_case():
     return c, pieces, finals
 
 
-def test_stop_string_across_tokens(recorded):
-    c, pieces, finals = stop_case()
+def stop_string_setup():
+    """(workload, tokenizer, continuation ids, full continuation text, max_tokens of the longest)."""
+    c, pieces, _ = stop_case()
     max_len = max(r["max_tokens"] for r in c["requests"])
     pieces = pieces + [f"{chr(ord('k') + i)}" for i in range(max_len)]   # continuation goes on
     cont_ids = list(range(100, 100 + len(pieces)))
@@ -272,7 +335,6 @@ def test_stop_string_across_tokens(recorded):
     prompt_ids = list(range(10, 10 + len(stops)))
     table.update(zip(prompt_ids, stops))            # every stop string also occurs in the prompt
     tok = ToyTokenizer(table)
-    full = tok.decode(cont_ids)
     config = EngineConfig(block_size=4, num_gpu_blocks=64, max_num_seqs=8, max_num_batched_tokens=64)
     arrivals = [Arrival(r["id"], 0, tuple(prompt_ids),
                         SamplingParams(max_tokens=r["max_tokens"], stop=tuple(r["sampling"]["stop"]),
@@ -280,7 +342,14 @@ def test_stop_string_across_tokens(recorded):
                 for r in c["requests"]]
     # A control request without stop strings: the prompt's stop strings never end anything.
     arrivals.append(Arrival("control", 0, tuple(prompt_ids), SamplingParams(max_tokens=max_len)))
-    result = recorded(config, arrivals, tokenizer=tok, next_token_fn=script_next_token(cont_ids))
+    w = Workload(config, arrivals, kw=dict(tokenizer=tok, next_token_fn=script_next_token(cont_ids)))
+    return w, tok, cont_ids, tok.decode(cont_ids), max_len
+
+
+def test_stop_string_across_tokens():
+    c, _, finals = stop_case()
+    w, tok, cont_ids, full, max_len = stop_string_setup()
+    result = w.run()
     assert set(finals) == {r["id"] for r in c["requests"]}
     for r in c["requests"]:
         req = result.requests[r["id"]]
@@ -299,41 +368,49 @@ def test_stop_string_across_tokens(recorded):
     assert ctrl.status is RequestStatus.FINISHED_LENGTH and ctrl.output_text == full[:len(tok.decode(cont_ids[:max_len]))]
 
 
-def test_stop_string_completed_by_the_last_allowed_token_is_a_stop(recorded):
-    """A stop string finished by the max_tokens-th token: finish reason stop, not length."""
+def stop_at_last_token_setup():
     _, pieces, _ = stop_case()
     cont_ids = list(range(100, 100 + len(pieces)))
     tok = ToyTokenizer(dict(zip(cont_ids, pieces)))
     stop = pieces[-1]
     config = EngineConfig(block_size=4, num_gpu_blocks=16, max_num_seqs=2, max_num_batched_tokens=32)
     arrivals = [Arrival("S", 0, (1, 2, 3), SamplingParams(max_tokens=len(pieces), stop=(stop,)))]
-    result = recorded(config, arrivals, tokenizer=tok, next_token_fn=script_next_token(cont_ids))
+    return Workload(config, arrivals, kw=dict(tokenizer=tok, next_token_fn=script_next_token(cont_ids))), pieces
+
+
+def test_stop_string_completed_by_the_last_allowed_token_is_a_stop():
+    """A stop string finished by the max_tokens-th token: finish reason stop, not length."""
+    w, pieces = stop_at_last_token_setup()
+    result = w.run()
     req = result.requests["S"]
-    assert req.status is RequestStatus.FINISHED_STOPPED and req.stop_reason == stop
+    assert req.status is RequestStatus.FINISHED_STOPPED and req.stop_reason == pieces[-1]
     assert req.output_text == "".join(pieces[:-1]) == "".join(t.text for t in result.streamed["S"])
 
 
 # --- output after preemption -----------------------------------------------------------------
-def test_recompute_keeps_output_split(recorded):
+def wl_recompute() -> Workload:
+    return case_workload("recompute-keeps-output-split")
+
+
+def test_recompute_keeps_output_split():
     c = case("recompute-keeps-output-split")
-    config = engine_config(c)
-    result = run_case(c, config, recorded)    # run_case: outputs equal the reference (greedy, no penalties)
+    result = wl_recompute().run_with_reference()   # outputs equal the reference (greedy, no penalties)
     states = [None] + replay_states(result)
     preempted_any = False
     for r in c["requests"]:
         req = result.requests[r["id"]]
         assert req.status is RequestStatus.FINISHED_LENGTH
         assert req.num_output_tokens == r["max_tokens"] and req.num_prompt_tokens == r["prompt_len"]
-        v = states[-1].requests[r["id"]]
+        v = states[-1].view(r["id"])                           # among the recently finished
         assert (v.num_prompt_tokens, v.num_output_tokens) == (r["prompt_len"], r["max_tokens"])
         for rec in result.records:
-            if r["id"] not in rec.scheduler_output.preempted_ids:
+            if r["id"] not in rec.preempted_ids:
                 continue
             preempted_any = True
-            k = states[rec.step].requests[r["id"]].num_output_tokens     # outputs when preempted
+            k = states[rec.step].view(r["id"]).num_output_tokens     # outputs when preempted
             assert 0 < k < r["max_tokens"], "preempted mid-decode"
             # The resume prefill covers prompt + k tokens while the output count stays k.
-            later = [x for rr in result.records[rec.step + 1:] for x in rr.scheduler_output.scheduled
+            later = [x for rr in result.records[rec.step + 1:] for x in rr.scheduled
                      if x.request_id == r["id"]]
             covered, chunks = 0, []
             for x in later:
@@ -344,10 +421,10 @@ def test_recompute_keeps_output_split(recorded):
             assert chunks[0].num_computed_tokens == 0 and all(x.is_prefill for x in chunks)
             assert covered == r["prompt_len"] + k
             resume_steps = [rr.step for rr in result.records[rec.step + 1:]
-                            if any(x.request_id == r["id"] for x in rr.scheduler_output.scheduled)]
+                            if any(x.request_id == r["id"] for x in rr.scheduled)]
             for step in resume_steps[:len(chunks) - 1]:
-                assert states[step + 1].requests[r["id"]].num_output_tokens == k
-            assert states[resume_steps[len(chunks) - 1] + 1].requests[r["id"]].num_output_tokens == k + 1
+                assert states[step + 1].view(r["id"]).num_output_tokens == k
+            assert states[resume_steps[len(chunks) - 1] + 1].view(r["id"]).num_output_tokens == k + 1
     assert preempted_any, "the case is meant to preempt B mid-decode"
     assert result.requests[c["requests"][-1]["id"]].num_preemptions >= 1
 
@@ -386,9 +463,23 @@ def metrics_case():
     return c, reqs
 
 
-def live_summary(result) -> RunSummary:
+def wl_metrics() -> Workload:
+    c, reqs = metrics_case()
+    config = engine_config(c, enable_prefix_caching=False)
+    arrivals = []
+    for i, r in enumerate(reqs):
+        src = r.get("_prefix_of", i)
+        prompt = distinct_prompt(src, reqs[src]["prompt_len"])[:r["prompt_len"]]
+        arrivals.append(Arrival(r["id"], r.get("arrive_step", 0), prompt,
+                                SamplingParams(max_tokens=r["max_tokens"], ignore_eos=True)))
+    return Workload(config, arrivals)
+
+
+def live_summary(result):
     """The ``RunSummary`` of a virtual-clock run computed from the live engine and its records
     (what ``summarize`` must recompute from the recording's rows)."""
+    from recordings import RunSummary
+
     reqs = list(result.requests.values())
     recs = result.records
     ttft = [r.ttft for r in reqs if r.ttft is not None]
@@ -397,7 +488,7 @@ def live_summary(result) -> RunSummary:
                                   for r in reqs if r.is_finished)
     duration = (max(x.end_ns for x in recs) - min(x.start_ns for x in recs)) / 1e9
     num_out = sum(r.num_output_tokens for r in reqs)
-    batches = [len(x.scheduler_output.scheduled) for x in recs if x.scheduler_output.scheduled]
+    batches = [len(x.scheduled) for x in recs if x.scheduled]
     assert result.engine.config.clock == "virtual"
     return RunSummary(
         clock="virtual", time_unit="steps", num_requests=len(reqs),
@@ -410,19 +501,10 @@ def live_summary(result) -> RunSummary:
         peak_kv_cache_usage=max(x.kv_cache_usage for x in recs))
 
 
-def test_metrics_after_preemption(recorded):
+def test_metrics_after_preemption():
     """The parts that apply without prefix caching (the cache itself is the xfail below), from the
-    live engine and again recomputed from the recording."""
-    c, reqs = metrics_case()
-    config = engine_config(c, enable_prefix_caching=False)
-    arrivals = []
-    for i, r in enumerate(reqs):
-        src = r.get("_prefix_of", i)
-        prompt = distinct_prompt(src, reqs[src]["prompt_len"])[:r["prompt_len"]]
-        arrivals.append(Arrival(r["id"], r.get("arrive_step", 0), prompt,
-                                SamplingParams(max_tokens=r["max_tokens"], ignore_eos=True)))
-    result = recorded(config, arrivals)
-    assert_outputs_match(result, reference_outputs(config, arrivals))
+    live engine (recomputed from the recording: ``test_metrics_recomputed_from_the_recording``)."""
+    result = wl_metrics().run_with_reference()
     reqs_live = result.requests.values()
     n_events = sum(1 for rec in result.records for e in rec.events if e.kind == "preempted")
     assert result.num_preemptions == n_events == sum(r.num_preemptions for r in reqs_live) > 0
@@ -437,11 +519,27 @@ def test_metrics_after_preemption(recorded):
         assert r.token_times == sorted(r.token_times) and len(r.token_times) == r.num_output_tokens
         if r.num_preemptions:
             assert r.first_token_step < max(rec.step for rec in result.records
-                                            if r.request_id in rec.scheduler_output.preempted_ids)
+                                            if r.request_id in rec.preempted_ids)
     for rec in result.records:
         assert 0.0 <= rec.kv_cache_usage <= 1.0
+    # The state's metrics (columns) agree with the engine's requests: TTFT and mean ITL per
+    # request, as the view of each request showed them in the step it finished.
+    for rec, st in zip(result.records, result.states):
+        for t in rec.transitions:
+            if t.status.startswith("FINISHED"):
+                v, r = st.view(t.request_id), result.requests[t.request_id]
+                assert v.ttft == r.ttft and v.mean_itl == pytest.approx(r.mean_itl), t.request_id
 
-    # Every metric recomputed from the recording equals the live value.
+
+def test_metrics_recomputed_from_the_recording(tmp_path):
+    """Every metric recomputed from the recording equals the live value."""
+    from recordings import Reader, summarize
+
+    result = wl_metrics().run(record_to=tmp_path / "run.sqlite")
+    assert_recording_matches(result)
+    reqs_live = result.requests.values()
+    n_events = sum(1 for rec in result.records for e in rec.events if e.kind == "preempted")
+    produced = [r for r in reqs_live if r.num_output_tokens > 0]
     with Reader(result.recording) as reader:
         summary = summarize(reader)
         info = {rid: reader.request_info(rid) for rid in result.requests}
@@ -469,10 +567,40 @@ def test_metrics_after_preemption_with_prefix_cache():
     engine_config(c)            # asks for enable_prefix_caching: xfails naming it
 
 
+# --- every case's run, again from its recording -------------------------------------------------
+WORKLOADS = {
+    "capacity-never-fits": lambda: wl_capacity_never_fits(False),
+    "lone-request-outgrows-cache": wl_lone_request,
+    "parked-requests-hold-slots": wl_parked,
+    "readmit-preempt-loop": lambda: wl_readmit(False),
+    "pressure-many-small": wl_pressure,
+    "prefill-flood-vs-decode": wl_prefill_flood,
+    "prefill-flood-vs-decode/long-prefill-cap": lambda: wl_long_prefill(128),
+    "prefill-flood-vs-decode/no-cap": lambda: wl_long_prefill(0),
+    "edge-inputs": wl_edge_inputs,
+    "stop-string-across-tokens": lambda: stop_string_setup()[0],
+    "stop-string-across-tokens/last-allowed-token": lambda: stop_at_last_token_setup()[0],
+    "recompute-keeps-output-split": wl_recompute,
+    "metrics-after-preemption": wl_metrics,
+}
+
+
+@pytest.mark.parametrize("name", list(WORKLOADS))
+def test_recording_replays_the_live_run(name, tmp_path):
+    """The cases README's "again from the recording": each case's run recorded, read back step by
+    step (records and states equal the live ones) and G1/G3/G4/G6 re-checked on the file's states."""
+    result = WORKLOADS[name]().run(record_to=tmp_path / "run.sqlite")
+    assert_recording_matches(result)
+
+
 # --- cases whose whole workload needs a missing feature -----------------------------------------
 HANDLED = {"capacity-never-fits", "lone-request-outgrows-cache", "parked-requests-hold-slots",
            "readmit-preempt-loop", "pressure-many-small", "prefill-flood-vs-decode", "edge-inputs",
            "stop-string-across-tokens", "recompute-keeps-output-split", "metrics-after-preemption"}
+
+
+def test_every_handled_case_is_re_checked_from_a_recording():
+    assert {name.split("/")[0] for name in WORKLOADS} == HANDLED
 
 
 @pytest.mark.parametrize("case_id", sorted(set(CASES) - HANDLED) or ["<cases file missing>"])

@@ -96,10 +96,10 @@ def test_greedy_batch_with_chunked_prefill_and_preemption_equals_generate(hf_mod
         assert req.output_token_ids == refs[a.request_id], a.request_id
     # The run really mixed what it claims to test.
     assert result.num_preemptions > 0
-    scheduled = [s for r in result.records for s in r.scheduler_output.scheduled]
+    scheduled = [s for r in result.records for s in r.scheduled]
     assert any(s.is_prefill and s.num_computed_tokens > 0 for s in scheduled), "no continued prefill chunk"
-    assert any({s.is_prefill for s in r.scheduler_output.scheduled} == {True, False} for r in result.records)
-    assert max(len(r.scheduler_output.scheduled) for r in result.records) >= 4
+    assert any({s.is_prefill for s in r.scheduled} == {True, False} for r in result.records)
+    assert max(len(r.scheduled) for r in result.records) >= 4
     assert len({tuple(v) for v in refs.values()}) == len(refs)
 
 
@@ -163,7 +163,7 @@ def test_runner_exception_fails_only_that_steps_requests(hf_model):
     bad = result.records[fail_at_call]
     assert "boom in the forward pass" in bad.error
     assert [r.step for r in result.records if r.error] == [fail_at_call]
-    failed = {s.request_id for s in bad.scheduler_output.scheduled}
+    failed = {s.request_id for s in bad.scheduled}
     assert failed == {"a", "b"}                       # c waits for a slot: not in the failing step
     for rid in failed:
         req = result.requests[rid]
