@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import io
 import json
+import zipfile
+import zlib
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -188,11 +190,16 @@ def state_blob(state: EngineState) -> tuple[bytes, str]:
 def state_from_blob(blob: bytes, finished_json: str) -> EngineState:
     """The :class:`EngineState` a :func:`state_blob` keyframe holds. Raises ``ValueError`` /
     ``KeyError`` for a damaged keyframe (never unpickles anything)."""
-    with np.load(io.BytesIO(blob), allow_pickle=False) as z:
-        step, nb, bs, mns, next_seq = (int(x) for x in z["scalars"])
-        return EngineState(
-            step, float(z["clock"][0]), nb, bs, mns, next_seq=next_seq,
-            request_ids=tuple(str(x) for x in z["request_ids"]),
-            columns={k: z[f"col_{k}"] for k in COLUMNS},
-            block_owner=z["block_owner"].astype(np.int64), block_pos=z["block_pos"].astype(np.int64),
-            recently_finished=tuple(RequestView(*v) for v in json.loads(finished_json)))
+    try:
+        with np.load(io.BytesIO(blob), allow_pickle=False) as z:
+            step, nb, bs, mns, next_seq = (int(x) for x in z["scalars"])
+            return EngineState(
+                step, float(z["clock"][0]), nb, bs, mns, next_seq=next_seq,
+                request_ids=tuple(str(x) for x in z["request_ids"]),
+                columns={k: z[f"col_{k}"] for k in COLUMNS},
+                block_owner=z["block_owner"].astype(np.int64),
+                block_pos=z["block_pos"].astype(np.int64),
+                recently_finished=tuple(RequestView(*v) for v in json.loads(finished_json)))
+    except (zipfile.BadZipFile, zlib.error, EOFError, RuntimeError, OverflowError) as exc:
+        # a damaged zip or deflate stream (bad header, unknown method, "encrypted" flag...)
+        raise ValueError(f"damaged keyframe: {type(exc).__name__}: {exc}") from exc

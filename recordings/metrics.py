@@ -124,8 +124,10 @@ def _summarize(reader: Reader) -> RunSummary:
     by_reason = {str(reason): n for reason, n in reader.execute(
         "SELECT finish_reason, count(*) FROM requests WHERE status LIKE 'FINISHED%' "
         "GROUP BY finish_reason ORDER BY finish_reason")}
-    ttft, itl = _latencies(reader)
-    num_output_tokens = reader.execute("SELECT coalesce(sum(num_new_tokens), 0) FROM steps")[0][0]
+    v1 = reader.execute("PRAGMA user_version")[0][0] == 1
+    ttft, itl = _latencies(reader, _V1_TOKEN_TIMES if v1 else _TOKEN_TIMES, clock)
+    num_output_tokens = reader.execute("SELECT count(*) FROM tokens" if v1 else
+                                       "SELECT coalesce(sum(num_new_tokens), 0) FROM steps")[0][0]
     duration_s = (last_ns - first_ns) / 1e9 if num_steps else 0.0
     if clock == "sim" and num_steps:
         (duration_s,), = reader.execute("SELECT max(token_time) - min(clock) FROM steps")
@@ -140,10 +142,20 @@ def _summarize(reader: Reader) -> RunSummary:
     )
 
 
-def _latencies(reader: Reader) -> tuple[list[float], list[float]]:
+# (request_id, token time) of every token, grouped by request in token order. Schema 1 has no
+# token_time: a token's time is its step's clock + 1 under the virtual clock, else the step's
+# clock + its duration (v1's definition).
+_TOKEN_TIMES = "SELECT request_id, token_time FROM tokens ORDER BY seq, step"
+_V1_TOKEN_TIMES = ("SELECT t.request_id, s.clock + CASE WHEN :clock = 'wall' "
+                   "THEN (s.end_ns - s.start_ns) / 1e9 ELSE 1.0 END "
+                   "FROM tokens t JOIN steps s ON s.step = t.step "
+                   "ORDER BY t.request_id, t.step, t.seq")
+
+
+def _latencies(reader: Reader, sql: str, clock: str) -> tuple[list[float], list[float]]:
     """TTFT samples (one per request with a token) and ITL samples (gaps between tokens)."""
     arrival = dict(reader.execute("SELECT request_id, arrival_time FROM requests"))
-    rows = reader.execute("SELECT request_id, token_time FROM tokens ORDER BY seq, step")
+    rows = reader.execute(sql, {"clock": clock})
     ttft: list[float] = []
     itl: list[float] = []
     for request_id, group in groupby(rows, key=lambda r: r[0]):

@@ -38,13 +38,13 @@ class Reader:
     Safe to share between threads (calls are serialised). Keeps the last ``cache_size`` states.
     Raises :class:`RecordingError` if the file is missing, not SQLite, not a BatchScope
     recording, of an unsupported schema version, truncated or corrupt (here or on any later call).
-    ``Reader(path)`` on a schema-1 file returns a ``recordings.v1_reader.V1Reader`` instead.
+    ``Reader(path)`` on a schema-1 file returns a ``recordings.v1_reader.V1Reader`` (a subclass).
     """
 
     def __new__(cls, path: str | os.PathLike, cache_size: int = 8):
         if cls is Reader and file_version(Path(path)) == 1:
             from recordings.v1_reader import V1Reader
-            return V1Reader(path, cache_size)
+            return super().__new__(V1Reader)  # a subclass: Python then runs its __init__ once
         return super().__new__(cls)
 
     def __init__(self, path: str | os.PathLike, cache_size: int = 8) -> None:

@@ -1,105 +1,183 @@
-"""Reader: replay a recording (finished, crashed or still being written) as a StepSource.
+"""Legacy: read schema-1 recordings (BatchScope before schema 2) through the :class:`Reader` API.
 
-``state_at(step)`` starts from the nearest keyframe at or before ``step`` (or from a cached state
-between that keyframe and ``step``, which makes scrubbing forward cheap) and replays the recorded
-``RequestView`` deltas up to ``step``. Every failure is a :class:`RecordingError` naming the file.
+``Reader(path)`` on a schema-1 file returns a :class:`V1Reader`. It is read-only: a v1 file is never
+upgraded in place (its per-step rows are another model). What it gives:
+
+- ``state_at(k)``: the v1 way (the nearest keyframe, then the ``request_states`` rows, each a whole
+  JSON ``RequestView`` with its block table, up to ``k``), converted to today's columnar
+  :class:`EngineState`: live requests (waiting, preempted, running, paused) are rows in arrival
+  order, ``seq`` being the request's position in the ``requests`` table by rowid; the block arrays
+  come from each view's block table; first/last token times from ``ttft``/``mean_itl``
+  (first = arrival + ttft, last = first + mean_itl * (n - 1)); finished requests become
+  ``recently_finished`` (the last :data:`NUM_RECENTLY_FINISHED`, by finish step).
+- ``records(a, b)``: :class:`StepRecord` s with the batch (``step_requests``), tokens, events,
+  preempted and not-admitted requests and the counts of each step. v1 stored no block events,
+  transitions or arrivals per step, so ``block_events``, ``transitions`` and ``arrivals`` are
+  empty: records of a v1 file describe what happened but cannot be replayed through
+  ``StateTimeline`` (``state_at`` is the state). ``token_time`` (not stored by v1) is the step's
+  clock + 1 under the virtual clock, else its clock + its duration, as v1's metrics defined it;
+  ``recorder_wait_ns`` is 0.
+- ``request_text``, ``request_timeline``, ``request_info``, ``request_ids`` from the v1 tables;
+  ``run_info``, ``latest_step``, ``is_complete``, ``execute``, ``close`` as :class:`Reader`'s.
 """
 from __future__ import annotations
 
-import contextlib
-import copy
 import json
+import math
 import os
-import sqlite3
 import threading
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+import numpy as np
 
-from engine.outputs import StepRecord
-from engine.state import EngineState
-from recordings import codec
+from engine.outputs import BatchEntry, NewToken, RequestEvent, RequestView, StepRecord
+from engine.state import COLUMNS, NUM_RECENTLY_FINISHED, STATUS_CODE, EngineState
 from recordings.errors import RecordingError
 from recordings.info import RequestInfo, TimelineEvent
 from recordings.opening import open_readonly
+from recordings.reader import Reader
 
-_CHILD_TABLES = (
-    ("step_requests", codec.STEP_REQUEST_COLUMNS),
-    ("events", codec.EVENT_COLUMNS),
-    ("tokens", codec.TOKEN_COLUMNS),
-    ("request_states", codec.STATE_COLUMNS),
-)
+_VIEW_FIELDS = RequestView.__dataclass_fields__.keys()
+_STEP_SQL = ("SELECT step, start_ns, end_ns, clock, num_waiting, num_running, num_paused, "
+             "num_finished, num_free_blocks, num_total_blocks, schedule_ns, forward_ns, "
+             "update_ns, error, preempted_ids_json, not_admitted_json FROM steps "
+             "WHERE step >= ? AND step < ? ORDER BY step")
+_CHILD_SQL = {  # v1 child rows of a step range, in their order within a step
+    "batch": "SELECT step, request_id, slot, num_tokens, num_computed_tokens, is_prefill "
+             "FROM step_requests WHERE step >= ? AND step <= ? ORDER BY step, seq",
+    "tokens": "SELECT step, request_id, idx, token_id, text FROM tokens "
+              "WHERE step >= ? AND step <= ? ORDER BY step, seq",
+    "events": "SELECT step, request_id, kind, detail FROM events "
+              "WHERE step >= ? AND step <= ? ORDER BY step, seq",
+}
 
 
-class Reader:
-    """Read-only access to the recording at ``path``; implements ``engine.source.StepSource``.
+class V1Reader(Reader):
+    """Read-only access to a schema-1 recording (see the module docstring for what differs)."""
 
-    Safe to share between threads (calls are serialised). Keeps the last ``cache_size`` states.
-    Raises :class:`RecordingError` if the file is missing, not SQLite, not a BatchScope
-    recording, of an unsupported schema version, truncated or corrupt (here or on any later call).
-    """
-
-    def __init__(self, path: str | os.PathLike, cache_size: int = 32) -> None:
+    def __init__(self, path: str | os.PathLike, cache_size: int = 8) -> None:
         self.path = Path(path)
         self._lock = threading.RLock()
-        self._conn: sqlite3.Connection | None = open_readonly(self.path)
-        self._cache: OrderedDict[int, EngineState] = OrderedDict()
+        self._conn = open_readonly(self.path, version=1)
         self._cache_size = max(1, cache_size)
+        self._views: OrderedDict[int, tuple[dict[str, dict], EngineState]] = OrderedDict()
+        self._order: dict[str, tuple[int, int]] | None = None  # id -> (seq, finish step)
         with self._reading("run info"):
             self._run_info = json.loads(self._rows("SELECT run_info_json FROM runs")[0][0])
+        self._virtual = self._run_info.get("config", {}).get("clock", "virtual") != "wall"
 
-    # --- StepSource ----------------------------------------------------------------------------
-    def run_info(self) -> dict[str, Any]:
-        """The ``run_info`` dict the writer was given (a copy; tuples came back as lists)."""
-        return copy.deepcopy(self._run_info)
-
-    def latest_step(self) -> int:
-        """The last committed step, -1 before the first (asks the file anew on every call)."""
-        value = self._rows("SELECT max(step) FROM steps")[0][0]
-        return -1 if value is None else value
-
+    # --- state ---------------------------------------------------------------------------------
     def state_at(self, step: int) -> EngineState:
         """The engine state after ``step``, clamped to [-1, latest_step()]."""
         with self._lock, self._reading(f"state at step {step}"):
             row = self._rows("SELECT step, clock FROM steps WHERE step <= ? "
                              "ORDER BY step DESC LIMIT 1", (int(step),))
             target, clock = row[0] if row else (-1, None)
-            if target in self._cache:
-                self._cache.move_to_end(target)
-                return self._cache[target]
-            base = self._base_state(target)
-            if base.step < target:
-                requests = dict(base.requests)
-                for (text,) in self._rows("SELECT view_json FROM request_states WHERE step > ? "
-                                          "AND step <= ? ORDER BY step, seq",
-                                          (base.step, target)):
-                    view = codec.view_from_dict(json.loads(text))
-                    requests[view.request_id] = view
-                base = EngineState(step=target, clock=clock, num_total_blocks=base.num_total_blocks,
-                                   block_size=base.block_size, max_num_seqs=base.max_num_seqs,
-                                   requests=requests)
-            self._remember(base)
-            return base
+            if target in self._views:
+                self._views.move_to_end(target)
+                return self._views[target][1]
+            kf = self._rows("SELECT max(step) FROM keyframes WHERE step <= ?", (target,))[0][0]
+            if kf is None:
+                raise RecordingError(f"{self.path}: corrupt recording: no keyframe at or before "
+                                     f"step {target}")
+            cached = [s for s in self._views if kf <= s <= target]
+            if cached:
+                base = max(cached)
+                views, prev = dict(self._views[base][0]), self._views[base][1]
+                layout = (prev.num_total_blocks, prev.block_size, prev.max_num_seqs)
+            else:
+                data = json.loads(self._rows("SELECT state_json FROM keyframes WHERE step = ?",
+                                             (kf,))[0][0])
+                base, views = kf, {v["request_id"]: v for v in data["requests"]}
+                layout = tuple(int(data[k]) for k in ("num_total_blocks", "block_size",
+                                                      "max_num_seqs"))
+                clock = data["clock"] if clock is None else clock
+            for (text,) in self._rows("SELECT view_json FROM request_states WHERE step > ? "
+                                      "AND step <= ? ORDER BY step, seq", (base, target)):
+                view = json.loads(text)
+                views[view["request_id"]] = view
+            state = self._state(target, clock, layout, views)
+            self._views[target] = (views, state)
+            while len(self._views) > self._cache_size:
+                self._views.popitem(last=False)
+            return state
 
+    def _state(self, step: int, clock: float, layout: tuple[int, int, int],
+               views: dict[str, dict]) -> EngineState:
+        """The columnar state of v1 ``views``; ``layout`` = (blocks, block size, max_num_seqs)."""
+        nb, bs, mns = layout
+        order = self._request_order()
+        finished = sorted((v for v in views.values() if v["status"].startswith("FINISHED")),
+                          key=lambda v: (order[v["request_id"]][1], order[v["request_id"]][0]))
+        live = sorted((v for v in views.values() if not v["status"].startswith("FINISHED")),
+                      key=lambda v: order[v["request_id"]][0])
+        cols = {k: np.zeros(len(live), dt) for k, dt in COLUMNS.items()}
+        owner, pos = np.full(nb, -1, np.int64), np.zeros(nb, np.int64)
+        for i, v in enumerate(live):
+            seq, n_out = order[v["request_id"]][0], v["num_output_tokens"]
+            first = v["arrival_time"] + v["ttft"] if v["ttft"] is not None else math.nan
+            last = first + v["mean_itl"] * (n_out - 1) if v["mean_itl"] is not None else first
+            blocks = v["block_ids"]
+            for k, value in (("seq", seq), ("status", STATUS_CODE[v["status"]]),
+                             ("slot", -1 if v["slot"] is None else v["slot"]),
+                             ("num_blocks", len(blocks)), ("first_token_time", first),
+                             ("last_token_time", last)):
+                cols[k][i] = value
+            for k in ("arrival_step", "arrival_time", "num_prompt_tokens", "max_tokens",
+                      "num_computed_tokens", "num_output_tokens", "num_preemptions"):
+                cols[k][i] = v[k]
+            owner[blocks], pos[blocks] = seq, np.arange(len(blocks))
+        next_seq = 1 + max((order[rid][0] for rid in views), default=-1)
+        return EngineState(step, clock, nb, bs, mns,
+                           next_seq=next_seq, request_ids=tuple(v["request_id"] for v in live),
+                           columns=cols, block_owner=owner, block_pos=pos,
+                           recently_finished=tuple(
+                               RequestView(**{k: v[k] for k in _VIEW_FIELDS})
+                               for v in finished[-NUM_RECENTLY_FINISHED:]))
+
+    def _request_order(self) -> dict[str, tuple[int, int]]:
+        """request id -> (arrival number = rowid order, finish step or -1)."""
+        if self._order is None:
+            rows = self._rows("SELECT request_id, finish_step FROM requests ORDER BY rowid")
+            self._order = {rid: (i, -1 if fin is None else fin)
+                           for i, (rid, fin) in enumerate(rows)}
+        return self._order
+
+    # --- records -------------------------------------------------------------------------------
     def records(self, start: int, stop: int) -> list[StepRecord]:
-        """The recorded steps with ``start <= step < stop``, in step order, each equal to the
-        :class:`StepRecord` that was written."""
+        """The recorded steps with ``start <= step < stop`` in today's :class:`StepRecord` shape
+        (no block events, transitions or arrivals: v1 did not store them)."""
         with self._lock, self._reading(f"steps {start}..{stop}"):
-            steps = self._rows(f"SELECT {', '.join(codec.STEP_COLUMNS)} FROM steps "
-                               "WHERE step >= ? AND step < ? ORDER BY step", (start, stop))
+            steps = self._rows(_STEP_SQL, (start, stop))
             if not steps:
                 return []
-            lo, hi = steps[0][0], steps[-1][0]
-            children = []
-            for table, columns in _CHILD_TABLES:
-                by_step: dict[int, list[tuple]] = defaultdict(list)
-                for r in self._rows(f"SELECT {', '.join(columns)} FROM {table} "
-                                    "WHERE step >= ? AND step <= ? ORDER BY step, seq", (lo, hi)):
-                    by_step[r[0]].append(r)
-                children.append(by_step)
-            return [codec.record_from_rows(row, *(c.get(row[0], ()) for c in children))
+            child: dict[str, dict[int, list]] = {}
+            for name, sql in _CHILD_SQL.items():
+                child[name] = {}
+                for r in self._rows(sql, (steps[0][0], steps[-1][0])):
+                    child[name].setdefault(r[0], []).append(r[1:])
+            return [self._record(row, *(child[n].get(row[0], ()) for n in _CHILD_SQL))
                     for row in steps]
 
+    def _record(self, row, batch, tokens, events) -> StepRecord:
+        (step, start_ns, end_ns, clock, num_waiting, num_running, num_paused, num_finished,
+         num_free, num_total, schedule_ns, forward_ns, update_ns, error, preempted,
+         not_admitted) = row
+        duration = 1.0 if self._virtual else (end_ns - start_ns) / 1e9
+        return StepRecord(
+            step=step, start_ns=start_ns, end_ns=end_ns, clock=clock, token_time=clock + duration,
+            arrivals=(), block_events=(), transitions=(),
+            scheduled=tuple(BatchEntry(rid, slot, n, nc, bool(pre))
+                            for rid, slot, n, nc, pre in batch),
+            new_tokens=tuple(NewToken(rid, idx, tid, text or "") for rid, idx, tid, text in tokens),
+            events=tuple(RequestEvent(rid, kind, detail or "") for rid, kind, detail in events),
+            preempted_ids=tuple(json.loads(preempted)),
+            not_admitted=tuple((rid, why) for rid, why in json.loads(not_admitted)),
+            num_waiting=num_waiting, num_running=num_running, num_paused=num_paused,
+            num_finished=num_finished, num_free_blocks=num_free, num_total_blocks=num_total,
+            schedule_ns=schedule_ns, forward_ns=forward_ns, update_ns=update_ns, error=error)
+
+    # --- requests ------------------------------------------------------------------------------
     def request_text(self, request_id: str, step: int) -> str:
         """Generated text of ``request_id`` up to and including ``step`` ('' if unknown)."""
         rows = self._rows("SELECT text FROM tokens WHERE request_id = ? AND step <= ? "
@@ -107,7 +185,6 @@ class Reader:
         with self._reading(f"text of {request_id}"):
             return "".join(text or "" for (text,) in rows)
 
-    # --- beyond StepSource ---------------------------------------------------------------------
     def request_timeline(self, request_id: str) -> list[TimelineEvent]:
         """Every lifecycle event of ``request_id`` in order ([] if unknown)."""
         rows = self._rows(
@@ -134,66 +211,3 @@ class Reader:
     def request_ids(self) -> list[str]:
         """Every recorded request id, in arrival order."""
         return [r[0] for r in self._rows("SELECT request_id FROM requests ORDER BY rowid")]
-
-    def is_complete(self) -> bool:
-        """True once the writer closed the file cleanly (False while writing or after a crash)."""
-        return self._rows("SELECT closed_at FROM runs")[0][0] is not None
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
-        """Run one read-only SQL query on the recording (for metrics and exporters); the rows.
-        Raises :class:`RecordingError` on any SQLite error."""
-        return self._rows(sql, params)
-
-    def close(self) -> None:
-        """Close the file. Idempotent; later calls raise :class:`RecordingError`."""
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
-
-    def __enter__(self) -> "Reader":
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        self.close()
-
-    # --- internals -------------------------------------------------------------------------
-    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
-        with self._lock:
-            if self._conn is None:
-                raise RecordingError(f"{self.path}: the reader is closed")
-            try:
-                return self._conn.execute(sql, params).fetchall()
-            except (sqlite3.Error, UnicodeDecodeError) as exc:
-                raise RecordingError(f"{self.path}: corrupt or unreadable recording: {exc}") \
-                    from exc
-
-    @contextlib.contextmanager
-    def _reading(self, what: str) -> Iterator[None]:
-        """Turn a malformed row (bad JSON, missing field) into a RecordingError."""
-        try:
-            yield
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
-            raise RecordingError(f"{self.path}: corrupt recording ({what}): "
-                                 f"{type(exc).__name__}: {exc}") from exc
-
-    def _base_state(self, target: int) -> EngineState:
-        """The latest cached state or keyframe at or before ``target`` that replay can start
-        from (no cached state is used from before the nearest keyframe)."""
-        keyframe = self._rows("SELECT max(step) FROM keyframes WHERE step <= ?", (target,))[0][0]
-        if keyframe is None:
-            raise RecordingError(f"{self.path}: corrupt recording: no keyframe at or before "
-                                 f"step {target}")
-        cached = [s for s in self._cache if keyframe <= s <= target]
-        if cached:
-            return self._cache[max(cached)]
-        text = self._rows("SELECT state_json FROM keyframes WHERE step = ?", (keyframe,))[0][0]
-        state = codec.state_from_json(text)
-        self._remember(state)
-        return state
-
-    def _remember(self, state: EngineState) -> None:
-        self._cache[state.step] = state
-        self._cache.move_to_end(state.step)
-        while len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)

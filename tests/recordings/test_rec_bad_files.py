@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import random
 import sqlite3
+from pathlib import Path
 
 import pytest
 import sqlite_utils
 
 from recordings import Reader, RecordingError, summarize
 from recordings.schema import latest_version
+
+V1_FIXTURE = Path(__file__).resolve().parent / "fixtures" / "v1_small.sqlite"
 
 
 def open_fails(path, match: str) -> RecordingError:
@@ -32,7 +35,7 @@ def test_random_bytes(tmp_path):
 
 
 def test_truncated_recording(tmp_path, recorded):
-    data = recorded.read_bytes()
+    data = recorded.path.read_bytes()
     for size in (60, len(data) // 2, len(data) - 100):
         path = tmp_path / f"cut{size}.sqlite"
         path.write_bytes(data[:size])
@@ -48,25 +51,38 @@ def test_an_unrelated_sqlite_database(tmp_path):
 
 
 def test_a_newer_schema_version(tmp_path, recorded):
-    conn = sqlite3.connect(recorded)
+    conn = sqlite3.connect(recorded.path)
     conn.execute(f"PRAGMA user_version = {latest_version() + 1}")
     conn.commit()
     conn.close()
-    open_fails(recorded, f"schema version {latest_version() + 1} is newer")
+    open_fails(recorded.path, f"schema version {latest_version() + 1} is newer")
 
 
 def test_a_recording_without_its_run_row(tmp_path, recorded):
-    conn = sqlite3.connect(recorded)
+    conn = sqlite3.connect(recorded.path)
     conn.execute("DELETE FROM runs")
     conn.commit()
     conn.close()
-    open_fails(recorded, "no run row")
+    open_fails(recorded.path, "no run row")
 
 
-def test_damaged_bytes_never_leak_other_errors(tmp_path, recorded, small_run):
+def test_a_v1_file_that_is_not_a_recording_any_more(tmp_path):
+    """The legacy path reports damage the same way (a v1 file with a dropped table)."""
+    path = tmp_path / "v1.sqlite"
+    path.write_bytes(V1_FIXTURE.read_bytes())
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TABLE request_states")
+    conn.commit()
+    conn.close()
+    open_fails(path, "corrupt or unreadable")
+
+
+@pytest.mark.parametrize("which", ["v2", "v1"])
+def test_damaged_bytes_never_leak_other_errors(tmp_path, recorded, which):
     """Scribbling over the file may fail at open or at any later call, always as a
-    RecordingError naming the file (never a raw sqlite3 / JSON / decoding error)."""
-    data = recorded.read_bytes()
+    RecordingError naming the file (never a raw sqlite3 / JSON / npz / decoding error)."""
+    data = (recorded.path if which == "v2" else V1_FIXTURE).read_bytes()
+    num_steps = len(recorded.records) if which == "v2" else 33
     rng = random.Random(1)
     failures = 0
     for trial in range(40):
@@ -78,7 +94,7 @@ def test_damaged_bytes_never_leak_other_errors(tmp_path, recorded, small_run):
         path.write_bytes(bytes(damaged))
         try:
             reader = Reader(path)
-            for k in range(-1, len(small_run.records)):
+            for k in range(-1, num_steps):
                 reader.state_at(k)
             reader.records(0, 10**6)
             for rid in reader.request_ids():
@@ -92,9 +108,12 @@ def test_damaged_bytes_never_leak_other_errors(tmp_path, recorded, small_run):
     assert failures > 10
 
 
-def test_a_closed_reader_says_so(recorded):
-    reader = Reader(recorded)
+@pytest.mark.parametrize("which", ["v2", "v1"])
+def test_a_closed_reader_says_so(recorded, which):
+    reader = Reader(recorded.path if which == "v2" else V1_FIXTURE)
     reader.close()
     reader.close()
     with pytest.raises(RecordingError, match="closed"):
         reader.latest_step()
+    with pytest.raises(RecordingError, match="closed"):
+        reader.state_at(3)

@@ -1,61 +1,56 @@
-"""The real LLMEngine (scheduler + block pool, fake model runner) recorded and replayed."""
+"""The recorded engine runs themselves: they cover the lifecycle, and a virtual-clock run is
+recorded identically every time."""
 from __future__ import annotations
 
-import random
+from collections import Counter
 
-import numpy as np
-import pytest
-
-from engine.config import EngineConfig
-from engine.engine import LLMEngine
-from engine.outputs import ModelRunnerOutput
-from engine.request import SamplingParams
-from recordings import Reader, RecordingWriter, summarize
+from engine_runs import SMALL_SEED, run_engine
+from recordings import Reader
 
 
-class FakeRunner:
-    """Samples a random token for every request whose chunk reaches the end of its tokens."""
+def test_small_run_covers_the_lifecycle(recorded):
+    kinds = Counter(e.kind for r in recorded.records for e in r.events)
+    for kind in ("arrived", "rejected", "scheduled", "preempted", "paused", "resumed", "aborted",
+                 "failed", "finished"):
+        assert kinds[kind] > 0, kind
+    assert any(r.not_admitted for r in recorded.records)
+    assert any(r.error for r in recorded.records)
+    assert {t.status for r in recorded.records for t in r.transitions} >= {
+        "FINISHED_STOPPED", "FINISHED_LENGTH", "FINISHED_ABORTED", "FINISHED_ERROR", "PAUSED",
+        "PREEMPTED"}
+    assert {b.kind for r in recorded.records for b in r.block_events} == {"allocated", "freed"}
+    assert not len(recorded.final) and len(recorded.finished) == len(recorded.prompts)
 
-    def __init__(self, seed: int) -> None:
-        self.rng = random.Random(seed)
 
-    def execute(self, sched, requests):
-        return ModelRunnerOutput(sampled_token_ids={
-            s.request_id: self.rng.randrange(1, 1000) for s in sched.scheduled
-            if s.num_computed_tokens + s.num_tokens >= requests[s.request_id].num_tokens})
+def table_rows(path) -> dict[str, tuple[list[str], list[tuple]]]:
+    """Every table's columns and rows, without the wall-clock columns."""
+    with Reader(path) as reader:
+        out = {}
+        for (table,) in reader.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                       "ORDER BY name"):
+            names = [r[1] for r in reader.execute(f"PRAGMA table_info({table})")]
+            keep = [c for c in names
+                    if not c.endswith("_ns") and c not in ("started_at", "closed_at")]
+            rows = reader.execute(f"SELECT {', '.join(keep)} FROM {table} ORDER BY rowid")
+            out[table] = (keep, rows)
+        return out
 
-    def release(self, request_id: str) -> None:
-        pass
 
-
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_engine_steps_replay_exactly(tmp_path, seed):
-    cfg = EngineConfig(num_gpu_blocks=12, block_size=4, max_num_seqs=3,
-                       max_num_batched_tokens=16, max_model_len=48)
-    path = tmp_path / "engine.sqlite"
-    rng = random.Random(seed)
-    records, states = [], []
-    with RecordingWriter(path, {"config": cfg.to_dict(), "model": "fake"},
-                         keyframe_interval=5) as writer:
-        engine = LLMEngine(cfg, FakeRunner(seed), cfg.num_gpu_blocks, recorder=writer)
-        for _ in range(12):
-            engine.add_request([rng.randrange(1000) for _ in range(rng.randint(1, 20))],
-                               SamplingParams(max_tokens=rng.randint(1, 15)),
-                               arrival_time=float(rng.randrange(0, 20)))
-        while engine.has_unfinished and len(records) < 500:
-            records.append(engine.step())
-            states.append(engine.state())
-            if len(records) == 7:
-                engine.abort_request(next(iter(engine.requests)))
-    reader = Reader(path)
-    assert reader.records(0, 10**6) == records
-    for k, state in enumerate(states):
-        assert reader.state_at(k) == state
-    # metrics from rows agree with the engine's own per-request TTFT (virtual clock)
-    summary = summarize(reader)
-    ttfts = [v.ttft for v in states[-1].requests.values() if v.ttft is not None]
-    assert summary.ttft.num_samples == len(ttfts)
-    assert [summary.ttft.p50, summary.ttft.p90, summary.ttft.p99] == pytest.approx(
-        list(np.percentile(ttfts, [50, 90, 99])))
-    assert summary.num_preemptions == sum(e.kind == "preempted"
-                                          for r in records for e in r.events)
+def test_identical_virtual_clock_runs_record_identical_rows(tmp_path):
+    runs = [run_engine(tmp_path / f"run{i}.sqlite", SMALL_SEED, num_requests=40,
+                       num_gpu_blocks=20, writer_kwargs={"keyframe_interval": 16})
+            for i in range(2)]
+    first, second = (table_rows(run.path) for run in runs)
+    assert set(first) == {"runs", "requests", "steps", "events", "block_events", "transitions",
+                          "keyframes"}
+    for table in first:
+        columns, rows = first[table]
+        assert len(rows) > 0, table
+        assert second[table] == first[table], f"table {table} differs"
+    steps = first["steps"][0]
+    assert "start_ns" not in steps and "recorder_wait_ns" not in steps  # wall clock left out
+    assert "token_time" in steps and "batch_seq_json" in steps
+    # and a different seed gives a different recording
+    other = run_engine(tmp_path / "other.sqlite", SMALL_SEED + 1, num_requests=40,
+                       num_gpu_blocks=20, writer_kwargs={"keyframe_interval": 16})
+    assert table_rows(other.path)["steps"] != first["steps"]

@@ -1,5 +1,9 @@
-"""Numbered migrations: applied in order, version stored, newer files refused."""
+"""Numbered migrations: applied in order, version stored, newer files refused, v1 never upgraded
+in place."""
 from __future__ import annotations
+
+import shutil
+from pathlib import Path
 
 import pytest
 import sqlite_utils
@@ -7,14 +11,16 @@ import sqlite_utils
 from recordings import Reader, RecordingError
 from recordings import schema
 
-TABLES = {"runs", "requests", "steps", "step_requests", "events", "tokens", "request_states",
-          "keyframes"}
+TABLES = {"runs", "requests", "steps", "events", "block_events", "transitions", "keyframes"}
+VIEWS = {"tokens", "step_requests"}
+V1_FIXTURE = Path(__file__).resolve().parent / "fixtures" / "v1_small.sqlite"
 
 
 def test_a_new_file_gets_every_table_the_version_and_the_application_id(tmp_path):
     db = sqlite_utils.Database(tmp_path / "new.sqlite")
-    assert schema.migrate(db, "new.sqlite") == schema.latest_version()
-    assert TABLES <= set(db.table_names())
+    assert schema.migrate(db, "new.sqlite") == schema.latest_version() == 2
+    assert set(db.table_names()) == TABLES
+    assert set(db.view_names()) == VIEWS
     assert schema.schema_version(db) == schema.latest_version()
     assert db.execute("PRAGMA application_id").fetchone()[0] == schema.APPLICATION_ID
     assert schema.migrate(db, "new.sqlite") == schema.latest_version()  # idempotent
@@ -24,55 +30,68 @@ def test_columns_carry_their_units(tmp_path):
     db = sqlite_utils.Database(tmp_path / "new.sqlite")
     schema.migrate(db, "new.sqlite")
     steps = db["steps"].columns_dict
-    assert steps["start_ns"] is int and steps["clock"] is float
-    assert {"preempted_ids_json", "not_admitted_json", "kv_cache_usage"} <= set(steps)
+    assert steps["start_ns"] is int and steps["clock"] is float and steps["token_time"] is float
+    assert {"recorder_wait_ns", "preempted_json", "not_admitted_json", "kv_cache_usage",
+            "num_new_tokens"} <= set(steps)
     assert set(db["requests"].columns_dict) >= {
-        "request_id", "arrival_step", "arrival_time", "prompt_token_ids_json", "prompt_text",
+        "seq", "request_id", "arrival_step", "arrival_time", "prompt_token_ids", "prompt_text",
         "sampling_json", "status", "finish_reason", "num_output_tokens", "ttft", "mean_itl",
         "num_preemptions", "error"}
-    indexed = {tuple(i.columns) for t in ("events", "tokens", "request_states", "step_requests")
+    indexed = {(t, tuple(i.columns)) for t in ("events", "block_events", "transitions")
                for i in db[t].indexes}
-    assert ("request_id", "step") in indexed
+    assert {("events", ("seq", "step")), ("block_events", ("seq", "step")),
+            ("transitions", ("seq", "step"))} <= indexed
 
 
-def test_pending_migrations_run_in_order_and_old_files_are_upgraded(tmp_path, monkeypatch,
-                                                                      recorded, small_run):
+def test_pending_migrations_run_in_order_and_old_files_are_upgraded(monkeypatch, recorded):
     applied = []
-
-    def v2(db):
-        applied.append(2)
-        db["steps"].add_column("note", str)
 
     def v3(db):
         applied.append(3)
-        assert "note" in db["steps"].columns_dict  # v2 ran first
+        db["steps"].add_column("note", str)
+
+    def v4(db):
+        applied.append(4)
+        assert "note" in db["steps"].columns_dict  # v3 ran first
         db["runs"].add_column("host", str)
 
-    monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS, (2, v2), (3, v3)])
-    with pytest.raises(RecordingError, match="older"):
-        Reader(recorded)
-    assert schema.upgrade_file(recorded) == 3
-    assert applied == [2, 3]
-    reader = Reader(recorded)
-    assert reader.execute("PRAGMA user_version") == [(3,)]
-    assert reader.records(0, 10**6) == small_run.records
+    path = recorded.path
+    monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS, (3, v3), (4, v4)])
+    with pytest.raises(RecordingError, match="schema version 2, expected 4"):
+        Reader(path)
+    assert schema.upgrade_file(path) == 4
+    assert applied == [3, 4]
+    reader = Reader(path)
+    assert reader.execute("PRAGMA user_version") == [(4,)]
+    assert reader.records(0, 10**6) == recorded.records
+    assert reader.state_at(10**6) == recorded.final
     monkeypatch.undo()
-    with pytest.raises(RecordingError, match="schema version 3 is newer .* supports"):
-        Reader(recorded)
+    with pytest.raises(RecordingError, match="schema version 4 is newer .* supports"):
+        Reader(path)
     with pytest.raises(RecordingError, match="newer"):
-        schema.upgrade_file(recorded)
+        schema.upgrade_file(path)
 
 
-def test_a_failed_migration_leaves_the_file_at_its_old_version(tmp_path, monkeypatch, recorded):
+def test_a_failed_migration_leaves_the_file_at_its_old_version(monkeypatch, recorded):
     def broken(db):
         db["steps"].add_column("note", str)
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS, (2, broken)])
+    monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS, (3, broken)])
     with pytest.raises(RuntimeError, match="boom"):
-        schema.upgrade_file(recorded)
-    db = sqlite_utils.Database(recorded)
-    assert schema.schema_version(db) == 1 and "note" not in db["steps"].columns_dict
+        schema.upgrade_file(recorded.path)
+    db = sqlite_utils.Database(recorded.path)
+    assert schema.schema_version(db) == 2 and "note" not in db["steps"].columns_dict
+
+
+def test_a_v1_recording_is_not_upgraded_in_place(tmp_path):
+    path = tmp_path / "v1.sqlite"
+    shutil.copy(V1_FIXTURE, path)
+    before = path.read_bytes()
+    with pytest.raises(RecordingError, match="version-1 recording with steps is not upgraded"):
+        schema.upgrade_file(path)
+    assert path.read_bytes() == before
+    assert Reader(path).latest_step() == 32  # still opens, read-only, through the v1 reader
 
 
 def test_upgrade_refuses_files_that_are_not_recordings(tmp_path):
