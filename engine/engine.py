@@ -16,6 +16,8 @@ import logging
 import time
 from typing import Protocol
 
+import numpy as np
+
 from engine.config import EngineConfig
 from engine.detokenizer import IncrementalDetokenizer
 from engine.outputs import (Arrival, BatchEntry, ModelRunnerOutput, NewToken, SchedulerOutput,
@@ -364,12 +366,28 @@ class LLMEngine:
         assert tl.num_live == len(self.scheduler.requests), (
             f"state holds {tl.num_live} live requests, scheduler {len(self.scheduler.requests)}")
         snap = tl.snapshot()
+        # Every block table at once (O(live + blocks)): held blocks by owner row, then position.
+        rows = snap.owner_rows()
+        held = np.flatnonzero(rows >= 0)
+        assert np.array_equal(snap.columns["seq"][rows[held]], snap.block_owner[held]), (
+            "a block is owned by a request that is not live")
+        tables: dict[str, list[int]] = {}
+        for r, b in zip(rows[held].tolist(), held.tolist()):
+            tables.setdefault(snap.request_ids[r], []).append(b)
+        for rid, blocks in tables.items():
+            i = snap.row(rid)
+            blocks.sort(key=lambda b: int(snap.block_pos[b]))
+            assert [int(snap.block_pos[b]) for b in blocks] == list(range(len(blocks))), (
+                f"block positions of {rid}")
+            assert len(blocks) == int(snap.columns["num_blocks"][i]), f"block count of {rid}"
         for rid, req in self.scheduler.requests.items():
             want = (req.status.value, -1 if req.slot is None else req.slot, req.num_computed_tokens,
                     req.num_output_tokens, req.num_preemptions)
             assert tl.values(rid) == want, f"state of {rid}: {tl.values(rid)} != engine {want}"
-            blocks = tuple(self.scheduler.kv.block_ids(rid))
-            assert snap.block_ids(rid) == blocks, f"blocks of {rid}: {snap.block_ids(rid)} != {blocks}"
+            blocks = self.scheduler.kv.block_ids(rid)
+            got = tables.pop(rid, [])
+            assert got == blocks, f"blocks of {rid}: {got} != {blocks}"
+        assert not tables, f"blocks held in the state by requests the scheduler does not hold: {list(tables)}"
 
     def _check_stop(self, req: Request) -> str | None:
         """Detokenize ``req``'s newest token (called by the scheduler once per new token); keeps

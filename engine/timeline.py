@@ -107,10 +107,10 @@ class StateTimeline:
         """Apply a step's changes in their fixed order: arrivals, batch entries, tokens, block
         events, transitions (last, so they are the values after the step). Also used for the
         changes a user makes between steps (they are recorded with the next step)."""
-        c, row = self._cols, self._row
         self.last_finished = []
         for a in arrivals:
             self._add(a)
+        c, row = self._cols, self._row      # after the arrivals: an arrival may compact the rows
         if scheduled:
             rows = [row[e.request_id] for e in scheduled]
             c["num_computed_tokens"][rows] = [e.num_computed_tokens + e.num_tokens for e in scheduled]

@@ -115,6 +115,33 @@ class FakeRunner:
         self.released.append(request_id)
 
 
+class NullRunner:
+    """A runner that does no model work and keeps no per-request state (scale tests, benches).
+
+    Returns ``token_id`` for each request whose scheduled chunk reaches the end of its known
+    tokens (like :class:`FakeRunner`, without the cache bookkeeping) and, when ``step_duration``
+    is given, ``step_duration(sched)`` seconds as the step's ``step_duration_s`` (a stand-in for
+    a simulated executor's cost model, for the engine's ``sim`` clock).
+    """
+
+    def __init__(self, token_id: int = 7,
+                 step_duration: Callable[[SchedulerOutput], float] | None = None) -> None:
+        self.token_id = token_id
+        self.step_duration = step_duration
+        self.num_calls = 0
+
+    def execute(self, sched: SchedulerOutput, requests: Mapping[str, Request]) -> ModelRunnerOutput:
+        self.num_calls += 1
+        tok = self.token_id
+        sampled = {s.request_id: tok for s in sched.scheduled
+                   if s.num_computed_tokens + s.num_tokens == requests[s.request_id].num_tokens}
+        duration = None if self.step_duration is None else self.step_duration(sched)
+        return ModelRunnerOutput(sampled_token_ids=sampled, step_duration_s=duration)
+
+    def release(self, request_id: str) -> None:
+        pass
+
+
 class ToyTokenizer:
     """``decode`` joins fixed strings per token id (ids not in ``pieces`` decode to ``<id>``)."""
 
