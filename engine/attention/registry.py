@@ -6,13 +6,25 @@ The model runner passes the step's :class:`PagedAttentionMetadata` as the extra 
 """
 from __future__ import annotations
 
+import os
+
 import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface
 
 from engine.attention.reference import paged_attention
+from engine.attention.triton_attention import paged_attention_triton, triton_available
 
 ATTN_IMPLEMENTATION = "batchscope_paged"
+
+
+def select_paged_attention(query: torch.Tensor):
+    """The paged attention for ``query``'s device: our Triton kernels on CUDA when triton imports
+    (``BATCHSCOPE_ATTENTION=reference`` forces the torch reference there), the torch reference
+    everywhere else (the CPU path, and the oracle)."""
+    if query.is_cuda and os.environ.get("BATCHSCOPE_ATTENTION", "") != "reference" and triton_available():
+        return paged_attention_triton
+    return paged_attention
 
 
 def _paged_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
@@ -23,7 +35,7 @@ def _paged_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: 
         raise RuntimeError(f"{ATTN_IMPLEMENTATION} attention called without paged_meta: "
                            "run the model through engine.model_runner.ModelRunner")
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    return paged_attention(query, key, value, meta, module.layer_idx, scale), None
+    return select_paged_attention(query)(query, key, value, meta, module.layer_idx, scale), None
 
 
 def _no_mask(*args, **kwargs):
