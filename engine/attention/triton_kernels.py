@@ -169,7 +169,8 @@ def decode_reduce_kernel(
     NUM_SPLITS: tl.constexpr, SPLITS_P: tl.constexpr,
 ):
     """Grid ``(Rd, H)``: combine one head's split partials, weighting each split's normalised
-    output by ``2 ** (lse_s - max lse)`` (empty splits weigh 0; split 0 is never empty)."""
+    output by ``2 ** (lse_s - max lse)`` (empty splits weigh 0; a row whose context is 0 tokens,
+    e.g. padding, gets zeros)."""
     r = tl.program_id(0)
     head = tl.program_id(1)
     row = tl.load(decode_ptr + r * 3).to(tl.int64)
@@ -179,9 +180,11 @@ def decode_reduce_kernel(
     base = (r.to(tl.int64) * NUM_HEADS + head) * NUM_SPLITS
     lse = tl.load(part_lse_ptr + base + s, mask=s_ok, other=float("-inf"))
     top = tl.max(lse, axis=0)
+    top = tl.where(top == float("-inf"), 0.0, top)        # all empty (a 0-token padding row): zeros
     w = tl.exp2(lse - top)
     o = tl.load(part_out_ptr + (base + s)[:, None] * D_P + d[None, :], mask=s_ok[:, None], other=0.0)
-    res = tl.sum(o * w[:, None], axis=0) / tl.sum(w, axis=0)
+    total = tl.sum(w, axis=0)
+    res = tl.sum(o * w[:, None], axis=0) / tl.where(total > 0.0, total, 1.0)
     tl.store(out_ptr + row * stride_ot + head * stride_oh + d, res.to(out_ptr.dtype.element_ty),
              mask=d < HEAD_DIM)
 

@@ -21,7 +21,7 @@ triton = pytest.importorskip("triton")
 from engine.attention import PagedAttentionMetadata  # noqa: E402
 from engine.attention.reference import paged_attention, write_kv  # noqa: E402
 from engine.attention.triton_attention import (  # noqa: E402
-    TileConfig, build_plan, choose_num_splits, paged_attention_triton, store_kvcache)
+    TileConfig, build_plan, choose_num_splits, decode_attention, paged_attention_triton, store_kvcache)
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 DEVICE = torch.device("cuda" if torch.cuda.is_available() and not INTERPRET else "cpu")
@@ -121,6 +121,19 @@ def test_decode_split_k_matches_reference(num_splits):
     out, _, _ = run(paged_attention_triton, step, num_splits=num_splits, tiles=TILES)
     assert not out.isnan().any()
     assert (out - ref).abs().max().item() < 1e-4
+
+
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_decode_row_with_empty_context_gives_zeros_not_nan(num_splits):
+    # A padded decode row (context 0, as a captured batch would pad with) next to a real one.
+    step = make_step([(1, 9), (1, 1)], block_size=4)
+    q = step["q"]
+    out = torch.full_like(q, 7.0)
+    decode = torch.tensor([[0, 0, 9], [1, 1, 0]], dtype=torch.int32, device=DEVICE)
+    tables = torch.tensor([t + [0] * (3 - len(t)) for t in step["tables"]], device=DEVICE)
+    decode_attention(out, q, step["k_cache"], step["v_cache"], tables, decode, 0.25, num_splits, TILES)
+    assert not out.isnan().any() and torch.equal(out[1], torch.zeros_like(out[1]))
+    assert out[0].abs().sum() > 0
 
 
 def test_odd_group_and_head_dim_fp32():
