@@ -1,5 +1,6 @@
 """Which paged attention the transformers hook runs: the torch reference on the CPU (with or without
-triton installed), the Triton kernels only for CUDA tensors."""
+triton installed, whatever is asked), the Triton kernels on CUDA only when asked for with
+``BATCHSCOPE_ATTENTION=triton`` (opt-in until they have been checked on a GPU)."""
 from __future__ import annotations
 
 import pytest
@@ -10,14 +11,16 @@ from engine.attention.registry import select_paged_attention
 from engine.attention.triton_attention import paged_attention_triton, triton_available
 
 
-def test_cpu_always_runs_the_reference():
+@pytest.mark.parametrize("ask", ["", "triton", "reference"])
+def test_cpu_always_runs_the_reference(monkeypatch, ask):
+    monkeypatch.setenv("BATCHSCOPE_ATTENTION", ask)
     assert select_paged_attention(torch.zeros(1, 4, 3, 16)) is paged_attention
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_runs_triton_when_importable(monkeypatch):
+def test_cuda_runs_triton_only_when_asked(monkeypatch):
     q = torch.zeros(1, 4, 3, 16, device="cuda")
-    want = paged_attention_triton if triton_available() else paged_attention
-    assert select_paged_attention(q) is want
-    monkeypatch.setenv("BATCHSCOPE_ATTENTION", "reference")
+    monkeypatch.delenv("BATCHSCOPE_ATTENTION", raising=False)
     assert select_paged_attention(q) is paged_attention
+    monkeypatch.setenv("BATCHSCOPE_ATTENTION", "triton")
+    assert select_paged_attention(q) is (paged_attention_triton if triton_available() else paged_attention)
