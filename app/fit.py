@@ -1,5 +1,5 @@
-"""``batchscope fit REC.sqlite -o FIT.json``: fit the simulated executor's per-step overhead and
-efficiency factors to a real recording's per-step forward times (``forward_ns``), print the fit and
+"""``batchscope fit REC.sqlite -o FIT.json``: fit the simulated executor's overheads (per step, per
+scheduled request) and efficiency factors to a real recording's per-step forward times (``forward_ns``), print the fit and
 its relative errors (on that recording and on any ``--check`` recordings), save it as JSON for
 ``--sim-cost``. See docs/sim.md."""
 from __future__ import annotations
@@ -100,7 +100,8 @@ def run_fit(args: argparse.Namespace) -> int:
     print(f"model {shape.name} ({shape.num_parameters / 1e6:.0f}M parameters, {shape.bytes_per_param} bytes each) "
           f"on {device.description or device.name}: {device.peak_flops / 1e12:.3g} TFLOP/s, "
           f"{device.mem_bandwidth / 1e9:.3g} GB/s")
-    print(f"fit: per_step_overhead_s {params.per_step_overhead_s:.4g}, flops_efficiency "
+    print(f"fit: per_step_overhead_s {params.per_step_overhead_s:.4g}, per_seq_overhead_s "
+          f"{params.per_seq_overhead_s:.4g}, flops_efficiency "
           f"{params.flops_efficiency:.3g}, bw_efficiency {params.bw_efficiency:.3g}")
     print(error_line(f"fitted on {args.recording}", predict(terms, params), times))
     for path, predicted, measured in checks:

@@ -7,7 +7,11 @@ h = hidden, i = intermediate, q = heads * head_dim, kv = kv_heads * head_dim, V 
 b = bytes per element, L = layers, each operator costs ``max(FLOPs / (peak_flops * flops_efficiency),
 bytes / (mem_bandwidth * bw_efficiency))`` and the step costs
 
-    step_time = per_step_overhead_s + sum over operators (layer operators counted L times)
+    step_time = per_step_overhead_s + per_seq_overhead_s * (number of scheduled requests)
+                + sum over operators (layer operators counted L times)
+
+The two overheads are the runtime's own time (a fixed cost per step; input preparation, attention
+metadata and sampling per request: what Vidur models as CPU overheads).
 
 per layer:
   qkv_proj   FLOPs 2 T h (q + 2 kv)           bytes b [h (q + 2 kv) + T (h + q + 2 kv)]
@@ -30,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Protocol
 
-from engine.sim.hardware import CPU, DevicePeaks, get_device
+from engine.sim.hardware import CPU, DevicePeaks, get_device, host_memory_bytes
 from engine.sim.model_shapes import ModelShape, get_model_shape
 
 
@@ -41,11 +45,12 @@ class Scheduled(Protocol):
 
 @dataclass(frozen=True)
 class CostParams:
-    """Calibration of the roofline: seconds of fixed cost per step and the fraction of each peak
-    reached. ``device``/``peak_flops``/``mem_bandwidth`` record what a fit was made against; a fit
+    """Calibration of the roofline: seconds of fixed cost per step and per scheduled request, and
+    the fraction of each peak reached. ``device``/``peak_flops``/``mem_bandwidth`` record what a fit was made against; a fit
     on ``cpu`` pins those measured peaks (the measurement is noisy; see :meth:`CostModel.build`)."""
 
     per_step_overhead_s: float = 0.002
+    per_seq_overhead_s: float = 1e-5
     flops_efficiency: float = 0.5
     bw_efficiency: float = 0.8
     device: str | None = None
@@ -53,8 +58,9 @@ class CostParams:
     mem_bandwidth: float | None = None
 
     def __post_init__(self) -> None:
-        if not self.per_step_overhead_s >= 0:
-            raise ValueError(f"per_step_overhead_s must be >= 0, got {self.per_step_overhead_s}")
+        for k in ("per_step_overhead_s", "per_seq_overhead_s"):
+            if not getattr(self, k) >= 0:
+                raise ValueError(f"{k} must be >= 0, got {getattr(self, k)}")
         for k in ("flops_efficiency", "bw_efficiency"):
             if not getattr(self, k) > 0:
                 raise ValueError(f"{k} must be > 0, got {getattr(self, k)}")
@@ -90,6 +96,7 @@ class StepWork:
     """What a step computes, summed over its requests (see the module docstring for P)."""
 
     num_tokens: int
+    num_seqs: int
     num_sampled: int
     attn_pairs: int
     context_tokens: int
@@ -104,7 +111,7 @@ class StepWork:
             pairs += q * c + q * (q + 1) // 2
             ctx += c + q
             n += 1
-        return cls(t, n if num_sampled is None else num_sampled, pairs, ctx)
+        return cls(t, n, n if num_sampled is None else num_sampled, pairs, ctx)
 
 
 @dataclass(frozen=True)
@@ -138,7 +145,7 @@ class CostModel:
         shape = get_model_shape(model)
         shape = shape.with_dtype(dtype) if dtype else shape
         if device.strip().lower() == CPU and params.device == CPU and params.peak_flops and params.mem_bandwidth:
-            peaks = DevicePeaks(CPU, params.peak_flops, params.mem_bandwidth, get_device(CPU).memory_bytes,
+            peaks = DevicePeaks(CPU, params.peak_flops, params.mem_bandwidth, host_memory_bytes(),
                                 "this CPU, peaks pinned by the cost fit")
         else:
             peaks = get_device(device)
@@ -147,9 +154,15 @@ class CostModel:
     def with_params(self, params: CostParams) -> "CostModel":
         return CostModel(self.shape, self.device, params)
 
+    def overhead_s(self, num_seqs: int) -> float:
+        """The runtime's time in a step of ``num_seqs`` scheduled requests (0 for an empty step)."""
+        return self.params.per_step_overhead_s + self.params.per_seq_overhead_s * num_seqs if num_seqs else 0.0
+
     def breakdown(self, scheduled: Iterable[Scheduled], num_sampled: int | None = None) -> dict[str, OpCost]:
-        """Cost of each operator of the step; ``step_time`` = overhead + the sum of their ``time_s``."""
-        w = StepWork.of(scheduled, num_sampled)
+        """Cost of each operator of the step; ``step_time`` = ``overhead_s`` + the sum of their ``time_s``."""
+        return self._ops(StepWork.of(scheduled, num_sampled))
+
+    def _ops(self, w: StepWork) -> dict[str, OpCost]:
         m, L = self.shape, self.shape.num_hidden_layers
         h, i, q, kv, V, T, S = (m.hidden_size, m.intermediate_size, m.q_size, m.kv_size, m.vocab_size,
                                 w.num_tokens, w.num_sampled)
@@ -172,7 +185,7 @@ class CostModel:
 
     def step_time(self, scheduled: Iterable[Scheduled], num_sampled: int | None = None) -> float:
         """Predicted seconds of the step; 0.0 for an empty step (nothing runs)."""
-        ops = self.breakdown(scheduled, num_sampled)
-        if ops["qkv_proj"].flops == 0:
+        w = StepWork.of(scheduled, num_sampled)
+        if not w.num_seqs:
             return 0.0
-        return self.params.per_step_overhead_s + sum(op.time_s for op in ops.values())
+        return self.overhead_s(w.num_seqs) + sum(op.time_s for op in self._ops(w).values())

@@ -1,16 +1,18 @@
 """Fitting :class:`CostParams` to measured step times (numpy only).
 
-Model: ``t_n = o + sum_k max(F_nk / (P ef), B_nk / (W eb))`` for step n and operator k, with the
-ideal times ``f_nk = F_nk / P`` and ``m_nk = B_nk / W`` from the roofline (efficiency 1, no overhead).
-With ``r = ef / eb`` and ``c = 1 / eb`` this is ``t_n = o + c z_n(r)``, ``z_n(r) = sum_k max(f_nk / r, m_nk)``:
-linear in (o, c) for a fixed r. So we scan log r (then refine it by golden-section search) and, for
-each r, solve the non-negative weighted least squares in (o, c) that minimises the squared
-*relative* error ``sum_n ((o + c z_n - t_n) / t_n)^2``. Then ``eb = 1 / c`` and ``ef = r / c``.
+Model: ``t_n = o + s n_n + sum_k max(F_nk / (P ef), B_nk / (W eb))`` for step n with ``n_n``
+scheduled requests and operator k, with the ideal times ``f_nk = F_nk / P`` and ``m_nk = B_nk / W``
+from the roofline (efficiency 1, no overhead). With ``r = ef / eb`` and ``c = 1 / eb`` this is
+``t_n = o + s n_n + c z_n(r)``, ``z_n(r) = sum_k max(f_nk / r, m_nk)``: linear in (o, s, c) for a
+fixed r. So we scan log r (then refine it by golden-section search) and, for each r, solve the
+non-negative least squares in (o, s, c) that minimises the squared *relative* error
+``sum_n ((prediction_n - t_n) / t_n)^2``. Then ``eb = 1 / c`` and ``ef = r / c``.
 """
 from __future__ import annotations
 
+import itertools
 import math
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -19,18 +21,29 @@ from engine.sim.cost_model import CostModel, CostParams, Scheduled
 Step = tuple[Sequence[Scheduled], int]   # (scheduled chunks, number of sampled rows)
 
 
-def roofline_terms(model: CostModel, steps: Iterable[Step]) -> np.ndarray:
-    """Array ``[steps, operators, 2]`` of ideal compute and memory seconds (efficiency 1)."""
-    ideal = model.with_params(CostParams(0.0, 1.0, 1.0))
-    rows = [[(op.compute_s, op.memory_s) for op in ideal.breakdown(sched, sampled).values()]
-            for sched, sampled in steps]
-    return np.asarray(rows, dtype=float).reshape(len(rows), -1, 2)
+class StepTerms(NamedTuple):
+    """``ideal[steps, operators, 2]``: ideal compute and memory seconds; ``num_seqs[steps]``."""
+
+    ideal: np.ndarray
+    num_seqs: np.ndarray
 
 
-def predict(terms: np.ndarray, params: CostParams) -> np.ndarray:
+def roofline_terms(model: CostModel, steps: Iterable[Step]) -> StepTerms:
+    """The roofline terms of each step at efficiency 1 (what the fit scales)."""
+    ideal = model.with_params(CostParams(0.0, 0.0, 1.0, 1.0))
+    rows, seqs = [], []
+    for sched, sampled in steps:
+        sched = list(sched)
+        rows.append([(op.compute_s, op.memory_s) for op in ideal.breakdown(sched, sampled).values()])
+        seqs.append(len(sched))
+    return StepTerms(np.asarray(rows, dtype=float).reshape(len(rows), -1, 2), np.asarray(seqs, dtype=float))
+
+
+def predict(terms: StepTerms, params: CostParams) -> np.ndarray:
     """Step times in seconds for ``terms`` (from :func:`roofline_terms`) under ``params``."""
-    t = np.maximum(terms[:, :, 0] / params.flops_efficiency, terms[:, :, 1] / params.bw_efficiency)
-    return params.per_step_overhead_s + t.sum(axis=1)
+    ideal = terms.ideal
+    t = np.maximum(ideal[:, :, 0] / params.flops_efficiency, ideal[:, :, 1] / params.bw_efficiency)
+    return params.per_step_overhead_s + params.per_seq_overhead_s * terms.num_seqs + t.sum(axis=1)
 
 
 def relative_errors(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
@@ -38,47 +51,49 @@ def relative_errors(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
     return np.abs(np.asarray(predicted) - np.asarray(measured)) / np.asarray(measured)
 
 
-def _solve(z: np.ndarray, t: np.ndarray) -> tuple[float, float, float]:
-    """Non-negative (o, c) minimising sum(((o + c z - t) / t)^2); returns (loss, o, c)."""
-    a = np.stack([1.0 / t, z / t], axis=1)          # rows of the weighted system a @ (o, c) = 1
-    (o, c), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
-    if o < 0 or c <= 0:
-        cands = [(0.0, max(float(a[:, 1].sum() / np.dot(a[:, 1], a[:, 1])), 1e-12)),   # o = 0
-                 (float(a[:, 0].sum() / np.dot(a[:, 0], a[:, 0])), 1e-12)]             # c -> 0
-        o, c = min(cands, key=lambda oc: float(np.sum((a @ np.array(oc) - 1.0) ** 2)))
-    loss = float(np.sum((a @ np.array([o, c]) - 1.0) ** 2))
-    return loss, float(o), float(c)
+def _nnls(a: np.ndarray) -> tuple[float, np.ndarray]:
+    """Non-negative x minimising |a x - 1|^2 (few columns: try every active set); (loss, x)."""
+    best = (math.inf, np.zeros(a.shape[1]))
+    for k in range(1, a.shape[1] + 1):
+        for cols in itertools.combinations(range(a.shape[1]), k):
+            sol, *_ = np.linalg.lstsq(a[:, cols], np.ones(len(a)), rcond=None)
+            if np.all(sol >= 0):
+                x = np.zeros(a.shape[1])
+                x[list(cols)] = sol
+                loss = float(np.sum((a @ x - 1.0) ** 2))
+                best = min(best, (loss, x), key=lambda b: b[0])
+    return best
 
 
-def fit_cost_params(terms: np.ndarray, times_s: Sequence[float], *, device: str | None = None,
+def fit_cost_params(terms: StepTerms, times_s: Sequence[float], *, device: str | None = None,
                     peak_flops: float | None = None, mem_bandwidth: float | None = None) -> CostParams:
-    """The overhead and two efficiencies that best explain ``times_s`` (seconds, one per row of
+    """The overheads and two efficiencies that best explain ``times_s`` (seconds, one per step of
     ``terms``) in relative error. ``device`` and the peaks are stored in the result for provenance.
-    Raises ``ValueError`` with fewer than 3 steps or non-positive times."""
+    Raises ``ValueError`` with fewer than 4 steps or non-positive times."""
     t = np.asarray(times_s, dtype=float)
-    if len(t) < 3 or len(t) != len(terms):
-        raise ValueError(f"need at least 3 steps with a time each, got {len(t)} times for {len(terms)} steps")
+    if len(t) < 4 or len(t) != len(terms.ideal):
+        raise ValueError(f"need at least 4 steps with a time each, got {len(t)} times for {len(terms.ideal)} steps")
     if not np.all(t > 0):
         raise ValueError("step times must be > 0 seconds")
+    ideal = terms.ideal
 
-    def loss_at(log_r: float) -> tuple[float, float, float]:
-        r = math.exp(log_r)
-        z = np.maximum(terms[:, :, 0] / r, terms[:, :, 1]).sum(axis=1)
-        return _solve(z, t)
+    def solve(log_r: float) -> tuple[float, np.ndarray]:
+        z = np.maximum(ideal[:, :, 0] / math.exp(log_r), ideal[:, :, 1]).sum(axis=1)
+        return _nnls(np.stack([1.0 / t, terms.num_seqs / t, z / t], axis=1))
 
-    grid = np.linspace(math.log(1e-4), math.log(1e4), 161)
-    losses = [loss_at(g)[0] for g in grid]
-    k = int(np.argmin(losses))
+    grid = np.linspace(math.log(1e-4), math.log(1e4), 81)
+    k = int(np.argmin([solve(g)[0] for g in grid]))
     lo, hi = grid[max(k - 1, 0)], grid[min(k + 1, len(grid) - 1)]
     phi = (math.sqrt(5) - 1) / 2
-    for _ in range(60):                                    # golden-section search on [lo, hi]
+    for _ in range(40):                                    # golden-section search on [lo, hi]
         a, b = hi - phi * (hi - lo), lo + phi * (hi - lo)
-        if loss_at(a)[0] <= loss_at(b)[0]:
+        if solve(a)[0] <= solve(b)[0]:
             hi = b
         else:
             lo = a
-    log_r = min((lo + hi) / 2, float(grid[k]), key=lambda g: loss_at(g)[0])
-    _, o, c = loss_at(log_r)
-    r = math.exp(log_r)
-    return CostParams(per_step_overhead_s=o, flops_efficiency=r / c, bw_efficiency=1.0 / c,
+    log_r = min((lo + hi) / 2, float(grid[k]), key=lambda g: solve(g)[0])
+    o, s, c = (float(v) for v in solve(log_r)[1])
+    c = max(c, 1e-12)                                      # the roofline explains nothing: huge efficiencies
+    return CostParams(per_step_overhead_s=o, per_seq_overhead_s=s,
+                      flops_efficiency=math.exp(log_r) / c, bw_efficiency=1.0 / c,
                       device=device, peak_flops=peak_flops, mem_bandwidth=mem_bandwidth)

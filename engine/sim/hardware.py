@@ -86,12 +86,16 @@ def measure_cpu(matmul_n: int = 1024, copy_mib: int = 64, repeats: int = 3) -> D
     np.copyto(dst, src)                                     # fault the pages in
     best = min(_timed(lambda: np.copyto(dst, src)) for _ in range(repeats + 2))
     bandwidth = 2.0 * src.nbytes / best
-    try:
-        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError):
-        memory = 16 * _GB
-    return DevicePeaks(CPU, flops, bandwidth, int(memory),
+    return DevicePeaks(CPU, flops, bandwidth, host_memory_bytes(),
                        f"this CPU, measured: {flops / 1e9:.0f} GFLOP/s fp32, {bandwidth / 1e9:.1f} GB/s")
+
+
+def host_memory_bytes() -> int:
+    """Physical RAM of this machine in bytes (16 GB if the OS does not say)."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError):
+        return 16 * _GB
 
 
 def _timed(fn) -> float:

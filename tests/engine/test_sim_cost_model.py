@@ -70,19 +70,21 @@ def test_decode_is_bandwidth_bound_and_a_big_prefill_compute_bound_on_h100():
     assert H100_8B.step_time([chunk("p", 4096, 0)]) == pytest.approx(2 * 8.03e9 * 4096 / 494.7e12, rel=0.15)
     # one decode step of one request reads the 16 GB of weights at 3.35 TB/s * 0.8
     assert H100_8B.step_time([chunk("d", 1, 10)]) == pytest.approx(0.002 + 16.06e9 / 2.68e12, rel=0.05)
+    assert H100_8B.overhead_s(0) == 0.0
 
 
 def test_breakdown_sums_to_the_total_and_empty_steps_cost_nothing():
     sched = [chunk("a", 300, 0), chunk("b", 1, 900), chunk("c", 64, 128)]
     ops = H100_8B.breakdown(sched, num_sampled=2)
-    assert H100_8B.step_time(sched, 2) == pytest.approx(0.002 + sum(op.time_s for op in ops.values()))
+    assert H100_8B.overhead_s(3) == pytest.approx(0.002 + 3e-5)
+    assert H100_8B.step_time(sched, 2) == pytest.approx(H100_8B.overhead_s(3) + sum(op.time_s for op in ops.values()))
     assert H100_8B.step_time([]) == 0.0
     no_sample = H100_8B.breakdown(sched, num_sampled=0)["lm_head"]
     assert no_sample.flops == 0 and no_sample.bytes < ops["lm_head"].bytes
 
 
 def test_cost_params_json_round_trip(tmp_path):
-    p = CostParams(0.0123, 0.37, 0.91, device="cpu", peak_flops=5e10, mem_bandwidth=1.5e10)
+    p = CostParams(0.0123, 0.004, 0.37, 0.91, device="cpu", peak_flops=5e10, mem_bandwidth=1.5e10)
     p.save(tmp_path / "fit.json")
     assert CostParams.load(tmp_path / "fit.json") == p
     (tmp_path / "bad.json").write_text('{"overhead": 1}')
@@ -90,10 +92,12 @@ def test_cost_params_json_round_trip(tmp_path):
         CostParams.load(tmp_path / "bad.json")
     with pytest.raises(ValueError, match="must be > 0"):
         CostParams(flops_efficiency=0)
+    with pytest.raises(ValueError, match="must be >= 0"):
+        CostParams(per_seq_overhead_s=-1)
 
 
 def test_a_cpu_fit_pins_its_measured_peaks():
-    p = CostParams(0.01, 0.5, 0.5, device="cpu", peak_flops=1e11, mem_bandwidth=2e10)
+    p = CostParams(0.01, 0.0, 0.5, 0.5, device="cpu", peak_flops=1e11, mem_bandwidth=2e10)
     m = CostModel.build("default", "cpu", p, dtype="float32")
     assert (m.device.peak_flops, m.device.mem_bandwidth, m.shape.bytes_per_param) == (1e11, 2e10, 4)
 

@@ -11,7 +11,7 @@ from engine.sim.executor import SimExecutor, synthetic_token
 from engine.sim.hardware import DEVICES
 from engine.sim.model_shapes import get_model_shape
 
-MODEL = CostModel(get_model_shape("llama-3.2-1b"), DEVICES["a100"], CostParams(0.001, 0.6, 0.7))
+MODEL = CostModel(get_model_shape("llama-3.2-1b"), DEVICES["a100"], CostParams(0.001, 2e-5, 0.6, 0.7))
 
 
 def _step() -> tuple[SchedulerOutput, dict[str, Request]]:

@@ -26,7 +26,7 @@ def _random_steps(n: int, seed: int = 0) -> list:
     return steps
 
 
-@pytest.mark.parametrize("truth", [CostParams(0.003, 0.55, 0.75), CostParams(0.0005, 0.3, 0.9)])
+@pytest.mark.parametrize("truth", [CostParams(0.003, 2e-5, 0.55, 0.75), CostParams(0.0005, 1e-4, 0.3, 0.9)])
 def test_fit_recovers_known_parameters(truth):
     model = CostModel(get_model_shape("llama-3.1-8b"), DEVICES["h100"], truth)
     steps = _random_steps(300)
@@ -34,7 +34,10 @@ def test_fit_recovers_known_parameters(truth):
     times = np.array([model.step_time(s, k) for s, k in steps]) * rng.normal(1.0, 0.01, len(steps))
     terms = roofline_terms(model, steps)
     fit = fit_cost_params(terms, times, device="h100")
-    assert fit.per_step_overhead_s == pytest.approx(truth.per_step_overhead_s, rel=0.05)
+    # overheads to within 2% of the median step time (they are small next to most steps)
+    tol = 0.02 * float(np.median(times))
+    assert fit.per_step_overhead_s == pytest.approx(truth.per_step_overhead_s, abs=tol)
+    assert fit.per_seq_overhead_s * 64 == pytest.approx(truth.per_seq_overhead_s * 64, abs=tol)
     assert fit.flops_efficiency == pytest.approx(truth.flops_efficiency, rel=0.03)
     assert fit.bw_efficiency == pytest.approx(truth.bw_efficiency, rel=0.03)
     assert fit.device == "h100"
@@ -42,7 +45,7 @@ def test_fit_recovers_known_parameters(truth):
 
 
 def test_predict_matches_the_cost_model():
-    params = CostParams(0.001, 0.4, 0.6)
+    params = CostParams(0.001, 5e-5, 0.4, 0.6)
     model = CostModel(get_model_shape("qwen2.5-7b"), DEVICES["l40s"], params)
     steps = _random_steps(20, seed=5)
     expected = [model.step_time(s, k) for s, k in steps]
@@ -52,7 +55,7 @@ def test_predict_matches_the_cost_model():
 def test_too_few_steps_or_bad_times():
     model = CostModel(get_model_shape("default"), DEVICES["h100"])
     terms = roofline_terms(model, _random_steps(4))
-    with pytest.raises(ValueError, match="at least 3"):
-        fit_cost_params(terms[:2], [0.1, 0.1])
+    with pytest.raises(ValueError, match="at least 4"):
+        fit_cost_params(terms, [0.1, 0.1])
     with pytest.raises(ValueError, match="> 0"):
         fit_cost_params(terms, [0.1, 0.0, 0.1, 0.1])
