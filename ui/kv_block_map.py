@@ -1,10 +1,15 @@
-"""KV-cache block map: one cell per physical block of the paged cache.
+"""KV-cache block map: one cell per physical block of the paged cache, zoomable.
 
-Each cell is ``CELL`` x ``CELL`` pixels of one RGB numpy image shown by a single long-lived
-``pg.ImageItem`` (thousands of blocks redraw in a few milliseconds). A cell is filled from the
-bottom like a glass: the owner's colour up to ``num_tokens / block_size`` of its height, a faint
-tint of that colour above, dark grey when the block is free. The selected request's blocks get a
-white frame. Hover shows block id, owner and fill; clicking selects the owning request.
+The whole map is ONE packed-colour image on a long-lived ``PackedImageItem`` in a ``pg.ViewBox``, painted
+from the state's arrays with numpy (:func:`render`): no Python per block per frame. A block is
+``px`` x ``px`` image pixels (``px - 1`` painted plus a 1-pixel gap), ``px`` from 4 (16k blocks)
+to 12 (a few hundred), so the image stays near :data:`MAX_PIXELS`. A cell fills from the bottom
+like a glass: the owner's colour up to ``fill / block_size`` of its height, a faint tint of that
+colour above, dark grey when free; the selected request's blocks get a white frame.
+
+Mouse wheel zooms (pan by dragging, double-click fits the whole cache again); hover names the
+exact block under the pointer at any zoom (block id, owner, fill, position in the owner's block
+table), a click selects the owner.
 """
 from __future__ import annotations
 
@@ -15,14 +20,18 @@ import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Signal
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
-from engine.state import BlockCell, EngineState
-from ui.colors import BACKGROUND, FREE, MUTED, as_rgba, css, lut, mix, packed
+from engine.state import EngineState
+from ui.colors import (BACKGROUND, FREE, MUTED, color_indices, css, mix, packed,
+                       palette_lut)
+from ui.packed_image import PackedImageItem
 from ui.pointer import track_pointer
+from ui.state_lookup import owned_blocks
 
-CELL = 10           # pixels per block side, including a 1-pixel gap on the right and bottom
-INNER = CELL - 1    # painted pixels per side
-TINT = 0.70         # how far the empty part of an owned block fades towards the free colour
+MAX_PIXELS = 400_000   # target image size in pixels (16,384 blocks -> 4 px per block)
+TINT = 0.70            # how far the empty part of an owned block fades towards the free colour
 SELECTED = (255, 255, 255)
+_FULL = palette_lut()                                   # [21] packed; index -1 = free
+_TINT = palette_lut(lambda c: mix(c, FREE, TINT))
 
 
 def grid_columns(num_blocks: int, aspect: float = 2.0) -> int:
@@ -33,50 +42,60 @@ def grid_columns(num_blocks: int, aspect: float = 2.0) -> int:
     c = math.ceil(math.sqrt(num_blocks * max(0.2, min(aspect, 8.0))))
     if c > 16:
         c = 8 * math.ceil(c / 8)
-    return max(4, min(c, 256, num_blocks))
+    return max(4, min(c, 512, num_blocks))
 
 
-def fill_rows(num_tokens: np.ndarray, block_size: int) -> np.ndarray:
-    """Painted rows (0 .. INNER) of each block's fill: any token paints at least one row and
-    only a full block paints all of them."""
+def cell_px(num_blocks: int) -> int:
+    """Image pixels per block side (including the gap): 4 .. 12, about ``MAX_PIXELS`` in all."""
+    return int(min(12, max(4, math.isqrt(MAX_PIXELS // max(num_blocks, 1)))))
+
+
+def fill_rows(fill: np.ndarray, block_size: int, inner: int) -> np.ndarray:
+    """Painted rows (0 .. ``inner``) of each block's fill: any token paints at least one row and
+    only a full block paints all of them. ``fill`` int [n] tokens -> int64 [n]."""
     bs = max(block_size, 1)
-    rows = np.rint(num_tokens * INNER / bs).astype(np.int64)
-    rows = np.where(num_tokens > 0, np.maximum(rows, 1), 0)
-    return np.where(num_tokens < bs, np.minimum(rows, INNER - 1), INNER)
+    rows = np.rint(fill * inner / bs).astype(np.int64)
+    rows = np.where(fill > 0, np.maximum(rows, 1), 0)
+    return np.where(fill < bs, np.minimum(rows, inner - 1), inner)
 
 
-def render(cells: list[BlockCell], block_size: int, columns: int,
-           selected: str | None = None) -> np.ndarray:
-    """The block map as a ``(rows*CELL, columns*CELL, 4)`` RGBA uint8 image (row-major)."""
-    n = len(cells)
+def render(palette_index: np.ndarray, fill: np.ndarray, block_size: int, columns: int, px: int,
+           framed: np.ndarray | None = None) -> np.ndarray:
+    """The block map as a packed-colour image (uint32 ``(rows * px, columns * px)``, see
+    ``ui.colors.packed``), block
+    ``b`` at cell (``b // columns``, ``b % columns``).
+
+    ``palette_index``: int [n] palette entry of each block's owner, -1 = free; ``fill``: int [n]
+    tokens written; ``framed``: bool [n] blocks to frame in white (the selection), or None."""
+    n, inner = len(palette_index), px - 1
     rows = max(1, math.ceil(n / columns))
-    owners = [c.request_id for c in cells]
-    ids = sorted({o for o in owners if o is not None})
-    index = {r: i for i, r in enumerate(ids)}
-    which = np.array([index[o] if o is not None else len(ids) for o in owners], np.int64)
-    full = packed(np.vstack([lut(ids), [FREE]]))[which]                               # (n,)
-    tint = packed(np.vstack([lut(ids, lambda c: mix(c, FREE, TINT)), [FREE]]))[which]
-    level = fill_rows(np.array([c.num_tokens for c in cells], np.int64), block_size)
-    y = np.arange(INNER)[None, :]                                # painted row, 0 = top
-    rows_px = np.full((rows * columns, INNER), packed(BACKGROUND), "<u4")
-    rows_px[:n] = np.where(y >= INNER - level[:, None], full[:, None], tint[:, None])
-    out = np.empty((rows, CELL, columns, CELL), "<u4")          # [row, y, col, x]
-    out[:, INNER:] = packed(BACKGROUND)
-    out[:, :, :, INNER:] = packed(BACKGROUND)
-    out[:, :INNER, :, :INNER] = rows_px.reshape(rows, columns, INNER).transpose(0, 2, 1)[..., None]
-    if selected is not None and selected in index:
-        frame = np.zeros((CELL, CELL), bool)
-        frame[:INNER, :INNER] = True
-        frame[1:INNER - 1, 1:INNER - 1] = False
+    bg = packed(BACKGROUND)
+    level = fill_rows(np.asarray(fill), block_size, inner)
+    y = np.arange(inner)[None, :]                                   # painted row, 0 = top
+    cells = np.full((rows * columns, inner), bg, np.uint32)
+    cells[:n] = np.where(y >= inner - level[:, None], _FULL[palette_index][:, None],
+                         _TINT[palette_index][:, None])
+    out = np.empty((rows, px, columns, px), np.uint32)                 # [row, y, col, x]
+    out[:, inner] = bg
+    out[:, :, :, inner] = bg
+    out[:, :inner, :, :inner] = cells.reshape(rows, columns, inner).transpose(0, 2, 1)[..., None]
+    if framed is not None and framed.any():
+        edge = np.zeros((px, px), bool)
+        edge[:inner, :inner] = True
+        edge[1:inner - 1, 1:inner - 1] = False
         sel = np.zeros(rows * columns, bool)
-        sel[:n] = which == index[selected]
-        out[sel.reshape(rows, 1, columns, 1) & frame[None, :, None, :]] = packed(SELECTED)
-    return as_rgba(out.reshape(rows * CELL, columns * CELL))
+        sel[:n] = framed
+        out[sel.reshape(rows, 1, columns, 1) & edge[None, :, None, :]] = packed(SELECTED)
+    return out.reshape(rows * px, columns * px)
 
 
 class KVBlockMap(QWidget):
     """The paged KV cache at one step. ``set_state(state)`` redraws; ``set_selected(id)``
-    frames that request's blocks. Emits ``requestSelected(request_id)`` on click."""
+    frames that request's blocks. Emits ``requestSelected(request_id)`` on click.
+
+    After a draw: ``owner_rows`` int64 [blocks] (row of each block's owner in the state's
+    columns, -1 free), ``fill`` int64 [blocks] (tokens written), ``columns``, ``px`` (image
+    pixels per block side) and ``image`` (the packed uint32 array on screen)."""
 
     requestSelected = Signal(str)
 
@@ -84,11 +103,13 @@ class KVBlockMap(QWidget):
                  parent: QWidget | None = None):
         super().__init__(parent)
         self._fixed_columns = columns
-        self.columns = columns or 8
-        self.cells: list[BlockCell] = []
-        self.block_size = 1
+        self.columns, self.px = columns or 8, cell_px(0)
+        self.state: EngineState | None = None
+        self.owner_rows = np.zeros(0, np.int64)
+        self.fill = np.zeros(0, np.int64)
         self.selected: str | None = None
-        self.image = np.zeros((CELL, CELL, 4), np.uint8)
+        self.zoomed = False                     # the user zoomed or panned: keep their range
+        self.image = np.zeros((self.px, self.px), np.uint32)
         self.title = QLabel("KV cache blocks")
         self.title.setStyleSheet("font-weight: bold;")
         self.legend = QLabel(self._legend_html())
@@ -97,10 +118,11 @@ class KVBlockMap(QWidget):
         self.plot.setBackground(css(BACKGROUND))
         self.plot.ci.setContentsMargins(2, 2, 2, 2)
         self.view = self.plot.addViewBox(lockAspect=True, invertY=True, enableMenu=False)
-        self.view.setMouseEnabled(False, False)
-        self.item = pg.ImageItem(axisOrder="row-major")
+        self.view.sigRangeChangedManually.connect(self._user_zoomed)
+        self.item = PackedImageItem()
         self.view.addItem(self.item)
         track_pointer(self.plot, self._block_at_scene, self.describe, self._clicked)
+        self.plot.scene().sigMouseClicked.connect(self._double_clicked)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.setSpacing(2)
@@ -116,14 +138,16 @@ class KVBlockMap(QWidget):
         return (f"{sw.format(css(FREE))} free &nbsp; {sw.format('#4e79a7')} tokens written "
                 f"(request colour, fills upward) &nbsp; "
                 f"{sw.format(css(mix((78, 121, 167), FREE, TINT)))} reserved &nbsp; "
-                "<span style='color:white'>&#9633;</span> selected")
+                "<span style='color:white'>&#9633;</span> selected &nbsp; wheel: zoom, "
+                "double-click: fit")
 
     # --- data in -------------------------------------------------------------------------
     def set_state(self, state: EngineState) -> None:
-        self.cells = state.block_map()
-        self.block_size = state.block_size
-        used = sum(1 for c in self.cells if c.request_id is not None)
-        self.title.setText(f"KV cache blocks  ·  {used} / {len(self.cells)} used "
+        self.state = state
+        self.owner_rows = state.owner_rows()
+        self.fill = state.block_fill()
+        used = int(np.count_nonzero(self.owner_rows >= 0))
+        self.title.setText(f"KV cache blocks  ·  {used:,} / {state.num_total_blocks:,} used "
                            f"({100.0 * state.kv_cache_usage:.0f}%)  ·  block size "
                            f"{state.block_size} tokens")
         self._redraw()
@@ -133,52 +157,97 @@ class KVBlockMap(QWidget):
             self.selected = request_id
             self._redraw()
 
+    def palette_index(self) -> np.ndarray:
+        """Palette entry of each block's owner (int16 [blocks], -1 free): one colour lookup per
+        request that holds blocks (running and paused ones), then one gather over the blocks."""
+        st = self.state
+        holders = np.flatnonzero(st.columns["num_blocks"] > 0)
+        by_row = np.full(len(st) + 1, -1, np.int16)             # last entry: free (row -1)
+        ids = st.request_ids
+        by_row[holders] = color_indices([ids[r] for r in holders.tolist()])
+        return by_row[self.owner_rows]
+
+    def _framed(self) -> np.ndarray | None:
+        return owned_blocks(self.state, self.selected) if self.selected else None
+
     def _aspect(self) -> float:
         w, h = self.plot.width(), self.plot.height()
         return w / h if h > 20 and w > 20 else 2.0
 
     def resizeEvent(self, ev) -> None:
         super().resizeEvent(ev)
-        if self.cells and not self._fixed_columns:
-            if grid_columns(len(self.cells), self._aspect()) != self.columns:
+        if self.state is not None and not self._fixed_columns:
+            if grid_columns(len(self.fill), self._aspect()) != self.columns:
                 self._redraw()
-            else:
-                self.view.autoRange(padding=0.01)
+            elif not self.zoomed:
+                self.fit()
 
     def _redraw(self) -> None:
-        cols = self._fixed_columns or grid_columns(len(self.cells), self._aspect())
-        resized = cols != self.columns or self.image.shape[:2] != (
-            max(1, math.ceil(len(self.cells) / cols)) * CELL, cols * CELL)
-        self.columns = cols
-        self.image = render(self.cells, self.block_size, cols, self.selected)
-        self.item.setImage(self.image, autoLevels=False)
-        if resized:
-            self.view.autoRange(padding=0.01)
+        if self.state is None:
+            return
+        n = len(self.fill)
+        cols = self._fixed_columns or grid_columns(n, self._aspect())
+        px = cell_px(n)
+        shape = (max(1, math.ceil(n / cols)) * px, cols * px)
+        relayout = (cols, px) != (self.columns, self.px) or self.image.shape[:2] != shape
+        self.columns, self.px = cols, px
+        self.image = render(self.palette_index(), self.fill, self.state.block_size, cols, px,
+                            self._framed())
+        self.item.set_packed(self.image)
+        if relayout:
+            h, w = shape
+            self.view.setLimits(xMin=-0.05 * w, xMax=1.05 * w, yMin=-0.05 * h, yMax=1.05 * h,
+                                minXRange=2 * px, minYRange=2 * px)
+            self.fit()
+
+    def fit(self) -> None:
+        """Show the whole cache (undo the user's zoom)."""
+        self.zoomed = False
+        self.view.autoRange(padding=0.01)
+
+    def _user_zoomed(self, *_args) -> None:
+        self.zoomed = True
+
+    def _double_clicked(self, ev) -> None:
+        if ev.double():
+            self.fit()
 
     # --- lookups (used by hover, click and tests) -----------------------------------------
     def cell_origin(self, block_id: int) -> tuple[int, int]:
         """Pixel (x, y) of the top-left painted pixel of ``block_id`` in ``image``."""
-        return (block_id % self.columns) * CELL, (block_id // self.columns) * CELL
+        return (block_id % self.columns) * self.px, (block_id // self.columns) * self.px
 
     def block_at(self, x: float, y: float) -> int | None:
-        """Block under image coordinates ``(x, y)``, None outside the grid or on a gap."""
+        """Block under image coordinates ``(x, y)`` (gaps belong to the block on their left
+        and above), None outside the grid."""
         if x < 0 or y < 0:
             return None
-        col, row = int(x // CELL), int(y // CELL)
+        col, row = int(x // self.px), int(y // self.px)
         b = row * self.columns + col
-        return b if col < self.columns and 0 <= b < len(self.cells) else None
+        return b if col < self.columns and 0 <= b < len(self.fill) else None
+
+    def owner_of(self, block_id: int) -> str | None:
+        r = int(self.owner_rows[block_id])
+        return None if r < 0 else self.state.request_ids[r]
 
     def describe(self, block_id: int) -> str:
-        c = self.cells[block_id]
-        if c.request_id is None:
+        """Tooltip of one block: id, owner, position in the owner's table, tokens written."""
+        rid = self.owner_of(block_id)
+        if rid is None:
             return f"block {block_id}\nfree"
-        return (f"block {block_id}\nowner {c.request_id}\n"
-                f"{c.num_tokens} / {self.block_size} tokens written")
+        st = self.state
+        r = int(self.owner_rows[block_id])
+        pos, size = int(st.block_pos[block_id]), int(st.columns["num_blocks"][r])
+        return (f"block {block_id}\nowner {rid}\nblock {pos + 1} of {size} in its table\n"
+                f"{int(self.fill[block_id])} / {st.block_size} tokens written")
 
     def _block_at_scene(self, pos: QPointF) -> int | None:
+        if not self.view.sceneBoundingRect().contains(pos):
+            return None
         p = self.view.mapSceneToView(pos)
         return self.block_at(p.x(), p.y())
 
     def _clicked(self, block_id: int) -> None:
-        if self.cells[block_id].request_id is not None:
-            self.requestSelected.emit(self.cells[block_id].request_id)
+        rid = self.owner_of(block_id)
+        if rid is not None:
+            self.requestSelected.emit(rid)

@@ -1,9 +1,12 @@
 """BatchScope's main window: every view of one StepSource, live or replayed.
 
-A 30 Hz QTimer pulls ``source.latest_step()``. Following live it shows ``state_at(latest)``;
-after a scrub it shows ``state_at(k)`` and the records ``[k - window, k]``. Views are redrawn only
-when the shown step, the source or the selection changes. The window never builds an engine or
-opens a recording itself: ``open_recording(path)`` (given by ``app/``) does.
+A 30 Hz QTimer pulls ``source.latest_step()``, whatever the engine's step rate. Following live
+it shows ``state_at(latest)``; after a scrub or a jump it shows ``state_at(k)`` and the records
+``[k - window, k]``. Views are redrawn only when the shown step, the newest state, the source or
+the selection changes; each view draws from the state's arrays with numpy, so a frame stays
+within budget at 16k blocks, 256 running and 10k waiting (``bench/bench_ui_frame.py``). The
+window never builds an engine or opens a recording itself: ``open_recording(path)`` (given by
+``app/``) does.
 """
 from __future__ import annotations
 
@@ -19,16 +22,20 @@ from engine.source import EngineControl, StepSource
 from engine.state import EngineState
 from ui.error_banner import ErrorBanner
 from ui.inject_dialog import InjectDialog
+from ui.jump import parse_jump, resolve_jump
 from ui.kv_block_map import KVBlockMap
 from ui.metrics_plots import MetricsPlots
 from ui.queue_tables import QueueTables
 from ui.record_cache import RecordCache, step_span
 from ui.request_inspector import RequestInspector
 from ui.slot_timeline import SlotTimeline
-from ui.theme import apply_theme
+from ui.theme import apply_theme, fix_size
 from ui.transport import TransportBar
 
 FRAME_MS = 33
+# widest text of the status-bar fields that change every frame (their fixed sizes)
+STATUS_TEMPLATES = {"step": "step 8888888 of 8888888  (scrubbed)", "clock": "clock 8.888e+88 steps",
+                    "kv": "KV 100% (888,888/888,888 blocks)", "tps": "8,888,888 output tok/s"}
 
 
 def _group(title: str, widget: QWidget) -> QGroupBox:
@@ -61,7 +68,7 @@ class MainWindow(QMainWindow):
         self.following, self.shown_step, self.selected = True, -1, None
         self.state: EngineState | None = None
         self.records: list[StepRecord] = []
-        self.not_admitted: dict[str, str] = {}     # waiting id -> why not admitted at the step
+        self.record: StepRecord | None = None      # the shown step's record, if available
         self._drawn: tuple | None = None
         self._source_error: str | None = None
         apply_theme(self)
@@ -86,6 +93,7 @@ class MainWindow(QMainWindow):
         for view in (self.block_map, self.timeline, self.queues):
             view.requestSelected.connect(self.select_request)
         self.transport.seekRequested.connect(self.show_step)
+        self.transport.jumpRequested.connect(self.jump_to)
         self.transport.followToggled.connect(self.set_following)
         self.transport.engineStepped.connect(lambda: self.set_following(True))
         top = QSplitter(Qt.Horizontal)
@@ -131,12 +139,15 @@ class MainWindow(QMainWindow):
             "back": self._action(v, "Step &back", self.transport.step_back, "Left"),
             "forward": self._action(v, "Step &forward", self.transport.step_forward, "Shift+Right"),
             "live": self._action(v, "Follow &live", lambda: self.set_following(True), "L"),
+            "jump": self._action(v, "&Jump to…", self._focus_jump, "Ctrl+G"),
         }
         f.insertSeparator(self.actions["quit"])
         self.actions["open"].setEnabled(self.open_recording is not None)
 
     def _build_status(self) -> None:
         self.status = {k: QLabel("") for k in ("mode", "step", "clock", "kv", "tps", "run")}
+        for k, template in STATUS_TEMPLATES.items():
+            fix_size(self.status[k], template)
         for k, lab in self.status.items():
             self.statusBar().addPermanentWidget(lab, 1 if k == "run" else 0)
         self.status["run"].setAlignment(Qt.AlignRight | Qt.AlignVCenter)
@@ -193,7 +204,27 @@ class MainWindow(QMainWindow):
         for view in (self.block_map, self.timeline, self.queues, self.inspector):
             view.set_selected(request_id)
         if self.state is not None:
-            self.inspector.set_state(self.state, self.shown_step, self.not_admitted)
+            self.inspector.set_state(self.state, self.shown_step, self.record)
+
+    def jump_to(self, text: str) -> bool:
+        """Show the step ``text`` names (a step, ``t=<engine time>`` or a request id, see
+        ``ui.jump``); a request is also selected. False (and the box marked) if not understood."""
+        try:
+            jump = parse_jump(text)
+            step = resolve_jump(self.source, jump, self.state)
+        except ValueError as e:
+            self.transport.show_jump_error(str(e))
+            self.statusBar().showMessage(str(e), 8000)
+            return False
+        self.transport.show_jump_error(None)
+        self.show_step(step)
+        if jump.kind == "request":
+            self.select_request(str(jump.value))
+        return True
+
+    def _focus_jump(self) -> None:
+        self.transport.jump.setFocus()
+        self.transport.jump.selectAll()
 
     # --- the frame -----------------------------------------------------------------------------
     def refresh(self, force: bool = False) -> None:
@@ -205,7 +236,9 @@ class MainWindow(QMainWindow):
             k = latest if self.following else max(-1, min(self.shown_step, latest))
             # the newest state can change without a new step (a live engine's injected request)
             state = self.source.state_at(k) if k == latest else None
-            fresh = state is not None and state is not self.state and state != self.state
+            old = self.state
+            fresh = state is not None and state is not old and (
+                old is None or state.step != old.step or state != old)
             if force or fresh or self._drawn != (k, step_span(k, latest, self.window), id(self.source)):
                 self._draw(k, latest, state)
             self._source_error = None
@@ -225,16 +258,16 @@ class MainWindow(QMainWindow):
         self.block_map.set_state(state)
         self.timeline.set_records(self.records, k, state.max_num_seqs, latest)
         last = self.records[-1] if self.records and self.records[-1].step == k else None
-        self.not_admitted = dict(last.scheduler_output.not_admitted) if last else {}
-        self.queues.set_state(state, self.not_admitted)
+        self.record = last
+        self.queues.set_state(state, last)
         self.metrics.set_records(self.records, k, latest)
-        self.inspector.set_state(state, k, self.not_admitted)
+        self.inspector.set_state(state, k, last)
         self._drawn = (k, step_span(k, latest, self.window), id(self.source))
         tps = self.metrics.mean_output_tps()
         unit = f" {self.time_unit}" if self.time_unit else ""
         self.status["clock"].setText(f"clock {state.clock:.4g}{unit}")
         self.status["kv"].setText(f"KV {100 * state.kv_cache_usage:.0f}% "
-                                  f"({state.num_used_blocks}/{state.num_total_blocks} blocks)")
+                                  f"({state.num_used_blocks:,}/{state.num_total_blocks:,} blocks)")
         self.status["tps"].setText("– tok/s" if tps is None else f"{tps:,.0f} output tok/s")
 
     def _show_errors(self) -> None:
@@ -244,9 +277,9 @@ class MainWindow(QMainWindow):
                 errors.append(self.control.last_error())
             except Exception as e:
                 errors.append(f"The engine did not answer: {e}")
-        failed = [r for r in self.records if r.error]
-        if failed:
-            errors.append(f"step {failed[-1].step}: {failed[-1].error}")
+        failed = next((r for r in reversed(self.records) if r.error), None)
+        if failed is not None:
+            errors.append(f"step {failed.step}: {failed.error}")
         self.banner.show_error(next((e for e in errors if e), None))
 
     # --- menu actions --------------------------------------------------------------------------

@@ -1,7 +1,10 @@
-"""Per-step metrics over the shown window: output tokens/s, batch size, KV usage, queue depth.
+"""Per-step metrics over the shown window: output tokens/s, batch size, KV usage, queue depth,
+scheduled tokens, step time and the engine's wait for the recorder.
 
-Four pyqtgraph plots in a 2x2 grid with linked step axes; every curve is a
-long-lived PlotDataItem updated with ``setData``; a dashed marker shows the displayed step.
+Six pyqtgraph plots in a 2x3 grid of one layout widget with linked step axes; every curve is a
+long-lived PlotCurveItem updated with ``setData``; a dashed marker shows the displayed step. Each record's
+numbers are computed once (:class:`ui.record_cache.StepMemo`), so a frame costs one array per
+series, not a pass over every record.
 """
 from __future__ import annotations
 
@@ -10,12 +13,12 @@ from typing import Sequence
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QGridLayout, QWidget
+from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from engine.outputs import StepRecord
 from ui.colors import PALETTE, css
-from ui.record_cache import step_span
-from ui.theme import PLOT_FG, plot_widget, style_axis
+from ui.record_cache import StepMemo, step_span
+from ui.theme import PLOT_BG, PLOT_FG, style_axis
 
 # (key, title, y label, y units, [(series, colour)])
 PLOTS = (
@@ -24,62 +27,92 @@ PLOTS = (
     ("kv", "KV cache usage", "%", None, [("kv", PALETTE[2])]),
     ("queues", "Queues", "requests", None,
      [("waiting", PALETTE[3]), ("running", PALETTE[0]), ("paused", PALETTE[4])]),
+    ("tokens", "Scheduled tokens", "tokens", None, [("tokens", PALETTE[5])]),
+    ("time", "Step time", "ms", None,
+     [("step_ms", PALETTE[6]), ("recorder_wait_ms", PALETTE[7])]),
 )
+# step_metrics keys, in the order of metric_row's tuple
+FIELDS = ("step", "seconds", "new", "scheduled", "tokens", "kv", "waiting", "running", "paused",
+          "step_ms", "recorder_wait_ms")
 
 
-def step_metrics(records: Sequence[StepRecord]) -> dict[str, np.ndarray]:
-    """Arrays over ``records`` (in step order): step, wall seconds, new tokens, output tokens/s,
-    scheduled requests, scheduled tokens, KV usage %, waiting, running, paused."""
-    def arr(fn, dtype=float):
-        return np.fromiter((fn(r) for r in records), dtype, len(records))
+def _label(key: str) -> str:
+    return key.removesuffix("_ms").replace("_", " ")
 
-    dur = arr(lambda r: max(r.end_ns - r.start_ns, 1) * 1e-9)
-    new = arr(lambda r: len(r.new_tokens))
-    return {
-        "step": arr(lambda r: r.step),
-        "seconds": dur,
-        "new": new,
-        "output": new / dur,
-        "scheduled": arr(lambda r: len(r.scheduler_output.scheduled)),
-        "tokens": arr(lambda r: r.num_scheduled_tokens),
-        "kv": arr(lambda r: 100.0 * r.kv_cache_usage),
-        "waiting": arr(lambda r: r.num_waiting),
-        "running": arr(lambda r: r.num_running),
-        "paused": arr(lambda r: r.num_paused),
-    }
+
+def metric_row(r: StepRecord) -> tuple:
+    """One step's numbers, in :data:`FIELDS` order (wall seconds of the step, counts, KV %, ms)."""
+    dur_ns = max(r.end_ns - r.start_ns, 1)
+    return (r.step, dur_ns * 1e-9, len(r.new_tokens), len(r.scheduled), r.num_scheduled_tokens,
+            100.0 * r.kv_cache_usage, r.num_waiting, r.num_running, r.num_paused, dur_ns * 1e-6,
+            r.recorder_wait_ns * 1e-6)
+
+
+def step_metrics(records: Sequence[StepRecord], rows: Sequence[tuple] | None = None) -> dict[str, np.ndarray]:
+    """float64 arrays over ``records`` (in step order), one per :data:`FIELDS` key plus
+    ``output`` (output tokens/s = new tokens / step wall time). ``rows``: their
+    :func:`metric_row`s when already known."""
+    rows = [metric_row(r) for r in records] if rows is None else rows
+    table = np.array(rows, float).reshape(len(rows), len(FIELDS))
+    m = {k: table[:, i] for i, k in enumerate(FIELDS)}
+    m["output"] = m["new"] / np.maximum(m["seconds"], 1e-9)
+    return m
+
+
+def nice_ceiling(x: float) -> float:
+    """The smallest of 1, 2, 2.5, 5 x 10^k that is >= ``x`` (>= 1): y ranges that change
+    rarely, so axes are not re-laid out every frame."""
+    x = max(float(x), 1.0)
+    base = 10.0 ** np.floor(np.log10(x))
+    return next(m * base for m in (1, 2, 2.5, 5, 10) if m * base >= x)
 
 
 class MetricsPlots(QWidget):
-    """``set_records(records, shown_step, first_step, window)`` redraws every curve."""
+    """``set_records(records, shown_step, latest_step)`` redraws every curve.
+
+    All plots live in ONE ``pg.GraphicsLayoutWidget`` (one scene to paint); only the bottom row
+    shows step ticks (the x axes are linked) and y ranges snap to :func:`nice_ceiling`, so a
+    frame re-lays out two axes, not twelve."""
 
     def __init__(self, window: int = 200, parent: QWidget | None = None):
         super().__init__(parent)
         self.window = window
         self.metrics: dict[str, np.ndarray] = step_metrics(())
-        grid = QGridLayout(self)
-        grid.setContentsMargins(0, 0, 0, 0)
-        grid.setSpacing(2)
+        self._memo = StepMemo(metric_row)
+        self.layout_widget = pg.GraphicsLayoutWidget(border=False)
+        self.layout_widget.setBackground(PLOT_BG)
+        self.layout_widget.ci.setSpacing(0)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(self.layout_widget)
         self.plots: dict[str, pg.PlotItem] = {}
-        self.curves: dict[str, pg.PlotDataItem] = {}
+        self.curves: dict[str, pg.PlotCurveItem] = {}
         self.markers: list[pg.InfiniteLine] = []
+        self._top: dict[str, float] = {}
+        rows = (len(PLOTS) + 1) // 2
         first = None
         for i, (key, title, ylabel, units, series) in enumerate(PLOTS):
-            widget = plot_widget()
-            grid.addWidget(widget, i // 2, i % 2)
-            p = widget.getPlotItem()
+            p = self.layout_widget.addPlot(row=i // 2, col=i % 2)
+            p.setMenuEnabled(False)
+            p.hideButtons()
             if len(series) > 1:
                 title += "<span style='font-size:8pt'>" + "".join(
-                    f" <span style='color:{css(c)}'>&#9644;{n}</span>" for n, c in series) + "</span>"
-            p.setTitle(title, color=PLOT_FG, size="10pt")
+                    f" <span style='color:{css(c)}'>&#9644;{_label(n)}</span>" for n, c in series) + "</span>"
+            p.setTitle(title, color=PLOT_FG, size="9pt")
             p.setMouseEnabled(False, False)
             # no grid: grid lines belong to the axes, and would repaint every axis on each frame
             style_axis(p.getAxis("left"), ylabel, units)
-            style_axis(p.getAxis("bottom"), "step")
+            p.getAxis("left").enableAutoSIPrefix(False)
             p.getAxis("left").setWidth(52)
-            for name, color in series:
-                curve = p.plot([], [], pen=pg.mkPen(color, width=2), name=name,
-                               stepMode=None, connect="finite")
-                self.curves[name] = curve
+            bottom = p.getAxis("bottom")
+            bottom.enableAutoSIPrefix(False)
+            if i // 2 == rows - 1:
+                style_axis(bottom, "step")
+            else:
+                p.hideAxis("bottom")
+            for name, color in series:     # bare curves: no scatter item to keep up to date
+                self.curves[name] = pg.PlotCurveItem(pen=pg.mkPen(color, width=2), skipFiniteCheck=True)
+                p.addItem(self.curves[name])
             p.setYRange(0, 100 if key == "kv" else 1, padding=0.02)
             marker = pg.InfiniteLine(angle=90, movable=False,
                                      pen=pg.mkPen("#ffffff", width=1, style=Qt.DashLine))
@@ -90,13 +123,6 @@ class MetricsPlots(QWidget):
             else:
                 p.setXLink(first)
             self.plots[key] = p
-        for i in (0, 1):
-            grid.setColumnStretch(i, 1)
-            grid.setRowStretch(i, 1)
-        self.curves["output"].setFillLevel(0)
-        self.curves["output"].setBrush(pg.mkBrush(*PALETTE[0], 60))
-        self.curves["kv"].setFillLevel(0)
-        self.curves["kv"].setBrush(pg.mkBrush(*PALETTE[2], 60))
 
     def set_records(self, records: Sequence[StepRecord], shown_step: int,
                     latest_step: int | None = None) -> None:
@@ -104,13 +130,15 @@ class MetricsPlots(QWidget):
         latest = shown_step if latest_step is None else latest_step
         first_step, span = step_span(shown_step, latest, self.window)
         recs = [r for r in records if first_step <= r.step <= shown_step]
-        m = self.metrics = step_metrics(recs)
+        m = self.metrics = step_metrics(recs, self._memo.get(recs))
         for name, curve in self.curves.items():
             curve.setData(m["step"], m[name])
         for key, _t, _l, _u, series in PLOTS:
             if key != "kv":      # y from 0 to the window's maximum: no jitter, no false zero
-                top = max([1.0] + [float(m[n].max()) for n, _c in series if len(m[n])])
-                self.plots[key].setYRange(0, top * 1.08, padding=0)
+                top = nice_ceiling(max([1.0] + [float(m[n].max()) for n, _c in series if len(m[n])]))
+                if self._top.get(key) != top:
+                    self._top[key] = top
+                    self.plots[key].setYRange(0, top * 1.05, padding=0)
         self.plots["throughput"].setXRange(first_step - 0.5, first_step + span - 0.5, padding=0)
         for marker in self.markers:
             marker.setValue(shown_step)

@@ -11,10 +11,16 @@ from engine.source import StepSource
 
 def step_span(shown_step: int, latest_step: int, window: int, minimum: int = 32) -> tuple[int, int]:
     """``(first_step, num_steps)`` of the step axis shared by the timeline and the plots: the
-    whole run while it is shorter than ``window`` (at least ``minimum`` steps), then a window
-    that ends at the shown step."""
-    span = min(window, max(latest_step + 1, shown_step + 1, minimum))
-    return max(0, shown_step - span + 1), span
+    whole run while it is shorter than ``window`` (rounded up to a multiple of ``minimum`` or
+    ``window // 8`` steps), then a window
+    of ``window`` steps that pages forward a quarter window at a time, so the shown step is in
+    its last quarter and the axes move once every ``window // 4`` steps, not every frame."""
+    grain = max(minimum, window // 8)
+    span = min(window, -(-max(latest_step + 1, shown_step + 1, minimum) // grain) * grain)
+    if shown_step < span:
+        return 0, span
+    page = max(1, span // 4)
+    return ((shown_step - span) // page + 1) * page, span
 
 
 class RecordCache:
@@ -37,3 +43,26 @@ class RecordCache:
             lo, hi = start - self.keep // 4, stop + self.keep // 4
             self._by_step = {s: r for s, r in self._by_step.items() if lo <= s < hi}
         return [self._by_step[s] for s in range(start, stop) if s in self._by_step]
+
+
+class StepMemo:
+    """``fn(record)`` computed once per record and remembered by step (records are immutable):
+    per-step derived data (a slot column, a row of metrics) costs one call per new step, not one
+    per step per frame. A record of the same step from another source is recomputed."""
+
+    def __init__(self, fn, keep: int = 4000):
+        self.fn, self.keep = fn, keep
+        self._by_step: dict[int, tuple[StepRecord, object]] = {}
+
+    def get(self, records: list[StepRecord]) -> list:
+        """``[fn(r) for r in records]``, from memory where possible."""
+        memo, out = self._by_step, []
+        for r in records:
+            hit = memo.get(r.step)
+            if hit is None or hit[0] is not r:
+                hit = memo[r.step] = (r, self.fn(r))
+            out.append(hit[1])
+        if len(memo) > self.keep and records:
+            lo, hi = records[0].step - self.keep // 4, records[-1].step + self.keep // 4
+            self._by_step = {s: v for s, v in memo.items() if lo <= s <= hi}
+        return out

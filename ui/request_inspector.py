@@ -8,12 +8,13 @@ from PySide6.QtGui import QFont, QTextCursor
 from PySide6.QtWidgets import (QFormLayout, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
                                QVBoxLayout, QWidget)
 
-from engine.outputs import RequestView
+from engine.outputs import RequestView, StepRecord
 from engine.source import EngineControl, StepSource
 from engine.state import EngineState
 from ui.colors import ERROR, css, request_rgb
 from ui.request_menu import allowed_actions, run_action
-from ui.queue_tables import cell_text, reason_text
+from ui.request_table import cell_text, not_admitted, reason_text
+from ui.state_lookup import block_ids, find_view
 
 FIELDS = ("state", "arrival", "tokens", "KV", "latency", "reason")
 
@@ -29,8 +30,9 @@ class RequestInspector(QWidget):
         self.source, self.control = source, control
         self.selected: str | None = None
         self.view: RequestView | None = None
+        self.block_ids: tuple[int, ...] = ()
         self.step = -1
-        self.not_admitted: dict[str, str] = {}
+        self.record: StepRecord | None = None
         self._text_key: tuple | None = None
         self.header = QLabel("No request selected: click a block, a slot cell or a table row")
         self.header.setWordWrap(True)
@@ -82,13 +84,13 @@ class RequestInspector(QWidget):
         self.selected = request_id
         self._text_key = None
 
-    def set_state(self, state: EngineState, step: int,
-                  not_admitted: dict[str, str] | None = None) -> None:
-        """Show the selected request in ``state`` (after ``step``); ``not_admitted`` maps
-        waiting ids to the reason they were not admitted in that step."""
+    def set_state(self, state: EngineState, step: int, record: StepRecord | None = None) -> None:
+        """Show the selected request in ``state`` (after ``step``); ``record`` (that step's)
+        says why a waiting request was not admitted."""
         self.step = step
-        self.not_admitted = not_admitted or {}
-        self.view = state.requests.get(self.selected) if self.selected else None
+        self.record = record
+        self.view = find_view(state, self.selected)
+        self.block_ids = block_ids(state, self.selected) if self.view is not None else ()
         self._show()
 
     def _show(self) -> None:
@@ -111,11 +113,12 @@ class RequestInspector(QWidget):
         self.values["tokens"].setText(
             f"prompt {v.num_prompt_tokens} · generated {v.num_output_tokens} / {v.max_tokens}"
             f" · KV written {v.num_computed_tokens}")
-        ids = ", ".join(map(str, v.block_ids[:12])) + (" …" if len(v.block_ids) > 12 else "")
-        self.values["KV"].setText(f"{len(v.block_ids)} blocks [{ids}]" if v.block_ids else "no blocks")
+        blocks = self.block_ids
+        ids = ", ".join(map(str, blocks[:12])) + (" …" if len(blocks) > 12 else "")
+        self.values["KV"].setText(f"{len(blocks)} blocks [{ids}]" if blocks else "no blocks")
         self.values["latency"].setText(f"TTFT {cell_text(v, 4)} · mean ITL {cell_text(v, 5)}"
                                        f" ({self.time_unit or 'engine clock units'})")
-        reason = reason_text(v, self.not_admitted.get(v.request_id))
+        reason = reason_text(v, not_admitted(self.record, v))
         self.values["reason"].setText(reason or "–")
         self.values["reason"].setStyleSheet(f"color: {css(ERROR)};" if v.error else "")
         key = (v.request_id, self.step, v.num_output_tokens)

@@ -1,18 +1,23 @@
 """Transport bar: engine pause/resume and single step (live), replay play at a chosen speed,
-step back / forward, a step scrubber with a spin box, and the "Live" follow toggle.
+step back / forward, a step scrubber with a spin box, a "jump to" box, and the "Live" follow
+toggle.
 
-The bar does not own the shown step: it emits ``seekRequested(step)`` / ``followToggled(on)``
-and the main window answers with ``set_position(shown, latest, following)``.
+The bar does not own the shown step: it emits ``seekRequested(step)`` / ``followToggled(on)`` /
+``jumpRequested(text)`` and the main window answers with ``set_position(shown, latest,
+following)``. Replay speeds: N steps/s (above the frame rate, steps between frames are skipped:
+the position follows the elapsed time) or "max" (every step drawn, as fast as frames draw).
 """
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import (QComboBox, QFrame, QHBoxLayout, QLabel, QSlider, QSpinBox,
-                               QToolButton, QWidget)
+from PySide6.QtCore import QElapsedTimer, Qt, QTimer, Signal
+from PySide6.QtWidgets import (QComboBox, QFrame, QHBoxLayout, QLabel, QLineEdit, QSlider,
+                               QSpinBox, QToolButton, QWidget)
 
 from engine.source import EngineControl
+from ui.theme import fix_size
 
-SPEEDS = (1, 2, 5, 10, 20, 30, 60)   # replay speeds, steps per second
+SPEEDS = (1, 2, 5, 10, 30, 100, 300, 1000, 3000, "max")   # replay speeds, steps per second
+FRAME_MS = 33                                              # fastest timed tick (the frame rate)
 
 
 def _button(text: str, tip: str, checkable: bool = False) -> QToolButton:
@@ -33,6 +38,7 @@ def _separator() -> QFrame:
 
 class TransportBar(QWidget):
     seekRequested = Signal(int)
+    jumpRequested = Signal(str)
     followToggled = Signal(bool)
     engineStepped = Signal()
 
@@ -46,9 +52,18 @@ class TransportBar(QWidget):
         self.play_btn = _button("▶ Play", "Play the recording (Space)", checkable=True)
         self.fwd_btn = _button("Fwd ▸", "Show the next step")
         self.speed = QComboBox()
-        self.speed.addItems([f"{s} steps/s" for s in SPEEDS])
+        self.speed.addItems([s if isinstance(s, str) else f"{s:,} steps/s" for s in SPEEDS])
         self.speed.setCurrentIndex(SPEEDS.index(10))
-        self.speed.setToolTip("Replay speed")
+        self.speed.setToolTip("Replay speed: steps per second (steps between frames are skipped), "
+                              "or max (every step, as fast as the window draws)")
+        self.jump = QLineEdit()
+        self.jump.setPlaceholderText("jump: step, t=12.5, request id")
+        self.jump.setToolTip("Jump to a step number, a time on the engine clock (t=12.5: the "
+                             "step running then) or a request id (its arrival step); Enter")
+        self.jump.setClearButtonEnabled(True)
+        self.jump.setMaximumWidth(220)
+        self.jump.returnPressed.connect(lambda: self.jumpRequested.emit(self.jump.text()))
+        self.jump.textEdited.connect(lambda _t: self.show_jump_error(None))
         self.slider = QSlider(Qt.Horizontal)
         self.slider.setRange(-1, -1)
         self.slider.setToolTip("Drag to show any step")
@@ -56,7 +71,8 @@ class TransportBar(QWidget):
         self.spin.setRange(-1, -1)
         self.spin.setPrefix("step ")
         self.spin.setKeyboardTracking(False)
-        self.latest_label = QLabel("of –")
+        self.spin.setFixedWidth(self.spin.fontMetrics().horizontalAdvance("step 88888888") + 40)
+        self.latest_label = fix_size(QLabel("of –"), "of 88888888")
         self.live_btn = _button("● Live", "Follow the newest step", checkable=True)
         self.live_btn.setChecked(True)
         self.engine_label = QLabel("")
@@ -70,10 +86,12 @@ class TransportBar(QWidget):
         for w in (self.back_btn, self.play_btn, self.fwd_btn, self.speed):
             lay.addWidget(w)
         lay.addWidget(self.slider, 1)
-        for w in (self.spin, self.latest_label, self.live_btn):
+        for w in (self.spin, self.latest_label, self.jump, self.live_btn):
             lay.addWidget(w)
         self.timer = QTimer(self)
         self.timer.timeout.connect(self._play_tick)
+        self.clock = QElapsedTimer()
+        self._play_from = 0
         self.pause_btn.clicked.connect(self.toggle_pause)
         self.step_btn.clicked.connect(self.step)
         self.back_btn.clicked.connect(self.step_back)
@@ -100,7 +118,8 @@ class TransportBar(QWidget):
         self.shown, self.latest, self.following = shown, latest, following
         for w in (self.slider, self.spin):
             w.blockSignals(True)
-            w.setRange(min(0, latest), latest)
+            if (w.minimum(), w.maximum()) != (min(0, latest), latest):
+                w.setRange(min(0, latest), latest)
             w.setValue(shown)
             w.blockSignals(False)
         self.latest_label.setText(f"of {latest}")
@@ -151,8 +170,17 @@ class TransportBar(QWidget):
         if self.shown < self.latest:
             self.seekRequested.emit(self.shown + 1)
 
+    def show_jump_error(self, message: str | None) -> None:
+        """Mark the jump box as not understood (``message`` as its tooltip); None clears it."""
+        self.jump.setStyleSheet("border: 1px solid #e15759;" if message else "")
+        self.jump.setToolTip(message or "Jump to a step number, a time on the engine clock "
+                             "(t=12.5) or a request id (its arrival step); Enter")
+
     def _user_seek(self, value: int) -> None:
         self.seekRequested.emit(value)
+        if self.timer.isActive():                   # keep playing from where the user put it
+            self._play_from = self.shown
+            self.clock.restart()
 
     def _live_toggled(self, on: bool) -> None:
         if on:
@@ -160,8 +188,16 @@ class TransportBar(QWidget):
         self.followToggled.emit(on)
 
     # --- replay playback ---------------------------------------------------------------------
+    def steps_per_second(self) -> float | None:
+        """The chosen replay speed (None = max)."""
+        s = SPEEDS[self.speed.currentIndex()]
+        return None if isinstance(s, str) else float(s)
+
     def _apply_speed(self) -> None:
-        self.timer.setInterval(int(1000 / SPEEDS[self.speed.currentIndex()]))
+        rate = self.steps_per_second()
+        self.timer.setInterval(0 if rate is None else max(FRAME_MS, int(1000 / rate)))
+        self._play_from = self.shown
+        self.clock.start()
 
     def _play_toggled(self, on: bool) -> None:
         self.play_btn.setText("■ Stop" if on else "▶ Play")
@@ -178,5 +214,10 @@ class TransportBar(QWidget):
     def _play_tick(self) -> None:
         if self.shown >= self.latest:
             self.play_btn.setChecked(False)
+            return
+        rate = self.steps_per_second()
+        if rate is None or rate * FRAME_MS <= 1000:
+            target = self.shown + 1                 # at or below the frame rate: every step
         else:
-            self.seekRequested.emit(self.shown + 1)
+            target = self._play_from + int(rate * self.clock.elapsed() / 1000)
+        self.seekRequested.emit(min(max(target, self.shown + 1), self.latest))

@@ -1,4 +1,5 @@
-"""UI tests run offscreen with pytest-qt; the fake run lives in fakes.py next to this file."""
+"""UI tests run offscreen with pytest-qt on states and records of the REAL engine with the fake
+runner of tests/engine (fakes.py next to this file)."""
 from __future__ import annotations
 
 import os
@@ -7,18 +8,24 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 ROOT = Path(__file__).resolve().parents[2]
-for p in (str(ROOT), str(Path(__file__).resolve().parent)):
+for p in (str(ROOT), str(Path(__file__).resolve().parent), str(ROOT / "tests" / "engine")):
     if p not in sys.path:
         sys.path.insert(0, p)
 
 import pytest  # noqa: E402
 
-from fakes import FakeControl, FakeSource  # noqa: E402
+from fakes import FakeControl, FakeSource, big_source  # noqa: E402
 
 
 @pytest.fixture
 def source() -> FakeSource:
     return FakeSource()
+
+
+@pytest.fixture(scope="session")
+def big() -> FakeSource:
+    """16,384 blocks, 256 running (decoding), 10,000 waiting: read it, never step it."""
+    return big_source()
 
 
 @pytest.fixture

@@ -1,183 +1,134 @@
-"""A deterministic fake run for UI tests: a tiny FCFS scheduler with chunked prefill over a
-64-block paged cache and 4 batch slots, producing real StepRecords; the states are built with
-``EngineState.apply`` exactly as a recording reader would."""
+"""In-memory sources for UI tests and the UI benchmark, built on the REAL engine.
+
+``FakeSource`` runs ``engine.engine.LLMEngine`` with the fake runner of ``tests/engine``
+(no model; virtual clock, so arrivals are counted in steps) and keeps every step's record and
+state in memory: a ``StepSource`` the window cannot tell from a live engine or a recording.
+``FakeControl`` is an ``EngineControl`` over the same engine that also logs its calls;
+``big_source()`` builds the production-sized state of the UI benchmark (16k blocks, 256 running,
+10k waiting).
+"""
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+import sys
+from pathlib import Path
 
-from engine.outputs import (NOT_ADMITTED_NO_FREE_BLOCKS, NOT_ADMITTED_SEQ_CAP,
-                            NOT_ADMITTED_TOKEN_BUDGET, NewToken, RequestEvent, RequestView,
-                            ScheduledRequest, SchedulerOutput, StepRecord)
-from engine.state import EngineState
+ENGINE_TESTS = str(Path(__file__).resolve().parents[1] / "engine")
+if ENGINE_TESTS not in sys.path:
+    sys.path.insert(0, ENGINE_TESTS)
+
+from engine.config import EngineConfig  # noqa: E402
+from engine.engine import LLMEngine  # noqa: E402
+from engine.outputs import StepRecord  # noqa: E402
+from engine.request import SamplingParams  # noqa: E402
+from engine.state import EngineState  # noqa: E402
+from fake_runner import VOCAB_SIZE, FakeRunner, ToyTokenizer, hash_next_token  # noqa: E402
 
 WORDS = ("the", " cache", " fills", " one", " block", " at", " a", " time", " while", " new",
          " requests", " wait", " their", " turn", ",", " and", " tokens", " stream", " out", ".")
+TOKENIZER = ToyTokenizer({i: WORDS[i % len(WORDS)] for i in range(VOCAB_SIZE)})
 
-# (prompt tokens, max_tokens, arrival step, stop early after n tokens or None)
-WORKLOAD = ((120, 18, 0, None), (260, 14, 0, None), (64, 30, 2, None), (150, 20, 5, 9),
-            (230, 16, 8, None), (180, 22, 11, None))
-
-
-@dataclass
-class _Req:
-    rid: str
-    prompt: int
-    max_tokens: int
-    arrival: int
-    stop_after: int | None = None
-    status: str = "PENDING"
-    computed: int = 0
-    outputs: int = 0
-    slot: int | None = None
-    blocks: list[int] = field(default_factory=list)
-    first_token_step: int | None = None
-    token_steps: list[int] = field(default_factory=list)
-    error: str | None = None
-
-    def view(self) -> RequestView:
-        itl = None
-        if len(self.token_steps) >= 2:
-            itl = (self.token_steps[-1] - self.token_steps[0]) / (len(self.token_steps) - 1)
-        reason = {"FINISHED_LENGTH": "length", "FINISHED_STOPPED": "stop",
-                  "FINISHED_ABORTED": "abort", "FINISHED_ERROR": "error"}.get(self.status)
-        return RequestView(
-            self.rid, self.status, self.arrival, float(self.arrival), self.prompt, self.outputs,
-            self.computed, self.max_tokens, tuple(self.blocks), self.slot, 0,
-            None if self.first_token_step is None else float(self.first_token_step - self.arrival),
-            itl, reason, self.error)
+# (prompt tokens, max_tokens, arrival step): six requests through 4 slots, 64 blocks of 16,
+# a 96-token budget, so prefill is chunked, slots fill up and requests wait for them.
+WORKLOAD = ((120, 18, 0), (260, 14, 0), (64, 30, 2), (150, 20, 5), (230, 16, 8), (180, 22, 11))
 
 
-class FakeRun:
-    """Steps a toy scheduler; each ``step()`` returns the next StepRecord."""
-
-    def __init__(self, num_blocks=64, block_size=16, max_num_seqs=4, budget=96, workload=WORKLOAD,
-                 error_at: int | None = None):
-        self.num_blocks, self.block_size, self.max_num_seqs, self.budget = (
-            num_blocks, block_size, max_num_seqs, budget)
-        self.reqs = [_Req(f"req-{i}", *w) for i, w in enumerate(workload)]
-        self.free = list(range(num_blocks))
-        self.step_index = 0
-        self.error_at = error_at
-        self.ns = 0
-
-    def add(self, prompt_tokens: int, max_tokens: int) -> str:
-        r = _Req(f"req-{len(self.reqs)}", prompt_tokens, max_tokens, self.step_index)
-        self.reqs.append(r)
-        return r.rid
-
-    def _finish(self, r: _Req, status: str) -> None:
-        r.status, r.slot = status, None
-        self.free.extend(r.blocks)
-        r.blocks = []
-
-    def step(self) -> StepRecord:
-        k, bs = self.step_index, self.block_size
-        changed: dict[str, _Req] = {}
-        events: list[RequestEvent] = []
-        for r in self.reqs:
-            if r.status == "PENDING" and r.arrival <= k:
-                r.status = "WAITING"
-                changed[r.rid] = r
-                events.append(RequestEvent(r.rid, "arrived"))
-        budget, sched, not_admitted = self.budget, [], []
-        running = sorted((r for r in self.reqs if r.status == "RUNNING"), key=lambda r: r.slot)
-        for r in running + [r for r in self.reqs if r.status == "WAITING"]:
-            total = r.prompt + r.outputs
-            n = min(total - r.computed, budget)
-            need = math.ceil((r.computed + n) / bs) - len(r.blocks)
-            if r.status == "WAITING":
-                used = {x.slot for x in self.reqs if x.status == "RUNNING"}
-                reason = (NOT_ADMITTED_SEQ_CAP if len(used) >= self.max_num_seqs else
-                          NOT_ADMITTED_TOKEN_BUDGET if n <= 0 else
-                          NOT_ADMITTED_NO_FREE_BLOCKS if need > len(self.free) else None)
-                if reason:
-                    not_admitted.append((r.rid, reason))
-                    continue
-                r.status = "RUNNING"
-                r.slot = min(set(range(self.max_num_seqs)) - used)
-                events.append(RequestEvent(r.rid, "scheduled"))
-            if n <= 0 or need > len(self.free):
-                continue
-            new = tuple(self.free.pop(0) for _ in range(need))
-            r.blocks.extend(new)
-            sched.append(ScheduledRequest(r.rid, r.slot, n, r.computed, r.outputs == 0 or
-                                          r.computed < total - 1, new, tuple(r.blocks)))
-            budget -= n
-            r.computed += n
-            changed[r.rid] = r
-        new_tokens = []
-        for s in sched:
-            r = next(x for x in self.reqs if x.rid == s.request_id)
-            if r.computed == r.prompt + r.outputs:
-                new_tokens.append(NewToken(r.rid, r.outputs, 1000 + r.outputs,
-                                           WORDS[(r.outputs + int(r.rid[4:])) % len(WORDS)]))
-                r.outputs += 1
-                r.token_steps.append(k)
-                if r.first_token_step is None:
-                    r.first_token_step = k
-                if r.outputs >= r.max_tokens or r.outputs == r.stop_after:
-                    self._finish(r, "FINISHED_LENGTH" if r.outputs >= r.max_tokens
-                                 else "FINISHED_STOPPED")
-                    events.append(RequestEvent(r.rid, "finished"))
-        error = None
-        if k == self.error_at and sched:
-            r = next(x for x in self.reqs if x.rid == sched[-1].request_id)
-            error = r.error = "RuntimeError: CUDA out of memory (fake)"
-            self._finish(r, "FINISHED_ERROR")
-            changed[r.rid] = r
-        dur = 4_000_000 + 20_000 * sum(s.num_tokens for s in sched)
-        start, self.ns = self.ns, self.ns + dur + 500_000
-        count = {q: sum(1 for r in self.reqs if r.status == q) for q in ("WAITING", "RUNNING")}
-        rec = StepRecord(
-            k, start, start + dur, float(k), SchedulerOutput(k, tuple(sched), (), tuple(not_admitted)),
-            tuple(new_tokens), tuple(events), tuple(r.view() for r in changed.values()),
-            count["WAITING"], count["RUNNING"], 0,
-            sum(1 for r in self.reqs if r.status.startswith("FINISHED")), len(self.free),
-            self.num_blocks, error=error)
-        self.step_index += 1
-        return rec
+def prompt_ids(n: int, salt: int) -> list[int]:
+    """``n`` deterministic prompt token ids (different per ``salt``)."""
+    return [(7 * i + 13 * salt) % VOCAB_SIZE for i in range(n)]
 
 
 class FakeSource:
-    """StepSource over a FakeRun that has been stepped ``num_steps`` times."""
+    """A ``StepSource`` over a real engine with the fake runner, stepped ``num_steps`` times.
 
-    def __init__(self, num_steps: int = 40, **run_kwargs):
-        self.run = FakeRun(**run_kwargs)
-        self._records: list[StepRecord] = []
-        self._states = [EngineState(-1, 0.0, self.run.num_blocks, self.run.block_size,
-                                    self.run.max_num_seqs)]
+    ``states`` (kept unless ``keep_states=False``) and ``history`` hold every step; the state of
+    the newest step is ``engine.state()`` itself, so changes made between steps (an injected
+    request, an abort) show up at once, as with a live engine."""
+
+    def __init__(self, num_steps: int = 40, *, num_blocks: int = 64, block_size: int = 16,
+                 max_num_seqs: int = 4, budget: int = 96, workload=WORKLOAD, fail_steps=(),
+                 max_model_len: int = 2048, keep_states: bool = True, tokenizer=TOKENIZER,
+                 next_token_fn=hash_next_token, record_to=None):
+        self.config = EngineConfig(block_size=block_size, num_gpu_blocks=num_blocks,
+                                   max_num_seqs=max_num_seqs, max_num_batched_tokens=budget,
+                                   max_model_len=max_model_len, clock="virtual")
+        self.runner = FakeRunner(num_blocks, block_size, next_token_fn, fail_steps=fail_steps)
+        self.writer = None
+        if record_to is not None:
+            from recordings import RecordingWriter
+            self.writer = RecordingWriter(record_to, self.run_info(), keyframe_interval=8)
+        self.engine = LLMEngine(self.config, self.runner, num_blocks, tokenizer=tokenizer,
+                                recorder=self.writer)
+        self.keep_states = keep_states
+        self.num_added = 0
+        for prompt, max_tokens, at in workload:
+            self.add(prompt, max_tokens, float(at))
+        self.history: list[StepRecord] = []
+        self.states: list[EngineState] = [self.engine.state()]
+        self._text: dict[str, list[tuple[int, str]]] = {}
         self.advance(num_steps)
+
+    def add(self, num_prompt_tokens: int, max_tokens: int, arrival_time: float | None = None) -> str:
+        """Add ``req-<n>`` (n = requests added so far); arrival on the virtual clock."""
+        rid = f"req-{self.num_added}"
+        self.engine.add_request(prompt_ids(num_prompt_tokens, self.num_added),
+                                SamplingParams(max_tokens=max_tokens, ignore_eos=True),
+                                request_id=rid, arrival_time=arrival_time)
+        self.num_added += 1
+        return rid
 
     def advance(self, n: int = 1) -> None:
         for _ in range(n):
-            rec = self.run.step()
-            self._records.append(rec)
-            self._states.append(self._states[-1].apply(rec))
+            rec = self.engine.step()
+            self.history.append(rec)
+            for t in rec.new_tokens:
+                if t.text:
+                    self._text.setdefault(t.request_id, []).append((rec.step, t.text))
+            if self.keep_states:
+                self.states.append(self.engine.state())
 
+    def close(self) -> None:
+        """Close the recording (with ``record_to``)."""
+        if self.writer is not None:
+            self.writer.close()
+
+    # --- StepSource ----------------------------------------------------------------------
     def run_info(self) -> dict:
         return {"model": "fake/SmolLM2-135M", "device": "cpu", "dtype": "float32", "trace": None,
-                "started_at": "2025-01-01T00:00:00",
-                "config": {"block_size": self.run.block_size, "num_gpu_blocks": self.run.num_blocks,
-                           "max_num_seqs": self.run.max_num_seqs,
-                           "max_num_batched_tokens": self.run.budget}}
+                "started_at": "2025-01-01T00:00:00", "config": self.config.to_dict()}
 
     def latest_step(self) -> int:
-        return len(self._records) - 1
+        return len(self.history) - 1
 
     def state_at(self, step: int) -> EngineState:
-        return self._states[max(-1, min(step, self.latest_step())) + 1]
+        step = max(-1, min(step, self.latest_step()))
+        if step == self.latest_step():
+            return self.engine.state()
+        return self.states[step + 1]
 
     def records(self, start: int, stop: int) -> list[StepRecord]:
-        return self._records[max(start, 0):max(stop, 0)]
+        return self.history[max(start, 0):max(stop, 0)]
 
     def request_text(self, request_id: str, step: int) -> str:
-        return "".join(t.text for rec in self._records[:max(step + 1, 0)]
-                       for t in rec.new_tokens if t.request_id == request_id)
+        return "".join(t for s, t in self._text.get(request_id, ()) if s <= step)
+
+
+def big_source(num_blocks: int = 16_384, running: int = 256, waiting: int = 10_000,
+                output: int = 64) -> FakeSource:
+    """A production-sized state from the real engine: ``running`` requests decoding over all
+    but a few of ``num_blocks`` blocks (16 tokens each), ``waiting`` more behind the slot cap;
+    the fake model samples token 1 and does no hashing, so it builds in seconds."""
+    prompt = num_blocks * 16 // running - output
+    workload = [(prompt, output, 0)] * running + [(32, 16, 0)] * waiting
+    src = FakeSource(0, num_blocks=num_blocks, block_size=16, max_num_seqs=running, budget=8192,
+                     workload=workload, max_model_len=prompt + output, tokenizer=None,
+                     next_token_fn=lambda ctx, n: 1)
+    while src.latest_step() < 0 or any(e.is_prefill for e in src.history[-1].scheduled):
+        src.advance(1)
+    return src
 
 
 class FakeControl:
-    """EngineControl that records every call; step_once advances the fake run by one step."""
+    """``EngineControl`` over a FakeSource's engine; ``calls`` logs every call in order."""
 
     def __init__(self, source: FakeSource):
         self.source = source
@@ -203,16 +154,19 @@ class FakeControl:
     def add_request(self, prompt: str, max_tokens: int, temperature: float = 0.0,
                     top_p: float = 1.0, seed: int | None = None) -> str:
         self.calls.append(("add_request", prompt, max_tokens, temperature, top_p, seed))
-        return self.source.run.add(max(1, len(prompt.split())), max_tokens)
+        return self.source.add(max(1, len(prompt.split())), max_tokens)
 
     def abort_request(self, request_id: str) -> None:
         self.calls.append(("abort_request", request_id))
+        self.source.engine.abort_request(request_id)
 
     def pause_request(self, request_id: str) -> None:
         self.calls.append(("pause_request", request_id))
+        self.source.engine.pause_request(request_id)
 
     def resume_request(self, request_id: str) -> None:
         self.calls.append(("resume_request", request_id))
+        self.source.engine.resume_request(request_id)
 
     def last_error(self) -> str | None:
         return self.error

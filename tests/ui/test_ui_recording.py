@@ -1,5 +1,6 @@
-"""End to end: the fake run recorded with recordings.RecordingWriter, replayed in the window
-through recordings.Reader, shows the same states as the live fake source."""
+"""End to end: the engine run of the fake source recorded by recordings.RecordingWriter (as the
+engine's recorder), replayed in the window through recordings.Reader, shows the same states as
+the live run; the jump box finds requests through the Reader's request_info."""
 from __future__ import annotations
 
 import pytest
@@ -9,40 +10,30 @@ from recordings import Reader, RecordingWriter
 from ui import MainWindow
 
 
-def record(source: FakeSource, path) -> None:
-    """Write ``source``'s run the way the engine would: arrivals, then each step."""
-    with RecordingWriter(path, source.run_info()) as writer:
-        seen: set[str] = set()
-        for rec in source.records(0, source.latest_step() + 1):
-            for v in rec.changed:
-                if v.request_id not in seen:
-                    seen.add(v.request_id)
-                    writer.write_request(v.request_id, v.arrival_step, v.arrival_time,
-                                         [1] * v.num_prompt_tokens, None, {"max_tokens": v.max_tokens})
-            writer.write_step(rec)
-
-
 @pytest.fixture
-def replay(qtbot, tmp_path, source):
+def replay(qtbot, tmp_path):
     path = tmp_path / "fake.sqlite"
-    record(source, path)
+    source = FakeSource(record_to=path)
+    source.close()
     reader = Reader(path)
     w = MainWindow(reader, None, open_recording=Reader)
     w.timer.stop()
     qtbot.addWidget(w)
     w.show()
     qtbot.waitExposed(w)
-    yield w
+    yield w, source
     w.close()
     reader.close()
 
 
-def test_replay_of_a_recording_matches_the_live_run(replay, source):
+def test_replay_of_a_recording_matches_the_live_run(replay):
+    replay, source = replay
     assert replay.shown_step == source.latest_step()
     for k in (3, 17, 20, 38):
         replay.show_step(k)
-        assert replay.state == source.state_at(k)
-        assert replay.records == source.records(k - replay.window, k + 1)
+        assert replay.state == source.states[k + 1]
+        assert [r.step for r in replay.records] == [r.step for r in source.records(k - replay.window, k + 1)]
+        assert [r.scheduled for r in replay.records] == [r.scheduled for r in source.records(k - replay.window, k + 1)]
         replay.select_request("req-2")
         assert replay.inspector.text.toPlainText() == source.request_text("req-2", k)
     image = replay.grab().toImage()
@@ -50,3 +41,11 @@ def test_replay_of_a_recording_matches_the_live_run(replay, source):
                for y in range(0, image.height(), 4)}
     assert len(colours) > 50
     assert not replay.banner.isVisible()
+
+
+def test_jump_to_a_finished_request_in_a_recording(replay):
+    replay, source = replay
+    assert replay.jump_to("req-1")                 # finished long before the last step
+    assert replay.shown_step == 0 and replay.selected == "req-1"
+    replay.jump_to("t=9")
+    assert replay.shown_step == 9

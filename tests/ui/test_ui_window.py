@@ -38,7 +38,8 @@ def test_scrubbing_shows_exactly_state_at_k(window, source):
         state = source.state_at(k)
         assert window.shown_step == k and not window.following
         assert window.state == state
-        assert window.block_map.cells == state.block_map()
+        assert (window.block_map.owner_rows == state.owner_rows()).all()
+        assert (window.block_map.fill == state.block_fill()).all()
         assert window.queues.row_counts() == {
             "running": len(state.running), "waiting": len(state.waiting),
             "paused": len(state.paused), "finished": len(state.finished)}
@@ -111,7 +112,7 @@ def test_clicking_a_slot_cell_selects_its_request(window, qtbot):
     from PySide6.QtCore import QPointF
     pos = tl.plot.mapFromScene(vb.mapViewToScene(QPointF(10, 2)))
     qtbot.mouseClick(tl.plot.viewport(), Qt.LeftButton, pos=pos)
-    assert window.selected == tl.cells[(10, 2)].request_id == "req-2"
+    assert window.selected == tl.entry_at(10, 2).request_id == "req-2"
 
 
 def test_inspector_buttons_act_on_the_selected_request(window, control):
@@ -126,7 +127,7 @@ def test_inspector_buttons_act_on_the_selected_request(window, control):
 
 
 def test_errors_show_in_the_window(qtbot):
-    source = FakeSource(error_at=10)
+    source = FakeSource(fail_steps=(10,))
     control = FakeControl(source)
     w = MainWindow(source, control)
     w.timer.stop()
@@ -136,7 +137,7 @@ def test_errors_show_in_the_window(qtbot):
     assert not w.banner.isVisible()
     w.show_step(15)
     assert w.banner.isVisible() and "step 10" in w.banner.label.text()
-    assert "out of memory" in w.banner.label.text()
+    assert "injected failure at step 10" in w.banner.label.text()
     control.error = "engine thread died: ValueError: boom"
     w.refresh()
     assert "boom" in w.banner.label.text()
@@ -204,22 +205,15 @@ def test_waiting_requests_say_why_they_were_not_admitted(window, source):
 
 
 class LateSource(FakeSource):
-    """Like a live engine's source: no steps and no run info while the model loads, and a
-    newest state that changes between steps (a request injected while paused)."""
+    """Like a live engine's source: no steps and no run info while the model loads; its newest
+    state changes between steps (a request added while the engine is paused)."""
 
     def __init__(self):
         super().__init__(num_steps=0)
         self.loaded = False
-        self.extra = None
 
     def run_info(self):
         return super().run_info() if self.loaded else {}
-
-    def state_at(self, step):
-        state = super().state_at(step)
-        if self.extra is not None and step >= self.latest_step():
-            state = state.with_views([self.extra], state.step, state.clock)
-        return state
 
 
 def test_live_source_that_loads_late_and_changes_between_steps(qtbot):
@@ -228,15 +222,13 @@ def test_live_source_that_loads_late_and_changes_between_steps(qtbot):
     w.timer.stop()
     qtbot.addWidget(w)
     w.show()
-    assert w.shown_step == -1 and w.state.requests == {} and not w.banner.isVisible()
+    assert w.shown_step == w.state.step == -1 and not w.banner.isVisible()
     assert w.status["run"].text() == ""
     source.loaded = True
     source.advance(3)
     w.refresh()
     assert w.shown_step == 2 and "fake/SmolLM2-135M" in w.status["run"].text()
     assert "fake/SmolLM2-135M" in w.windowTitle()
-    view = source.state_at(2).requests["req-0"]
-    source.extra = type(view)(**{**view.__dict__, "request_id": "req-99", "status": "WAITING",
-                                 "block_ids": (), "slot": None, "num_computed_tokens": 0})
+    rid = source.add(10, 5)                        # between steps, as the inject dialog does
     w.refresh()                                    # no new step, yet the new request shows
-    assert w.shown_step == 2 and w.queues.models["waiting"].row_of("req-99") is not None
+    assert w.shown_step == 2 and w.queues.models["waiting"].row_of(rid) is not None

@@ -1,0 +1,104 @@
+"""Queue tables: virtual models whose rows and cells are the state's columns, updated without
+resetting (or repainting) what did not change."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from PySide6.QtCore import Qt
+
+from engine.state import STATUSES
+from ui.colors import request_qcolor
+from ui.queue_tables import QueueTables
+from ui.request_table import COLUMNS, NOT_ADMITTED_TEXT, RequestTableModel
+
+
+def expected_cells(state, row: int) -> list[str]:
+    """The 8 cell texts of state row ``row``, straight from the columns."""
+    c = state.columns
+    first, last, arrival = (float(c[k][row]) for k in ("first_token_time", "last_token_time", "arrival_time"))
+    n_out = int(c["num_output_tokens"][row])
+    ttft = "–" if math.isnan(first) else f"{first - arrival:.3g}"
+    itl = f"{(last - first) / (n_out - 1):.3g}" if n_out >= 2 else "–"
+    return [state.request_ids[row], STATUSES[int(c["status"][row])].lower(),
+            str(int(c["num_prompt_tokens"][row])), f"{n_out} / {int(c['max_tokens'][row])}",
+            ttft, itl, str(int(c["num_preemptions"][row]))]
+
+
+def cells(model: RequestTableModel, i: int) -> list[str]:
+    return [model.data(model.index(i, col)) for col in range(len(COLUMNS))]
+
+
+def test_models_are_the_state_columns_at_scale(qtbot, big):
+    state, record = big.state_at(big.latest_step()), big.records(big.latest_step(), big.latest_step() + 1)[0]
+    w = QueueTables()
+    qtbot.addWidget(w)
+    w.set_state(state, record)
+    status = state.columns["status"]
+    for name, codes in (("running", ("RUNNING",)), ("waiting", ("WAITING", "PREEMPTED")),
+                        ("paused", ("PAUSED",))):
+        m = w.models[name]
+        rows = np.flatnonzero(np.isin(status, [STATUSES.index(s) for s in codes]))
+        assert m.rowCount() == len(rows)
+        for i in {0, len(rows) // 2, len(rows) - 1} if len(rows) else ():
+            assert cells(m, i)[:7] == expected_cells(state, int(rows[i]))
+            assert m.data(m.index(i, 0), Qt.UserRole) == state.request_ids[rows[i]]
+            assert m.data(m.index(i, 0), Qt.DecorationRole) == request_qcolor(state.request_ids[rows[i]])
+    assert w.row_counts() == {"running": 256, "waiting": 10_000, "paused": 0,
+                              "finished": len(state.recently_finished)}
+    waiting = w.models["waiting"]
+    # FCFS: the oldest waiting request found the batch slots full, every other one waits behind it
+    assert [rid for rid, _ in record.not_admitted] == [waiting.request_id(0)]
+    assert waiting.data(waiting.index(0, 7)) == NOT_ADMITTED_TEXT[record.not_admitted[0][1]]
+    assert waiting.data(waiting.index(9_999, 7)) == "behind older request"
+    assert w.tabs.tabText(1) == "Waiting (10,000)"
+
+
+def test_same_rows_update_without_reset_and_idle_rows_without_repaint(qtbot, big):
+    k = big.latest_step()
+    w = QueueTables()
+    qtbot.addWidget(w)
+    w.set_state(big.state_at(k - 1), big.records(k - 1, k)[0])
+    resets = {n: [] for n in w.models}
+    changed = {n: [] for n in w.models}
+    for n, m in w.models.items():
+        m.modelReset.connect(lambda n=n: resets[n].append(1))
+        m.dataChanged.connect(lambda a, b, *_r, n=n: changed[n].append((a.row(), b.row())))
+    w.set_state(big.state_at(k), big.records(k, k + 1)[0])
+    assert not resets["running"] and not resets["waiting"]         # same requests, same rows
+    assert changed["running"] == [(0, 255)]                         # every running row decoded
+    rows = {a for a, b in changed["waiting"]}
+    assert rows <= {0}, changed["waiting"]                          # at most the first one's reason
+    assert w.models["running"].data(w.models["running"].index(0, 3)) == expected_cells(
+        big.state_at(k), int(big.state_at(k).queue_rows("running")[0]))[3]
+
+
+def test_new_rows_reset_and_keep_the_selection(qtbot, source):
+    w = QueueTables()
+    qtbot.addWidget(w)
+    w.set_state(source.state_at(10), source.records(10, 11)[0])
+    model = w.models["running"]
+    with qtbot.waitSignal(w.requestSelected) as sig:
+        w.select_row("running", 1)
+    rid = sig.args[0]
+    assert rid == model.request_id(1)
+    for k in (11, 12, 16, 30):                 # it moves to the finished table on the way
+        state = source.state_at(k)
+        w.set_state(state, source.records(k, k + 1)[0])
+        queue = next(q for q in ("running", "waiting", "finished") if rid in
+                     [r.request_id for r in state.queue(q)])
+        rows = w.views[queue].selectionModel().selectedRows()
+        assert [i.data(Qt.UserRole) for i in rows] == [rid], (k, queue)
+    assert w.row_counts() == {q: len(state.queue(q)) for q in w.models}
+
+
+def test_finished_table_shows_the_recently_finished_newest_first(qtbot, source):
+    state = source.state_at(39)
+    w = QueueTables()
+    qtbot.addWidget(w)
+    w.set_state(state, None)
+    m = w.models["finished"]
+    views = list(reversed(state.recently_finished))
+    assert m.rowCount() == len(views) >= 4
+    for i, v in enumerate(views):
+        assert cells(m, i)[0] == v.request_id and cells(m, i)[7] == f"finished: {v.finish_reason}"

@@ -1,0 +1,121 @@
+"""Slot timeline and metrics: what they draw is what the step records say."""
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtWidgets import QWidget
+
+from ui.colors import FREE, IDLE, PALETTE, packed, request_qcolor, request_rgb, unpack
+from ui.metrics_plots import MetricsPlots, nice_ceiling
+from ui.record_cache import step_span
+from ui.request_menu import request_menu
+from ui.slot_timeline import SlotTimeline, decode_rgb, prefill_rgb
+
+
+def rgb(img, y, x):
+    return tuple(int(v) for v in unpack(img[y, x]))
+
+
+def test_request_colours_are_stable_and_distinct():
+    assert request_rgb("req-3") == request_rgb("req-3") == PALETTE[3]
+    assert len({request_rgb(f"req-{i}") for i in range(len(PALETTE))}) == len(PALETTE)
+    assert request_rgb("a-uuid-like-id") == request_rgb("a-uuid-like-id")
+    assert FREE not in PALETTE and IDLE not in PALETTE
+    assert request_qcolor("req-1").getRgb()[:3] == PALETTE[1]
+    assert rgb(packed(np.array([[(1, 2, 3)]])), 0, 0) == (1, 2, 3)
+
+
+def check_cells(w: SlotTimeline, records, shown: int) -> None:
+    """Every (slot, step) cell of the window: the request's decode colour on the solid rows,
+    its prefill colour on the striped rows of a prefill chunk, idle elsewhere."""
+    scheduled = {(r.step, e.slot): e for r in records for e in r.scheduled}
+    for step in range(w.first_step, w.first_step + w.span):
+        for slot in range(w.max_num_seqs):
+            y, x = w.pixel_of(slot, step)
+            stripe, solid = rgb(w.image, y, x), rgb(w.image, y + 1, x)
+            e = scheduled.get((step, slot)) if step <= shown else None
+            if e is None:
+                assert stripe == solid == IDLE, (step, slot)
+            else:
+                assert solid == decode_rgb(e.request_id), (step, slot)
+                assert stripe == (prefill_rgb(e.request_id) if e.is_prefill
+                                  else decode_rgb(e.request_id)), (step, slot)
+
+
+def test_cells_are_the_records(qtbot, source):
+    w = SlotTimeline(window=200)
+    qtbot.addWidget(w)
+    k = 25
+    records = source.records(k - 200, k + 1)
+    w.set_records(records, k, 4, source.latest_step())
+    assert (w.first_step, w.span) == (0, 64) and w.image.shape == (4 * w.row_px, 64)
+    assert any(e.is_prefill for r in records for e in r.scheduled)
+    assert any(not e.is_prefill for r in records for e in r.scheduled)
+    check_cells(w, records, k)
+    first = records[0].scheduled[0]
+    assert "prefill" in w.describe(0, first.slot) and first.request_id in w.describe(0, first.slot)
+    assert w.entry_at(0, first.slot) == first
+
+
+def test_cells_at_production_scale(qtbot, big):
+    w = SlotTimeline(window=200)
+    qtbot.addWidget(w)
+    k = big.latest_step()
+    records = big.records(k - 200, k + 1)
+    w.set_records(records, k, 256, k)
+    assert w.row_px == 4 and w.image.shape == (256 * 4, w.span)
+    check_cells(w, records, k)
+
+
+def test_selection_fades_other_requests(qtbot, source):
+    w = SlotTimeline()
+    qtbot.addWidget(w)
+    w.set_records(source.records(0, 21), 20, 4)
+    e = source.records(10, 11)[0].scheduled
+    sel, other = e[0], e[1]
+    w.set_selected(sel.request_id)
+    y, x = w.pixel_of(sel.slot, 10)
+    assert rgb(w.image, y + 1, x) == decode_rgb(sel.request_id)
+    y, x = w.pixel_of(other.slot, 10)
+    assert rgb(w.image, y + 1, x) != decode_rgb(other.request_id)
+
+
+def test_window_pages_a_quarter_at_a_time():
+    assert step_span(10, 20, 200) == (0, 32)                 # short run: the whole run
+    assert step_span(150, 150, 200) == (0, 160)
+    spans = {step_span(k, 5000, 200) for k in range(1000, 1050)}
+    assert spans == {(850, 200)}                              # one axis for 50 steps
+    for k in range(200, 2000, 7):
+        x0, w = step_span(k, 5000, 200)
+        assert x0 + 150 <= k < x0 + 200                       # shown step in the last quarter
+
+
+def test_metrics_plot_the_records(qtbot, source):
+    w = MetricsPlots()
+    qtbot.addWidget(w)
+    recs = source.records(0, 31)
+    w.set_records(recs, 30, 39)
+    m = w.metrics
+    np.testing.assert_array_equal(m["step"], [r.step for r in recs])
+    np.testing.assert_array_equal(m["new"], [len(r.new_tokens) for r in recs])
+    np.testing.assert_array_equal(m["scheduled"], [len(r.scheduled) for r in recs])
+    np.testing.assert_array_equal(m["tokens"], [sum(e.num_tokens for e in r.scheduled) for r in recs])
+    np.testing.assert_allclose(m["kv"], [100 * r.kv_cache_usage for r in recs])
+    np.testing.assert_allclose(m["recorder_wait_ms"], [r.recorder_wait_ns / 1e6 for r in recs])
+    x, y = w.curves["recorder_wait_ms"].getData()
+    np.testing.assert_allclose(y, m["recorder_wait_ms"])
+    assert "recorder wait" in w.plots["time"].titleLabel.text
+    assert [nice_ceiling(v) for v in (0.3, 1, 1.2, 3, 7, 24, 260)] == [1, 1, 2, 5, 10, 25, 500]
+
+
+def test_request_menu_offers_what_the_status_allows(qtbot, source, control):
+    parent = QWidget()
+    qtbot.addWidget(parent)
+    state = source.state_at(20)
+    running, finished = state.running[0], state.finished[0]
+    menu = request_menu(control, running, parent)
+    acts = {a.text(): a for a in menu.actions() if a.text()}
+    assert acts["Pause request"].isEnabled() and not acts["Resume request"].isEnabled()
+    acts["Abort request"].trigger()
+    assert control.calls == [("abort_request", running.request_id)]
+    menu = request_menu(control, finished, parent)
+    assert not any(a.isEnabled() for a in menu.actions() if a.text().endswith("request"))

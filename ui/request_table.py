@@ -1,0 +1,234 @@
+"""A virtual table model of one request queue, and the text of its cells.
+
+``RequestTableModel`` reads rows on demand: over a state's numpy columns (``set_state_rows``:
+live queues, 10k waiting requests cost one array comparison per frame) or over a short list of
+``RequestView``s (``set_views``: the recently finished). ``data()`` builds the view of a row only
+when Qt asks for one of its cells (the visible rows), once per frame.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
+from PySide6.QtGui import QColor
+
+from engine.outputs import (NOT_ADMITTED_BEHIND, NOT_ADMITTED_NO_FREE_BLOCKS, NOT_ADMITTED_SEQ_CAP,
+                            NOT_ADMITTED_TOKEN_BUDGET, RequestView, StepRecord)
+from engine.state import EngineState, row_view
+from ui.colors import ERROR, PALETTE, color_index
+from ui.state_lookup import find_row
+
+COLUMNS = ("id", "state", "prompt", "output", "TTFT", "ITL", "preempt", "reason")
+# why a waiting request was not admitted in the shown step (StepRecord.not_admitted_reason)
+NOT_ADMITTED_TEXT = {
+    NOT_ADMITTED_TOKEN_BUDGET: "token budget spent",
+    NOT_ADMITTED_NO_FREE_BLOCKS: "no free KV blocks",
+    NOT_ADMITTED_SEQ_CAP: "batch slots full",
+    NOT_ADMITTED_BEHIND: "behind older request",
+}
+PREEMPTED_TEXT = "preempted in this step"
+# state columns the table shows (a row whose values here are unchanged needs no repaint)
+SHOWN_COLUMNS = ("status", "num_prompt_tokens", "max_tokens", "num_output_tokens",
+                 "num_preemptions", "first_token_time", "last_token_time", "arrival_time")
+
+
+def _num(x: float | None, unit: str = "") -> str:
+    return "–" if x is None else f"{x:.3g}{unit}"
+
+
+def not_admitted(record: StepRecord | None, v: RequestView) -> str | None:
+    """Why waiting ``v`` was not admitted in ``record``'s step (a ``NOT_ADMITTED_*`` reason, or
+    :data:`PREEMPTED_TEXT`); None when it is not waiting or arrived after that step."""
+    if record is None or v.status not in ("WAITING", "PREEMPTED") or v.arrival_step > record.step:
+        return None
+    if v.request_id in record.preempted_ids:
+        return PREEMPTED_TEXT
+    return record.not_admitted_reason(v.request_id)
+
+
+def reason_text(r: RequestView, reason: str | None = None) -> str:
+    """The error, the finish reason, or why the request still waits ('' if none)."""
+    if r.error or r.finish_reason:
+        return r.error or f"finished: {r.finish_reason}"
+    return NOT_ADMITTED_TEXT.get(reason, reason or "")
+
+
+def cell_text(r: RequestView, column: int, reason: str | None = None) -> str:
+    """Text of ``column`` (see :data:`COLUMNS`) for request ``r`` (times in engine clock units)."""
+    if column == 0:
+        return r.request_id
+    if column == 1:
+        return r.status.lower().removeprefix("finished_") if r.is_finished else r.status.lower()
+    if column == 2:
+        return str(r.num_prompt_tokens)
+    if column == 3:
+        return f"{r.num_output_tokens} / {r.max_tokens}"
+    if column == 4:
+        return _num(r.ttft)
+    if column == 5:
+        return _num(r.mean_itl)
+    if column == 6:
+        return str(r.num_preemptions)
+    return reason_text(r, reason)
+
+
+# PySide6 hands data() its role as a plain int, and comparing with a Qt enum attribute costs
+# microseconds: data() runs hundreds of times a frame, so it compares ints.
+_R = Qt.ItemDataRole
+DISPLAY, DECORATION, FOREGROUND, TOOLTIP, ALIGN, USER = (int(r) for r in (
+    _R.DisplayRole, _R.DecorationRole, _R.ForegroundRole, _R.ToolTipRole, _R.TextAlignmentRole,
+    _R.UserRole))
+_ROLES = (DISPLAY, DECORATION, FOREGROUND, TOOLTIP, ALIGN, USER)
+_RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
+_ERROR_COLOR = QColor(*ERROR)
+_SWATCHES = tuple(QColor(*c) for c in PALETTE)
+_HORIZONTAL = Qt.Orientation.Horizontal
+FEW_ROWS = 4          # up to this many changed rows are announced cell by cell
+
+
+class RequestTableModel(QAbstractTableModel):
+    """One queue's rows. ``set_state_rows`` / ``set_views`` keep row identity when the rows are
+    the same requests in the same order (``dataChanged`` only), otherwise reset the model; both
+    return True on a reset. With ``reasons`` the last column says why a waiting request was not
+    admitted in the step of the record given to ``set_state_rows``."""
+
+    time_unit = ""        # "s" (wall clock) or "steps" (virtual clock), shown in the TTFT/ITL headers
+
+    def __init__(self, parent=None, reasons: bool = False):
+        super().__init__(parent)
+        self.reasons = reasons
+        self.record: StepRecord | None = None
+        self.state: EngineState | None = None
+        self.rows = np.zeros(0, np.int64)          # state rows of this queue, table order
+        self.views: list[RequestView] | None = None  # or the views themselves
+        self._key: object = ()
+        self._cache: dict[int, RequestView] = {}
+
+    # --- rows ------------------------------------------------------------------------------
+    def set_state_rows(self, state: EngineState, rows: np.ndarray,
+                       record: StepRecord | None = None) -> bool:
+        """Rows ``rows`` (int [n], ascending) of ``state``'s columns; ``record``: the shown step's.
+        With the same requests in the same rows, only rows whose shown values changed are
+        announced (``dataChanged`` over their span), so an idle waiting queue is not repainted."""
+        key = state.columns["seq"][rows]
+        same = self.views is None and isinstance(self._key, np.ndarray) and np.array_equal(key, self._key)
+        changed = self._changed_rows(state, rows, record) if same else None
+        return self._replace(same, key, changed, state=state, rows=rows, views=None, record=record)
+
+    def _changed_rows(self, state: EngineState, rows: np.ndarray,
+                      record: StepRecord | None) -> np.ndarray:
+        """Table rows whose cells differ between the shown state and ``state`` (same requests,
+        same order), int64 [k] ascending."""
+        old, old_rows = self.state, self.rows
+        diff = np.zeros(len(rows), bool)
+        for name in SHOWN_COLUMNS:
+            a, b = old.columns[name][old_rows], state.columns[name][rows]
+            diff |= ~((a == b) | (np.isnan(a) & np.isnan(b))) if a.dtype.kind == "f" else a != b
+        if self.reasons and record is not self.record:
+            ids = {rid for rec in (self.record, record) if rec is not None
+                   for rid in (*rec.preempted_ids, *(r for r, _ in rec.not_admitted))}
+            diff[[i for i in map(self.row_of, ids) if i is not None]] = True
+            arrival = state.columns["arrival_step"][rows]
+            seen = [arrival <= rec.step if rec is not None else np.zeros(len(rows), bool)
+                    for rec in (self.record, record)]       # rows the step considered
+            diff |= seen[0] != seen[1]
+        return np.flatnonzero(diff)
+
+    def set_views(self, views: Sequence[RequestView]) -> bool:
+        """Rows are ``views`` (a short list: the recently finished)."""
+        views = list(views)
+        key = tuple(v.request_id for v in views)
+        return self._replace(self.views is not None and key == self._key, key, state=None,
+                             rows=np.zeros(0, np.int64), views=views, record=None)
+
+    def _replace(self, same: bool, key, changed: np.ndarray | None = None, **attrs) -> bool:
+        """Swap in the new rows: reset unless ``same``; then announce ``changed`` table rows
+        (None = all)."""
+        if not same:
+            self.beginResetModel()
+        for name, value in attrs.items():
+            setattr(self, name, value)
+        self._key, self._cache = key, {}
+        if not same:
+            self.endResetModel()
+        elif changed is not None and len(changed) <= FEW_ROWS:
+            # cell by cell: a view repaints its whole viewport for any multi-cell range, even
+            # one row out of sight, but only the cell's rectangle for a single cell
+            for i in changed.tolist():
+                for c in range(len(COLUMNS)):
+                    self.dataChanged.emit(self.index(i, c), self.index(i, c))
+        elif self.rowCount():
+            first, last = (0, self.rowCount() - 1) if changed is None else (int(changed[0]), int(changed[-1]))
+            self.dataChanged.emit(self.index(first, 0), self.index(last, len(COLUMNS) - 1))
+        return not same
+
+    def request_id(self, i: int) -> str:
+        return self.views[i].request_id if self.views is not None else self.state.request_ids[self.rows[i]]
+
+    def view(self, i: int) -> RequestView:
+        """The view of table row ``i`` (built on first use in a frame)."""
+        v = self._cache.get(i)
+        if v is None:
+            if self.views is not None:
+                v = self.views[i]
+            else:
+                r = int(self.rows[i])
+                v = row_view(self.state.request_ids[r], self.state.columns, r)
+            self._cache[i] = v
+        return v
+
+    def row_of(self, request_id: str | None) -> int | None:
+        """Table row of ``request_id``, None if it is not in this queue."""
+        if request_id is None:
+            return None
+        if self.views is not None:
+            return next((i for i, v in enumerate(self.views) if v.request_id == request_id), None)
+        r = find_row(self.state, request_id) if self.state is not None else None
+        if r is None:
+            return None
+        i = int(np.searchsorted(self.rows, r))
+        return i if i < len(self.rows) and self.rows[i] == r else None
+
+    def reason(self, i: int) -> str | None:
+        return not_admitted(self.record, self.view(i)) if self.reasons else None
+
+    # --- QAbstractTableModel ---------------------------------------------------------------
+    def rowCount(self, parent=QModelIndex()) -> int:
+        if parent.isValid():
+            return 0
+        return len(self.views) if self.views is not None else len(self.rows)
+
+    def columnCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def headerData(self, section, orientation, role=DISPLAY):
+        if role == DISPLAY and orientation == _HORIZONTAL:
+            if COLUMNS[section] in ("TTFT", "ITL") and self.time_unit:
+                return f"{COLUMNS[section]} ({self.time_unit})"
+            return COLUMNS[section]
+        return None
+
+    def set_time_unit(self, unit: str) -> None:
+        """Name the unit of the TTFT and ITL columns."""
+        if unit != self.time_unit:
+            self.time_unit = unit
+            self.headerDataChanged.emit(_HORIZONTAL, 0, len(COLUMNS) - 1)
+
+    def data(self, index: QModelIndex, role=DISPLAY):
+        if role not in _ROLES or not index.isValid():
+            return None
+        i, col = index.row(), index.column()
+        if role == USER:
+            return self.request_id(i)
+        if role == DECORATION:
+            return _SWATCHES[color_index(self.request_id(i))] if col == 0 else None
+        if role == ALIGN:
+            return _RIGHT if 2 <= col <= 6 else None
+        if role == DISPLAY:
+            return cell_text(self.view(i), col, self.reason(i) if col == 7 else None)
+        if col == 7 and role == TOOLTIP:
+            return reason_text(self.view(i), self.reason(i)) or None
+        if col == 7 and role == FOREGROUND and self.view(i).error:
+            return _ERROR_COLOR
+        return None
