@@ -57,8 +57,9 @@ def _sim_args(p: argparse.ArgumentParser) -> None:
                    help=f"device to simulate: {', '.join(known_devices())} (cpu = this machine, measured "
                         f"at start; GPU peaks from the vendors' datasheets) (default: h100)")
     g.add_argument("--sim-cost", metavar="FIT.json",
-                   help="per-step overhead and efficiency factors written by 'batchscope fit' "
-                        "(default: overhead 2 ms, 50%% of peak FLOP/s, 80%% of peak bandwidth)")
+                   help="overheads (per step, per scheduled request) and efficiency factors written by "
+                        "'batchscope fit' (default: 2 ms per step, 10 us per request, 50%% of peak FLOP/s, "
+                        "80%% of peak bandwidth)")
 
 
 def _workload_args(p: argparse.ArgumentParser, *, time_scale: float, prompt_scale: float = 1.0,
@@ -141,8 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("recording")
     summ = sub.add_parser("summary", help="print the metrics of a recording, recomputed from its rows")
     summ.add_argument("recording")
-    fit = sub.add_parser("fit", help="fit the simulated executor's per-step overhead and efficiency factors "
-                                     "to a real recording's step times")
+    fit = sub.add_parser("fit", help="fit the simulated executor's overheads and efficiency factors to a real "
+                                     "recording's step times")
     fit.add_argument("recording", help="a recording of a real (not simulated) run")
     fit.add_argument("-o", "--output", required=True, metavar="FIT.json", help="where to write the fit (JSON)")
     fit.add_argument("--sim-model", metavar="NAME",
