@@ -5,7 +5,13 @@ directions live here so a read-back object equals the one written. Requests are 
 their arrival number ``seq`` (the ``requests`` table's key) rather than their id text. A step's
 batch and tokens are stored as aligned JSON arrays in its ``steps`` row (SQL can expand them with
 ``json_each``; the ``tokens`` and ``step_requests`` views do), so a step of 256 decoding requests
-costs a few kB. Keyframes are engine states stored as a NumPy ``.npz`` (``allow_pickle`` off).
+costs a few kB. What follows from other columns is left out (NULL), and the views and
+:func:`record_from_rows` fill it in: ``batch_num_tokens_json`` is NULL when every entry outside
+``batch_prefill_json`` (``[[index, num_tokens], ...]``) computes one token (always, for a decode),
+and ``token_index_json`` is NULL when each token's index is ``num_computed_tokens + num_tokens -
+num_prompt_tokens`` (always, today: the chunk that samples ends at the request's last known token).
+Keyframes are engine states stored as a NumPy ``.npz`` (``allow_pickle`` off, integers in the
+narrowest type that holds them).
 """
 from __future__ import annotations
 
@@ -23,6 +29,7 @@ from engine.state import COLUMNS, EngineState
 
 SeqOf = Callable[[str], int]
 IdOf = Callable[[int], str]
+NumPromptOf = Callable[[int], int]    # arrival number -> number of prompt tokens
 
 
 def dumps(obj: Any) -> str:
@@ -36,14 +43,29 @@ def strict_dumps(obj: Any) -> str:
 
 
 # --- requests ----------------------------------------------------------------------------------
+_TOKEN_DTYPES = {2: "<u2", 4: "<i4"}   # tag byte -> dtype of the ids after it
+
+
 def token_blob(token_ids: Sequence[int]) -> bytes:
-    """Prompt token ids as little-endian int32 bytes (4 bytes per token)."""
-    return np.asarray(token_ids, dtype="<i4").tobytes()
+    """Prompt token ids as a tag byte (2 or 4) then little-endian uint16 (every id < 65536: most
+    vocabularies) or int32 ids. The tagged blob has an odd length, a legacy one (plain int32,
+    written before the tag) an even one."""
+    ids = np.asarray(token_ids, dtype=np.int64)
+    size = 2 if not len(ids) or (ids.min() >= 0 and ids.max() < 1 << 16) else 4
+    return bytes([size]) + ids.astype(_TOKEN_DTYPES[size]).tobytes()
 
 
 def tokens_from_blob(blob: bytes | None) -> tuple[int, ...] | None:
-    """The token ids :func:`token_blob` stored (None stays None)."""
-    return None if blob is None else tuple(np.frombuffer(blob, dtype="<i4").tolist())
+    """The token ids :func:`token_blob` stored (None stays None). Raises ``ValueError`` for a
+    damaged blob."""
+    if blob is None:
+        return None
+    if len(blob) % 2 == 0:  # legacy: plain int32
+        return tuple(np.frombuffer(blob, dtype="<i4").tolist())
+    dtype = _TOKEN_DTYPES.get(blob[0])
+    if dtype is None:
+        raise ValueError(f"prompt token blob with unknown tag {blob[0]}")
+    return tuple(np.frombuffer(blob[1:], dtype=dtype).tolist())
 
 
 def request_row(seq: int, request_id: str, arrival_step: int, arrival_time: float,
@@ -74,15 +96,22 @@ def arrival_from_row(row: Sequence[Any]) -> Arrival:
 
 
 # --- steps -------------------------------------------------------------------------------------
-def step_rows(record: StepRecord, seq_of: SeqOf) -> dict[str, list[dict[str, Any]]]:
-    """Rows of every table one step writes, keyed by table name. Raises ``KeyError`` for a
-    request the writer was never told about and ``TypeError`` for a value JSON cannot hold."""
+def step_rows(record: StepRecord, seq_of: SeqOf,
+              num_prompt_of: Callable[[str], int]) -> dict[str, list[dict[str, Any]]]:
+    """Rows of every table one step writes, keyed by table name (``num_prompt_of(request_id)``:
+    its prompt length). Raises ``KeyError`` for a request the writer was never told about and
+    ``TypeError`` for a value JSON cannot hold."""
     step, batch = record.step, record.scheduled
     tok = {t.request_id: t for t in record.new_tokens}
     aligned = [tok.get(e.request_id) for e in batch]
     if tuple(t for t in aligned if t is not None) != record.new_tokens:
         raise ValueError(f"step {step}: tokens are not in batch order")
     texts = [None if t is None else t.text for t in aligned]
+    seqs = [seq_of(e.request_id) for e in batch]
+    prefill = [[i, e.num_tokens] for i, e in enumerate(batch) if e.is_prefill]
+    ones = all(e.num_tokens == 1 for e in batch if not e.is_prefill)
+    derived = all(t is None or t.index == e.num_computed_tokens + e.num_tokens
+                  - num_prompt_of(e.request_id) for e, t in zip(batch, aligned))
     steps_row = {
         "step": step, "start_ns": record.start_ns, "end_ns": record.end_ns,
         "clock": record.clock, "token_time": record.token_time,
@@ -95,12 +124,13 @@ def step_rows(record: StepRecord, seq_of: SeqOf) -> dict[str, list[dict[str, Any
         "schedule_ns": record.schedule_ns, "forward_ns": record.forward_ns,
         "update_ns": record.update_ns, "recorder_wait_ns": record.recorder_wait_ns,
         "error": record.error,
-        "batch_seq_json": strict_dumps([seq_of(e.request_id) for e in batch]),
+        "batch_seq_json": strict_dumps(seqs),
         "batch_slot_json": strict_dumps([e.slot for e in batch]),
-        "batch_num_tokens_json": strict_dumps([e.num_tokens for e in batch]),
+        "batch_num_tokens_json": None if ones else strict_dumps([e.num_tokens for e in batch]),
         "batch_num_computed_json": strict_dumps([e.num_computed_tokens for e in batch]),
-        "batch_prefill_json": strict_dumps([i for i, e in enumerate(batch) if e.is_prefill]),
-        "token_index_json": strict_dumps([-1 if t is None else t.index for t in aligned]),
+        "batch_prefill_json": strict_dumps(prefill),
+        "token_index_json": None if derived else strict_dumps(
+            [-1 if t is None else t.index for t in aligned]),
         "token_id_json": strict_dumps([-1 if t is None else t.token_id for t in aligned]),
         "token_text_json": strict_dumps(texts) if any(texts) else None,
         "preempted_json": strict_dumps([seq_of(r) for r in record.preempted_ids]),
@@ -135,15 +165,26 @@ TRANSITION_COLUMNS = ("step", "seq", "status", "slot", "num_computed_tokens", "n
 
 def record_from_rows(row: Sequence[Any], arrivals: Sequence[Arrival], events: Sequence[Sequence],
                      block_events: Sequence[Sequence], transitions: Sequence[Sequence],
-                     id_of: IdOf) -> StepRecord:
+                     id_of: IdOf, num_prompt_of: NumPromptOf) -> StepRecord:
     """Rebuild one :class:`StepRecord` from its rows (columns as in the ``*_COLUMNS`` tuples,
     child rows in ``ord`` order). Raises ``ValueError``/``KeyError``/``TypeError`` on bad rows."""
     (step, start_ns, end_ns, clock, token_time, num_waiting, num_running, num_paused,
      num_finished, num_free, num_total, schedule_ns, forward_ns, update_ns, wait_ns, error,
      b_seq, b_slot, b_n, b_nc, b_pre, t_idx, t_id, t_text, preempted, not_admitted) = row
-    seqs, slots, ns, ncs = (json.loads(x) for x in (b_seq, b_slot, b_n, b_nc))
-    prefill = set(json.loads(b_pre))
-    idxs, ids = json.loads(t_idx), json.loads(t_id)
+    seqs, slots, ncs, ids = (json.loads(x) for x in (b_seq, b_slot, b_nc, t_id))
+    prefill_rows = json.loads(b_pre)  # [[index, num_tokens], ...] (a plain index: legacy)
+    prefill = {p[0] if isinstance(p, list) else p for p in prefill_rows}
+    if b_n is not None:
+        ns = json.loads(b_n)
+    else:
+        ns = [1] * len(seqs)
+        for i, n in (p for p in prefill_rows if isinstance(p, list)):
+            ns[i] = n
+    if t_idx is not None:
+        idxs = json.loads(t_idx)
+    else:
+        idxs = [-1 if tid < 0 else nc + n - num_prompt_of(seq)
+                for seq, n, nc, tid in zip(seqs, ns, ncs, ids)]
     texts = json.loads(t_text) if t_text is not None else [""] * len(seqs)
     if not (len(seqs) == len(slots) == len(ns) == len(ncs) == len(idxs) == len(ids) == len(texts)):
         raise ValueError(f"step {step}: batch arrays of different lengths")
@@ -178,13 +219,21 @@ def state_blob(state: EngineState) -> tuple[bytes, str]:
                                state.max_num_seqs, state.next_seq], np.int64),
         clock=np.array([state.clock], np.float64),
         request_ids=np.array(state.request_ids, dtype=np.str_) if len(state) else np.zeros(0, "U1"),
-        block_owner=state.block_owner.astype(np.int32), block_pos=state.block_pos.astype(np.int32),
-        **{f"col_{k}": v for k, v in state.columns.items()})
+        block_owner=_narrow(state.block_owner), block_pos=_narrow(state.block_pos),
+        **{f"col_{k}": _narrow(v) for k, v in state.columns.items()})
     finished = [[v.request_id, v.status, v.arrival_step, v.arrival_time, v.num_prompt_tokens,
                  v.num_output_tokens, v.num_computed_tokens, v.max_tokens, v.slot,
                  v.num_preemptions, v.ttft, v.mean_itl, v.finish_reason, v.error]
                 for v in state.recently_finished]
     return buf.getvalue(), strict_dumps(finished)
+
+
+def _narrow(a: np.ndarray) -> np.ndarray:
+    """An integer array in the narrowest type that holds its values (a keyframe compresses
+    better); other arrays as they are. ``state_from_blob`` widens them back."""
+    if a.dtype.kind not in "iu" or not len(a):
+        return a
+    return a.astype(np.result_type(np.min_scalar_type(a.min()), np.min_scalar_type(a.max())))
 
 
 def state_from_blob(blob: bytes, finished_json: str) -> EngineState:

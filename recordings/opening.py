@@ -95,6 +95,6 @@ def _check_recording(conn: sqlite3.Connection, path: Path, expected: int) -> Non
             f"{path}: recording schema version {version}, expected {expected}")
     # touch every table once, so a damaged file fails here rather than mid-replay
     for table in _TABLES[min(version, max(_TABLES))]:  # later migrations only add tables
-        conn.execute(f"SELECT * FROM {table} ORDER BY rowid DESC LIMIT 1").fetchall()
+        conn.execute(f"SELECT * FROM {table} ORDER BY 1 DESC LIMIT 1").fetchall()  # key order
     if conn.execute("SELECT count(*) FROM runs").fetchone()[0] != 1:
         raise RecordingError(f"{path}: the recording has no run row (incomplete file)")

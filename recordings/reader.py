@@ -54,6 +54,7 @@ class Reader:
         self._cache: OrderedDict[int, EngineState] = OrderedDict()
         self._cache_size = max(1, cache_size)
         self._ids: dict[int, str] = {}
+        self._num_prompt: dict[int, int] = {}
         self._text: dict[str, tuple[int, list[str]]] = {}
         with self._reading("run info"):
             self._run_info = json.loads(self._rows("SELECT run_info_json FROM runs")[0][0])
@@ -189,12 +190,17 @@ class Reader:
         name = self._ids.get(seq)
         if name is None:
             known = max(self._ids, default=-1)
-            self._ids.update(self._rows("SELECT seq, request_id FROM requests WHERE seq > ?",
-                                        (known,)))
+            for s, rid, n in self._rows("SELECT seq, request_id, num_prompt_tokens FROM requests "
+                                        "WHERE seq > ?", (known,)):
+                self._ids[s], self._num_prompt[s] = rid, n
             name = self._ids.get(seq)
             if name is None:
                 raise KeyError(f"request number {seq} is not in the requests table")
         return name
+
+    def _num_prompt_of(self, seq: int) -> int:
+        self._id_of(seq)
+        return self._num_prompt[seq]
 
     def _records(self, start: int, stop: int) -> list[StepRecord]:
         steps = self._rows(f"SELECT {', '.join(codec.STEP_COLUMNS)} FROM steps "
@@ -215,7 +221,7 @@ class Reader:
         events, blocks, transitions = children
         return [codec.record_from_rows(row, arrivals.get(row[0], ()), events.get(row[0], ()),
                                        blocks.get(row[0], ()), transitions.get(row[0], ()),
-                                       self._id_of)
+                                       self._id_of, self._num_prompt_of)
                 for row in steps]
 
     def _base_state(self, target: int) -> EngineState:

@@ -72,6 +72,12 @@ _V1_STEP_TABLES = ("steps", "step_requests", "events", "tokens", "request_states
                    "requests")
 
 
+# The number of tokens of batch entry b.key of step s (see the views in _v2_tables).
+_NUM_TOKENS = """coalesce(json_extract(s.batch_num_tokens_json, '$[' || b.key || ']'),
+                        (SELECT json_extract(p.value, '$[1]') FROM json_each(s.batch_prefill_json) p
+                         WHERE json_extract(p.value, '$[0]') = b.key), 1)"""
+
+
 def _v2_tables(db: sqlite_utils.Database) -> None:
     """Version 2: requests keyed by arrival number, compact steps (batch and tokens as aligned
     JSON arrays), events, block events, transitions, npz keyframes, and SQL views ``tokens`` and
@@ -103,32 +109,42 @@ def _v2_tables(db: sqlite_utils.Database) -> None:
         "token_id_json": str, "token_text_json": str, "preempted_json": str,
         "not_admitted_json": str,
     }, pk="step")
-    db["events"].create({"step": int, "ord": int, "seq": int, "kind": str, "detail": str},
-                        pk=("step", "ord"))
-    db["block_events"].create({"step": int, "ord": int, "kind": str, "seq": int,
-                               "block_ids_json": str}, pk=("step", "ord"))
-    db["transitions"].create({"step": int, "ord": int, "seq": int, "status": str, "slot": int,
-                              "num_computed_tokens": int, "num_preemptions": int, "error": str},
-                             pk=("step", "ord"))
+    # Per-step child rows keyed by (step, ord): WITHOUT ROWID, so the key is the table (no
+    # second copy of it in an index).
+    for table, columns in (
+            ("events", "seq INTEGER, kind TEXT, detail TEXT"),
+            ("block_events", "kind TEXT, seq INTEGER, block_ids_json TEXT"),
+            ("transitions", "seq INTEGER, status TEXT, slot INTEGER, num_computed_tokens INTEGER, "
+                            "num_preemptions INTEGER, error TEXT")):
+        db.execute(f"CREATE TABLE [{table}] (step INTEGER, ord INTEGER, {columns}, "
+                   "PRIMARY KEY (step, ord)) WITHOUT ROWID")
     db["keyframes"].create({"step": int, "state_npz": bytes, "finished_json": str}, pk="step")
     for table in ("events", "block_events", "transitions"):
         db[table].create_index(["seq", "step"])
     db["events"].create_index(["kind"])
     # One row per scheduled request per step, and per generated token: plain SQL over the arrays.
-    db.execute("""CREATE VIEW step_requests AS
+    # A NULL batch_num_tokens_json means 1 token for every entry not in batch_prefill_json
+    # ([[index, num_tokens], ...]); a NULL token_index_json means each token's index follows
+    # from the batch (num_computed_tokens + num_tokens - the request's num_prompt_tokens).
+    db.execute(f"""CREATE VIEW step_requests AS
         SELECT s.step AS step, b.key AS ord, r.request_id AS request_id, r.seq AS seq,
                json_extract(s.batch_slot_json, '$[' || b.key || ']') AS slot,
-               json_extract(s.batch_num_tokens_json, '$[' || b.key || ']') AS num_tokens,
-               json_extract(s.batch_num_computed_json, '$[' || b.key || ']') AS num_computed_tokens
+               {_NUM_TOKENS} AS num_tokens,
+               json_extract(s.batch_num_computed_json, '$[' || b.key || ']') AS num_computed_tokens,
+               EXISTS (SELECT 1 FROM json_each(s.batch_prefill_json) p
+                       WHERE json_extract(p.value, '$[0]') = b.key) AS is_prefill
         FROM steps s, json_each(s.batch_seq_json) b JOIN requests r ON r.seq = b.value""")
-    db.execute("""CREATE VIEW tokens AS
+    db.execute(f"""CREATE VIEW tokens AS
         SELECT s.step AS step, b.key AS ord, r.request_id AS request_id, r.seq AS seq,
-               json_extract(s.token_index_json, '$[' || b.key || ']') AS idx,
+               coalesce(json_extract(s.token_index_json, '$[' || b.key || ']'),
+                        json_extract(s.batch_num_computed_json, '$[' || b.key || ']')
+                        + {_NUM_TOKENS} - r.num_prompt_tokens) AS idx,
                json_extract(s.token_id_json, '$[' || b.key || ']') AS token_id,
                coalesce(json_extract(s.token_text_json, '$[' || b.key || ']'), '') AS text,
                s.token_time AS token_time
         FROM steps s, json_each(s.batch_seq_json) b JOIN requests r ON r.seq = b.value
-        WHERE json_extract(s.token_index_json, '$[' || b.key || ']') >= 0""")
+        WHERE json_extract(s.token_id_json, '$[' || b.key || ']') >= 0""")
+
 
 
 # (version, migration); versions are 1, 2, 3 ... in order. Never edit a released migration:

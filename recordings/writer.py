@@ -80,6 +80,7 @@ class RecordingWriter:
         self._timeline = StateTimeline(config["num_gpu_blocks"], config["block_size"],
                                        config["max_num_seqs"])
         self._seq: dict[str, int] = {}      # live request id -> arrival number
+        self._num_prompt: dict[str, int] = {}  # live request id -> prompt length
         self._next_seq = 0
         self._last_keyframe = (-1, 0)        # (step, bytes)
         self._bytes_since_keyframe = 0
@@ -249,6 +250,7 @@ class RecordingWriter:
                 if kind == "request":
                     rid = payload[0]
                     self._seq[rid] = self._next_seq
+                    self._num_prompt[rid] = len(payload[3])
                     rows["requests"].append(codec.request_row(self._next_seq, *payload))
                     self._next_seq += 1
                     continue
@@ -273,7 +275,8 @@ class RecordingWriter:
                   outcomes: list[dict[str, Any]]) -> None:
         """Rows of one step (and its outcomes, and a keyframe when one is due)."""
         seq = self._seq
-        for table, table_rows in codec.step_rows(record, seq.__getitem__).items():
+        rows_of_step = codec.step_rows(record, seq.__getitem__, self._num_prompt.__getitem__)
+        for table, table_rows in rows_of_step.items():
             rows[table].extend(table_rows)
         step_row = rows["steps"][-1]
         self._bytes_since_keyframe += sum(len(v) for k, v in step_row.items()
@@ -282,6 +285,7 @@ class RecordingWriter:
         for view in self._timeline.last_finished:
             outcomes.append(codec.outcome_row(view, record.step))
             seq.pop(view.request_id, None)
+            self._num_prompt.pop(view.request_id, None)
         kf_step, kf_bytes = self._last_keyframe
         gap = record.step - kf_step
         if gap >= self._keyframe_interval or (

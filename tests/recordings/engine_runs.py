@@ -100,7 +100,9 @@ def run_engine(path=None, seed: int = 0, *, num_requests: int = 14, fail_steps=(
     for i in range(num_requests):
         at = unit * int(i / arrivals_per_step) if arrivals_per_step else 0.0
         add(run, rng, max_prompt, max_output, arrival_time=at)
-    while engine.has_unfinished and (max_steps is None or len(run.records) < max_steps):
+    while max_steps is None or len(run.records) < max_steps:
+        if not engine.has_unfinished and engine.state() == engine.timeline.snapshot():
+            break  # done, and no change (an abort after the last step...) waits for a step
         run.records.append(engine.step())
         if keep_states:
             run.states.append(engine.state())

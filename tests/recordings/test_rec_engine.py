@@ -31,7 +31,7 @@ def table_rows(path) -> dict[str, tuple[list[str], list[tuple]]]:
             names = [r[1] for r in reader.execute(f"PRAGMA table_info({table})")]
             keep = [c for c in names
                     if not c.endswith("_ns") and c not in ("started_at", "closed_at")]
-            rows = reader.execute(f"SELECT {', '.join(keep)} FROM {table} ORDER BY rowid")
+            rows = reader.execute(f"SELECT {', '.join(keep)} FROM {table} ORDER BY 1, 2")
             out[table] = (keep, rows)
         return out
 

@@ -42,9 +42,9 @@ def test_select_star_from_step_requests(recorded, sql):
     rows = sql("SELECT * FROM step_requests ORDER BY step, ord").fetchall()
     names = [d[0] for d in sql("SELECT * FROM step_requests LIMIT 0").description]
     assert names == ["step", "ord", "request_id", "seq", "slot", "num_tokens",
-                     "num_computed_tokens"]
+                     "num_computed_tokens", "is_prefill"]
     expected = [(r.step, i, e.request_id, seq[e.request_id], e.slot, e.num_tokens,
-                 e.num_computed_tokens)
+                 e.num_computed_tokens, int(e.is_prefill))
                 for r in recorded.records for i, e in enumerate(r.scheduled)]
     assert rows == expected and len(rows) > 50
     assert sql("SELECT count(*) FROM step_requests s JOIN steps t USING (step) "

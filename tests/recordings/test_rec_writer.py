@@ -112,10 +112,10 @@ def failing_at(monkeypatch, step: int, exc: Exception) -> None:
     """Make the writer thread fail when it converts step ``step`` (a full disk, a bug...)."""
     real = codec.step_rows
 
-    def step_rows(record, seq_of):
+    def step_rows(record, *args):
         if record.step == step:
             raise exc
-        return real(record, seq_of)
+        return real(record, *args)
 
     monkeypatch.setattr(codec, "step_rows", step_rows)
 
@@ -204,9 +204,9 @@ def test_write_step_only_enqueues(tmp_path, monkeypatch):
     caller = threading.current_thread()
     real = codec.step_rows
 
-    def guarded(record, seq_of):
+    def guarded(record, *args):
         assert threading.current_thread() is not caller
-        return real(record, seq_of)
+        return real(record, *args)
 
     monkeypatch.setattr(codec, "step_rows", guarded)
     run = run_engine(tmp_path / "run.sqlite", SMALL_SEED)
@@ -220,9 +220,9 @@ def test_a_full_queue_makes_the_engine_wait_and_nothing_is_dropped(tmp_path, mon
     real = codec.step_rows
     delay_s = 0.005
 
-    def slow(record, seq_of):
+    def slow(record, *args):
         time.sleep(delay_s)
-        return real(record, seq_of)
+        return real(record, *args)
 
     monkeypatch.setattr(codec, "step_rows", slow)
     depths = []
