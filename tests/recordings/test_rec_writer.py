@@ -238,3 +238,41 @@ def test_a_full_queue_makes_the_engine_wait_and_nothing_is_dropped(tmp_path, mon
     assert reader.records(0, 10**6) == run.records
     assert reader.execute("SELECT sum(recorder_wait_ns) FROM steps")[0][0] == sum(
         r.recorder_wait_ns for r in run.records)
+
+
+def test_values_that_do_not_follow_from_the_batch_are_stored_as_they_are(tmp_path, small_run):
+    """The writer leaves out token indexes and decode token counts only when they follow from
+    the batch; a record where they do not (a future engine) still round-trips exactly."""
+    import dataclasses
+
+    records = list(small_run.records)
+    k = next(i for i, r in enumerate(records) if r.new_tokens and len(r.scheduled) > 1)
+    odd = records[k]
+    first = odd.new_tokens[0]
+    entry = next(e for e in odd.scheduled if not e.is_prefill)
+    odd = dataclasses.replace(
+        odd, new_tokens=(first._replace(index=first.index + 7), *odd.new_tokens[1:]),
+        scheduled=tuple(e._replace(num_tokens=3) if e is entry else e for e in odd.scheduled))
+    run = dataclasses.replace(small_run, records=[*records[:k], odd, *records[k + 1:]])
+    path = tmp_path / "run.sqlite"
+    with RecordingWriter(path, run.run_info) as writer:
+        feed(writer, run, 0, len(run.records))
+    reader = Reader(path)
+    assert reader.records(0, 10**6) == run.records
+    explicit = reader.execute("SELECT step FROM steps WHERE token_index_json IS NOT NULL "
+                              "OR batch_num_tokens_json IS NOT NULL")
+    assert explicit == [(k,)]
+    (idx,), = reader.execute("SELECT idx FROM tokens WHERE step = ? AND request_id = ?",
+                             (k, first.request_id))
+    assert idx == first.index + 7
+
+
+def test_prompt_token_blobs():
+    assert codec.tokens_from_blob(codec.token_blob([1, 2, 65535])) == (1, 2, 65535)
+    assert len(codec.token_blob([1, 2, 65535])) == 7  # 2 bytes a token when they fit
+    assert codec.tokens_from_blob(codec.token_blob([1, 128_000])) == (1, 128_000)
+    assert codec.tokens_from_blob(codec.token_blob([])) == ()
+    legacy = bytes(range(8))  # plain int32, as files written before the tag hold them
+    assert codec.tokens_from_blob(legacy) == (0x03020100, 0x07060504)
+    with pytest.raises(ValueError, match="tag"):
+        codec.tokens_from_blob(b"\x07ab")
