@@ -103,7 +103,7 @@ class MetricsPlots(QWidget):
             # no grid: grid lines belong to the axes, and would repaint every axis on each frame
             style_axis(p.getAxis("left"), ylabel, units)
             p.getAxis("left").enableAutoSIPrefix(False)
-            p.getAxis("left").setWidth(52)
+            p.getAxis("left").setWidth(60)
             bottom = p.getAxis("bottom")
             bottom.enableAutoSIPrefix(False)
             if i // 2 == rows - 1:

@@ -43,6 +43,7 @@ class QueueTables(QWidget):
             view.setAlternatingRowColors(True)
             view.setPalette(dark_palette())     # a window style sheet does not pass palettes on
             view.setShowGrid(False)
+            view.setWordWrap(False)             # one line per cell
             view.verticalHeader().hide()
             view.verticalHeader().setSectionResizeMode(QHeaderView.Fixed)
             view.verticalHeader().setDefaultSectionSize(22)

@@ -11,12 +11,12 @@ from engine.source import StepSource
 
 def step_span(shown_step: int, latest_step: int, window: int, minimum: int = 32) -> tuple[int, int]:
     """``(first_step, num_steps)`` of the step axis shared by the timeline and the plots: the
-    whole run while it is shorter than ``window`` (rounded up to a multiple of ``minimum`` or
-    ``window // 8`` steps), then a window
-    of ``window`` steps that pages forward a quarter window at a time, so the shown step is in
-    its last quarter and the axes move once every ``window // 4`` steps, not every frame."""
-    grain = max(minimum, window // 8)
-    span = min(window, -(-max(latest_step + 1, shown_step + 1, minimum) // grain) * grain)
+    whole run while it is shorter than ``window`` (at least ``minimum`` steps, rounded up to a
+    multiple of ``window // 8``), then a window of ``window`` steps that pages forward a quarter
+    window at a time, so the shown step is in its last quarter and the axes move once every
+    ``window // 4`` steps, not every frame."""
+    grain = max(1, window // 8)
+    span = min(window, max(minimum, -(-max(latest_step + 1, shown_step + 1) // grain) * grain))
     if shown_step < span:
         return 0, span
     page = max(1, span // 4)

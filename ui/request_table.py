@@ -79,7 +79,7 @@ _R = Qt.ItemDataRole
 DISPLAY, DECORATION, FOREGROUND, TOOLTIP, ALIGN, USER = (int(r) for r in (
     _R.DisplayRole, _R.DecorationRole, _R.ForegroundRole, _R.ToolTipRole, _R.TextAlignmentRole,
     _R.UserRole))
-_ROLES = (DISPLAY, DECORATION, FOREGROUND, TOOLTIP, ALIGN, USER)
+_ROLES = frozenset((DISPLAY, DECORATION, FOREGROUND, TOOLTIP, ALIGN, USER))
 _RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
 _ERROR_COLOR = QColor(*ERROR)
 _SWATCHES = tuple(QColor(*c) for c in PALETTE)
@@ -104,6 +104,7 @@ class RequestTableModel(QAbstractTableModel):
         self.views: list[RequestView] | None = None  # or the views themselves
         self._key: object = ()
         self._cache: dict[int, RequestView] = {}
+        self._texts: dict[int, list[str]] = {}
 
     # --- rows ------------------------------------------------------------------------------
     def set_state_rows(self, state: EngineState, rows: np.ndarray,
@@ -149,7 +150,7 @@ class RequestTableModel(QAbstractTableModel):
             self.beginResetModel()
         for name, value in attrs.items():
             setattr(self, name, value)
-        self._key, self._cache = key, {}
+        self._key, self._cache, self._texts = key, {}, {}
         if not same:
             self.endResetModel()
         elif changed is not None and len(changed) <= FEW_ROWS:
@@ -215,18 +216,28 @@ class RequestTableModel(QAbstractTableModel):
             self.time_unit = unit
             self.headerDataChanged.emit(_HORIZONTAL, 0, len(COLUMNS) - 1)
 
+    def texts(self, i: int) -> list[str]:
+        """The cell texts of table row ``i`` (computed once per row and frame)."""
+        t = self._texts.get(i)
+        if t is None:
+            v, reason = self.view(i), self.reason(i)
+            t = self._texts[i] = [cell_text(v, c, reason) for c in range(len(COLUMNS))]
+        return t
+
     def data(self, index: QModelIndex, role=DISPLAY):
-        if role not in _ROLES or not index.isValid():
+        # Qt asks ~7 roles per visible cell per paint: the common ones first, no validity
+        # check (views only ask for valid indexes)
+        if role == DISPLAY:
+            return self.texts(index.row())[index.column()]
+        if role not in _ROLES:
             return None
         i, col = index.row(), index.column()
-        if role == USER:
-            return self.request_id(i)
-        if role == DECORATION:
-            return _SWATCHES[color_index(self.request_id(i))] if col == 0 else None
         if role == ALIGN:
             return _RIGHT if 2 <= col <= 6 else None
-        if role == DISPLAY:
-            return cell_text(self.view(i), col, self.reason(i) if col == 7 else None)
+        if role == DECORATION:
+            return _SWATCHES[color_index(self.request_id(i))] if col == 0 else None
+        if role == USER:
+            return self.request_id(i)
         if col == 7 and role == TOOLTIP:
             return reason_text(self.view(i), self.reason(i)) or None
         if col == 7 and role == FOREGROUND and self.view(i).error:

@@ -47,7 +47,7 @@ def test_cells_are_the_records(qtbot, source):
     k = 25
     records = source.records(k - 200, k + 1)
     w.set_records(records, k, 4, source.latest_step())
-    assert (w.first_step, w.span) == (0, 64) and w.image.shape == (4 * w.row_px, 64)
+    assert (w.first_step, w.span) == (0, 50) and w.image.shape == (4 * w.row_px, 50)
     assert any(e.is_prefill for r in records for e in r.scheduled)
     assert any(not e.is_prefill for r in records for e in r.scheduled)
     check_cells(w, records, k)
@@ -81,7 +81,7 @@ def test_selection_fades_other_requests(qtbot, source):
 
 def test_window_pages_a_quarter_at_a_time():
     assert step_span(10, 20, 200) == (0, 32)                 # short run: the whole run
-    assert step_span(150, 150, 200) == (0, 160)
+    assert step_span(150, 150, 200) == (0, 175)               # ... in 25-step grains
     spans = {step_span(k, 5000, 200) for k in range(1000, 1050)}
     assert spans == {(850, 200)}                              # one axis for 50 steps
     for k in range(200, 2000, 7):
