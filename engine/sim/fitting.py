@@ -4,9 +4,11 @@ Model: ``t_n = o + s n_n + sum_k max(F_nk / (P ef), B_nk / (W eb))`` for step n 
 scheduled requests and operator k, with the ideal times ``f_nk = F_nk / P`` and ``m_nk = B_nk / W``
 from the roofline (efficiency 1, no overhead). With ``r = ef / eb`` and ``c = 1 / eb`` this is
 ``t_n = o + s n_n + c z_n(r)``, ``z_n(r) = sum_k max(f_nk / r, m_nk)``: linear in (o, s, c) for a
-fixed r. So we scan log r (then refine it by golden-section search) and, for each r, solve the
-non-negative least squares in (o, s, c) that minimises the squared *relative* error
-``sum_n ((prediction_n - t_n) / t_n)^2``. Then ``eb = 1 / c`` and ``ef = r / c``.
+fixed r. So we scan log r (then refine it by golden-section search) and, for each r, find the
+non-negative (o, s, c) that minimise the absolute *relative* error ``sum_n |prediction_n - t_n| / t_n``
+(iteratively reweighted least squares). Then ``eb = 1 / c`` and ``ef = r / c``. The L1 loss keeps
+steps slowed down by other processes on the machine (they only ever add time) from dragging the fit,
+as a squared loss would.
 """
 from __future__ import annotations
 
@@ -51,18 +53,34 @@ def relative_errors(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
     return np.abs(np.asarray(predicted) - np.asarray(measured)) / np.asarray(measured)
 
 
-def _nnls(a: np.ndarray) -> tuple[float, np.ndarray]:
-    """Non-negative x minimising |a x - 1|^2 (few columns: try every active set); (loss, x)."""
-    best = (math.inf, np.zeros(a.shape[1]))
-    for k in range(1, a.shape[1] + 1):
+def _nnls(a: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Non-negative x minimising sum w (a x - 1)^2 (few columns: the unconstrained solution, else
+    the best of every active set)."""
+    sw = np.sqrt(w)
+    aw = a * sw[:, None]
+    x, *_ = np.linalg.lstsq(aw, sw, rcond=None)
+    if np.all(x >= 0):
+        return x
+    best, best_x = math.inf, np.zeros(a.shape[1])
+    for k in range(1, a.shape[1]):
         for cols in itertools.combinations(range(a.shape[1]), k):
-            sol, *_ = np.linalg.lstsq(a[:, cols], np.ones(len(a)), rcond=None)
+            sol, *_ = np.linalg.lstsq(aw[:, cols], sw, rcond=None)
             if np.all(sol >= 0):
                 x = np.zeros(a.shape[1])
                 x[list(cols)] = sol
-                loss = float(np.sum((a @ x - 1.0) ** 2))
-                best = min(best, (loss, x), key=lambda b: b[0])
-    return best
+                loss = float(np.sum(w * (a @ x - 1.0) ** 2))
+                if loss < best:
+                    best, best_x = loss, x
+    return best_x
+
+
+def _l1_fit(a: np.ndarray, iters: int = 12) -> tuple[float, np.ndarray]:
+    """Non-negative x minimising sum |a x - 1| by iteratively reweighted least squares; (loss, x)."""
+    w = np.ones(len(a))
+    for _ in range(iters):
+        x = _nnls(a, w)
+        w = 1.0 / np.maximum(np.abs(a @ x - 1.0), 1e-3)
+    return float(np.sum(np.abs(a @ x - 1.0))), x
 
 
 def fit_cost_params(terms: StepTerms, times_s: Sequence[float], *, device: str | None = None,
@@ -79,7 +97,7 @@ def fit_cost_params(terms: StepTerms, times_s: Sequence[float], *, device: str |
 
     def solve(log_r: float) -> tuple[float, np.ndarray]:
         z = np.maximum(ideal[:, :, 0] / math.exp(log_r), ideal[:, :, 1]).sum(axis=1)
-        return _nnls(np.stack([1.0 / t, terms.num_seqs / t, z / t], axis=1))
+        return _l1_fit(np.stack([1.0 / t, terms.num_seqs / t, z / t], axis=1))
 
     grid = np.linspace(math.log(1e-4), math.log(1e4), 81)
     k = int(np.argmin([solve(g)[0] for g in grid]))
