@@ -2,15 +2,18 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
+from engine.config import ConfigError
 from engine.outputs import ScheduledRequest
 from engine.sim.config import SimConfig, sim_num_blocks
 from engine.sim.cost_model import CostModel, CostParams
 from engine.sim.hardware import DEVICES, get_device
 from engine.sim.model_shapes import get_model_shape
-from engine.config import ConfigError
 
 
 def chunk(rid: str, num_tokens: int, computed: int) -> ScheduledRequest:
@@ -108,3 +111,11 @@ def test_kv_blocks_sized_from_device_memory():
     assert n == int((0.9 * 80e9 - get_model_shape("llama-3.1-8b").weight_bytes) // (16 * 131072))
     with pytest.raises(RuntimeError, match="too small"):
         sim_num_blocks(cfg.replace(max_model_len=10**7), get_model_shape("llama-3.1-8b"), DEVICES["l40s"])
+
+
+def test_the_simulator_imports_no_torch():
+    code = ("import sys, engine.sim, engine.sim.config, engine.sim.fitting; "
+            "assert 'torch' not in sys.modules, 'engine.sim pulled in torch'")
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
