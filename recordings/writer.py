@@ -35,7 +35,7 @@ from recordings.schema import migrate
 
 BATCH_ITEMS = 256       # commit at the latest after this many queued items
 MAX_QUEUE_ITEMS = 4096  # the engine waits when this many items are queued
-MIN_KEYFRAME_GAP = 16   # steps between two keyframes at least
+MIN_KEYFRAME_GAP = 32   # steps between two keyframes at least
 _LIVE_WRITERS: "weakref.WeakSet[RecordingWriter]" = weakref.WeakSet()
 
 
