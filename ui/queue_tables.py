@@ -23,6 +23,16 @@ QUEUES = ("running", "waiting", "paused", "finished")
 WIDTH_CHARS = (7, 8, 4, 9, 7, 7, 3)
 
 
+def visible_rows(view: QTableView) -> tuple[int, int]:
+    """(first, last) model rows on screen in ``view`` ((0, -1) when hidden or empty)."""
+    if not view.isVisible():
+        return 0, -1
+    n = view.model().rowCount()
+    first = view.rowAt(0)
+    last = view.rowAt(view.viewport().height() - 1)
+    return (max(first, 0), n - 1 if last < 0 else last) if n else (0, -1)
+
+
 class QueueTables(QWidget):
     """Tabs of request tables, titled with their counts. ``set_state`` updates them all."""
 
@@ -58,6 +68,7 @@ class QueueTables(QWidget):
             view.setContextMenuPolicy(Qt.CustomContextMenu)
             view.customContextMenuRequested.connect(lambda p, n=name: self._menu(n, p))
             view.selectionModel().selectionChanged.connect(lambda *_a, n=name: self._picked(n))
+            model.visible_rows = lambda v=view: visible_rows(v)
             self.models[name], self.views[name] = model, view
             self.tabs.addTab(view, name)
         lay = QVBoxLayout(self)

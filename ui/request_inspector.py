@@ -34,6 +34,7 @@ class RequestInspector(QWidget):
         self.step = -1
         self.record: StepRecord | None = None
         self._text_key: tuple | None = None
+        self._shown_text = ""
         self.header = QLabel("No request selected: click a block, a slot cell or a table row")
         self.header.setWordWrap(True)
         self.header.setTextFormat(Qt.RichText)
@@ -123,10 +124,23 @@ class RequestInspector(QWidget):
         self.values["reason"].setStyleSheet(f"color: {css(ERROR)};" if v.error else "")
         key = (v.request_id, self.step, v.num_output_tokens)
         if key != self._text_key:
+            same_request = self._text_key is not None and self._text_key[0] == v.request_id
             self._text_key = key
-            self.text.setPlainText(self.source.request_text(v.request_id, self.step))
-            self.text.moveCursor(QTextCursor.End)
+            self._show_text(self.source.request_text(v.request_id, self.step), same_request)
         self._update_buttons()
+
+    def _show_text(self, text: str, same_request: bool) -> None:
+        """Show ``text``; while it streams (the shown text is a prefix of it) append only the
+        new characters instead of laying out the whole document again."""
+        shown = self._shown_text if same_request else None
+        if shown is not None and text.startswith(shown):
+            if len(text) > len(shown):
+                self.text.moveCursor(QTextCursor.End)
+                self.text.insertPlainText(text[len(shown):])
+        else:
+            self.text.setPlainText(text)
+        self._shown_text = text
+        self.text.moveCursor(QTextCursor.End)
 
     def _update_buttons(self) -> None:
         for n, ok in allowed_actions(self.view).items():

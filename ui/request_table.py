@@ -7,7 +7,7 @@ when Qt asks for one of its cells (the visible rows), once per frame.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
@@ -28,9 +28,12 @@ NOT_ADMITTED_TEXT = {
     NOT_ADMITTED_BEHIND: "behind older request",
 }
 PREEMPTED_TEXT = "preempted in this step"
-# state columns the table shows (a row whose values here are unchanged needs no repaint)
-SHOWN_COLUMNS = ("status", "num_prompt_tokens", "max_tokens", "num_output_tokens",
-                 "num_preemptions", "first_token_time", "last_token_time", "arrival_time")
+# the state columns each table column (COLUMNS) is made of: a cell whose columns did not
+# change needs no repaint
+CELL_SOURCES = ((), ("status",), ("num_prompt_tokens",), ("num_output_tokens", "max_tokens"),
+                ("first_token_time", "arrival_time"),
+                ("first_token_time", "last_token_time", "num_output_tokens"),
+                ("num_preemptions",), ("status",))
 
 
 def _num(x: float | None, unit: str = "") -> str:
@@ -84,7 +87,6 @@ _RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
 _ERROR_COLOR = QColor(*ERROR)
 _SWATCHES = tuple(QColor(*c) for c in PALETTE)
 _HORIZONTAL = Qt.Orientation.Horizontal
-FEW_ROWS = 4          # up to this many changed rows are announced cell by cell
 
 
 class RequestTableModel(QAbstractTableModel):
@@ -105,36 +107,43 @@ class RequestTableModel(QAbstractTableModel):
         self._key: object = ()
         self._cache: dict[int, RequestView] = {}
         self._texts: dict[int, list[str]] = {}
+        # (first, last) table rows on screen, set by the view's owner; None = all rows
+        self.visible_rows: Callable[[], tuple[int, int]] | None = None
 
     # --- rows ------------------------------------------------------------------------------
     def set_state_rows(self, state: EngineState, rows: np.ndarray,
                        record: StepRecord | None = None) -> bool:
         """Rows ``rows`` (int [n], ascending) of ``state``'s columns; ``record``: the shown step's.
-        With the same requests in the same rows, only rows whose shown values changed are
-        announced (``dataChanged`` over their span), so an idle waiting queue is not repainted."""
+        With the same requests in the same rows, only the cells whose values changed are
+        announced, so an idle waiting queue is not repainted and a decoding one repaints its
+        output column, not every cell."""
         key = state.columns["seq"][rows]
         same = self.views is None and isinstance(self._key, np.ndarray) and np.array_equal(key, self._key)
-        changed = self._changed_rows(state, rows, record) if same else None
+        changed = self._changed_cells(state, rows, record) if same else None
         return self._replace(same, key, changed, state=state, rows=rows, views=None, record=record)
 
-    def _changed_rows(self, state: EngineState, rows: np.ndarray,
-                      record: StepRecord | None) -> np.ndarray:
-        """Table rows whose cells differ between the shown state and ``state`` (same requests,
-        same order), int64 [k] ascending."""
+    def _changed_cells(self, state: EngineState, rows: np.ndarray,
+                       record: StepRecord | None) -> list[np.ndarray]:
+        """Per table column, the mask of rows (bool [n]) whose cell may read differently in
+        ``state`` than in the shown state (same requests, same order)."""
         old, old_rows = self.state, self.rows
-        diff = np.zeros(len(rows), bool)
-        for name in SHOWN_COLUMNS:
+        differs = {}
+        for name in {n for names in CELL_SOURCES for n in names}:
             a, b = old.columns[name][old_rows], state.columns[name][rows]
-            diff |= ~((a == b) | (np.isnan(a) & np.isnan(b))) if a.dtype.kind == "f" else a != b
+            differs[name] = ~((a == b) | (np.isnan(a) & np.isnan(b))) if a.dtype.kind == "f" else a != b
+        none = np.zeros(len(rows), bool)
+        masks = [np.logical_or.reduce([differs[n] for n in names]) if names else none
+                 for names in CELL_SOURCES]
         if self.reasons and record is not self.record:
+            reason = masks[-1].copy()
             ids = {rid for rec in (self.record, record) if rec is not None
                    for rid in (*rec.preempted_ids, *(r for r, _ in rec.not_admitted))}
-            diff[[i for i in map(self.row_of, ids) if i is not None]] = True
+            reason[[i for i in map(self.row_of, ids) if i is not None]] = True
             arrival = state.columns["arrival_step"][rows]
-            seen = [arrival <= rec.step if rec is not None else np.zeros(len(rows), bool)
+            seen = [arrival <= rec.step if rec is not None else none
                     for rec in (self.record, record)]       # rows the step considered
-            diff |= seen[0] != seen[1]
-        return np.flatnonzero(diff)
+            masks[-1] = reason | (seen[0] != seen[1])
+        return masks
 
     def set_views(self, views: Sequence[RequestView]) -> bool:
         """Rows are ``views`` (a short list: the recently finished)."""
@@ -143,9 +152,9 @@ class RequestTableModel(QAbstractTableModel):
         return self._replace(self.views is not None and key == self._key, key, state=None,
                              rows=np.zeros(0, np.int64), views=views, record=None)
 
-    def _replace(self, same: bool, key, changed: np.ndarray | None = None, **attrs) -> bool:
-        """Swap in the new rows: reset unless ``same``; then announce ``changed`` table rows
-        (None = all)."""
+    def _replace(self, same: bool, key, changed: list[np.ndarray] | None = None, **attrs) -> bool:
+        """Swap in the new rows: reset unless ``same``; then announce the ``changed`` cells
+        (per column, a row mask; None = every cell)."""
         if not same:
             self.beginResetModel()
         for name, value in attrs.items():
@@ -153,16 +162,21 @@ class RequestTableModel(QAbstractTableModel):
         self._key, self._cache, self._texts = key, {}, {}
         if not same:
             self.endResetModel()
-        elif changed is not None and len(changed) <= FEW_ROWS:
-            # cell by cell: a view repaints its whole viewport for any multi-cell range, even
-            # one row out of sight, but only the cell's rectangle for a single cell
-            for i in changed.tolist():
-                for c in range(len(COLUMNS)):
-                    self.dataChanged.emit(self.index(i, c), self.index(i, c))
-        elif self.rowCount():
-            first, last = (0, self.rowCount() - 1) if changed is None else (int(changed[0]), int(changed[-1]))
-            self.dataChanged.emit(self.index(first, 0), self.index(last, len(COLUMNS) - 1))
-        return not same
+            return True
+        n = self.rowCount()
+        if changed is None:
+            if n:
+                self.dataChanged.emit(self.index(0, 0), self.index(n - 1, len(COLUMNS) - 1))
+            return False
+        # one range per column, clipped to the rows on screen: a view repaints only those
+        # cells for a range inside its viewport, but all of it for one reaching beyond
+        first, last = self.visible_rows() if self.visible_rows is not None else (0, n - 1)
+        for col, mask in enumerate(changed):
+            hit = np.flatnonzero(mask[max(first, 0):last + 1])
+            if len(hit):
+                top, bottom = max(first, 0) + int(hit[0]), max(first, 0) + int(hit[-1])
+                self.dataChanged.emit(self.index(top, col), self.index(bottom, col))
+        return False
 
     def request_id(self, i: int) -> str:
         return self.views[i].request_id if self.views is not None else self.state.request_ids[self.rows[i]]

@@ -113,7 +113,7 @@ class FakeSource:
 
 
 def big_source(num_blocks: int = 16_384, running: int = 256, waiting: int = 10_000,
-                output: int = 64) -> FakeSource:
+                output: int = 192) -> FakeSource:
     """A production-sized state from the real engine: ``running`` requests decoding over all
     but a few of ``num_blocks`` blocks (16 tokens each), ``waiting`` more behind the slot cap;
     the fake model samples token 1 and does no hashing, so it builds in seconds."""

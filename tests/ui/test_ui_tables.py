@@ -9,7 +9,7 @@ from PySide6.QtCore import Qt
 
 from engine.state import STATUSES
 from ui.colors import request_qcolor
-from ui.queue_tables import QueueTables
+from ui.queue_tables import QueueTables, visible_rows
 from ui.request_table import COLUMNS, NOT_ADMITTED_TEXT, RequestTableModel
 
 
@@ -54,23 +54,35 @@ def test_models_are_the_state_columns_at_scale(qtbot, big):
     assert w.tabs.tabText(1) == "Waiting (10,000)"
 
 
-def test_same_rows_update_without_reset_and_idle_rows_without_repaint(qtbot, big):
+def test_same_rows_update_without_reset_and_repaint_only_changed_cells(qtbot, big):
     k = big.latest_step()
     w = QueueTables()
     qtbot.addWidget(w)
+    w.resize(640, 430)
+    w.show()
+    qtbot.waitExposed(w)
     w.set_state(big.state_at(k - 1), big.records(k - 1, k)[0])
     resets = {n: [] for n in w.models}
     changed = {n: [] for n in w.models}
     for n, m in w.models.items():
         m.modelReset.connect(lambda n=n: resets[n].append(1))
-        m.dataChanged.connect(lambda a, b, *_r, n=n: changed[n].append((a.row(), b.row())))
+        m.dataChanged.connect(lambda a, b, *_r, n=n: changed[n].append((a.row(), b.row(), a.column(), b.column())))
     w.set_state(big.state_at(k), big.records(k, k + 1)[0])
     assert not resets["running"] and not resets["waiting"]         # same requests, same rows
-    assert changed["running"] == [(0, 255)]                         # every running row decoded
-    rows = {a for a, b in changed["waiting"]}
-    assert rows <= {0}, changed["waiting"]                          # at most the first one's reason
-    assert w.models["running"].data(w.models["running"].index(0, 3)) == expected_cells(
+    first, last = visible_rows(w.views["running"])
+    assert first == 0 and 10 < last < 40                            # the rows on screen
+    # every running request decoded one token: its output (and ITL) cells, on screen only
+    assert {(a, b) for a, b, _c, _d in changed["running"]} == {(0, last)}
+    assert {c for *_r, c, d in changed["running"] if c == d} >= {3}
+    assert {c for *_r, c, d in changed["running"]} <= {3, 4, 5}
+    assert changed["waiting"] == []                                 # hidden tab: nothing
+    running = w.models["running"]
+    assert running.data(running.index(0, 3)) == expected_cells(
         big.state_at(k), int(big.state_at(k).queue_rows("running")[0]))[3]
+    w.tabs.setCurrentWidget(w.views["waiting"])
+    changed["waiting"].clear()
+    w.set_state(big.state_at(k - 1), big.records(k - 1, k)[0])
+    assert set(changed["waiting"]) <= {(0, 0, 7, 7)}   # idle queue: the oldest one's reason at most
 
 
 def test_new_rows_reset_and_keep_the_selection(qtbot, source):
