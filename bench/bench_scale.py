@@ -86,9 +86,13 @@ class EngineRun:
     profile: str = ""
 
     def busy(self, values: list[int]) -> np.ndarray:
-        """``values`` of the steps with >= BUSY running requests, in ms."""
+        """``values`` (ns) of the steps with >= BUSY running requests, in ms."""
         mask = np.array(self.num_running) >= BUSY
         return np.asarray(values, dtype=np.float64)[mask] / 1e6
+
+    def busy_running(self) -> np.ndarray:
+        running = np.array(self.num_running)
+        return running[running >= BUSY]
 
 
 class CpuTimer:
@@ -122,7 +126,7 @@ def make_recorder(path: str | None, config: EngineConfig):
                            overwrite=True)
 
 
-def run_engine(workload: Workload, config: EngineConfig, recorder_path: str | None = None,
+def run_engine(workload: Workload, config: EngineConfig, recorder_path: str | None = None, sort: str = "tottime",
                profile: bool = False, state_every: int = 4) -> EngineRun:
     """Serve ``workload`` to the end; times every step and, every ``state_every`` steps, the
     state snapshot a UI frame would pull. Finished requests are counted and dropped."""
@@ -177,7 +181,7 @@ def run_engine(workload: Workload, config: EngineConfig, recorder_path: str | No
         recorder.close()
     if prof is not None:
         buf = io.StringIO()
-        pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(25)
+        pstats.Stats(prof, stream=buf).sort_stats(sort).print_stats(40)
         run.profile = buf.getvalue()
     return run
 
@@ -229,7 +233,10 @@ def print_table(run: EngineRun, rows: list[tuple[str, ...]], workload: Workload,
           f"max_num_batched_tokens {config.max_num_batched_tokens}")
     print(f"{run.num_steps:,} steps in {run.wall_s:.2f} s = {run.num_steps / run.wall_s:,.0f} steps/s; "
           f"{run.num_output_tokens:,} output tokens, {run.num_preemptions:,} preemptions; "
-          f"{busy:,} steps at >= {BUSY} running (mean {np.mean(run.num_running):.0f} running)")
+          f"{busy:,} steps at >= {BUSY} running (median {np.median(run.busy_running()):.0f} running there)")
+    cpu_s = sum(run.cpu_ns["step"]) / 1e9
+    print(f"engine thread CPU: {cpu_s:.2f} s = {run.num_steps / cpu_s:,.0f} steps/s of CPU time "
+          f"(wall steps/s also counts waiting for a core on a shared machine)")
     width = max(len(r[0]) for r in rows)
     print(f"{'per step, ms':<{width}}  {'wall p50':>8}  {'wall p90':>8}  {'CPU p50':>8}  {'CPU p90':>8}")
     for name, *vals in rows:
@@ -242,8 +249,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--recorder", metavar="PATH", default=None,
                     help="record to PATH (recorder hook; default: recorder off)")
-    ap.add_argument("--profile", action="store_true", help="cProfile the steps at >= 200 running")
+    ap.add_argument("--profile", action="store_true", help="cProfile the steps at >= --busy running")
+    ap.add_argument("--busy", type=int, default=BUSY,
+                    help=f"measure the steps with at least this many running requests (default {BUSY})")
     args = ap.parse_args(argv)
+    globals()["BUSY"] = args.busy
     workload = Workload(num_requests=args.requests, seed=args.seed)
     config = scale_config()
     run = run_engine(workload, config, args.recorder, profile=args.profile)

@@ -28,6 +28,10 @@ from engine.state import EngineState
 from engine.timeline import StateTimeline
 
 log = logging.getLogger(__name__)
+# Builds a NamedTuple from a tuple of its fields without its Python-level __new__ (the hot path
+# makes one per scheduled request and one per token every step). A ScheduledRequest's first five
+# fields are a BatchEntry's.
+_new = tuple.__new__
 
 
 class Runner(Protocol):
@@ -300,8 +304,14 @@ class LLMEngine:
         if self.config.clock == "sim" and out.step_duration_s is not None:
             self._sim_time += out.step_duration_s
         token_time = float(step + 1) if self.config.clock == "virtual" else self.now()
-        got = self.scheduler.update_from_output(sched, out, token_time, step, self._check_stop)
-        new_tokens = tuple([self._detokenize(req) for req in got])
+        detok = bool(self._detok)       # no detokenizer live: no per-token text work at all
+        got = self.scheduler.update_from_output(sched, out, token_time, step,
+                                                self._check_stop if detok else None)
+        if detok:
+            new_tokens = tuple([self._detokenize(req) for req in got])
+        else:
+            new_tokens = tuple([_new(NewToken, (r.request_id, len(r.output_token_ids) - 1,
+                                                r.output_token_ids[-1], "")) for r in got])
         events = tuple(self.scheduler.take_events())
         self._collect_finished(token_time)
         touched = self._touched
@@ -312,8 +322,7 @@ class LLMEngine:
             step=step, start_ns=t0 - self._t0_ns, end_ns=t3 - self._t0_ns, clock=clock,
             token_time=token_time,
             arrivals=tuple(self._arrivals),
-            scheduled=tuple([BatchEntry(s.request_id, s.slot, s.num_tokens, s.num_computed_tokens,
-                                        s.is_prefill) for s in sched.scheduled]),
+            scheduled=tuple([_new(BatchEntry, s[:5]) for s in sched.scheduled]),
             new_tokens=new_tokens, events=events,
             block_events=tuple(self.scheduler.kv.take_events()),
             transitions=tuple(self._transitions(touched)),

@@ -99,6 +99,7 @@ class KVCacheManager:
         self.block_size = block_size
         self.block_tables: dict[str, list[int]] = {}
         self.events: list[BlockEvent] = []
+        self._frozen: dict[str, tuple[int, ...]] = {}    # block_table() copies, until a table changes
 
     def take_events(self) -> list[BlockEvent]:
         """The block events since the last call, in order."""
@@ -125,14 +126,28 @@ class KVCacheManager:
     def block_ids(self, request_id: str) -> list[int]:
         return self.block_tables.get(request_id, [])
 
+    def block_table(self, request_id: str) -> tuple[int, ...]:
+        """An immutable copy of ``request_id``'s block table, made once per change of the table
+        (a decoding request's table changes every ``block_size`` steps; the scheduler hands it
+        to the runner every step)."""
+        t = self._frozen.get(request_id)
+        if t is None:
+            table = self.block_tables.get(request_id)
+            if table is None:
+                return ()           # holds no blocks: nothing cached (memory follows live tables)
+            t = self._frozen[request_id] = tuple(table)
+        return t
+
     def allocate_slots(self, request_id: str, num_total_tokens: int) -> list[int] | None:
         """Grow ``request_id``'s block table to hold ``num_total_tokens`` tokens.
 
         Returns the newly allocated block ids (possibly empty), or ``None`` — changing nothing —
         when the pool has too few free blocks.
         """
-        table = self.block_tables.setdefault(request_id, [])
-        need = self.blocks_for(num_total_tokens) - len(table)
+        table = self.block_tables.get(request_id)
+        if table is None:
+            table = self.block_tables[request_id] = []
+        need = -(-num_total_tokens // self.block_size) - len(table)
         if need <= 0:
             return []
         if need > self.pool.num_free_blocks:
@@ -141,12 +156,14 @@ class KVCacheManager:
             return None
         new = self.pool.allocate(need)
         table.extend(new)
+        self._frozen.pop(request_id, None)
         self.events.append(BlockEvent(BLOCKS_ALLOCATED, request_id, tuple(new)))
         return new
 
     def free(self, request_id: str) -> list[int]:
         """Release every block of ``request_id``; returns the ids freed (empty if it held none)."""
         table = self.block_tables.pop(request_id, [])
+        self._frozen.pop(request_id, None)
         # Free in reverse so the request's tail blocks are reused first (vLLM does the same).
         self.pool.free(list(reversed(table)))
         if table:
@@ -154,5 +171,8 @@ class KVCacheManager:
         return table
 
     def check_invariants(self) -> None:
-        """G1 and G2 over every block table (raises ``AssertionError``)."""
+        """G1 and G2 over every block table (raises ``AssertionError``), and the copies handed
+        out by :meth:`block_table` are the tables."""
         self.pool.check_invariants(self.block_tables)
+        for rid, t in self._frozen.items():
+            assert list(t) == self.block_tables.get(rid, []), f"stale block table copy of {rid}"

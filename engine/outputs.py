@@ -26,8 +26,7 @@ BLOCKS_ALLOCATED = "allocated"
 BLOCKS_FREED = "freed"
 
 
-@dataclass(frozen=True)
-class ScheduledRequest:
+class ScheduledRequest(NamedTuple):
     """One request's share of a step, as the model runner needs it.
 
     ``num_computed_tokens`` is the value *before* the step; the step computes tokens
@@ -35,6 +34,8 @@ class ScheduledRequest:
     ``new_block_ids`` were allocated to it this step; ``block_ids`` is its whole block table
     (the runner's contract; it is not recorded: the recording keeps block events).
     ``slot`` is its batch slot (0 .. max_num_seqs - 1), stable while it keeps running.
+    Its first five fields are a :class:`BatchEntry`'s, in the same order (the engine's record
+    is ``s[:5]``).
     """
 
     request_id: str

@@ -76,7 +76,7 @@ class SamplingParams:
         return self.temperature == 0.0
 
 
-@dataclass
+@dataclass(eq=False)
 class Request:
     """One generation request and its progress.
 
@@ -84,6 +84,8 @@ class Request:
     ``num_tokens`` (prompt + output so far) one scheduled chunk at a time, which covers prefill,
     chunked prefill, recompute after preemption and decode with one rule (vLLM v1).
     Times are seconds on the engine clock (steps under the virtual clock).
+    A request is an entity: equal only to itself (and hashable), so the scheduler's queue
+    operations compare identities, not every field.
     """
 
     request_id: str
@@ -133,7 +135,8 @@ class Request:
     def is_prefill(self) -> bool:
         """True until the prompt (or, after a recompute preemption, prompt + output) is in the KV
         cache; afterwards each step decodes the one token sampled last."""
-        return not (self.output_token_ids and self.num_computed_tokens == self.num_tokens - 1)
+        out = self.output_token_ids
+        return not (out and self.num_computed_tokens == len(self.prompt_token_ids) + len(out) - 1)
 
     @property
     def finish_reason(self) -> FinishReason | None:

@@ -110,26 +110,39 @@ class Scheduler:
     def schedule(self, step: int) -> SchedulerOutput:
         """Decide step ``step``. Allocates blocks, may preempt; returns a frozen decision."""
         budget = self.config.max_num_batched_tokens
-        scheduled: list[tuple[Request, int, list[int]]] = []
+        scheduled: list[ScheduledRequest] = []
         preempted: list[str] = []
+        kv = self.kv
+        table = kv.block_table
 
+        # The hot loop (every running request, every step): locals, _chunk and is_prefill inlined.
+        running = self.running
+        thr = self.config.long_prefill_token_threshold if self.config.enable_chunked_prefill else 0
         i = 0
-        while i < len(self.running) and budget > 0:
-            req = self.running[i]
-            n = self._chunk(req, budget)
-            new_blocks = self.kv.allocate_slots(req.request_id, req.num_computed_tokens + n)
-            while new_blocks is None:
-                victim = self._pick_victim(req)
-                if victim is None:
+        while i < len(running) and budget > 0:
+            req = running[i]
+            rid, computed = req.request_id, req.num_computed_tokens
+            lacking = len(req.prompt_token_ids) + len(req.output_token_ids) - computed
+            n = thr if thr and lacking > thr else lacking
+            if n > budget:
+                n = budget
+            new_blocks = kv.allocate_slots(rid, computed + n)
+            if new_blocks is None:
+                while new_blocks is None:
+                    victim = self._pick_victim(req)
+                    if victim is None:
+                        break
+                    self._preempt(victim)
+                    preempted.append(victim.request_id)
+                    if victim is req:
+                        break
+                    new_blocks = kv.allocate_slots(rid, computed + n)
+                if new_blocks is None or req.status is not RequestStatus.RUNNING:
                     break
-                self._preempt(victim)
-                preempted.append(victim.request_id)
-                if victim is req:
-                    break
-                new_blocks = self.kv.allocate_slots(req.request_id, req.num_computed_tokens + n)
-            if new_blocks is None or req.status is not RequestStatus.RUNNING:
-                break
-            scheduled.append((req, n, new_blocks))
+            # is_prefill as Request.is_prefill: unless it decodes the one token sampled last.
+            scheduled.append(ScheduledRequest(rid, req.slot, n, computed,
+                                              not (req.output_token_ids and lacking == 1),
+                                              tuple(new_blocks) if new_blocks else (), table(rid)))
             budget -= n
             i += 1
 
@@ -146,15 +159,15 @@ class Scheduler:
                 if reason is None and not self.config.enable_chunked_prefill and n < req.num_tokens:
                     reason = NOT_ADMITTED_TOKEN_BUDGET
                 new_blocks = None
-                if reason is None and self.kv.blocks_for(req.num_tokens) > self.kv.num_free_blocks:
+                if reason is None and kv.blocks_for(req.num_tokens) > kv.num_free_blocks:
                     # Its whole prefill must fit the free blocks, not only this chunk: a prefill
                     # started without room would be preempted before it ends, over and over.
                     reason = NOT_ADMITTED_NO_FREE_BLOCKS
                     if not self.running:
                         # Only parked KV stands in the way: take it (liveness), admit next step.
-                        preempted += self._evict_paused(self.kv.blocks_for(req.num_tokens))
+                        preempted += self._evict_paused(kv.blocks_for(req.num_tokens))
                 if reason is None:
-                    new_blocks = self.kv.allocate_slots(req.request_id, req.num_computed_tokens + n)
+                    new_blocks = kv.allocate_slots(req.request_id, req.num_computed_tokens + n)
                     if new_blocks is None:
                         reason = NOT_ADMITTED_NO_FREE_BLOCKS
                 if reason is not None:
@@ -162,7 +175,8 @@ class Scheduler:
                     break
                 self.waiting.popleft()
                 self._start_running(req)
-                scheduled.append((req, n, new_blocks))
+                scheduled.append(ScheduledRequest(req.request_id, req.slot, n, req.num_computed_tokens,
+                                                  req.is_prefill, tuple(new_blocks), table(req.request_id)))
                 budget -= n
         if self.waiting and not not_admitted:
             # After a preemption nobody is admitted: the cache is what ran out. Everyone behind
@@ -170,15 +184,8 @@ class Scheduler:
             first = NOT_ADMITTED_NO_FREE_BLOCKS if preempted else NOT_ADMITTED_TOKEN_BUDGET
             not_admitted.append((self.waiting[0].request_id, first))
 
-        return SchedulerOutput(
-            step=step,
-            scheduled=tuple(
-                ScheduledRequest(r.request_id, r.slot, n, r.num_computed_tokens, r.is_prefill,
-                                 tuple(nb), tuple(self.kv.block_ids(r.request_id)))
-                for r, n, nb in scheduled),
-            preempted_ids=tuple(preempted),
-            not_admitted=tuple(not_admitted),
-        )
+        return SchedulerOutput(step=step, scheduled=tuple(scheduled), preempted_ids=tuple(preempted),
+                               not_admitted=tuple(not_admitted))
 
     def _pick_victim(self, req: Request) -> Request | None:
         """Who loses its KV so that ``req`` can grow: the newest other running request, else the
@@ -238,19 +245,24 @@ class Scheduler:
         returns the stop string it completed, or None; a stop string in the last allowed token
         finishes the request as stopped, not as length-capped (vLLM's rule)."""
         got_token = []
+        requests, errors, sampled = self.requests, runner_out.errors, runner_out.sampled_token_ids
+        running = RequestStatus.RUNNING
         for s in out.scheduled:
-            req = self.requests[s.request_id]
-            if req.status is not RequestStatus.RUNNING:
+            rid = s.request_id
+            req = requests[rid]
+            if req.status is not running:
                 continue
-            err = runner_out.errors.get(s.request_id)
-            if err is not None:
-                self._finish(req, RequestStatus.FINISHED_ERROR, error=err, kind="failed")
-                continue
+            if errors:
+                err = errors.get(rid)
+                if err is not None:
+                    self._finish(req, RequestStatus.FINISHED_ERROR, error=err, kind="failed")
+                    continue
             req.num_computed_tokens += s.num_tokens
-            tok = runner_out.sampled_token_ids.get(s.request_id)
+            tok = sampled.get(rid)
             if tok is None:
                 continue
-            req.output_token_ids.append(tok)
+            output = req.output_token_ids
+            output.append(tok)
             req.token_times.append(now)
             req.last_token_time = now
             if req.first_token_time is None:
@@ -263,7 +275,7 @@ class Scheduler:
                 self._finish(req, RequestStatus.FINISHED_STOPPED, stop_reason="eos")
             elif stop is not None:
                 self._finish(req, RequestStatus.FINISHED_STOPPED, stop_reason=stop)
-            elif req.num_output_tokens >= sp.max_tokens:
+            elif len(output) >= sp.max_tokens:
                 self._finish(req, RequestStatus.FINISHED_LENGTH)
         return got_token
 

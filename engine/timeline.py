@@ -11,6 +11,7 @@ work and a snapshot O(live requests) array copies: memory follows what is live, 
 from __future__ import annotations
 
 import math
+import operator
 from collections import deque
 from typing import Iterable
 
@@ -24,6 +25,7 @@ from engine.state import (COLUMNS, NUM_RECENTLY_FINISHED, STATUS_CODE, STATUSES,
 _RUNNING = STATUS_CODE["RUNNING"]
 _WAITING = STATUS_CODE["WAITING"]
 _MIN_CAPACITY = 64
+_REQUEST_ID = operator.attrgetter("request_id")
 
 
 class StateTimeline:
@@ -111,17 +113,19 @@ class StateTimeline:
         for a in arrivals:
             self._add(a)
         c, row = self._cols, self._row      # after the arrivals: an arrival may compact the rows
+        # Batch entries and tokens column-wise: one row lookup per request, the rest in numpy.
         if scheduled:
-            rows = [row[e.request_id] for e in scheduled]
-            c["num_computed_tokens"][rows] = [e.num_computed_tokens + e.num_tokens for e in scheduled]
-            c["slot"][rows] = [e.slot for e in scheduled]
+            n = len(scheduled)
+            ids, slots, num_tokens, num_computed, _ = zip(*scheduled)
+            rows = np.fromiter(map(row.__getitem__, ids), np.intp, n)
+            c["num_computed_tokens"][rows] = np.fromiter(map(operator.add, num_computed, num_tokens), np.int64, n)
+            c["slot"][rows] = np.fromiter(slots, np.int32, n)
             c["status"][rows] = _RUNNING
         if new_tokens:
-            rows = [row[t.request_id] for t in new_tokens]
+            rows = np.fromiter(map(row.__getitem__, map(_REQUEST_ID, new_tokens)), np.intp, len(new_tokens))
             c["num_output_tokens"][rows] += 1
             first = c["first_token_time"]
-            fresh = [r for r in rows if math.isnan(first[r])]
-            first[fresh] = token_time
+            first[rows[np.isnan(first[rows])]] = token_time
             c["last_token_time"][rows] = token_time
         for ev in block_events:
             self._blocks(ev)
@@ -153,16 +157,21 @@ class StateTimeline:
 
     def _blocks(self, ev: BlockEvent) -> None:
         i = self._row[ev.request_id]
-        ids = np.asarray(ev.block_ids, np.int64)
         nblocks = self._cols["num_blocks"]
+        ids, n = ev.block_ids, len(ev.block_ids)
+        if n == 1:              # the common case (a decode crossing a block boundary): scalars
+            ids = ids[0]
+        else:
+            ids = np.asarray(ids, np.int64)
         if ev.kind == BLOCKS_ALLOCATED:
+            start = int(nblocks[i])
             self.block_owner[ids] = self._cols["seq"][i]
-            self.block_pos[ids] = nblocks[i] + np.arange(len(ids))
-            nblocks[i] += len(ids)
+            self.block_pos[ids] = start if n == 1 else np.arange(start, start + n)
+            nblocks[i] = start + n
         elif ev.kind == BLOCKS_FREED:
             self.block_owner[ids] = -1
             self.block_pos[ids] = 0
-            nblocks[i] -= len(ids)
+            nblocks[i] -= n
         else:
             raise ValueError(f"unknown block event kind {ev.kind!r}")
 

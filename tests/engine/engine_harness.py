@@ -267,6 +267,7 @@ class InvariantChecker:
             blocks={r.request_id: list(kv.block_ids(r.request_id)) for r in s.live_requests()},
             free=kv.num_free_blocks,
             num_tokens={r.request_id: r.num_tokens for r in s.live_requests()},
+            is_prefill={r.request_id: r.is_prefill for r in s.live_requests()},
             num_pending_block_events=len(kv.events),
         )
         self.delivered_now = []
@@ -354,6 +355,7 @@ class InvariantChecker:
         assert set(step_alloc) <= set(sched_ids), ("blocks allocated to an unscheduled request", step_alloc)
         for x in rec.scheduled:
             assert x.num_tokens >= 1
+            assert x.is_prefill == pre["is_prefill"][x.request_id], ("is_prefill", x)
             if not c.enable_chunked_prefill:
                 assert x.num_tokens == 1 or (x.num_computed_tokens == 0
                                              and x.num_tokens == pre["num_tokens"][x.request_id]), (

@@ -27,7 +27,7 @@ def sizes(engine: LLMEngine) -> dict[str, int]:
         "scheduler._finished": len(s._finished), "scheduler.events": len(s.events),
         "scheduler._free_slots": len(s._free_slots),
         "kv.block_tables": len(kv.block_tables), "kv.events": len(kv.events),
-        "kv.pool._free": kv.pool.num_free_blocks,
+        "kv.pool._free": kv.pool.num_free_blocks, "kv._frozen": len(kv._frozen),
         "engine._future": len(engine._future), "engine._detok": len(engine._detok),
         "engine._deltas": len(engine._deltas), "engine._arrivals": len(engine._arrivals),
         "engine._arrival_index": len(engine._arrival_index), "engine._touched": len(engine._touched),
@@ -77,7 +77,7 @@ def test_memory_does_not_grow_with_finished_requests():
                 measured[cp] = m
                 # Requests alive = the live ones (finished ones were dropped once handed over).
                 assert m["gc Request objects"] == m["weakref Request objects"] == live, m
-                for k in ("scheduler.requests", "kv.block_tables", "timeline.num_live", "timeline._row",
+                for k in ("scheduler.requests", "kv.block_tables", "kv._frozen", "timeline.num_live", "timeline._row",
                           "state.rows"):
                     assert m[k] <= live, (k, m)
                 assert m["scheduler.running"] <= config.max_num_seqs

@@ -8,8 +8,8 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.outputs import (BLOCKS_ALLOCATED, BLOCKS_FREED, NOT_ADMITTED_NO_FREE_BLOCKS,
-                            NOT_ADMITTED_SEQ_CAP, NOT_ADMITTED_TOKEN_BUDGET, ModelRunnerOutput,
-                            SchedulerOutput)
+                            NOT_ADMITTED_SEQ_CAP, NOT_ADMITTED_TOKEN_BUDGET, BatchEntry,
+                            ModelRunnerOutput, ScheduledRequest, SchedulerOutput)
 from engine.request import Request, RequestStatus, SamplingParams
 from engine.scheduler import Scheduler
 
@@ -247,3 +247,29 @@ def test_rejected_at_admission_never_enters_the_queues():
         r = make_request("x", 1)
         s.add_request(r)
         s.add_request(r)
+
+
+def test_scheduled_request_starts_with_a_batch_entry():
+    """The engine records ``s[:5]`` of each ScheduledRequest as its BatchEntry."""
+    assert ScheduledRequest._fields[:5] == BatchEntry._fields
+    s = make_scheduler()
+    add(s, make_request("a", 6))
+    (x,) = s.schedule(0).scheduled
+    assert BatchEntry(*x[:5]) == BatchEntry("a", 0, 6, 0, True)
+    assert x.block_ids == tuple(s.kv.block_ids("a")) and x.block_ids is s.kv.block_table("a")
+
+
+def test_block_table_copies_follow_the_table():
+    s = make_scheduler(max_model_len=64)
+    (a,) = add(s, make_request("a", 4, max_tokens=8))
+    tables = []
+    for step in range(8):
+        out = s.schedule(step)
+        tables.append(out.scheduled[0].block_ids)
+        assert tables[-1] == tuple(s.kv.block_ids("a"))
+        s.update_from_output(out, sample_all(out, s), now=step + 1.0, step=step)
+        s.kv.check_invariants()
+    # 4 prompt tokens then one per step: a new block at 5 and 9 tokens (block_size 4).
+    assert [len(t) for t in tables] == [1, 2, 2, 2, 2, 3, 3, 3]
+    assert tables[1] is tables[2] and tables[0] == tables[1][:1]      # copied only on change
+    assert s.kv.block_table("a") == () and not s.kv._frozen              # finished: dropped
