@@ -44,7 +44,12 @@ def run_headless(args: argparse.Namespace) -> int:
         built = build_engine(config, recorder_factory=None)
         wl = load_workload(args, trace, built.tokenizer, built.vocab_size)
         built.run_info["trace"] = wl.trace_info
-        writer = RecordingWriter(out, built.run_info)
+        synthetic = built.tokenizer is None
+        if synthetic:
+            built.run_info["prompt_token_ids"] = (
+                f"not stored: synthetic ids drawn from numpy default_rng({args.seed}) per request "
+                "(rebuilt by the same trace, seed and scaling)")
+        writer = RecordingWriter(out, built.run_info, store_prompt_token_ids=not synthetic)
     except (ModelLoadError, TraceFormatError, RecordingError, OSError, RuntimeError, ValueError) as e:
         return _fail(str(e))
     eng = built.engine

@@ -46,7 +46,10 @@ class RecordingWriter:
     ``config`` dict must hold ``num_gpu_blocks`` (the resolved number), ``block_size`` and
     ``max_num_seqs``, from which the writer starts its own state timeline for keyframes (at most
     ``keyframe_interval`` steps apart). An existing non-empty ``path`` is refused unless
-    ``overwrite`` (then it is replaced).
+    ``overwrite`` (then it is replaced). At most ``max_queue_items`` items wait for the writer
+    thread: beyond that ``write_*`` blocks (the engine waits; nothing is dropped).
+    ``store_prompt_token_ids=False`` leaves ``requests.prompt_token_ids`` NULL (for synthetic
+    prompts that the run's provenance can regenerate; say so in ``run_info``).
 
     ``write_*`` only enqueue; the writer thread converts and commits. If the writer thread fails,
     the next ``write_*``/``flush``/``close`` raises :class:`RecordingError` (the cause chained) and
@@ -57,7 +60,8 @@ class RecordingWriter:
 
     def __init__(self, path: str | os.PathLike, run_info: Mapping[str, Any],
                  keyframe_interval: int = 128, flush_interval_s: float = 0.2,
-                 *, overwrite: bool = False, max_queue_items: int = MAX_QUEUE_ITEMS) -> None:
+                 *, overwrite: bool = False, max_queue_items: int = MAX_QUEUE_ITEMS,
+                 store_prompt_token_ids: bool = True) -> None:
         if keyframe_interval < 1:
             raise ValueError(f"keyframe_interval must be >= 1, got {keyframe_interval}")
         if flush_interval_s <= 0:
@@ -72,6 +76,7 @@ class RecordingWriter:
         self._run_info = dict(run_info)
         self._keyframe_interval = keyframe_interval
         self._flush_interval_s = flush_interval_s
+        self._store_prompt = store_prompt_token_ids
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, max_queue_items))
         self._error: BaseException | None = None
         self._closed = False
@@ -251,7 +256,8 @@ class RecordingWriter:
                     rid = payload[0]
                     self._seq[rid] = self._next_seq
                     self._num_prompt[rid] = len(payload[3])
-                    rows["requests"].append(codec.request_row(self._next_seq, *payload))
+                    rows["requests"].append(codec.request_row(
+                        self._next_seq, *payload, store_prompt=self._store_prompt))
                     self._next_seq += 1
                     continue
                 self._add_step(payload, rows, outcomes)

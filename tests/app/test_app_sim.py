@@ -27,6 +27,11 @@ def test_sim_run_is_recorded_as_simulated_and_is_deterministic(tmp_path, capsys)
     assert info["executor"] == "sim" and info["simulated"] is True and info["device"] == "sim:a100"
     assert info["config"]["clock"] == "sim" and info["sim"]["model"]["name"] == "llama-3.2-1b"
     assert info["sim"]["cost"] == CostParams().to_dict()
+    # synthetic prompt ids are not stored (the provenance says how to rebuild them); lengths are
+    reader = Reader(a)
+    assert "not stored: synthetic ids" in info["prompt_token_ids"]
+    assert reader.execute("SELECT count(*) FROM requests WHERE prompt_token_ids IS NOT NULL") == [(0,)]
+    assert reader.execute("SELECT min(num_prompt_tokens) FROM requests")[0][0] >= 1
     rows = _rows(a)
     assert rows == _rows(b) and len(rows) > 10
     assert rows[-1][0] > 0 and all(r0[0] <= r1[0] for r0, r1 in zip(rows, rows[1:]))   # the sim clock moves
