@@ -35,12 +35,11 @@ def _engine_args(p: argparse.ArgumentParser, *, num_gpu_blocks: int | None, cloc
     g.add_argument("--long-prefill-token-threshold", type=int, default=0,
                    help="cap on one request's prefill chunk per step, 0 = none (default: %(default)s)")
     g.add_argument("--no-chunked-prefill", action="store_true", help="admit only whole prompts")
-    g.add_argument("--clock", choices=["wall", "virtual", "sim"], default=None,
-                   help=f"wall: arrivals in real seconds; virtual: arrivals in steps, reproducible "
-                        f"schedules; sim: simulated seconds from --executor sim's step times, idle gaps "
-                        f"skipped (default: sim with --executor sim, else {clock})")
+    g.add_argument("--clock", choices=["wall", "virtual", "sim"], default=clock,
+                   help="wall: arrivals in real seconds; virtual: arrivals in steps, reproducible "
+                        "schedules; sim: simulated seconds from --executor sim's step times, idle gaps "
+                        "skipped; with --executor sim, wall means sim (default: %(default)s)")
     g.add_argument("--seed", type=int, default=0, help="engine seed (default: %(default)s)")
-    p.set_defaults(default_clock=clock)
     _sim_args(p)
 
 
@@ -84,7 +83,7 @@ def engine_config(a: argparse.Namespace) -> EngineConfig:
     """EngineConfig from parsed arguments (a ``SimConfig`` with ``--executor sim``). Raises
     ConfigError with the knob and its limit, or the known names of a simulated model or device."""
     sim = getattr(a, "executor", "model") == "sim"
-    clock = a.clock or ("sim" if sim else getattr(a, "default_clock", "wall"))
+    clock = "sim" if sim and a.clock == "wall" else a.clock   # real seconds mean nothing to a simulation
     knobs = dict(model=a.model, device=a.device, dtype=a.dtype, seed=a.seed, block_size=a.block_size,
                  num_gpu_blocks=a.num_gpu_blocks, max_model_len=a.max_model_len,
                  max_num_seqs=a.max_num_seqs, max_num_batched_tokens=a.max_num_batched_tokens,
