@@ -59,8 +59,13 @@ def color_index(request_id: str) -> int:
 
 
 def color_indices(request_ids: Sequence[str]) -> np.ndarray:
-    """Palette index of each id, int16 ``[len(request_ids)]`` (index into :func:`palette_lut`)."""
-    return np.fromiter((color_index(r) for r in request_ids), np.int16, len(request_ids))
+    """Palette index of each id, int16 ``[len(request_ids)]`` (index into :func:`palette_lut`);
+    one dict lookup per id known before."""
+    get = _INDEX_CACHE.get
+    found = [get(r) for r in request_ids]
+    if None in found:
+        found = [color_index(r) for r in request_ids]
+    return np.array(found, np.int16).reshape(len(found))
 
 
 def request_rgb(request_id: str) -> RGB:

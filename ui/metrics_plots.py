@@ -2,9 +2,11 @@
 scheduled tokens, step time and the engine's wait for the recorder.
 
 Six pyqtgraph plots in a 2x3 grid of one layout widget with linked step axes; every curve is a
-long-lived PlotCurveItem updated with ``setData``; a dashed marker shows the displayed step. Each record's
-numbers are computed once (:class:`ui.record_cache.StepMemo`), so a frame costs one array per
-series, not a pass over every record.
+long-lived PlotCurveItem updated with ``setData``. The x axis counts steps back from the shown
+step (0 = the shown step, at the right edge), so it stays put while the run advances: moving
+axes cost more to paint than the curves. Each record's numbers are computed once
+(:class:`ui.record_cache.StepMemo`), so a frame costs one array per series, not a pass over
+every record.
 """
 from __future__ import annotations
 
@@ -12,7 +14,6 @@ from typing import Sequence
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from engine.outputs import StepRecord
@@ -43,7 +44,8 @@ def _label(key: str) -> str:
 def metric_row(r: StepRecord) -> tuple:
     """One step's numbers, in :data:`FIELDS` order (wall seconds of the step, counts, KV %, ms)."""
     dur_ns = max(r.end_ns - r.start_ns, 1)
-    return (r.step, dur_ns * 1e-9, len(r.new_tokens), len(r.scheduled), r.num_scheduled_tokens,
+    tokens = sum(list(zip(*r.scheduled))[2]) if r.scheduled else 0   # BatchEntry.num_tokens
+    return (r.step, dur_ns * 1e-9, len(r.new_tokens), len(r.scheduled), tokens,
             100.0 * r.kv_cache_usage, r.num_waiting, r.num_running, r.num_paused, dur_ns * 1e-6,
             r.recorder_wait_ns * 1e-6)
 
@@ -87,7 +89,7 @@ class MetricsPlots(QWidget):
         lay.addWidget(self.layout_widget)
         self.plots: dict[str, pg.PlotItem] = {}
         self.curves: dict[str, pg.PlotCurveItem] = {}
-        self.markers: list[pg.InfiniteLine] = []
+        self._span = 0
         self._top: dict[str, float] = {}
         rows = (len(PLOTS) + 1) // 2
         first = None
@@ -107,17 +109,13 @@ class MetricsPlots(QWidget):
             bottom = p.getAxis("bottom")
             bottom.enableAutoSIPrefix(False)
             if i // 2 == rows - 1:
-                style_axis(bottom, "step")
+                style_axis(bottom, "steps before the shown step")
             else:
                 p.hideAxis("bottom")
             for name, color in series:     # bare curves: no scatter item to keep up to date
                 self.curves[name] = pg.PlotCurveItem(pen=pg.mkPen(color, width=2), skipFiniteCheck=True)
                 p.addItem(self.curves[name])
             p.setYRange(0, 100 if key == "kv" else 1, padding=0.02)
-            marker = pg.InfiniteLine(angle=90, movable=False,
-                                     pen=pg.mkPen("#ffffff", width=1, style=Qt.DashLine))
-            p.addItem(marker)
-            self.markers.append(marker)
             if first is None:
                 first = p
             else:
@@ -126,23 +124,24 @@ class MetricsPlots(QWidget):
 
     def set_records(self, records: Sequence[StepRecord], shown_step: int,
                     latest_step: int | None = None) -> None:
-        """Plot ``records`` up to ``shown_step``; the step span is the slot timeline's."""
+        """Plot the last ``span`` of ``records`` up to ``shown_step`` (``span``: the slot
+        timeline's number of steps)."""
         latest = shown_step if latest_step is None else latest_step
-        first_step, span = step_span(shown_step, latest, self.window)
-        recs = [r for r in records if first_step <= r.step <= shown_step]
+        _first, span = step_span(shown_step, latest, self.window)
+        recs = [r for r in records if shown_step - span < r.step <= shown_step]
         m = self.metrics = step_metrics(recs, self._memo.get(recs))
+        x = m["step"] - shown_step
         for name, curve in self.curves.items():
-            curve.setData(m["step"], m[name])
+            curve.setData(x, m[name])
         for key, _t, _l, _u, series in PLOTS:
             if key != "kv":      # y from 0 to the window's maximum: no jitter, no false zero
                 top = nice_ceiling(max([1.0] + [float(m[n].max()) for n, _c in series if len(m[n])]))
                 if self._top.get(key) != top:
                     self._top[key] = top
                     self.plots[key].setYRange(0, top * 1.05, padding=0)
-        self.plots["throughput"].setXRange(first_step - 0.5, first_step + span - 0.5, padding=0)
-        for marker in self.markers:
-            marker.setValue(shown_step)
-            marker.setVisible(shown_step >= 0)
+        if span != self._span:
+            self._span = span
+            self.plots["throughput"].setXRange(-span + 0.5, 0.5, padding=0)
 
     def mean_output_tps(self, last: int = 10) -> float | None:
         """Mean output tokens/s over the last ``last`` plotted steps (None with no steps)."""

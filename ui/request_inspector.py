@@ -98,7 +98,8 @@ class RequestInspector(QWidget):
         v = self.view
         if v is None:
             if self.selected:
-                self.header.setText(f"<b>{self.selected}</b> has not arrived at step {self.step}")
+                self.header.setText(f"<b>{self.selected}</b> is not live at step {self.step} "
+                                    "(not arrived yet, or finished before the last 64)")
             for lab in self.values.values():
                 lab.setText("–")
             self.text.setPlainText("")

@@ -18,7 +18,7 @@ from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from engine.outputs import BatchEntry, StepRecord
-from ui.colors import (BACKGROUND, IDLE, MUTED, color_indices, css, dim, lighten,
+from ui.colors import (BACKGROUND, IDLE, MUTED, color_index, css, dim, lighten,
                        packed, palette_lut, request_rgb)
 from ui.packed_image import PackedImageItem
 from ui.pointer import track_pointer
@@ -67,6 +67,7 @@ class SlotTimeline(QWidget):
         self.by_step: dict[int, StepRecord] = {}       # the drawn records
         self._keys: dict[str, int] = {}                # request id -> small int key
         self._ids: list[str] = []                      # key -> request id
+        self._pal_of_key = np.zeros(0, np.int16)       # key -> palette index
         self._memo = StepMemo(self._column)
         self._grid = None                              # (palette, prefill, key), each (slots, span)
         self.image = np.zeros((self.row_px, 1), np.uint32)
@@ -111,25 +112,31 @@ class SlotTimeline(QWidget):
         self.plot.getPlotItem().getAxis("left").setTicks([ticks])
 
     # --- per-step columns ----------------------------------------------------------------
-    def _key(self, request_id: str) -> int:
-        k = self._keys.get(request_id)
-        if k is None:
-            k = self._keys[request_id] = len(self._ids)
-            self._ids.append(request_id)
+    def _new_key(self, request_id: str) -> int:
+        k = self._keys[request_id] = len(self._ids)
+        self._ids.append(request_id)
+        if k == len(self._pal_of_key):
+            self._pal_of_key = np.concatenate([self._pal_of_key, np.zeros(max(k, 1024), np.int16)])
+        self._pal_of_key[k] = color_index(request_id)
         return k
 
     def _column(self, record: StepRecord) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(palette int16, prefill bool, key int32), each ``[max_num_seqs]``, of one step;
-        palette and key are -1 for an idle slot."""
+        palette and key are -1 for an idle slot. One dict lookup per batch entry."""
         s, sched = self.max_num_seqs, record.scheduled
         pal, pre, key = np.full(s, -1, np.int16), np.zeros(s, bool), np.full(s, -1, np.int32)
         if sched:
             ids, slot, _n, _c, prefill = zip(*sched)          # BatchEntry columns, in C
+            get = self._keys.get
+            keys = [get(r) for r in ids]
+            if None in keys:
+                keys = [get(r) if get(r) is not None else self._new_key(r) for r in ids]
+            keys = np.array(keys, np.int32)
             slot = np.array(slot, np.int64)
             ok = (slot >= 0) & (slot < s)
-            pal[slot[ok]] = color_indices(ids)[ok]
+            key[slot[ok]] = keys[ok]
+            pal[slot[ok]] = self._pal_of_key[keys[ok]]
             pre[slot[ok]] = np.array(prefill, bool)[ok]
-            key[slot[ok]] = np.array([self._key(r) for r in ids], np.int32)[ok]
         return pal, pre, key
 
     # --- data in -------------------------------------------------------------------------
@@ -140,7 +147,7 @@ class SlotTimeline(QWidget):
         if (max_num_seqs and max_num_seqs != self.max_num_seqs) or len(self._ids) > MAX_KEYS:
             self.max_num_seqs = max_num_seqs or self.max_num_seqs
             self.row_px = row_px(self.max_num_seqs)
-            self._keys, self._ids = {}, []
+            self._keys, self._ids, self._pal_of_key = {}, [], np.zeros(0, np.int16)
             self._memo = StepMemo(self._column)
             self._set_slot_ticks()
         latest = shown_step if latest_step is None else latest_step
