@@ -133,6 +133,8 @@ class EngineWorker(threading.Thread):
         try:
             self._loop()
         finally:
+            if eng.recorder is not None and eng.has_pending_changes:
+                eng.step(run_batch=False)        # the last user actions reach the recording
             rec = eng.recorder
             if rec is not None and hasattr(rec, "close"):
                 try:

@@ -67,6 +67,8 @@ def run_headless(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         interrupted = True
     finally:
+        if eng.recorder is not None and eng.has_pending_changes:
+            eng.step(run_batch=False)            # arrivals and aborts after the last step
         writer.close()
     print_report(Reader(out))
     unfinished = len(wl.requests) - eng.scheduler.num_finished

@@ -282,20 +282,27 @@ class LLMEngine:
             self._finished_now.append(req)
 
     # --- the step -------------------------------------------------------------------------
-    def step(self) -> StepRecord:
+    @property
+    def has_pending_changes(self) -> bool:
+        """True when arrivals or user actions since the last step are not recorded yet."""
+        return bool(self._arrivals or self._touched or self._finished_now or self.scheduler.kv.events)
+
+    def step(self, *, run_batch: bool = True) -> StepRecord:
         """Run one scheduler iteration: schedule, ONE forward pass, update. Returns its record.
 
-        An exception raised by the forward pass fails the step's requests (FINISHED_ERROR with the
-        message, recorded in ``StepRecord.error``); the engine stays usable.
+        ``run_batch=False`` records only the changes made since the last step (arrivals, aborts,
+        pauses...) in a step that schedules nothing: how a run's last user actions reach the
+        recording when it ends. An exception raised by the forward pass fails the step's requests
+        (FINISHED_ERROR with the message, recorded in ``StepRecord.error``); the engine stays usable.
         """
         self._admit_due()
         step, clock = self.step_index, self.now()
         t0 = time.perf_counter_ns()
-        sched = self.scheduler.schedule(step)
+        sched = self.scheduler.schedule(step) if run_batch else SchedulerOutput(step, ())
         t1 = time.perf_counter_ns()
         error = None
         try:
-            out = self.runner.execute(sched, self.scheduler.requests)
+            out = self.runner.execute(sched, self.scheduler.requests) if run_batch else ModelRunnerOutput()
         except Exception as e:  # noqa: BLE001 - a failing step must not take the engine down
             log.exception("step %d failed", step)
             error = f"{type(e).__name__}: {e}"

@@ -33,7 +33,7 @@ def live(qtbot, tmp_path):
 def test_single_step_while_paused_runs_exactly_one_iteration(live, qtbot):
     win, source, worker, _ = live
     assert worker.is_paused()
-    qtbot.waitUntil(lambda: len(source.latest_state().requests) >= 1, timeout=30_000)
+    qtbot.waitUntil(lambda: len(source.latest_state()) >= 1, timeout=30_000)
     assert source.latest_step() == -1                   # paused from the start: nothing ran
     worker.step_once()
     qtbot.waitUntil(lambda: source.latest_step() == 0, timeout=30_000)
@@ -49,13 +49,13 @@ def test_injected_request_waits_runs_streams_and_finishes(live, qtbot):
     dialog.accept()
     rid = dialog.request_id
     assert rid
-    qtbot.waitUntil(lambda: rid in source.latest_state().requests, timeout=30_000)
-    assert source.latest_state().requests[rid].status == "WAITING"     # shown while still paused
+    qtbot.waitUntil(lambda: source.latest_state().view(rid) is not None, timeout=30_000)
+    assert source.latest_state().view(rid).status == "WAITING"         # shown while still paused
     win.refresh(force=True)
     assert rid in [r.request_id for r in win.state.waiting]
     worker.resume()
-    qtbot.waitUntil(lambda: source.latest_state().requests[rid].is_finished, timeout=120_000)
-    view = source.latest_state().requests[rid]
+    qtbot.waitUntil(lambda: source.latest_state().view(rid).is_finished, timeout=120_000)
+    view = source.latest_state().view(rid)
     assert view.status == "FINISHED_LENGTH" or view.finish_reason == "stop"
     assert 1 <= view.num_output_tokens <= 6
     assert source.request_text(rid, source.latest_step()).strip()      # generated text streamed
@@ -64,4 +64,6 @@ def test_injected_request_waits_runs_streams_and_finishes(live, qtbot):
     assert rid in [r.request_id for r in win.state.finished]
     worker.stop()
     reader = Reader(record)                                              # and it was recorded
-    assert reader.state_at(reader.latest_step()).requests[rid] == source.state_at(source.latest_step()).requests[rid]
+    assert reader.state_at(reader.latest_step()).view(rid) == view
+    assert reader.request_info(rid).num_output_tokens == view.num_output_tokens
+    assert reader.request_text(rid, reader.latest_step()) == source.request_text(rid, source.latest_step())

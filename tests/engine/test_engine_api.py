@@ -118,3 +118,24 @@ def test_wall_clock_times_are_ordered():
     assert r.status is RequestStatus.FINISHED_LENGTH
     assert 0 <= r.arrival_time <= r.first_token_time <= r.token_times[-1] <= r.finished_time
     assert r.ttft > 0 and r.token_times == sorted(r.token_times)
+
+
+def test_a_bookkeeping_step_records_the_last_user_actions_and_runs_nothing():
+    engine, runner = make()
+    done = engine.collect_finished()
+    engine.add_request([1, 2, 3], SamplingParams(max_tokens=3), request_id="a")
+    engine.add_request([4, 5, 6], SamplingParams(max_tokens=3), request_id="b")
+    engine.step()
+    engine.abort_request("a")
+    engine.add_request([7, 8], SamplingParams(max_tokens=2), request_id="late")
+    assert engine.has_pending_changes
+    calls = runner.num_calls
+    before = engine.state()
+    rec = engine.step(run_batch=False)
+    assert runner.num_calls == calls and rec.scheduled == () and rec.new_tokens == ()
+    assert [a.request_id for a in rec.arrivals] == ["late"]
+    assert ("a", "FINISHED_ABORTED") in [(t.request_id, t.status) for t in rec.transitions]
+    assert "a" in done and not engine.has_pending_changes
+    after = engine.state()
+    assert after.view("a").status == "FINISHED_ABORTED" and after.view("late").status == "WAITING"
+    assert after.view("b") == before.view("b")          # nobody ran
