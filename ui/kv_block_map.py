@@ -1,11 +1,10 @@
 """KV-cache block map: one cell per physical block of the paged cache, zoomable.
 
-The whole map is ONE packed-colour image on a long-lived ``PackedImageItem`` in a ``pg.ViewBox``, painted
-from the state's arrays with numpy (:func:`render`): no Python per block per frame. A block is
-``px`` x ``px`` image pixels (``px - 1`` painted plus a 1-pixel gap), ``px`` from 4 (16k blocks)
-to 12 (a few hundred), so the image stays near :data:`MAX_PIXELS`. A cell fills from the bottom
-like a glass: the owner's colour up to ``fill / block_size`` of its height, a faint tint of that
-colour above, dark grey when free; the selected request's blocks get a white frame.
+The whole map is ONE packed-colour image on a long-lived ``PackedImageItem`` in a
+``pg.ViewBox``, painted from the state's arrays with numpy (``ui.block_image``): no Python per
+block per frame. A block is ``px`` x ``px`` image pixels, ``px`` from 4 (16k blocks) to 12 (a
+few hundred); its cell fills from the bottom like a glass with the owner's colour, a faint tint
+above, dark grey when free; the selected request's blocks get a white frame.
 
 Mouse wheel zooms (pan by dragging, double-click fits the whole cache again); hover names the
 exact block under the pointer at any zoom (block id, owner, fill, position in the owner's block
@@ -21,72 +20,11 @@ from PySide6.QtCore import QPointF, Signal
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from engine.state import EngineState
-from ui.colors import (BACKGROUND, FREE, MUTED, color_indices, css, mix, packed,
-                       palette_lut)
+from ui.block_image import TINT, BlockImage, cell_px, grid_columns
+from ui.colors import BACKGROUND, FREE, MUTED, color_indices, css, mix
 from ui.packed_image import PackedImageItem
 from ui.pointer import track_pointer
 from ui.state_lookup import owned_blocks
-
-MAX_PIXELS = 400_000   # target image size in pixels (16,384 blocks -> 4 px per block)
-TINT = 0.70            # how far the empty part of an owned block fades towards the free colour
-SELECTED = (255, 255, 255)
-_FULL = palette_lut()                                   # [21] packed; index -1 = free
-_TINT = palette_lut(lambda c: mix(c, FREE, TINT))
-
-
-def grid_columns(num_blocks: int, aspect: float = 2.0) -> int:
-    """Columns that make ``num_blocks`` square cells fill an area ``aspect`` times wider than
-    tall; multiples of 8 above 16 so block ids are easy to count along a row."""
-    if num_blocks <= 0:
-        return 8
-    c = math.ceil(math.sqrt(num_blocks * max(0.2, min(aspect, 8.0))))
-    if c > 16:
-        c = 8 * math.ceil(c / 8)
-    return max(4, min(c, 512, num_blocks))
-
-
-def cell_px(num_blocks: int) -> int:
-    """Image pixels per block side (including the gap): 4 .. 12, about ``MAX_PIXELS`` in all."""
-    return int(min(12, max(4, math.isqrt(MAX_PIXELS // max(num_blocks, 1)))))
-
-
-def fill_rows(fill: np.ndarray, block_size: int, inner: int) -> np.ndarray:
-    """Painted rows (0 .. ``inner``) of each block's fill: any token paints at least one row and
-    only a full block paints all of them. ``fill`` int [n] tokens -> int64 [n]."""
-    bs = max(block_size, 1)
-    rows = np.rint(fill * inner / bs).astype(np.int64)
-    rows = np.where(fill > 0, np.maximum(rows, 1), 0)
-    return np.where(fill < bs, np.minimum(rows, inner - 1), inner)
-
-
-def render(palette_index: np.ndarray, fill: np.ndarray, block_size: int, columns: int, px: int,
-           framed: np.ndarray | None = None) -> np.ndarray:
-    """The block map as a packed-colour image (uint32 ``(rows * px, columns * px)``, see
-    ``ui.colors.packed``), block
-    ``b`` at cell (``b // columns``, ``b % columns``).
-
-    ``palette_index``: int [n] palette entry of each block's owner, -1 = free; ``fill``: int [n]
-    tokens written; ``framed``: bool [n] blocks to frame in white (the selection), or None."""
-    n, inner = len(palette_index), px - 1
-    rows = max(1, math.ceil(n / columns))
-    bg = packed(BACKGROUND)
-    level = fill_rows(np.asarray(fill), block_size, inner)
-    y = np.arange(inner)[None, :]                                   # painted row, 0 = top
-    cells = np.full((rows * columns, inner), bg, np.uint32)
-    cells[:n] = np.where(y >= inner - level[:, None], _FULL[palette_index][:, None],
-                         _TINT[palette_index][:, None])
-    out = np.empty((rows, px, columns, px), np.uint32)                 # [row, y, col, x]
-    out[:, inner] = bg
-    out[:, :, :, inner] = bg
-    out[:, :inner, :, :inner] = cells.reshape(rows, columns, inner).transpose(0, 2, 1)[..., None]
-    if framed is not None and framed.any():
-        edge = np.zeros((px, px), bool)
-        edge[:inner, :inner] = True
-        edge[1:inner - 1, 1:inner - 1] = False
-        sel = np.zeros(rows * columns, bool)
-        sel[:n] = framed
-        out[sel.reshape(rows, 1, columns, 1) & edge[None, :, None, :]] = packed(SELECTED)
-    return out.reshape(rows * px, columns * px)
 
 
 class KVBlockMap(QWidget):
@@ -110,6 +48,7 @@ class KVBlockMap(QWidget):
         self.selected: str | None = None
         self.zoomed = False                     # the user zoomed or panned: keep their range
         self.image = np.zeros((self.px, self.px), np.uint32)
+        self._painter = BlockImage()
         self.title = QLabel("KV cache blocks")
         self.title.setStyleSheet("font-weight: bold;")
         self.legend = QLabel(self._legend_html())
@@ -191,8 +130,8 @@ class KVBlockMap(QWidget):
         shape = (max(1, math.ceil(n / cols)) * px, cols * px)
         relayout = (cols, px) != (self.columns, self.px) or self.image.shape[:2] != shape
         self.columns, self.px = cols, px
-        self.image = render(self.palette_index(), self.fill, self.state.block_size, cols, px,
-                            self._framed())
+        self.image = self._painter.update(self.palette_index(), self.fill, self.state.block_size,
+                                          cols, px, self._framed())
         self.item.set_packed(self.image)
         if relayout:
             h, w = shape

@@ -114,19 +114,25 @@ class RequestTableModel(QAbstractTableModel):
     def set_state_rows(self, state: EngineState, rows: np.ndarray,
                        record: StepRecord | None = None) -> bool:
         """Rows ``rows`` (int [n], ascending) of ``state``'s columns; ``record``: the shown step's.
-        With the same requests in the same rows, only the cells whose values changed are
-        announced, so an idle waiting queue is not repainted and a decoding one repaints its
-        output column, not every cell."""
+        With the same requests in the same rows, only the cells on screen whose values changed
+        are announced, so an idle waiting queue is not repainted and a decoding one repaints
+        its output column, not every cell."""
         key = state.columns["seq"][rows]
         same = self.views is None and isinstance(self._key, np.ndarray) and np.array_equal(key, self._key)
-        changed = self._changed_cells(state, rows, record) if same else None
+        changed = None
+        if same:
+            first, last = self.visible_rows() if self.visible_rows is not None else (0, len(rows) - 1)
+            first, last = max(first, 0), min(last, len(rows) - 1)
+            changed = (first, self._changed_cells(state, rows, record, first, last + 1)
+                       if last >= first else [])
         return self._replace(same, key, changed, state=state, rows=rows, views=None, record=record)
 
-    def _changed_cells(self, state: EngineState, rows: np.ndarray,
-                       record: StepRecord | None) -> list[np.ndarray]:
-        """Per table column, the mask of rows (bool [n]) whose cell may read differently in
-        ``state`` than in the shown state (same requests, same order)."""
-        old, old_rows = self.state, self.rows
+    def _changed_cells(self, state: EngineState, rows: np.ndarray, record: StepRecord | None,
+                       lo: int, hi: int) -> list[np.ndarray]:
+        """Per table column, the mask over table rows ``lo:hi`` (bool [hi - lo]) of the cells
+        that may read differently in ``state`` than in the shown state (same requests, same
+        order)."""
+        old, old_rows, rows = self.state, self.rows[lo:hi], rows[lo:hi]
         differs = {}
         for name in {n for names in CELL_SOURCES for n in names}:
             a, b = old.columns[name][old_rows], state.columns[name][rows]
@@ -138,7 +144,7 @@ class RequestTableModel(QAbstractTableModel):
             reason = masks[-1].copy()
             ids = {rid for rec in (self.record, record) if rec is not None
                    for rid in (*rec.preempted_ids, *(r for r, _ in rec.not_admitted))}
-            reason[[i for i in map(self.row_of, ids) if i is not None]] = True
+            reason[[i - lo for i in map(self.row_of, ids) if i is not None and lo <= i < hi]] = True
             arrival = state.columns["arrival_step"][rows]
             seen = [arrival <= rec.step if rec is not None else none
                     for rec in (self.record, record)]       # rows the step considered
@@ -152,9 +158,10 @@ class RequestTableModel(QAbstractTableModel):
         return self._replace(self.views is not None and key == self._key, key, state=None,
                              rows=np.zeros(0, np.int64), views=views, record=None)
 
-    def _replace(self, same: bool, key, changed: list[np.ndarray] | None = None, **attrs) -> bool:
+    def _replace(self, same: bool, key, changed: tuple[int, list[np.ndarray]] | None = None,
+                 **attrs) -> bool:
         """Swap in the new rows: reset unless ``same``; then announce the ``changed`` cells
-        (per column, a row mask; None = every cell)."""
+        (``(first row, per column a mask over rows from it)``; None = every cell)."""
         if not same:
             self.beginResetModel()
         for name, value in attrs.items():
@@ -168,14 +175,14 @@ class RequestTableModel(QAbstractTableModel):
             if n:
                 self.dataChanged.emit(self.index(0, 0), self.index(n - 1, len(COLUMNS) - 1))
             return False
-        # one range per column, clipped to the rows on screen: a view repaints only those
-        # cells for a range inside its viewport, but all of it for one reaching beyond
-        first, last = self.visible_rows() if self.visible_rows is not None else (0, n - 1)
-        for col, mask in enumerate(changed):
-            hit = np.flatnonzero(mask[max(first, 0):last + 1])
+        # one range per column, inside the rows on screen: a view repaints only those cells
+        # for a range inside its viewport, but all of it for one reaching beyond
+        first, masks = changed
+        for col, mask in enumerate(masks):
+            hit = np.flatnonzero(mask)
             if len(hit):
-                top, bottom = max(first, 0) + int(hit[0]), max(first, 0) + int(hit[-1])
-                self.dataChanged.emit(self.index(top, col), self.index(bottom, col))
+                self.dataChanged.emit(self.index(first + int(hit[0]), col),
+                                      self.index(first + int(hit[-1]), col))
         return False
 
     def request_id(self, i: int) -> str:

@@ -35,8 +35,10 @@ _LIGHT_DIM = palette_lut(lambda c: dim(lighten(c, 0.5)), none=IDLE)
 
 
 def row_px(num_slots: int) -> int:
-    """Image pixels per slot row (painted rows + a 1-pixel gap): 8 up to 64 slots, else 4."""
-    return 8 if num_slots <= 64 else 4
+    """Image pixels per slot row: 8 (7 painted, striped for prefill, + a 1-pixel gap) up to 64
+    slots, 4 up to 128, then 1 (no stripes or gaps: a row is 1-2 screen pixels; a prefill
+    chunk is the lighter colour)."""
+    return 8 if num_slots <= 64 else 4 if num_slots <= 128 else 1
 
 
 def decode_rgb(request_id: str) -> tuple[int, int, int]:
@@ -182,11 +184,14 @@ class SlotTimeline(QWidget):
             faded = key != self._keys.get(self.selected, -2)
             solid = np.where(faded, _SOLID_DIM[pal], _SOLID[pal])
             light = np.where(faded, _LIGHT_DIM[pal], _LIGHT[pal])
-        img = np.empty((s, rp, w), np.uint32)
-        img[:, rp - 1, :] = packed(BACKGROUND)
-        img[:, 0:rp - 1:2, :] = np.where(pre, light, solid)[:, None, :]
-        img[:, 1:rp - 1:2, :] = solid[:, None, :]
-        self.image = img.reshape(s * rp, w)
+        if rp == 1:
+            self.image = np.where(pre, light, solid)
+        else:
+            img = np.empty((s, rp, w), np.uint32)
+            img[:, rp - 1, :] = packed(BACKGROUND)
+            img[:, 0:rp - 1:2, :] = np.where(pre, light, solid)[:, None, :]
+            img[:, 1:rp - 1:2, :] = solid[:, None, :]
+            self.image = img.reshape(s * rp, w)
         self.item.set_packed(self.image)
         x0 = self.first_step
         self.item.setRect(QRectF(x0 - 0.5, -0.5, w, s))

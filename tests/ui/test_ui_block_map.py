@@ -10,7 +10,8 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QToolTip
 
 from ui.colors import BACKGROUND, FREE, mix, packed, request_rgb, unpack
-from ui.kv_block_map import TINT, KVBlockMap, cell_px, render
+from ui.block_image import TINT, BlockImage, cell_px, render
+from ui.kv_block_map import KVBlockMap
 
 WHITE = packed((255, 255, 255))
 
@@ -89,6 +90,25 @@ def test_render_scales_and_frames():
     assert tuple(unpack(img[3, 3])) == FREE                    # block 0: free, not framed
     assert img[0, 8] == WHITE and img[8, 0] == WHITE          # blocks 1, 2: framed
     assert img[0 + 3, 8 + 3] != WHITE                         # ... only on their edge
+
+
+def test_incremental_image_equals_a_full_render():
+    rng = np.random.default_rng(1)
+    n, cols, px = 5000, 80, 6
+    pal, fill = rng.integers(-1, 20, n).astype(np.int16), rng.integers(0, 17, n)
+    framed = rng.random(n) < 0.01
+    painter = BlockImage()
+    first = painter.update(pal, fill, 16, cols, px, framed)
+    for _ in range(5):                         # a few cells change a step: repainted in place
+        b = rng.integers(0, n, 40)
+        pal[b], fill[b] = rng.integers(-1, 20, 40), rng.integers(0, 17, 40)
+        framed[rng.integers(0, n, 3)] ^= True
+        img = painter.update(pal, fill, 16, cols, px, framed)
+        assert img is first
+        np.testing.assert_array_equal(img, render(pal, fill, 16, cols, px, framed))
+    pal[:] = -1                                # most changed: a full render
+    np.testing.assert_array_equal(painter.update(pal, fill, 16, cols, px, None),
+                                  render(pal, fill, 16, cols, px, None))
 
 
 @pytest.fixture

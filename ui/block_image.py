@@ -1,0 +1,134 @@
+"""Pixels of the KV block map (pure numpy, no Qt): one ``px`` x ``px`` cell per block.
+
+A cell is ``px - 1`` painted pixels square plus a 1-pixel gap (right and bottom), filled from
+the bottom like a glass: the owner's colour up to ``fill / block_size`` of its height, a faint
+tint of that colour above, the free colour when nobody owns the block; selected blocks get a
+white edge. :class:`BlockImage` keeps the image up to date by repainting only the cells whose
+look changed (a decode step changes the last block of each running request, not 16k cells).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ui.colors import BACKGROUND, FREE, mix, packed, palette_lut
+
+MAX_PIXELS = 400_000   # target image size in pixels (16,384 blocks -> 4 px per block)
+TINT = 0.70            # how far the empty part of an owned block fades towards the free colour
+SELECTED = (255, 255, 255)
+_FULL = palette_lut()                                   # [21] packed; index -1 = free
+_TINT = palette_lut(lambda c: mix(c, FREE, TINT))
+
+
+def grid_columns(num_blocks: int, aspect: float = 2.0) -> int:
+    """Columns that make ``num_blocks`` square cells fill an area ``aspect`` times wider than
+    tall; multiples of 8 above 16 so block ids are easy to count along a row."""
+    if num_blocks <= 0:
+        return 8
+    c = math.ceil(math.sqrt(num_blocks * max(0.2, min(aspect, 8.0))))
+    if c > 16:
+        c = 8 * math.ceil(c / 8)
+    return max(4, min(c, 512, num_blocks))
+
+
+def cell_px(num_blocks: int) -> int:
+    """Image pixels per block side (including the gap): 4 .. 12, about ``MAX_PIXELS`` in all."""
+    return int(min(12, max(4, math.isqrt(MAX_PIXELS // max(num_blocks, 1)))))
+
+
+def fill_rows(fill: np.ndarray, block_size: int, inner: int) -> np.ndarray:
+    """Painted rows (0 .. ``inner``) of each block's fill: any token paints at least one row and
+    only a full block paints all of them. ``fill`` int [n] tokens -> int64 [n]."""
+    bs = max(block_size, 1)
+    rows = np.rint(fill * inner / bs).astype(np.int64)
+    rows = np.where(fill > 0, np.maximum(rows, 1), 0)
+    return np.where(fill < bs, np.minimum(rows, inner - 1), inner)
+
+
+def _edge(px: int) -> np.ndarray:
+    """bool (px, px): the white frame of a selected cell (the edge of its painted square)."""
+    inner = px - 1
+    edge = np.zeros((px, px), bool)
+    edge[:inner, :inner] = True
+    edge[1:inner - 1, 1:inner - 1] = False
+    return edge
+
+
+def _strips(palette_index: np.ndarray, level: np.ndarray, inner: int) -> np.ndarray:
+    """uint32 (n, inner): the painted column of each cell, top to bottom."""
+    y = np.arange(inner)[None, :]                                   # painted row, 0 = top
+    return np.where(y >= inner - level[:, None], _FULL[palette_index][:, None],
+                    _TINT[palette_index][:, None])
+
+
+def render(palette_index: np.ndarray, fill: np.ndarray, block_size: int, columns: int, px: int,
+           framed: np.ndarray | None = None) -> np.ndarray:
+    """The block map as a packed-colour image (uint32 ``(rows * px, columns * px)``, see
+    ``ui.colors.packed``), block ``b`` at cell (``b // columns``, ``b % columns``).
+
+    ``palette_index``: int [n] palette entry of each block's owner, -1 = free; ``fill``: int [n]
+    tokens written; ``framed``: bool [n] blocks to frame in white (the selection), or None."""
+    return _render(palette_index, fill_rows(np.asarray(fill), block_size, px - 1), columns, px,
+                   framed)
+
+
+def _render(palette_index: np.ndarray, level: np.ndarray, columns: int, px: int,
+            framed: np.ndarray | None) -> np.ndarray:
+    n, inner = len(palette_index), px - 1
+    rows = max(1, math.ceil(n / columns))
+    bg = packed(BACKGROUND)
+    cells = np.full((rows * columns, inner), bg, np.uint32)
+    cells[:n] = _strips(palette_index, level, inner)
+    out = np.empty((rows, px, columns, px), np.uint32)                 # [row, y, col, x]
+    out[:, inner] = bg
+    out[:, :, :, inner] = bg
+    out[:, :inner, :, :inner] = cells.reshape(rows, columns, inner).transpose(0, 2, 1)[..., None]
+    if framed is not None and framed.any():
+        sel = np.zeros(rows * columns, bool)
+        sel[:n] = framed
+        out[sel.reshape(rows, 1, columns, 1) & _edge(px)[None, :, None, :]] = packed(SELECTED)
+    return out.reshape(rows * px, columns * px)
+
+
+class BlockImage:
+    """The block map image of successive states, repainted where it changed.
+
+    ``update`` returns the image (uint32, as :func:`render`): a full render when the layout
+    changed or more than an eighth of the blocks look different, else the changed cells
+    repainted in place (the array is reused: keep no copy of an older frame in it)."""
+
+    def __init__(self) -> None:
+        self.image: np.ndarray | None = None
+        self._codes: np.ndarray | None = None
+        self._layout: tuple | None = None
+
+    def update(self, palette_index: np.ndarray, fill: np.ndarray, block_size: int, columns: int,
+               px: int, framed: np.ndarray | None = None) -> np.ndarray:
+        n = len(palette_index)
+        level = fill_rows(np.asarray(fill), block_size, px - 1)
+        sel = np.zeros(n, bool) if framed is None else framed
+        codes = ((palette_index.astype(np.int32) + 1) * px + level) * 2 + sel  # a cell's look
+        layout = (n, columns, px)
+        changed = (np.flatnonzero(codes != self._codes)
+                   if layout == self._layout and self.image is not None else None)
+        if changed is None or len(changed) > n // 8:
+            self.image = _render(palette_index, level, columns, px, framed)
+        elif len(changed):
+            self._repaint(changed, palette_index, level, sel, columns, px)
+        self._codes, self._layout = codes, layout
+        return self.image
+
+    def _repaint(self, blocks: np.ndarray, palette_index: np.ndarray, level: np.ndarray,
+                 sel: np.ndarray, columns: int, px: int) -> None:
+        inner = px - 1
+        tiles = np.full((len(blocks), px, px), packed(BACKGROUND), np.uint32)
+        tiles[:, :inner, :inner] = _strips(palette_index[blocks], level[blocks], inner)[:, :, None]
+        framed = sel[blocks]
+        if framed.any():
+            tiles[framed] = np.where(_edge(px), packed(SELECTED), tiles[framed])
+        rows, cols = np.divmod(blocks, columns)
+        grid = self.image.reshape(-1, px, columns, px)                  # [row, y, col, x]
+        grid[rows, :, cols, :] = tiles
+
+
