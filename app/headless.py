@@ -69,7 +69,11 @@ def run_headless(args: argparse.Namespace) -> int:
     finally:
         if eng.recorder is not None and eng.has_pending_changes:
             eng.step(run_batch=False)            # arrivals and aborts after the last step
-        writer.close()
+        try:
+            writer.close()
+        except RecordingError as e:      # reported below through recorder_error, or here
+            if not eng.recorder_error:
+                eng.recorder_error = f"recording failed: {e}"
     print_report(Reader(out))
     unfinished = len(wl.requests) - eng.scheduler.num_finished
     if eng.recorder_error:
@@ -82,6 +86,8 @@ def run_headless(args: argparse.Namespace) -> int:
     print(f"recording: {out}  (open it with: batchscope replay {out})")
     if interrupted:
         return 130
+    if eng.recorder_error:
+        return 1                         # served to the end, but the recording is incomplete
     return 1 if rejected and len(rejected) == len(wl.requests) else 0
 
 

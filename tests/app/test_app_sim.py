@@ -66,3 +66,25 @@ def test_fit_on_a_real_recording_then_simulate_with_it(tiny_model, tmp_path, cap
 def test_bad_sim_flags_name_the_known_values(argv, message, tmp_path, capsys):
     assert main(["run", "--trace", str(DEMO_TRACE), "--record", str(tmp_path / "x.sqlite"), *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_recorder_failure_stops_recording_not_serving(tmp_path, capsys, monkeypatch):
+    """A writer error (a full disk, say) mid-run: the CLI says so and exits 1 and the file reads
+    up to its last committed step (that the engine serves on is tests/recordings' check)."""
+    from recordings import codec
+
+    real = codec.step_rows
+
+    def failing(record, *args):
+        if record.step == 40:
+            raise OSError(28, "No space left on device")
+        return real(record, *args)
+
+    monkeypatch.setattr(codec, "step_rows", failing)
+    out = tmp_path / "full.sqlite"
+    assert main([*SIM_RUN, "--record", str(out)]) == 1
+    captured = capsys.readouterr()
+    assert "recording stopped" in captured.err and "No space left on device" in captured.err
+    reader = Reader(out)
+    assert 0 <= reader.latest_step() < 40 and not reader.is_complete()
+    reader.state_at(reader.latest_step())          # readable up to its last committed step
