@@ -104,7 +104,7 @@ class SlotTimeline(QWidget):
         c = (78, 121, 167)
         sw = "<span style='color:{}'>&#9632;</span>"
         return (f"<span style='color:{css(MUTED)}'>{sw.format(css(lighten(c, 0.5)))} prefill chunk"
-                f" (striped) &nbsp; {sw.format(css(c))} decode &nbsp; {sw.format(css(IDLE))} idle"
+                f" (lighter, striped) &nbsp; {sw.format(css(c))} decode &nbsp; {sw.format(css(IDLE))} idle"
                 " &nbsp; ┆ shown step</span>")
 
     def _set_slot_ticks(self) -> None:
