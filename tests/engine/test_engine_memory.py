@@ -38,9 +38,12 @@ def sizes(engine: LLMEngine) -> dict[str, int]:
     }
 
 
+PREFIX = "memtest-"   # this test's requests (other tests' engines may still hold theirs)
+
+
 def count_requests() -> int:
     gc.collect()
-    return sum(1 for o in gc.get_objects() if type(o) is Request)
+    return sum(1 for o in gc.get_objects() if type(o) is Request and o.request_id.startswith(PREFIX))
 
 
 def test_memory_does_not_grow_with_finished_requests():
@@ -61,7 +64,8 @@ def test_memory_does_not_grow_with_finished_requests():
     while num_finished < NUM_REQUESTS:
         while added < NUM_REQUESTS and len(engine.requests) < MAX_LIVE:
             rid = engine.add_request([rng.randrange(1, 1000) for _ in range(rng.randint(2, 24))],
-                                     SamplingParams(max_tokens=rng.randint(1, 6), ignore_eos=True))
+                                     SamplingParams(max_tokens=rng.randint(1, 6), ignore_eos=True),
+                                     request_id=f"{PREFIX}{added}")
             req = engine.requests[rid]
             alive[id(req)] = weakref.ref(req, lambda _, k=id(req): alive.pop(k))
             del req
