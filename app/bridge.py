@@ -6,6 +6,7 @@ results come back through :class:`app.live_source.LiveSource`.
 """
 from __future__ import annotations
 
+import gc
 import itertools
 import logging
 import queue
@@ -128,6 +129,10 @@ class EngineWorker(threading.Thread):
             eng.freeze_clock()
         if self._on_ready:
             self._on_ready(self.built)
+        # Model, tokenizer and workload live for the whole run: keep them out of the cyclic
+        # collector's full passes (vLLM does the same after start-up), so a full collection with
+        # thousands of queued requests does not stall a frame.
+        gc.freeze()
         self.source.reset(eng.state(), self.built.run_info)
         self._status = "paused" if self._paused else "running"
         try:

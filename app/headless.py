@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import re
 import sys
 import time
@@ -57,6 +58,7 @@ def run_headless(args: argparse.Namespace) -> int:
     rejected: list = []
     eng.on_finished = lambda r: rejected.append(r) if r.status.value == "FINISHED_ERROR" else None
     add_workload(eng, wl.requests, clock=built.config.clock, steps_per_second=args.steps_per_second)
+    gc.freeze()        # model and workload live for the whole run: out of the full GC passes
     if wl.notes:
         print("workload scaled to fit this machine:", file=sys.stderr)
         for line in wl.notes:
