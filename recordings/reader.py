@@ -117,26 +117,32 @@ class Reader:
             return "".join(parts)
 
     # --- beyond StepSource ---------------------------------------------------------------------
+    # Schema-specific SQL and decoding (recordings.v1_reader overrides them).
+    _TIMELINE_SQL = ("SELECT e.step, e.kind, e.detail, s.clock, s.end_ns FROM events e "
+                     "JOIN requests r ON r.seq = e.seq JOIN steps s ON s.step = e.step "
+                     "WHERE r.request_id = ? ORDER BY e.step, e.ord")
+    _PROMPT_COLUMN = "prompt_token_ids"
+
+    @staticmethod
+    def _decode_prompt(value: Any) -> tuple[int, ...] | None:
+        return codec.tokens_from_blob(value)
+
     def request_timeline(self, request_id: str) -> list[TimelineEvent]:
         """Every lifecycle event of ``request_id`` in order ([] if unknown)."""
-        rows = self._rows(
-            "SELECT e.step, e.kind, e.detail, s.clock, s.end_ns FROM events e "
-            "JOIN requests r ON r.seq = e.seq JOIN steps s ON s.step = e.step "
-            "WHERE r.request_id = ? ORDER BY e.step, e.ord", (request_id,))
-        return [TimelineEvent(*r) for r in rows]
+        return [TimelineEvent(*r) for r in self._rows(self._TIMELINE_SQL, (request_id,))]
 
     def request_info(self, request_id: str) -> RequestInfo | None:
         """The request's arrival, prompt, sampling and outcome, or ``None`` if unknown."""
         rows = self._rows(
             "SELECT request_id, arrival_step, arrival_time, num_prompt_tokens, max_tokens, "
-            "prompt_token_ids, prompt_text, sampling_json, status, finish_reason, "
+            f"{self._PROMPT_COLUMN}, prompt_text, sampling_json, status, finish_reason, "
             "finish_step, num_output_tokens, ttft, mean_itl, num_preemptions, error "
             "FROM requests WHERE request_id = ?", (request_id,))
         if not rows:
             return None
         values = list(rows[0])
         with self._reading(f"request {request_id}"):
-            values[5] = codec.tokens_from_blob(values[5])
+            values[5] = self._decode_prompt(values[5])
             values[7] = None if values[7] is None else json.loads(values[7])
         return RequestInfo(*values)
 

@@ -28,12 +28,12 @@ import os
 import threading
 from collections import OrderedDict
 from pathlib import Path
+from typing import Any
 import numpy as np
 
 from engine.outputs import BatchEntry, NewToken, RequestEvent, RequestView, StepRecord
 from engine.state import COLUMNS, NUM_RECENTLY_FINISHED, STATUS_CODE, EngineState
 from recordings.errors import RecordingError
-from recordings.info import RequestInfo, TimelineEvent
 from recordings.opening import open_readonly
 from recordings.reader import Reader
 
@@ -185,28 +185,13 @@ class V1Reader(Reader):
         with self._reading(f"text of {request_id}"):
             return "".join(text or "" for (text,) in rows)
 
-    def request_timeline(self, request_id: str) -> list[TimelineEvent]:
-        """Every lifecycle event of ``request_id`` in order ([] if unknown)."""
-        rows = self._rows(
-            "SELECT e.step, e.kind, e.detail, s.clock, s.end_ns FROM events e "
-            "JOIN steps s ON s.step = e.step WHERE e.request_id = ? ORDER BY e.step, e.seq",
-            (request_id,))
-        return [TimelineEvent(*r) for r in rows]
+    _TIMELINE_SQL = ("SELECT e.step, e.kind, e.detail, s.clock, s.end_ns FROM events e "
+                     "JOIN steps s ON s.step = e.step WHERE e.request_id = ? ORDER BY e.step, e.seq")
+    _PROMPT_COLUMN = "prompt_token_ids_json"
 
-    def request_info(self, request_id: str) -> RequestInfo | None:
-        """The request's arrival, prompt, sampling and outcome, or ``None`` if unknown."""
-        rows = self._rows(
-            "SELECT request_id, arrival_step, arrival_time, num_prompt_tokens, max_tokens, "
-            "prompt_token_ids_json, prompt_text, sampling_json, status, finish_reason, "
-            "finish_step, num_output_tokens, ttft, mean_itl, num_preemptions, error "
-            "FROM requests WHERE request_id = ?", (request_id,))
-        if not rows:
-            return None
-        values = list(rows[0])
-        with self._reading(f"request {request_id}"):
-            values[5] = None if values[5] is None else tuple(json.loads(values[5]))
-            values[7] = None if values[7] is None else json.loads(values[7])
-        return RequestInfo(*values)
+    @staticmethod
+    def _decode_prompt(value: Any) -> tuple[int, ...] | None:
+        return None if value is None else tuple(json.loads(value))
 
     def request_ids(self) -> list[str]:
         """Every recorded request id, in arrival order."""
