@@ -109,7 +109,6 @@ class Request:
     token_times: list[float] = field(default_factory=list)
     error: str | None = None
     stop_reason: str | None = None
-    block_ids: tuple[int, ...] = ()   # block table as of the last published state (engine-owned copy)
 
     @property
     def num_prompt_tokens(self) -> int:
