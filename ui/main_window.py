@@ -182,10 +182,16 @@ class MainWindow(QMainWindow):
         details = {**(model if isinstance(model, dict) else {}), **(info.get("config") or {})}
         self.status["run"].setToolTip("\n".join(f"{k} = {v}" for k, v in details.items()))
         clock = (info.get("config") or {}).get("clock")
-        self.time_unit = {"wall": "s", "virtual": "steps"}.get(clock, "")
+        self.time_unit = {"wall": "s", "virtual": "steps", "sim": "sim s"}.get(clock, "")
+        if info.get("simulated"):      # a simulated executor's run: say so wherever it shows
+            self.status["mode"].setText(f"{self.status['mode'].text()} · <b>SIMULATED</b>")
+            self.status["mode"].setToolTip("step times from the roofline cost model, tokens "
+                                           f"synthetic ({info.get('device', 'sim')}); no model ran")
         self.queues.set_time_unit(self.time_unit)
         self.inspector.time_unit = self.time_unit
         mode = "live" if self.control is not None else "replay"
+        if info.get("simulated"):
+            mode = f"simulated {mode}"
         self.setWindowTitle(f"{self.base_title} — {name or 'run'} ({mode})")
 
     def show_step(self, step: int) -> None:

@@ -49,3 +49,23 @@ def test_jump_to_a_finished_request_in_a_recording(replay):
     assert replay.shown_step == 0 and replay.selected == "req-1"
     replay.jump_to("t=9")
     assert replay.shown_step == 9
+
+
+def test_a_simulated_recording_says_so(qtbot, tmp_path):
+    """A recording made by the simulated executor is marked in the status bar and the title."""
+    from app.cli import main
+    from recordings.workload import DEMO_TRACE
+
+    path = tmp_path / "sim.sqlite"
+    assert main(["run", "--trace", str(DEMO_TRACE), "--limit", "6", "--executor", "sim", "--sim-model",
+                 "llama-3.2-1b", "--sim-device", "h200", "--num-gpu-blocks", "64", "--record", str(path)]) == 0
+    reader = Reader(path)
+    w = MainWindow(reader, None, open_recording=Reader)
+    w.timer.stop()
+    qtbot.addWidget(w)
+    w.refresh(force=True)
+    assert "SIMULATED" in w.status["mode"].text() and "sim:h200" in w.status["mode"].toolTip()
+    assert "simulated replay" in w.windowTitle()
+    assert w.time_unit == "sim s"
+    w.close()
+    reader.close()
