@@ -1,26 +1,27 @@
-"""Building a ready engine from a config: model, device, dtype, KV cache size, recorder, provenance."""
+"""Building a ready engine from a config: model, device, dtype, KV cache size, recorder, provenance.
+
+torch and transformers are imported only when a model is built: a simulated run
+(``--executor sim``) never loads them (a few hundred MB of memory and seconds of start-up).
+"""
 from __future__ import annotations
 
 import datetime as dt
 import platform
 from dataclasses import dataclass
-from typing import Any
-
-import torch
-import transformers
+from typing import TYPE_CHECKING, Any
 
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
-from engine.kv_memory import size_num_blocks
-from engine.model_loader import load_model, resolve_model
-from engine.model_runner import ModelRunner
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+if TYPE_CHECKING:
+    import torch
 
 
-def resolve_device(spec: str) -> torch.device:
+def resolve_device(spec: str) -> "torch.device":
     """``auto`` -> CUDA if available else CPU; otherwise ``torch.device(spec)``.
     Raises ``RuntimeError`` when CUDA is asked for but absent."""
+    import torch
+
     if spec == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dev = torch.device(spec)
@@ -30,11 +31,13 @@ def resolve_device(spec: str) -> torch.device:
     return dev
 
 
-def resolve_dtype(spec: str, device: torch.device) -> torch.dtype:
+def resolve_dtype(spec: str, device: "torch.device") -> "torch.dtype":
     """``auto`` -> float32 on CPU, bfloat16 on GPU."""
+    import torch
+
     if spec == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return _DTYPES[spec]
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[spec]
 
 
 @dataclass
@@ -60,6 +63,13 @@ def build_engine(config: EngineConfig, *, recorder_factory=None, trace: dict | N
     """
     if getattr(config, "executor", "model") == "sim":
         return build_sim_engine(config, recorder_factory=recorder_factory, trace=trace)
+    import torch
+    import transformers
+
+    from engine.kv_memory import size_num_blocks
+    from engine.model_loader import load_model, resolve_model
+    from engine.model_runner import ModelRunner
+
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)
     source = resolve_model(config.model, progress=progress)

@@ -25,7 +25,7 @@ def run_headless(args: argparse.Namespace) -> int:
     """Check the inputs, load the model, replay ``args.trace`` with a progress bar, write
     ``args.record`` and print the summary. Returns the exit code: 0 done, 1 bad input or nothing
     could be served, 130 interrupted (the recording keeps every step so far)."""
-    from engine.model_loader import ModelLoadError
+    from engine.model_files import ModelLoadError
     from recordings import Reader, RecordingError, RecordingWriter
     from recordings.traces import TraceFormatError
 

@@ -138,7 +138,7 @@ class LLMEngine:
         self._seen_ids.add(rid)
         now = self.now()
         at = now if arrival_time is None else arrival_time
-        # A future arrival keeps the caller's (possibly compact) sequence until it is admitted.
+        # The caller's sequence is kept as is: a compact array('i') stays 4 bytes per token.
         req = Request(rid, prompt_token_ids, params, arrival_time=at, prompt_text=prompt_text,
                       eos_token_id=self.eos_token_id)
         if at <= now:
@@ -149,8 +149,6 @@ class LLMEngine:
 
     def _admit(self, req: Request) -> None:
         req.arrival_step = self.step_index
-        if not isinstance(req.prompt_token_ids, list):
-            req.prompt_token_ids = list(req.prompt_token_ids)
         if self.recorder is not None:
             sp = req.sampling_params
             try:

@@ -58,7 +58,7 @@ class ModelRunner:
         for s in sched.scheduled:
             req = requests[s.request_id]
             start, end = s.num_computed_tokens, s.num_computed_tokens + s.num_tokens
-            ids.extend(req.all_token_ids[start:end])
+            ids.extend(req.token_ids(start, end))
             pos.extend(range(start, end))
             qlens.append(s.num_tokens)
             ctxs.append(end)

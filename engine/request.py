@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Sequence
 
 
 class RequestStatus(str, enum.Enum):
@@ -89,7 +90,7 @@ class Request:
     """
 
     request_id: str
-    prompt_token_ids: list[int]
+    prompt_token_ids: Sequence[int]   # a list, or a compact array('i') for synthetic prompts
     sampling_params: SamplingParams
     arrival_time: float = 0.0
     arrival_step: int = 0
@@ -124,7 +125,17 @@ class Request:
 
     @property
     def all_token_ids(self) -> list[int]:
-        return self.prompt_token_ids + self.output_token_ids
+        """Prompt + output token ids as one new list (O(num_tokens))."""
+        return [*self.prompt_token_ids, *self.output_token_ids]
+
+    def token_ids(self, start: int, end: int) -> list[int]:
+        """Token ids ``[start, end)`` of prompt + output, without building the whole sequence
+        (a decode step asks for one token of a long prompt + output)."""
+        p = len(self.prompt_token_ids)
+        if end <= p:
+            return list(self.prompt_token_ids[start:end])
+        head = list(self.prompt_token_ids[start:p]) if start < p else []
+        return head + self.output_token_ids[max(0, start - p):end - p]
 
     @property
     def is_finished(self) -> bool:

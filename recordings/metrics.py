@@ -10,6 +10,8 @@ simulated seconds (the run's ``token_time`` span), not in the wall time the simu
 """
 from __future__ import annotations
 
+import array
+import json
 from dataclasses import dataclass
 from itertools import groupby
 from typing import Sequence
@@ -32,7 +34,7 @@ class Percentiles:
     @classmethod
     def of(cls, samples: Sequence[float]) -> "Percentiles":
         """Percentiles by numpy's default (linear) interpolation."""
-        if not samples:
+        if not len(samples):
             return cls(None, None, None, 0)
         p50, p90, p99 = (float(v) for v in np.percentile(np.asarray(samples, float), [50, 90, 99]))
         return cls(p50, p90, p99, len(samples))
@@ -125,7 +127,7 @@ def _summarize(reader: Reader) -> RunSummary:
         "SELECT finish_reason, count(*) FROM requests WHERE status LIKE 'FINISHED%' "
         "GROUP BY finish_reason ORDER BY finish_reason")}
     v1 = reader.execute("PRAGMA user_version")[0][0] == 1
-    ttft, itl = _latencies(reader, _V1_TOKEN_TIMES if v1 else _TOKEN_TIMES, clock)
+    ttft, itl = _v1_latencies(reader, clock) if v1 else _latencies(reader)
     num_output_tokens = reader.execute("SELECT count(*) FROM tokens" if v1 else
                                        "SELECT coalesce(sum(num_new_tokens), 0) FROM steps")[0][0]
     duration_s = (last_ns - first_ns) / 1e9 if num_steps else 0.0
@@ -142,20 +144,46 @@ def _summarize(reader: Reader) -> RunSummary:
     )
 
 
-# (request_id, token time) of every token, grouped by request in token order. Schema 1 has no
-# token_time: a token's time is its step's clock + 1 under the virtual clock, else the step's
-# clock + its duration (v1's definition).
-_TOKEN_TIMES = "SELECT request_id, token_time FROM tokens ORDER BY seq, step"
+STEPS_PER_QUERY = 2048   # steps decoded per query: memory stays flat on a 100k-step file
+
+
+def _latencies(reader: Reader) -> tuple[array.array, array.array]:
+    """TTFT samples (one per request with a token) and ITL samples (gaps between consecutive
+    tokens of a request), streamed over the steps' aligned token arrays in step order; samples
+    are kept as float64 arrays (8 bytes each), never as rows."""
+    arrival = dict(reader.execute("SELECT seq, arrival_time FROM requests"))
+    last: dict[int, float] = {}
+    ttft, itl = array.array("d"), array.array("d")
+    (top,), = reader.execute("SELECT max(step) FROM steps")
+    for lo in range(0, (top if top is not None else -1) + 1, STEPS_PER_QUERY):
+        for t, seqs, ids in reader.execute(
+                "SELECT token_time, batch_seq_json, token_id_json FROM steps WHERE step >= ? "
+                "AND step < ? AND num_new_tokens > 0 ORDER BY step", (lo, lo + STEPS_PER_QUERY)):
+            for seq, token_id in zip(json.loads(seqs), json.loads(ids)):
+                if token_id < 0:
+                    continue
+                prev = last.get(seq)
+                if prev is None:
+                    if arrival.get(seq) is not None:
+                        ttft.append(t - arrival[seq])
+                else:
+                    itl.append(t - prev)
+                last[seq] = t
+    return ttft, itl
+
+
+# Schema 1 has no token_time: a token's time is its step's clock + 1 under the virtual clock, else
+# the step's clock + its duration (v1's definition). Rows grouped by request in token order.
 _V1_TOKEN_TIMES = ("SELECT t.request_id, s.clock + CASE WHEN :clock = 'wall' "
                    "THEN (s.end_ns - s.start_ns) / 1e9 ELSE 1.0 END "
                    "FROM tokens t JOIN steps s ON s.step = t.step "
                    "ORDER BY t.request_id, t.step, t.seq")
 
 
-def _latencies(reader: Reader, sql: str, clock: str) -> tuple[list[float], list[float]]:
-    """TTFT samples (one per request with a token) and ITL samples (gaps between tokens)."""
+def _v1_latencies(reader: Reader, clock: str) -> tuple[list[float], list[float]]:
+    """TTFT and ITL samples of a schema-1 recording (its ``tokens`` table)."""
     arrival = dict(reader.execute("SELECT request_id, arrival_time FROM requests"))
-    rows = reader.execute(sql, {"clock": clock})
+    rows = reader.execute(_V1_TOKEN_TIMES, {"clock": clock})
     ttft: list[float] = []
     itl: list[float] = []
     for request_id, group in groupby(rows, key=lambda r: r[0]):

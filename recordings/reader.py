@@ -28,6 +28,7 @@ from recordings.opening import file_version, open_readonly
 
 _CHILD_TABLES = (("events", codec.EVENT_COLUMNS), ("block_events", codec.BLOCK_EVENT_COLUMNS),
                  ("transitions", codec.TRANSITION_COLUMNS))
+ID_WINDOW = 512   # request numbers loaded around one the reader has not seen yet
 _ARRIVAL_SQL = ("SELECT request_id, arrival_step, arrival_time, num_prompt_tokens, max_tokens "
                 "FROM requests WHERE arrival_step >= ? AND arrival_step <= ? ORDER BY seq")
 
@@ -55,6 +56,8 @@ class Reader:
         self._cache_size = max(1, cache_size)
         self._ids: dict[int, str] = {}
         self._num_prompt: dict[int, int] = {}
+        self._has_lookup_index = bool(self._rows(
+            "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'requests_seq_lookup'"))
         self._text: dict[str, tuple[int, list[str]]] = {}
         with self._reading("run info"):
             self._run_info = json.loads(self._rows("SELECT run_info_json FROM runs")[0][0])
@@ -195,9 +198,13 @@ class Reader:
     def _id_of(self, seq: int) -> str:
         name = self._ids.get(seq)
         if name is None:
-            known = max(self._ids, default=-1)
-            for s, rid, n in self._rows("SELECT seq, request_id, num_prompt_tokens FROM requests "
-                                        "WHERE seq > ?", (known,)):
+            # The requests near ``seq`` (a step's batch and queue are near each other in arrival
+            # order), through the covering index: never the whole table and its prompt blobs.
+            for s, rid, n in self._rows(
+                    "SELECT seq, request_id, num_prompt_tokens FROM requests INDEXED BY "
+                    "requests_seq_lookup WHERE seq BETWEEN ? AND ?" if self._has_lookup_index else
+                    "SELECT seq, request_id, num_prompt_tokens FROM requests WHERE seq BETWEEN ? AND ?",
+                    (seq - ID_WINDOW, seq + ID_WINDOW)):
                 self._ids[s], self._num_prompt[s] = rid, n
             name = self._ids.get(seq)
             if name is None:

@@ -139,3 +139,31 @@ def test_a_bookkeeping_step_records_the_last_user_actions_and_runs_nothing():
     after = engine.state()
     assert after.view("a").status == "FINISHED_ABORTED" and after.view("late").status == "WAITING"
     assert after.view("b") == before.view("b")          # nobody ran
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_token_ids_slices_prompt_and_output_like_the_whole_sequence(compact):
+    import array
+    import itertools
+
+    from engine.request import Request
+    prompt = [5, 6, 7, 8, 9]
+    req = Request("x", array.array("i", prompt) if compact else list(prompt), SamplingParams(max_tokens=4))
+    req.output_token_ids += [11, 12, 13]
+    whole = prompt + [11, 12, 13]
+    assert req.all_token_ids == whole
+    for start, end in itertools.combinations_with_replacement(range(len(whole) + 1), 2):
+        assert req.token_ids(start, end) == whole[start:end], (start, end)
+        assert all(type(t) is int for t in req.token_ids(start, end))
+
+
+def test_a_compact_prompt_stays_compact_through_the_engine():
+    import array
+    engine, runner = make()
+    done = engine.collect_finished()
+    engine.add_request(array.array("i", [1, 2, 3, 4, 5]), SamplingParams(max_tokens=3, ignore_eos=True),
+                       request_id="c")
+    engine.step()
+    assert isinstance(engine.requests["c"].prompt_token_ids, array.array)
+    engine.run_until_done()
+    assert done["c"].output_token_ids == reference_output([1, 2, 3, 4, 5], 3)
