@@ -212,17 +212,26 @@ def record_from_rows(row: Sequence[Any], arrivals: Sequence[Arrival], events: Se
 
 
 # --- keyframes ---------------------------------------------------------------------------------
+# Columns a keyframe leaves out: the requests table holds them (``StaticOf`` looks them up).
+STATIC_COLUMNS = ("arrival_step", "arrival_time", "num_prompt_tokens", "max_tokens")
+StaticOf = Callable[[np.ndarray], tuple[tuple[str, ...], dict[str, np.ndarray]]]
+
+
 def state_blob(state: EngineState) -> tuple[bytes, str]:
     """A keyframe of ``state``: (compressed ``.npz`` of its arrays and scalars, JSON of its
-    recently finished views)."""
+    recently finished views). Request ids and the static columns (:data:`STATIC_COLUMNS`) are
+    not repeated in every keyframe: the ``requests`` table has them, by ``seq`` (stored as
+    differences, which compress to almost nothing)."""
     buf = io.BytesIO()
+    seq = state.columns["seq"]
     np.savez_compressed(
         buf, scalars=np.array([state.step, state.num_total_blocks, state.block_size,
                                state.max_num_seqs, state.next_seq], np.int64),
         clock=np.array([state.clock], np.float64),
-        request_ids=np.array(state.request_ids, dtype=np.str_) if len(state) else np.zeros(0, "U1"),
+        seq_delta=_narrow(np.diff(seq, prepend=0)),
         block_owner=_narrow(state.block_owner), block_pos=_narrow(state.block_pos),
-        **{f"col_{k}": _narrow(v) for k, v in state.columns.items()})
+        **{f"col_{k}": _narrow(v) for k, v in state.columns.items()
+           if k != "seq" and k not in STATIC_COLUMNS})
     finished = [[v.request_id, v.status, v.arrival_step, v.arrival_time, v.num_prompt_tokens,
                  v.num_output_tokens, v.num_computed_tokens, v.max_tokens, v.slot,
                  v.num_preemptions, v.ttft, v.mean_itl, v.finish_reason, v.error]
@@ -238,16 +247,25 @@ def _narrow(a: np.ndarray) -> np.ndarray:
     return a.astype(np.result_type(np.min_scalar_type(a.min()), np.min_scalar_type(a.max())))
 
 
-def state_from_blob(blob: bytes, finished_json: str) -> EngineState:
-    """The :class:`EngineState` a :func:`state_blob` keyframe holds. Raises ``ValueError`` /
-    ``KeyError`` for a damaged keyframe (never unpickles anything)."""
+def state_from_blob(blob: bytes, finished_json: str, static_of: StaticOf) -> EngineState:
+    """The :class:`EngineState` a :func:`state_blob` keyframe holds; ``static_of(seqs)`` gives
+    the request ids and static columns of those arrival numbers (from the ``requests`` table).
+    Keyframes that carry them themselves (written earlier in this schema's life) are read as
+    they are. Raises ``ValueError`` / ``KeyError`` for a damaged keyframe (never unpickles)."""
     try:
         with np.load(io.BytesIO(blob), allow_pickle=False) as z:
             step, nb, bs, mns, next_seq = (int(x) for x in z["scalars"])
+            if "request_ids" in z.files:
+                ids = tuple(str(x) for x in z["request_ids"])
+                columns = {k: z[f"col_{k}"] for k in COLUMNS}
+            else:
+                seq = np.cumsum(z["seq_delta"].astype(np.int64))
+                ids, static = static_of(seq)
+                columns = {k: z[f"col_{k}"] for k in COLUMNS if k != "seq" and k not in static}
+                columns.update(static, seq=seq)
             return EngineState(
                 step, float(z["clock"][0]), nb, bs, mns, next_seq=next_seq,
-                request_ids=tuple(str(x) for x in z["request_ids"]),
-                columns={k: z[f"col_{k}"] for k in COLUMNS},
+                request_ids=ids, columns=columns,
                 block_owner=z["block_owner"].astype(np.int64),
                 block_pos=z["block_pos"].astype(np.int64),
                 recently_finished=tuple(RequestView(*v) for v in json.loads(finished_json)))

@@ -18,8 +18,10 @@ from collections import OrderedDict, defaultdict
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+import numpy as np
+
 from engine.outputs import StepRecord
-from engine.state import EngineState
+from engine.state import COLUMNS, EngineState
 from engine.timeline import StateTimeline
 from recordings import codec
 from recordings.errors import RecordingError
@@ -56,8 +58,12 @@ class Reader:
         self._cache_size = max(1, cache_size)
         self._ids: dict[int, str] = {}
         self._num_prompt: dict[int, int] = {}
-        self._has_lookup_index = bool(self._rows(
-            "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'requests_seq_lookup'"))
+        indexes = {name for (name,) in self._rows(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'requests'")}
+        # the covering index of arrival number -> id and static facts (files of this release)
+        self._by_seq = next((f"INDEXED BY {name}" for name in ("requests_static", "requests_seq_lookup")
+                             if name in indexes), "")
+        self._static_hint = "INDEXED BY requests_static" if "requests_static" in indexes else ""
         self._text: dict[str, tuple[int, list[str]]] = {}
         with self._reading("run info"):
             self._run_info = json.loads(self._rows("SELECT run_info_json FROM runs")[0][0])
@@ -201,15 +207,38 @@ class Reader:
             # The requests near ``seq`` (a step's batch and queue are near each other in arrival
             # order), through the covering index: never the whole table and its prompt blobs.
             for s, rid, n in self._rows(
-                    "SELECT seq, request_id, num_prompt_tokens FROM requests INDEXED BY "
-                    "requests_seq_lookup WHERE seq BETWEEN ? AND ?" if self._has_lookup_index else
-                    "SELECT seq, request_id, num_prompt_tokens FROM requests WHERE seq BETWEEN ? AND ?",
-                    (seq - ID_WINDOW, seq + ID_WINDOW)):
+                    f"SELECT seq, request_id, num_prompt_tokens FROM requests {self._by_seq} "
+                    "WHERE seq BETWEEN ? AND ?", (seq - ID_WINDOW, seq + ID_WINDOW)):
                 self._ids[s], self._num_prompt[s] = rid, n
             name = self._ids.get(seq)
             if name is None:
                 raise KeyError(f"request number {seq} is not in the requests table")
         return name
+
+    def _static_of(self, seqs: np.ndarray) -> tuple[tuple[str, ...], dict[str, np.ndarray]]:
+        """Request ids and static columns (``codec.STATIC_COLUMNS``) of the arrival numbers
+        ``seqs`` (ascending), from the requests table: one range query when they are dense, else
+        ``IN`` lists. Raises ``KeyError`` for a number the table does not have."""
+        sql = (f"SELECT seq, request_id, arrival_step, arrival_time, num_prompt_tokens, max_tokens "
+               f"FROM requests {self._static_hint} WHERE ")
+        rows: list[tuple] = []
+        if len(seqs) and int(seqs[-1]) - int(seqs[0]) < 4 * len(seqs) + 64:
+            rows = self._rows(sql + "seq BETWEEN ? AND ? ORDER BY seq", (int(seqs[0]), int(seqs[-1])))
+        else:
+            for i in range(0, len(seqs), 900):
+                part = [int(x) for x in seqs[i:i + 900]]
+                rows += self._rows(sql + f"seq IN ({', '.join('?' * len(part))}) ORDER BY seq", part)
+        found = np.fromiter((r[0] for r in rows), np.int64, len(rows))
+        at = np.searchsorted(found, seqs)
+        if len(seqs) and (at.max() >= len(found) or not np.array_equal(found[at], seqs)):
+            raise KeyError("a keyframe names a request number the requests table does not have")
+        for r in rows:
+            self._ids[r[0]], self._num_prompt[r[0]] = r[1], r[4]
+        picked = [rows[i] for i in at.tolist()]
+        static = {name: np.array([r[j] for r in picked], COLUMNS[name])
+                  for j, name in ((2, "arrival_step"), (3, "arrival_time"),
+                                  (4, "num_prompt_tokens"), (5, "max_tokens"))}
+        return tuple(r[1] for r in picked), static
 
     def _num_prompt_of(self, seq: int) -> int:
         self._id_of(seq)
@@ -249,7 +278,7 @@ class Reader:
             return self._cache[max(cached)]
         blob, finished = self._rows("SELECT state_npz, finished_json FROM keyframes "
                                     "WHERE step = ?", (keyframe,))[0]
-        state = codec.state_from_blob(blob, finished)
+        state = codec.state_from_blob(blob, finished, self._static_of)
         self._remember(state)
         return state
 

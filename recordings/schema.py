@@ -96,9 +96,10 @@ def _v2_tables(db: sqlite_utils.Database) -> None:
         "ttft": float, "mean_itl": float, "num_preemptions": int, "error": str,
     }, pk="seq")
     db["requests"].create_index(["request_id"], unique=True)
-    # covering index: the reader maps arrival numbers to ids without touching the prompt blobs
-    db["requests"].create_index(["seq", "request_id", "num_prompt_tokens"],
-                                index_name="requests_seq_lookup")
+    # covering index: the reader maps arrival numbers to ids and static facts (keyframes leave
+    # them out) without touching the prompt blobs
+    db["requests"].create_index(["seq", "request_id", "num_prompt_tokens", "arrival_step",
+                                 "arrival_time", "max_tokens"], index_name="requests_static")
     db["requests"].create_index(["arrival_step"])
     db["steps"].create({
         "step": int, "start_ns": int, "end_ns": int, "clock": float, "token_time": float,
