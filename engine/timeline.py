@@ -59,7 +59,7 @@ class StateTimeline:
         self._ids: list[str | None] = list(state.request_ids)
         self._alive = np.zeros(cap, bool)
         self._alive[:n] = True
-        self._row = {rid: i for i, rid in enumerate(state.request_ids)}
+        self._row = dict(zip(state.request_ids, range(n)))
         self._n = n
         self.block_owner = state.block_owner.copy()
         self.block_pos = state.block_pos.copy()
@@ -76,11 +76,17 @@ class StateTimeline:
 
     def snapshot(self) -> EngineState:
         """An immutable copy of the current state (O(live requests + blocks))."""
-        rows = np.flatnonzero(self._alive[:self._n])
+        n = self._n
         nb, bs, mns = self.layout
+        if len(self._row) == n:            # no dead rows: copies of the slices (C speed)
+            ids = tuple(self._ids[:n])
+            columns = {k: c[:n].copy() for k, c in self._cols.items()}
+        else:
+            rows = np.flatnonzero(self._alive[:n])
+            ids = tuple(map(self._ids.__getitem__, rows.tolist()))
+            columns = {k: c[rows] for k, c in self._cols.items()}
         return EngineState(self.step, self.clock, nb, bs, mns, next_seq=self.next_seq,
-                           request_ids=tuple(self._ids[i] for i in rows),
-                           columns={k: c[rows] for k, c in self._cols.items()},
+                           request_ids=ids, columns=columns,
                            block_owner=self.block_owner.copy(), block_pos=self.block_pos.copy(),
                            recently_finished=tuple(self.finished))
 

@@ -30,6 +30,7 @@ from recordings.opening import file_version, open_readonly
 
 _CHILD_TABLES = (("events", codec.EVENT_COLUMNS), ("block_events", codec.BLOCK_EVENT_COLUMNS),
                  ("transitions", codec.TRANSITION_COLUMNS))
+CURSOR_REACH = 64   # a forward seek within this many steps continues the last replay
 ID_WINDOW = 512   # request numbers loaded around one the reader has not seen yet
 _ARRIVAL_SQL = ("SELECT request_id, arrival_step, arrival_time, num_prompt_tokens, max_tokens "
                 "FROM requests WHERE arrival_step >= ? AND arrival_step <= ? ORDER BY seq")
@@ -65,6 +66,7 @@ class Reader:
                              if name in indexes), "")
         self._static_hint = "INDEXED BY requests_static" if "requests_static" in indexes else ""
         self._text: dict[str, tuple[int, list[str]]] = {}
+        self._cursor: StateTimeline | None = None     # the last replay, at its last step
         with self._reading("run info"):
             self._run_info = json.loads(self._rows("SELECT run_info_json FROM runs")[0][0])
 
@@ -86,20 +88,82 @@ class Reader:
             if target in self._cache:
                 self._cache.move_to_end(target)
                 return self._cache[target]
-            base = self._base_state(target)
-            if base.step < target:
+            cursor, self._cursor = self._cursor, None     # dropped if applying fails
+            keyframe = self._keyframe_at(target)
+            if cursor is not None and keyframe <= cursor.step < target <= cursor.step + CURSOR_REACH:
+                timeline = cursor         # scrubbing forward: no state copied into a timeline
+            else:
+                base = self._base_state(target, keyframe)
+                if base.step == target:
+                    return base
                 timeline = StateTimeline.from_state(base)
-                for record in self._records(base.step + 1, target + 1):
-                    timeline.apply(record)
-                base = timeline.snapshot()
-            self._remember(base)
-            return base
+            for record in self._records(timeline.step + 1, target + 1):
+                timeline.apply(record)
+            self._cursor = timeline
+            state = timeline.snapshot()
+            self._remember(state)
+            return state
 
     def records(self, start: int, stop: int) -> list[StepRecord]:
         """The recorded steps with ``start <= step < stop``, in step order, each equal to the
         :class:`StepRecord` that was written."""
         with self._lock, self._reading(f"steps {start}..{stop}"):
             return self._records(start, stop)
+
+    def step_batches(self, start: int, stop: int) -> dict[str, Any]:
+        """The steps with ``start <= step < stop`` as the window's step views need them, without
+        decoding whole records: each step's scalar columns and its batch, as numpy columns (one
+        query, each JSON column parsed once for the whole range; tokens, events, block events
+        and transitions are not read). Equal to :func:`batch_columns` of :meth:`records`.
+
+        Per step (step order): ``step``, ``start_ns``, ``end_ns``, ``clock``, ``token_time``,
+        ``num_waiting``, ``num_running``, ``num_paused``, ``num_finished``, ``num_free_blocks``,
+        ``num_total_blocks``, ``schedule_ns``, ``forward_ns``, ``update_ns``,
+        ``recorder_wait_ns``, ``num_scheduled_tokens``, ``num_new_tokens`` (numpy int64 or
+        float64), ``error``, ``preempted_ids``, ``not_admitted`` (lists, as in
+        :class:`StepRecord`) and ``batch_start`` (int64, one more: step ``i``'s batch entries
+        are ``batch_start[i]:batch_start[i + 1]``). Per batch entry, in batch order:
+        ``request_id`` (object), ``slot``, ``num_tokens``, ``num_computed_tokens`` (int64) and
+        ``is_prefill`` (bool), as in ``StepRecord.scheduled``."""
+        with self._lock, self._reading(f"batches of steps {start}..{stop}"):
+            if type(self).records is not Reader.records:    # another schema: from its records
+                return batch_columns(self.records(start, stop))
+            rows = self._rows(_BATCH_SQL, (start, stop))
+            n = len(rows)
+            cols = list(zip(*rows)) if rows else [()] * len(_BATCH_FIELDS)
+            out: dict[str, Any] = {name: np.array(cols[i], dtype).reshape(n)
+                                   for i, (name, dtype) in enumerate(_STEP_FIELDS)}
+            (error, counts, seq_json, slot_json, n_json, nc_json, prefill_json, preempted_json,
+             not_admitted_json) = cols[len(_STEP_FIELDS):]
+            first = np.zeros(n + 1, np.int64)
+            np.cumsum(np.array(counts, np.int64).reshape(n), out=first[1:])
+            seq, slot, computed = (_joined_ints(c) for c in (seq_json, slot_json, nc_json))
+            if not len(seq) == len(slot) == len(computed) == first[-1]:
+                raise ValueError("batch arrays of different lengths")
+            num_tokens, prefill = np.ones(len(seq), np.int64), np.zeros(len(seq), bool)
+            odd = [i for i, (p, nt) in enumerate(zip(prefill_json, n_json)) if nt is not None or p != "[]"]
+            # [[index, num_tokens], ...] of the prefill entries (legacy: plain indexes)
+            for i, entries in zip(odd, json.loads("[" + ",".join(prefill_json[i] for i in odd) + "]")):
+                lo, hi = int(first[i]), int(first[i + 1])
+                if n_json[i] is not None:
+                    num_tokens[lo:hi] = json.loads(n_json[i])
+                for p in entries:
+                    at = lo + (p[0] if isinstance(p, list) else p)
+                    if not lo <= at < hi:
+                        raise IndexError(f"step {out['step'][i]}: prefill entry {p} outside the batch")
+                    prefill[at] = True
+                    if isinstance(p, list) and n_json[i] is None:
+                        num_tokens[at] = p[1]
+            id_of = self._id_of
+            out.update(
+                error=list(error), batch_start=first,
+                preempted_ids=[() if p == "[]" else tuple(id_of(s) for s in json.loads(p))
+                               for p in preempted_json],
+                not_admitted=[() if p == "[]" else tuple((id_of(s), why) for s, why in json.loads(p))
+                              for p in not_admitted_json],
+                request_id=_names(seq, id_of), slot=slot, num_tokens=num_tokens,
+                num_computed_tokens=computed, is_prefill=prefill)
+            return out
 
     def request_text(self, request_id: str, step: int) -> str:
         """Generated text of ``request_id`` up to and including ``step`` ('' if unknown).
@@ -266,13 +330,17 @@ class Reader:
                                        self._id_of, self._num_prompt_of)
                 for row in steps]
 
-    def _base_state(self, target: int) -> EngineState:
-        """The latest cached state or keyframe at or before ``target`` that replay can start
-        from (no cached state is used from before the nearest keyframe)."""
+    def _keyframe_at(self, target: int) -> int:
+        """The step of the newest keyframe at or before ``target``."""
         keyframe = self._rows("SELECT max(step) FROM keyframes WHERE step <= ?", (target,))[0][0]
         if keyframe is None:
             raise RecordingError(f"{self.path}: corrupt recording: no keyframe at or before "
                                  f"step {target}")
+        return keyframe
+
+    def _base_state(self, target: int, keyframe: int) -> EngineState:
+        """The latest cached state or keyframe (at step ``keyframe``) at or before ``target``
+        that replay can start from (no cached state is used from before the keyframe)."""
         cached = [s for s in self._cache if keyframe <= s <= target]
         if cached:
             return self._cache[max(cached)]
@@ -287,3 +355,65 @@ class Reader:
         self._cache.move_to_end(state.step)
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
+
+
+# --- step_batches(): a step range's scalars and batches as columns --------------------------------
+_STEP_FIELDS = (("step", np.int64), ("start_ns", np.int64), ("end_ns", np.int64),
+                ("clock", np.float64), ("token_time", np.float64), ("num_waiting", np.int64),
+                ("num_running", np.int64), ("num_paused", np.int64), ("num_finished", np.int64),
+                ("num_free_blocks", np.int64), ("num_total_blocks", np.int64),
+                ("schedule_ns", np.int64), ("forward_ns", np.int64), ("update_ns", np.int64),
+                ("recorder_wait_ns", np.int64), ("num_scheduled_tokens", np.int64),
+                ("num_new_tokens", np.int64))
+_BATCH_FIELDS = tuple(n for n, _ in _STEP_FIELDS) + (
+    "error", "num_scheduled_requests", "batch_seq_json", "batch_slot_json",
+    "batch_num_tokens_json", "batch_num_computed_json", "batch_prefill_json", "preempted_json",
+    "not_admitted_json")
+_BATCH_SQL = (f"SELECT {', '.join(_BATCH_FIELDS)} FROM steps WHERE step >= ? AND step < ? "
+              "ORDER BY step")
+_ENTRY_FIELDS = (("request_id", object), ("slot", np.int64), ("num_tokens", np.int64),
+                 ("num_computed_tokens", np.int64), ("is_prefill", bool))
+
+
+def _joined_ints(texts: Sequence[str]) -> np.ndarray:
+    """The JSON integer arrays ``texts`` concatenated (int64), parsed in one pass. Raises
+    ``ValueError`` on anything else."""
+    inner = (t.strip()[1:-1].strip() for t in texts)
+    return np.fromstring(",".join(t for t in inner if t), dtype=np.int64, sep=",")
+
+
+def _names(seq: np.ndarray, id_of) -> np.ndarray:
+    """``id_of(s)`` for each arrival number in ``seq`` (object array), one call per distinct
+    number (a step range's batches repeat the same running requests)."""
+    if not len(seq):
+        return np.zeros(0, object)
+    lo, hi = int(seq.min()), int(seq.max())
+    if hi - lo > 8 * len(seq):
+        uniq, inverse = np.unique(seq, return_inverse=True)
+    else:                                   # dense numbers: no sort
+        present = np.zeros(hi - lo + 1, bool)
+        present[seq - lo] = True
+        uniq = np.flatnonzero(present) + lo
+        inverse = (np.cumsum(present) - 1)[seq - lo]
+    return np.array([id_of(s) for s in uniq.tolist()], object)[inverse.reshape(-1)]
+
+
+def batch_columns(records: Sequence[StepRecord]) -> dict[str, Any]:
+    """The columns :meth:`Reader.step_batches` reads, computed from ``records`` (in step order):
+    for sources that hold :class:`StepRecord` s (a live engine, another schema's reader)."""
+    n = len(records)
+    out: dict[str, Any] = {
+        name: np.array([getattr(r, name) for r in records], dtype).reshape(n)
+        for name, dtype in _STEP_FIELDS if name != "num_new_tokens"}
+    out["num_new_tokens"] = np.array([len(r.new_tokens) for r in records], np.int64).reshape(n)
+    out["error"] = [r.error for r in records]
+    out["preempted_ids"] = [tuple(r.preempted_ids) for r in records]
+    out["not_admitted"] = [tuple(r.not_admitted) for r in records]
+    first = np.zeros(n + 1, np.int64)
+    np.cumsum([len(r.scheduled) for r in records], out=first[1:])
+    out["batch_start"] = first
+    entries = [e for r in records for e in r.scheduled]
+    columns = list(zip(*entries)) if entries else [()] * len(_ENTRY_FIELDS)
+    for (name, dtype), values in zip(_ENTRY_FIELDS, columns):
+        out[name] = np.array(values, dtype).reshape(len(entries))
+    return out
