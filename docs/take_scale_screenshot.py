@@ -1,0 +1,50 @@
+"""Regenerate docs/screenshot-scale.png: a replay of a production-scale recording.
+
+    .venv/bin/batchscope run --executor sim --sim-model llama-3.1-8b --sim-device h100 \
+        --trace ../shared/traces/azure-llm-2023/AzureLLMInferenceTrace_conv.csv --time-scale 0.1 \
+        --max-num-seqs 256 --num-gpu-blocks 16384 --max-num-batched-tokens 8192 \
+        --max-model-len 16384 --record /tmp/azure.sqlite
+    QT_QPA_PLATFORM=offscreen .venv/bin/python docs/take_scale_screenshot.py /tmp/azure.sqlite --step 6000
+
+Opens the recording in a replay window (1600x1000), shows ``--step``, selects its oldest running
+request and saves the window.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("recording")
+    ap.add_argument("--step", type=int, default=6000)
+    ap.add_argument("--out", default=str(ROOT / "docs" / "screenshot-scale.png"))
+    a = ap.parse_args()
+    from PySide6.QtWidgets import QApplication
+
+    from recordings import Reader
+    from ui import MainWindow
+
+    app = QApplication.instance() or QApplication([])
+    reader = Reader(a.recording)
+    win = MainWindow(reader, None, title="BatchScope — replay")
+    win.resize(1600, 1000)
+    win.show()
+    win.show_step(a.step)
+    running = reader.state_at(a.step).queue_rows("running")
+    if len(running):
+        win.select_request(reader.state_at(a.step).request_ids[int(running[0])])
+    for _ in range(3):
+        app.processEvents()
+        win.refresh(force=True)
+    win.grab().save(a.out)
+    print(f"saved {a.out}")
+
+
+if __name__ == "__main__":
+    main()
