@@ -151,6 +151,8 @@ class EngineWorker(threading.Thread):
         eng = self.built.engine
         while not self._stop_event.is_set():
             changed = self._drain()
+            if eng.poll_recorder() and self._error != eng.recorder_error:
+                self._error = eng.recorder_error     # recording stopped; serving goes on
             stepping = self._steps_requested > 0 or not self._paused
             eng.admit_due()
             s = eng.scheduler
@@ -166,8 +168,7 @@ class EngineWorker(threading.Thread):
                     continue
                 if record.error:
                     self._error = f"step {record.step}: {record.error}"
-                if eng.recorder_error and self._error != eng.recorder_error:
-                    self._error = eng.recorder_error
+
                 if self.first_token_s is None and record.new_tokens:
                     self.first_token_s = time.perf_counter() - self._started_at
                     print(f"batchscope: first token after {self.first_token_s:.1f} s (model load and "

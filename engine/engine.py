@@ -358,6 +358,15 @@ class LLMEngine:
             self.check_state()
         return record
 
+    def poll_recorder(self) -> str | None:
+        """Notice a recorder that failed in its own thread since the last write (a full disk):
+        stop recording and return ``recorder_error``. Call it while idle; ``step`` notices on its
+        next write anyway."""
+        failure = getattr(self.recorder, "failure", None) if self.recorder is not None else None
+        if failure:
+            self._recorder_failed(RuntimeError(failure))
+        return self.recorder_error
+
     def _recorder_failed(self, exc: Exception) -> None:
         """Stop recording after a recorder failure (full disk, writer thread died): the engine
         keeps serving; ``recorder_error`` says what happened (the file stays readable up to its

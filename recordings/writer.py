@@ -130,6 +130,12 @@ class RecordingWriter:
         self._check()
 
     @property
+    def failure(self) -> str | None:
+        """What stopped the writer thread (None while it is healthy); rows committed before it
+        stay readable."""
+        return None if self._error is None else str(self._wrap("recording writer failed"))
+
+    @property
     def queue_depth(self) -> int:
         """Items waiting for the writer thread."""
         return self._queue.qsize()

@@ -1,0 +1,83 @@
+"""The engine worker thread (app.bridge.EngineWorker) on the real engine with the fake runner:
+a recorder failure is shown through last_error while the engine serves on, and user actions
+made after the last step reach the recording when the worker stops."""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
+
+from app.bridge import EngineWorker  # noqa: E402
+from app.factory import BuiltEngine  # noqa: E402
+from app.live_source import LiveSource  # noqa: E402
+from engine.config import EngineConfig  # noqa: E402
+from engine.engine import LLMEngine  # noqa: E402
+from engine.request import SamplingParams  # noqa: E402
+from fake_runner import FakeRunner  # noqa: E402
+from recordings import Reader, RecordingWriter, codec  # noqa: E402
+
+CONFIG = EngineConfig(block_size=4, num_gpu_blocks=32, max_model_len=64, max_num_seqs=4,
+                      max_num_batched_tokens=16)
+
+
+def start(path: Path, *, paused: bool) -> tuple[EngineWorker, dict]:
+    done: dict = {}
+
+    def build() -> BuiltEngine:
+        run_info = {"config": CONFIG.to_dict(), "model": {"name": "fake"}, "recording": str(path)}
+        writer = RecordingWriter(path, run_info, flush_interval_s=0.01)
+        engine = LLMEngine(CONFIG, FakeRunner(32, 4), 32, recorder=writer)
+        done.update(finished=engine.collect_finished())
+        for i in range(6):
+            engine.add_request([1 + i, 2, 3, 4], SamplingParams(max_tokens=20, ignore_eos=True),
+                               request_id=f"r{i}")
+        return BuiltEngine(engine, CONFIG, run_info, None, 1000)
+
+    worker = EngineWorker(build, LiveSource(open_reader=Reader), start_paused=paused, idle_wait_s=0.01)
+    worker.start()
+    deadline = time.monotonic() + 30
+    while worker.built is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return worker, done
+
+
+def wait_for(cond, timeout=30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_a_recorder_failure_is_shown_and_the_engine_serves_on(tmp_path, monkeypatch):
+    real = codec.step_rows
+
+    def failing(record, *args):
+        if record.step == 8:
+            raise OSError(28, "No space left on device")
+        return real(record, *args)
+
+    monkeypatch.setattr(codec, "step_rows", failing)
+    worker, done = start(tmp_path / "full.sqlite", paused=False)
+    wait_for(lambda: len(done["finished"]) == 6)
+    wait_for(lambda: "No space left on device" in (worker.last_error() or ""))   # shown, even idle
+    assert all(r.num_output_tokens == 20 for r in done["finished"].values())   # served to the end
+    worker.stop()
+    assert Reader(tmp_path / "full.sqlite").latest_step() < 8
+
+
+def test_actions_after_the_last_step_reach_the_recording(tmp_path):
+    path = tmp_path / "paused.sqlite"
+    worker, _ = start(path, paused=True)
+    worker.step_once()
+    wait_for(lambda: worker.source.latest_step() == 0)
+    worker.abort_request("r5")
+    worker.pause_request("r0")
+    wait_for(lambda: worker.source.latest_state().view("r0").status == "PAUSED")
+    worker.stop()
+    reader = Reader(path)
+    assert reader.latest_step() == 1                       # one bookkeeping step, nothing ran in it
+    assert reader.records(1, 2)[0].scheduled == ()
+    assert reader.request_info("r5").status == "FINISHED_ABORTED"
+    assert reader.state_at(1).view("r0").status == "PAUSED"
