@@ -75,7 +75,7 @@ def run_headless(args: argparse.Namespace) -> int:
             writer.close()
         except RecordingError as e:      # reported below through recorder_error, or here
             if not eng.recorder_error:
-                eng.recorder_error = f"recording failed: {e}"
+                eng.recorder_error = f"recording stopped: {e}"
     print_report(Reader(out))
     unfinished = len(wl.requests) - eng.scheduler.num_finished
     if eng.recorder_error:

@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-from conftest import DEMO_TRACE, ROOT
 
 from app.cli import build_parser, main
 from recordings import Reader, summarize
+from recordings.workload import DEMO_TRACE
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_cli(*argv: str) -> subprocess.CompletedProcess:

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
-from conftest import ROOT
-
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 import gpu_check  # noqa: E402
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import DEMO_TRACE
 
 from app.cli import main
 from engine.sim.cost_model import CostParams
 from recordings import Reader
+from recordings.workload import DEMO_TRACE
 
 SIM_RUN = ("run", "--trace", str(DEMO_TRACE), "--limit", "30", "--time-scale", "0.05", "--max-num-seqs", "8",
            "--num-gpu-blocks", "200", "--executor", "sim", "--sim-model", "llama-3.2-1b", "--sim-device", "a100")
