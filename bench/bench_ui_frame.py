@@ -6,16 +6,27 @@ tests. The main window runs offscreen; a frame is what the window's 30 Hz timer 
 step arrived (``MainWindow.refresh()``) plus the repaint it triggers (``processEvents``).
 
     QT_QPA_PLATFORM=offscreen .venv/bin/python bench/bench_ui_frame.py [--frames 60]
+    QT_QPA_PLATFORM=offscreen .venv/bin/python bench/bench_ui_frame.py --recording REC.sqlite \
+        [--steps 2000] [--jumps 50] [--seed 0] [--breakdown] [--profile OUT.prof]
 
 Prints wall and CPU time p50 / p95 / max per scenario (live: one new step a frame with the
 waiting or the running table shown, or 7 steps a frame as at 200 steps/s; scrub: the previous
 step every frame), with a running request selected, and a per-view CPU breakdown. On a shared machine read the CPU times: wall
 time there includes waiting for other processes. No assertion: the target (a whole frame <= 16 ms p95) is read off the table.
+
+``--recording PATH`` replays a recording instead (``ui.MainWindow(recordings.Reader(path), None)``,
+1600x1000 offscreen): ``--steps`` consecutive steps one frame each from a start drawn with
+``--seed`` (``show_step(k)`` plus the repaint it triggers), then ``--jumps`` jumps to random steps,
+each timed the same way. ``--breakdown`` then plays 200 more steps untimed with every paint event
+timed (CPU and events per frame by area of the window and by widget), and times each view's
+update at the last step; ``--profile OUT`` writes a cProfile of the consecutive frames.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import random
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -64,13 +75,163 @@ class Timer:
         print(f"{label:38s} wall {stats(self.wall)}\n{'':38s} cpu  {stats(self.cpu)}")
 
 
+def load() -> str:
+    """``uptime``'s load averages (other processes share the CPUs)."""
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return "load average %.2f, %.2f, %.2f" % os.getloadavg()
+
+
+def areas(w) -> dict:
+    """The window's areas whose painting is timed separately."""
+    return {"block map": w.block_map.plot, "slot timeline": w.timeline.plot,
+            "metrics plots": w.metrics.layout_widget, "queue tables": w.queues,
+            "inspector": w.inspector, "transport": w.transport, "status bar": w.statusBar()}
+
+
+def timing_app():
+    """A QApplication whose ``notify`` times each Paint event while ``app.paints`` is a dict
+    (widget -> [events, CPU s]); a Python ``notify`` slows every event down, so it is used only
+    with ``--breakdown`` and the frames it times are not the timed ones."""
+    from PySide6.QtCore import QEvent
+    from PySide6.QtWidgets import QApplication
+
+    class App(QApplication):
+        paints: dict | None = None
+
+        def notify(self, obj, ev):
+            if self.paints is None or ev.type() != QEvent.Paint:
+                return super().notify(obj, ev)
+            t = time.process_time()
+            try:
+                return super().notify(obj, ev)
+            finally:
+                entry = self.paints.setdefault(obj, [0, 0.0])
+                entry[0] += 1
+                entry[1] += time.process_time() - t
+
+    return App([])
+
+
+def paint_breakdown(paints: dict, w, frames: int) -> None:
+    """Paint events and CPU per frame, by area of the window and by widget class."""
+    by_area: dict[str, list] = {}
+    by_class: dict[str, list] = {}
+    named = areas(w)
+    for obj, (n, cpu) in paints.items():
+        area, o = "rest of the window", obj
+        while o is not None and area == "rest of the window":
+            area = next((name for name, a in named.items() if a is o), area)
+            o = o.parent()
+        for table, key in ((by_area, area), (by_class, f"{type(obj).__name__} ({area})")):
+            e = table.setdefault(key, [0, 0.0])
+            e[0] += n
+            e[1] += cpu
+    total = sum(c for _, c in by_area.values())
+    print(f"\npainting, CPU per frame over {frames} frames: {1e3 * total / frames:.2f} ms")
+    for name, (n, cpu) in sorted(by_area.items(), key=lambda kv: -kv[1][1]):
+        print(f"  {name:20s} {1e3 * cpu / frames:6.2f} ms  ({n / frames:.1f} paint events)")
+    print("  by widget (top 8):")
+    for name, (n, cpu) in sorted(by_class.items(), key=lambda kv: -kv[1][1])[:8]:
+        print(f"    {name:44s} {1e3 * cpu / frames:6.2f} ms  ({n / frames:.1f} paint events)")
+
+
+def bench_recording(args) -> None:
+    """Replay ``args.recording`` in the window: consecutive frames, then random jumps."""
+    from PySide6.QtWidgets import QApplication
+
+    from recordings import Reader
+    from ui import MainWindow
+
+    print(f"before: {load()}", flush=True)
+    app = QApplication.instance() or (timing_app() if args.breakdown else QApplication([]))
+    t0 = time.perf_counter()
+    reader = Reader(args.recording)
+    latest = reader.latest_step()
+    rng = random.Random(args.seed)
+    first = rng.randrange(0, max(1, latest + 1 - args.steps))
+    w = MainWindow(reader, None)
+    w.timer.stop()
+    w.show()
+    w.show_step(first - 1)
+    app.processEvents()
+    print(f"{args.recording}: {latest + 1:,} steps, opened and first frame in "
+          f"{time.perf_counter() - t0:.2f} s; consecutive steps {first}..{first + args.steps - 1}",
+          flush=True)
+    consecutive, jumps = Timer(), Timer()
+    prof = None
+    if args.profile:
+        import cProfile
+        prof = cProfile.Profile()
+        prof.enable()
+    for k in range(first, min(first + args.steps, latest + 1)):
+        with consecutive:
+            w.show_step(k)
+            app.processEvents()
+    if prof:
+        prof.disable()
+        prof.dump_stats(args.profile)
+    k = w.shown_step
+    st = w.state
+    for j in rng.sample(range(latest + 1), min(args.jumps, latest + 1)):
+        with jumps:
+            w.show_step(j)
+            app.processEvents()
+    print(f"\nwindow {w.width()}x{w.height()} offscreen; at step {k}: {st.num_total_blocks:,} "
+          f"blocks ({100 * st.kv_cache_usage:.0f}% used), {len(st.queue_rows('running'))} running, "
+          f"{len(st.queue_rows('waiting')):,} waiting; {os.cpu_count()} CPUs")
+    consecutive.report(f"{len(consecutive.cpu):,} consecutive steps, 1 step/frame")
+    jumps.report(f"{len(jumps.cpu)} jumps to random steps")
+    if args.breakdown:
+        # untimed: 200 more consecutive frames, painting timed per widget
+        n = min(200, latest - k)
+        app.paints = {}
+        for j in range(k + 1, k + 1 + n):
+            w.show_step(j)
+            app.processEvents()
+        paints, app.paints = app.paints, None
+        paint_breakdown(paints, w, max(n, 1))
+        k = w.shown_step
+        latest, state, records = reader.latest_step(), w.state, w.records
+        parts = {
+            "state_at (cached)": lambda: reader.state_at(k),
+            "block map": lambda: w.block_map.set_state(state),
+            "queue tables": lambda: w.queues.set_state(state, w.record),
+            "slot timeline": lambda: w.timeline.set_records(records, k, state.max_num_seqs, latest),
+            "metrics": lambda: w.metrics.set_records(records, k, latest),
+            "inspector": lambda: w.inspector.set_state(state, k, w.record),
+        }
+        print(f"\nat step {k}, CPU per call (same state each call, caches warm):")
+        for name, fn in parts.items():
+            t = Timer()
+            for _ in range(20):
+                with t:
+                    fn()
+            print(f"  {name:24s} {stats(t.cpu)}")
+    print(f"\nafter: {load()}")
+    w.close()
+    reader.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--frames", type=int, default=40, help="frames per scenario")
     ap.add_argument("--blocks", type=int, default=16_384)
     ap.add_argument("--running", type=int, default=256)
     ap.add_argument("--waiting", type=int, default=10_000)
+    ap.add_argument("--recording", help="replay this recording instead of the fake engine")
+    ap.add_argument("--steps", type=int, default=2000, help="--recording: consecutive steps")
+    ap.add_argument("--jumps", type=int, default=50, help="--recording: random jumps")
+    ap.add_argument("--seed", type=int, default=0, help="--recording: start and jumps")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="--recording: paint and per-view times after the timed frames (slows every "
+                    "event a little: quote timed frames from a run without it)")
+    ap.add_argument("--profile", help="--recording: cProfile the consecutive frames to this file")
     args = ap.parse_args()
+    if args.recording:
+        bench_recording(args)
+        return
     fast = max(1, args.frames // 3)          # frames of the 7-steps-a-frame scenario
     # enough output tokens that no request finishes while frames are measured
     src = build_source(args.blocks, args.running, args.waiting, 2 * args.frames + 7 * fast + 16)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from engine.source import StepSource
 from engine.state import EngineState
+from ui.step_summary import fetch_summaries
 
 _STEP = re.compile(r"^(?:step\s*|#)?\s*(-?\d+)$", re.IGNORECASE)
 _TIME = re.compile(r"^(?:t\s*[=:]|t\s+|@)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?)\s*s?$", re.IGNORECASE)
@@ -40,9 +41,9 @@ def parse_jump(text: str) -> Jump:
 
 
 def clock_at(source: StepSource, step: int) -> float:
-    """Engine clock at the start of ``step`` (its record, else the state after it)."""
-    recs = source.records(step, step + 1)
-    return recs[0].clock if recs else source.state_at(step).clock
+    """Engine clock at the start of ``step`` (its summary, else the state after it)."""
+    steps = fetch_summaries(source, step, step + 1)
+    return steps[0].clock if steps else source.state_at(step).clock
 
 
 def step_at_time(source: StepSource, t: float) -> int:

@@ -24,7 +24,8 @@ from ui.block_image import TINT, BlockImage, cell_px, grid_columns
 from ui.colors import BACKGROUND, FREE, MUTED, color_indices, css, mix
 from ui.packed_image import PackedImageItem
 from ui.pointer import track_pointer
-from ui.state_lookup import owned_blocks
+from ui.theme import title_row
+from ui.state_lookup import block_fill, block_holders, owned_blocks
 
 
 class KVBlockMap(QWidget):
@@ -32,8 +33,9 @@ class KVBlockMap(QWidget):
     frames that request's blocks. Emits ``requestSelected(request_id)`` on click.
 
     After a draw: ``owner_rows`` int64 [blocks] (row of each block's owner in the state's
-    columns, -1 free), ``fill`` int64 [blocks] (tokens written), ``columns``, ``px`` (image
-    pixels per block side) and ``image`` (the packed uint32 array on screen)."""
+    columns, -1 free; worked out when first asked for: hover, click), ``fill`` int64 [blocks]
+    (tokens written), ``columns``, ``px`` (image pixels per block side) and ``image`` (the
+    packed uint32 array on screen)."""
 
     requestSelected = Signal(str)
 
@@ -43,14 +45,16 @@ class KVBlockMap(QWidget):
         self._fixed_columns = columns
         self.columns, self.px = columns or 8, cell_px(0)
         self.state: EngineState | None = None
-        self.owner_rows = np.zeros(0, np.int64)
+        self._owner_rows: np.ndarray | None = np.zeros(0, np.int64)
+        self._holders, self._at = np.zeros(0, np.int64), np.zeros(0, np.int64)
         self.fill = np.zeros(0, np.int64)
         self.selected: str | None = None
         self.zoomed = False                     # the user zoomed or panned: keep their range
         self.image = np.zeros((self.px, self.px), np.uint32)
         self._painter = BlockImage()
-        self.title = QLabel("KV cache blocks")
-        self.title.setStyleSheet("font-weight: bold;")
+        head, self.title, self.title_numbers = title_row(
+            "KV cache blocks", "  ·  8,888,888 / 8,888,888 used (100%)  ·  block size 8888 tokens")
+        head.addStretch(1)
         self.legend = QLabel(self._legend_html())
         self.legend.setStyleSheet(f"color: {css(MUTED)};")
         self.plot = pg.GraphicsLayoutWidget(border=False)
@@ -65,7 +69,7 @@ class KVBlockMap(QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.setSpacing(2)
-        lay.addWidget(self.title)
+        lay.addLayout(head)
         lay.addWidget(self.plot, 1)
         lay.addWidget(self.legend)
         if state is not None:
@@ -83,10 +87,11 @@ class KVBlockMap(QWidget):
     # --- data in -------------------------------------------------------------------------
     def set_state(self, state: EngineState) -> None:
         self.state = state
-        self.owner_rows = state.owner_rows()
-        self.fill = state.block_fill()
-        used = int(np.count_nonzero(self.owner_rows >= 0))
-        self.title.setText(f"KV cache blocks  ·  {used:,} / {state.num_total_blocks:,} used "
+        self._owner_rows = None
+        self._holders, self._at = block_holders(state)
+        self.fill = block_fill(state, self._holders, self._at)
+        used = state.num_used_blocks
+        self.title_numbers.setText(f"  ·  {used:,} / {state.num_total_blocks:,} used "
                            f"({100.0 * state.kv_cache_usage:.0f}%)  ·  block size "
                            f"{state.block_size} tokens")
         self._redraw()
@@ -96,15 +101,20 @@ class KVBlockMap(QWidget):
             self.selected = request_id
             self._redraw()
 
+    @property
+    def owner_rows(self) -> np.ndarray:
+        """Row of each block's owner in the state's columns (-1 free), int64 [blocks]."""
+        if self._owner_rows is None:
+            self._owner_rows = np.append(self._holders, -1)[self._at]
+        return self._owner_rows
+
     def palette_index(self) -> np.ndarray:
         """Palette entry of each block's owner (int16 [blocks], -1 free): one colour lookup per
-        request that holds blocks (running and paused ones), then one gather over the blocks."""
-        st = self.state
-        holders = np.flatnonzero(st.columns["num_blocks"] > 0)
-        by_row = np.full(len(st) + 1, -1, np.int16)             # last entry: free (row -1)
-        ids = st.request_ids
-        by_row[holders] = color_indices([ids[r] for r in holders.tolist()])
-        return by_row[self.owner_rows]
+        request that holds blocks (running and paused ones), then one gather over the blocks
+        (:func:`ui.state_lookup.block_holders`: no search for the owners' rows)."""
+        ids = self.state.request_ids
+        colours = color_indices([ids[r] for r in self._holders.tolist()])
+        return np.append(colours, np.int16(-1))[self._at]
 
     def _framed(self) -> np.ndarray | None:
         return owned_blocks(self.state, self.selected) if self.selected else None

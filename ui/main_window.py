@@ -1,8 +1,9 @@
 """BatchScope's main window: every view of one StepSource, live or replayed.
 
 A 30 Hz QTimer pulls ``source.latest_step()``, whatever the engine's step rate. Following live
-it shows ``state_at(latest)``; after a scrub or a jump it shows ``state_at(k)`` and the records
-``[k - window, k]``. Views are redrawn only when the shown step, the newest state, the source or
+it shows ``state_at(latest)``; after a scrub or a jump it shows ``state_at(k)`` and the steps
+``[k - window, k]`` as light summaries (``ui.step_summary``: each step's batch and counts; a
+recording reads them without decoding records, and only the steps not cached yet). Views are redrawn only when the shown step, the newest state, the source or
 the selection changes; each view draws from the state's arrays with numpy, so a frame stays
 within budget at 16k blocks, 256 running and 10k waiting (``bench/bench_ui_frame.py``). The
 window never builds an engine or opens a recording itself: ``open_recording(path)`` (given by
@@ -17,7 +18,6 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (QApplication, QFileDialog, QGroupBox, QLabel, QMainWindow,
                                QMessageBox, QSplitter, QVBoxLayout, QWidget)
 
-from engine.outputs import StepRecord
 from engine.source import EngineControl, StepSource
 from engine.state import EngineState
 from ui.error_banner import ErrorBanner
@@ -29,6 +29,7 @@ from ui.queue_tables import QueueTables
 from ui.record_cache import RecordCache, step_span
 from ui.request_inspector import RequestInspector
 from ui.slot_timeline import SlotTimeline
+from ui.step_summary import StepSummary
 from ui.theme import apply_theme, fix_size
 from ui.transport import TransportBar
 
@@ -51,7 +52,8 @@ class MainWindow(QMainWindow):
 
     Public: ``set_source(source, control=None)``, ``show_step(k)`` (scrub; stops following),
     ``set_following(on)``, ``select_request(id)``, ``refresh(force=False)`` (one frame),
-    ``state`` / ``records`` / ``shown_step`` / ``selected`` (what is on screen), the ``actions``
+    ``state`` / ``records`` (the window's :class:`StepSummary` s) / ``record`` (the shown
+    step's) / ``shown_step`` / ``selected`` (what is on screen), the ``actions``
     dict, and ``sourceChanged(source)`` after File > Open swapped the source.
     """
 
@@ -67,8 +69,8 @@ class MainWindow(QMainWindow):
         self.cache = RecordCache(source)
         self.following, self.shown_step, self.selected = True, -1, None
         self.state: EngineState | None = None
-        self.records: list[StepRecord] = []
-        self.record: StepRecord | None = None      # the shown step's record, if available
+        self.records: list[StepSummary] = []       # the steps of the window, light summaries
+        self.record: StepSummary | None = None     # the shown step's, if available
         self._drawn: tuple | None = None
         self._source_error: str | None = None
         apply_theme(self)

@@ -4,9 +4,10 @@ scheduled tokens, step time and the engine's wait for the recorder.
 Six pyqtgraph plots in a 2x3 grid of one layout widget with linked step axes; every curve is a
 long-lived PlotCurveItem updated with ``setData``. The x axis counts steps back from the shown
 step (0 = the shown step, at the right edge), so it stays put while the run advances: moving
-axes cost more to paint than the curves. Each record's numbers are computed once
+axes cost more to paint than the curves. Each step's numbers come from its light summary
+(:class:`ui.step_summary.StepSummary`: counts and times, no record decoded) and are computed once
 (:class:`ui.record_cache.StepMemo`), so a frame costs one array per series, not a pass over
-every record.
+every step.
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from PySide6.QtWidgets import QVBoxLayout, QWidget
 from engine.outputs import StepRecord
 from ui.colors import PALETTE, css
 from ui.record_cache import StepMemo, step_span
-from ui.theme import PLOT_BG, PLOT_FG, style_axis
+from ui.step_summary import StepSummary, as_summaries
+from ui.theme import PLOT_BG, PLOT_FG, cache_decorations, style_axis
 
 # (key, title, y label, y units, [(series, colour)])
 PLOTS = (
@@ -41,20 +43,20 @@ def _label(key: str) -> str:
     return key.removesuffix("_ms").replace("_", " ")
 
 
-def metric_row(r: StepRecord) -> tuple:
+def metric_row(s: StepSummary) -> tuple:
     """One step's numbers, in :data:`FIELDS` order (wall seconds of the step, counts, KV %, ms)."""
-    dur_ns = max(r.end_ns - r.start_ns, 1)
-    tokens = sum(list(zip(*r.scheduled))[2]) if r.scheduled else 0   # BatchEntry.num_tokens
-    return (r.step, dur_ns * 1e-9, len(r.new_tokens), len(r.scheduled), tokens,
-            100.0 * r.kv_cache_usage, r.num_waiting, r.num_running, r.num_paused, dur_ns * 1e-6,
-            r.recorder_wait_ns * 1e-6)
+    dur_ns = max(s.end_ns - s.start_ns, 1)
+    return (s.step, dur_ns * 1e-9, s.num_new_tokens, len(s.slots), s.num_scheduled_tokens,
+            100.0 * s.kv_cache_usage, s.num_waiting, s.num_running, s.num_paused, dur_ns * 1e-6,
+            s.recorder_wait_ns * 1e-6)
 
 
-def step_metrics(records: Sequence[StepRecord], rows: Sequence[tuple] | None = None) -> dict[str, np.ndarray]:
-    """float64 arrays over ``records`` (in step order), one per :data:`FIELDS` key plus
-    ``output`` (output tokens/s = new tokens / step wall time). ``rows``: their
-    :func:`metric_row`s when already known."""
-    rows = [metric_row(r) for r in records] if rows is None else rows
+def step_metrics(steps: Sequence[StepSummary | StepRecord],
+                 rows: Sequence[tuple] | None = None) -> dict[str, np.ndarray]:
+    """float64 arrays over ``steps`` (summaries or records, in step order), one per
+    :data:`FIELDS` key plus ``output`` (output tokens/s = new tokens / step wall time).
+    ``rows``: their :func:`metric_row`s when already known."""
+    rows = [metric_row(s) for s in as_summaries(steps)] if rows is None else rows
     table = np.array(rows, float).reshape(len(rows), len(FIELDS))
     m = {k: table[:, i] for i, k in enumerate(FIELDS)}
     m["output"] = m["new"] / np.maximum(m["seconds"], 1e-9)
@@ -70,7 +72,8 @@ def nice_ceiling(x: float) -> float:
 
 
 class MetricsPlots(QWidget):
-    """``set_records(records, shown_step, latest_step)`` redraws every curve.
+    """``set_records(steps, shown_step, latest_step)`` redraws every curve (``steps``:
+    :class:`~ui.step_summary.StepSummary` s, or ``StepRecord`` s).
 
     All plots live in ONE ``pg.GraphicsLayoutWidget`` (one scene to paint); only the bottom row
     shows step ticks (the x axes are linked) and y ranges snap to :func:`nice_ceiling`, so a
@@ -112,23 +115,26 @@ class MetricsPlots(QWidget):
                 style_axis(bottom, "steps before the shown step")
             else:
                 p.hideAxis("bottom")
-            for name, color in series:     # bare curves: no scatter item to keep up to date
-                self.curves[name] = pg.PlotCurveItem(pen=pg.mkPen(color, width=2), skipFiniteCheck=True)
+            # bare curves (no scatter item to keep up to date), 1-pixel pens: a wider pen goes
+            # through Qt's stroker and doubles the plots' paint time
+            for name, color in series:
+                self.curves[name] = pg.PlotCurveItem(pen=pg.mkPen(color, width=1), skipFiniteCheck=True)
                 p.addItem(self.curves[name])
             p.setYRange(0, 100 if key == "kv" else 1, padding=0.02)
+            cache_decorations(p)
             if first is None:
                 first = p
             else:
                 p.setXLink(first)
             self.plots[key] = p
 
-    def set_records(self, records: Sequence[StepRecord], shown_step: int,
+    def set_records(self, records: Sequence[StepSummary | StepRecord], shown_step: int,
                     latest_step: int | None = None) -> None:
         """Plot the last ``span`` of ``records`` up to ``shown_step`` (``span``: the slot
         timeline's number of steps)."""
         latest = shown_step if latest_step is None else latest_step
         _first, span = step_span(shown_step, latest, self.window)
-        recs = [r for r in records if shown_step - span < r.step <= shown_step]
+        recs = as_summaries([r for r in records if shown_step - span < r.step <= shown_step])
         m = self.metrics = step_metrics(recs, self._memo.get(recs))
         x = m["step"] - shown_step
         for name, curve in self.curves.items():

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
+from PySide6.QtCore import QRectF
 from PySide6.QtGui import QImage
 
 
@@ -16,8 +17,17 @@ class PackedImageItem(pg.ImageItem):
         super().__init__(axisOrder="row-major", **kwargs)
 
     def set_packed(self, image: np.ndarray) -> None:
-        """Show ``image`` (uint32 ``(h, w)``; keep it unchanged while shown)."""
+        """Show ``image`` (uint32 ``(h, w)``; change it only through :meth:`columns_changed`)."""
         self.setImage(np.ascontiguousarray(image, np.uint32), autoLevels=False)
+
+    def columns_changed(self, first: int, last: int) -> None:
+        """Columns ``first..last`` of the shown image were changed in place: repaint that strip
+        only (the ``QImage`` shares the array's memory; the rest of the view is not redrawn)."""
+        if self.image is None or self._renderRequired:
+            return
+        # a pixel more on every side: the view rounds the strip to whole screen pixels, and a
+        # scaled image's edge pixel can fall just outside it
+        self.update(QRectF(first - 1, -1, last - first + 3, self.image.shape[0] + 2))
 
     def render(self) -> None:
         img = self.image

@@ -1,12 +1,14 @@
-"""Step records around the shown step, fetched from the source only where missing.
+"""Step summaries around the shown step, fetched from the source only where missing.
 
-Records are immutable once a step completes, so a frame that advances one step asks the source
-for one record instead of the whole window (a recording reader runs one small query per frame).
+Steps are immutable once they complete, so a frame that advances one step asks the source for
+one step instead of the whole window, and a jump near the shown step for the steps it does not
+have yet. What is fetched is a :class:`ui.step_summary.StepSummary` per step (a recording
+reads the batch arrays and counts of a step range in one light query; no record is decoded).
 """
 from __future__ import annotations
 
-from engine.outputs import StepRecord
 from engine.source import StepSource
+from ui.step_summary import StepSummary, fetch_summaries
 
 
 def step_span(shown_step: int, latest_step: int, window: int, minimum: int = 32) -> tuple[int, int]:
@@ -24,21 +26,25 @@ def step_span(shown_step: int, latest_step: int, window: int, minimum: int = 32)
 
 
 class RecordCache:
+    """Summaries of a source's steps, by step (at most ``keep``, those nearest the last
+    request kept)."""
+
     def __init__(self, source: StepSource, keep: int = 2000):
         self.source = source
         self.keep = keep
-        self._by_step: dict[int, StepRecord] = {}
+        self._by_step: dict[int, StepSummary] = {}
 
     def clear(self) -> None:
         self._by_step.clear()
 
-    def get(self, start: int, stop: int) -> list[StepRecord]:
-        """Records with ``start <= step < stop`` in step order (as ``source.records``)."""
+    def get(self, start: int, stop: int) -> list[StepSummary]:
+        """Summaries of the steps ``start <= step < stop`` the source has, in step order; only
+        the span from the first to the last step not cached yet is fetched."""
         start = max(0, start)
         missing = [s for s in range(start, stop) if s not in self._by_step]
         if missing:
-            for rec in self.source.records(missing[0], missing[-1] + 1):
-                self._by_step[rec.step] = rec
+            for summary in fetch_summaries(self.source, missing[0], missing[-1] + 1):
+                self._by_step[summary.step] = summary
         if len(self._by_step) > self.keep:
             lo, hi = start - self.keep // 4, stop + self.keep // 4
             self._by_step = {s: r for s, r in self._by_step.items() if lo <= s < hi}
@@ -48,13 +54,14 @@ class RecordCache:
 class StepMemo:
     """``fn(record)`` computed once per record and remembered by step (records are immutable):
     per-step derived data (a slot column, a row of metrics) costs one call per new step, not one
-    per step per frame. A record of the same step from another source is recomputed."""
+    per step per frame. A record (or summary) of the same step from another source is
+    recomputed."""
 
     def __init__(self, fn, keep: int = 4000):
         self.fn, self.keep = fn, keep
-        self._by_step: dict[int, tuple[StepRecord, object]] = {}
+        self._by_step: dict[int, tuple[object, object]] = {}
 
-    def get(self, records: list[StepRecord]) -> list:
+    def get(self, records: list) -> list:
         """``[fn(r) for r in records]``, from memory where possible."""
         memo, out = self._by_step, []
         for r in records:

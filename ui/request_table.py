@@ -18,6 +18,7 @@ from engine.outputs import (NOT_ADMITTED_BEHIND, NOT_ADMITTED_NO_FREE_BLOCKS, NO
 from engine.state import EngineState, row_view
 from ui.colors import ERROR, PALETTE, color_index
 from ui.state_lookup import find_row
+from ui.step_summary import StepSummary
 
 COLUMNS = ("id", "state", "prompt", "output", "TTFT", "ITL", "preempt", "reason")
 # why a waiting request was not admitted in the shown step (StepRecord.not_admitted_reason)
@@ -36,11 +37,20 @@ CELL_SOURCES = ((), ("status",), ("num_prompt_tokens",), ("num_output_tokens", "
                 ("num_preemptions",), ("status",))
 
 
+def _position(state: EngineState, rows: np.ndarray, request_id: str) -> int | None:
+    """Table row of ``request_id`` among ``rows`` (ascending rows of ``state``), or None."""
+    r = find_row(state, request_id)
+    if r is None:
+        return None
+    i = int(np.searchsorted(rows, r))
+    return i if i < len(rows) and rows[i] == r else None
+
+
 def _num(x: float | None, unit: str = "") -> str:
     return "–" if x is None else f"{x:.3g}{unit}"
 
 
-def not_admitted(record: StepRecord | None, v: RequestView) -> str | None:
+def not_admitted(record: StepRecord | StepSummary | None, v: RequestView) -> str | None:
     """Why waiting ``v`` was not admitted in ``record``'s step (a ``NOT_ADMITTED_*`` reason, or
     :data:`PREEMPTED_TEXT`); None when it is not waiting or arrived after that step."""
     if record is None or v.status not in ("WAITING", "PREEMPTED") or v.arrival_step > record.step:
@@ -100,8 +110,12 @@ class RequestTableModel(QAbstractTableModel):
     def __init__(self, parent=None, reasons: bool = False):
         super().__init__(parent)
         self.reasons = reasons
-        self.record: StepRecord | None = None
+        self.record: StepRecord | StepSummary | None = None
         self.state: EngineState | None = None
+        self.moved = False                         # the last update put other requests in rows
+        # (old, new) row count while ``lay_out`` lays out rows just added or removed at the end
+        # (``ui.queue_tables.QueueView`` then repaints only those rows); None otherwise
+        self.resized_rows: tuple[int, int] | None = None
         self.rows = np.zeros(0, np.int64)          # state rows of this queue, table order
         self.views: list[RequestView] | None = None  # or the views themselves
         self._key: object = ()
@@ -109,46 +123,71 @@ class RequestTableModel(QAbstractTableModel):
         self._texts: dict[int, list[str]] = {}
         # (first, last) table rows on screen, set by the view's owner; None = all rows
         self.visible_rows: Callable[[], tuple[int, int]] | None = None
+        # lays the view out at once after rows were added or removed (set by the view's owner):
+        # a view with a layout pending ignores the cells announced until then
+        self.lay_out: Callable[[], None] | None = None
 
     # --- rows ------------------------------------------------------------------------------
     def set_state_rows(self, state: EngineState, rows: np.ndarray,
-                       record: StepRecord | None = None) -> bool:
-        """Rows ``rows`` (int [n], ascending) of ``state``'s columns; ``record``: the shown step's.
-        With the same requests in the same rows, only the cells on screen whose values changed
-        are announced, so an idle waiting queue is not repainted and a decoding one repaints
-        its output column, not every cell."""
+                       record: StepRecord | StepSummary | None = None) -> bool:
+        """Rows ``rows`` (int [n], ascending) of ``state``'s columns; ``record``: the shown step's
+        (a ``StepRecord`` or a ``StepSummary``). Table rows are positions: when the queue
+        changes (a request finished, another was admitted) the model adds or removes rows at the
+        end and announces the cells on screen that read differently (another request in that
+        row, or the same one with changed values), never a reset: an idle queue is not
+        repainted, a decoding one repaints its output column, and the view keeps its scroll
+        position and header. ``moved`` tells whether any row now holds another request (or the
+        row count changed)."""
         key = state.columns["seq"][rows]
-        same = self.views is None and isinstance(self._key, np.ndarray) and np.array_equal(key, self._key)
-        changed = None
-        if same:
-            first, last = self.visible_rows() if self.visible_rows is not None else (0, len(rows) - 1)
-            first, last = max(first, 0), min(last, len(rows) - 1)
-            changed = (first, self._changed_cells(state, rows, record, first, last + 1)
-                       if last >= first else [])
-        return self._replace(same, key, changed, state=state, rows=rows, views=None, record=record)
+        if self.views is not None or not isinstance(self._key, np.ndarray):
+            self.moved = True
+            return self._replace(False, key, state=state, rows=rows, views=None, record=record)
+        n_old, n = len(self._key), len(key)
+        first, last = self.visible_rows() if self.visible_rows is not None else (0, n - 1)
+        lo, hi = max(first, 0), min(last + 1, n_old, n)      # rows on screen before and after
+        self.moved = n != n_old or not np.array_equal(key, self._key)
+        masks = self._changed_cells(state, rows, key, record, lo, hi) if hi > lo else []
+        if n > n_old:
+            self.beginInsertRows(QModelIndex(), n_old, n - 1)
+        elif n < n_old:
+            self.beginRemoveRows(QModelIndex(), n, n_old - 1)
+        self._replace(True, key, None, state=state, rows=rows, views=None, record=record)
+        if n > n_old:
+            self.endInsertRows()
+        elif n < n_old:
+            self.endRemoveRows()
+        if n != n_old and self.lay_out is not None:
+            self.resized_rows = (n_old, n)
+            try:
+                self.lay_out()
+            finally:
+                self.resized_rows = None
+        self._announce(lo, masks)
+        return False
 
-    def _changed_cells(self, state: EngineState, rows: np.ndarray, record: StepRecord | None,
-                       lo: int, hi: int) -> list[np.ndarray]:
+    def _changed_cells(self, state: EngineState, rows: np.ndarray, key: np.ndarray,
+                       record: StepRecord | StepSummary | None, lo: int, hi: int) -> list[np.ndarray]:
         """Per table column, the mask over table rows ``lo:hi`` (bool [hi - lo]) of the cells
-        that may read differently in ``state`` than in the shown state (same requests, same
-        order)."""
-        old, old_rows, rows = self.state, self.rows[lo:hi], rows[lo:hi]
+        that may read differently in ``state`` than in the shown state: every cell of a row that
+        now holds another request, the cells whose columns changed for the same request."""
+        old, old_rows, new_rows = self.state, self.rows[lo:hi], rows[lo:hi]
+        moved = self._key[lo:hi] != key[lo:hi]
         differs = {}
         for name in {n for names in CELL_SOURCES for n in names}:
-            a, b = old.columns[name][old_rows], state.columns[name][rows]
+            a, b = old.columns[name][old_rows], state.columns[name][new_rows]
             differs[name] = ~((a == b) | (np.isnan(a) & np.isnan(b))) if a.dtype.kind == "f" else a != b
-        none = np.zeros(len(rows), bool)
-        masks = [np.logical_or.reduce([differs[n] for n in names]) if names else none
-                 for names in CELL_SOURCES]
+        masks = [np.logical_or.reduce([moved] + [differs[n] for n in names]) for names in CELL_SOURCES]
         if self.reasons and record is not self.record:
-            reason = masks[-1].copy()
-            ids = {rid for rec in (self.record, record) if rec is not None
-                   for rid in (*rec.preempted_ids, *(r for r, _ in rec.not_admitted))}
-            reason[[i - lo for i in map(self.row_of, ids) if i is not None and lo <= i < hi]] = True
-            arrival = state.columns["arrival_step"][rows]
-            seen = [arrival <= rec.step if rec is not None else none
-                    for rec in (self.record, record)]       # rows the step considered
-            masks[-1] = reason | (seen[0] != seen[1])
+            reason = masks[-1]
+            for rec, st, st_rows in ((self.record, old, self.rows), (record, state, rows)):
+                for rid in (() if rec is None else
+                            (*rec.preempted_ids, *(r for r, _ in rec.not_admitted))):
+                    i = _position(st, st_rows, rid)
+                    if i is not None and lo <= i < hi:
+                        reason[i - lo] = True
+            seen = [st.columns["arrival_step"][r] <= rec.step if rec is not None else np.zeros(len(r), bool)
+                    for rec, st, r in ((self.record, old, old_rows), (record, state, new_rows))]
+            masks[-1] = reason | (seen[0] != seen[1])      # rows the step considered
         return masks
 
     def set_views(self, views: Sequence[RequestView]) -> bool:
@@ -169,21 +208,26 @@ class RequestTableModel(QAbstractTableModel):
         self._key, self._cache, self._texts = key, {}, {}
         if not same:
             self.endResetModel()
+            if self.lay_out is not None:      # repaint in this frame, not when the timer fires
+                self.lay_out()
             return True
         n = self.rowCount()
         if changed is None:
-            if n:
+            if n and attrs.get("views") is not None:
                 self.dataChanged.emit(self.index(0, 0), self.index(n - 1, len(COLUMNS) - 1))
             return False
-        # one range per column, inside the rows on screen: a view repaints only those cells
-        # for a range inside its viewport, but all of it for one reaching beyond
-        first, masks = changed
+        self._announce(*changed)
+        return False
+
+    def _announce(self, first: int, masks: list[np.ndarray]) -> None:
+        """``dataChanged`` for the cells ``masks`` (per column, over the rows from ``first``):
+        one range per column, inside the rows on screen (a view repaints only those cells for a
+        range inside its viewport, but all of it for one reaching beyond)."""
         for col, mask in enumerate(masks):
             hit = np.flatnonzero(mask)
             if len(hit):
                 self.dataChanged.emit(self.index(first + int(hit[0]), col),
                                       self.index(first + int(hit[-1]), col))
-        return False
 
     def request_id(self, i: int) -> str:
         return self.views[i].request_id if self.views is not None else self.state.request_ids[self.rows[i]]
@@ -206,11 +250,7 @@ class RequestTableModel(QAbstractTableModel):
             return None
         if self.views is not None:
             return next((i for i, v in enumerate(self.views) if v.request_id == request_id), None)
-        r = find_row(self.state, request_id) if self.state is not None else None
-        if r is None:
-            return None
-        i = int(np.searchsorted(self.rows, r))
-        return i if i < len(self.rows) and self.rows[i] == r else None
+        return _position(self.state, self.rows, request_id) if self.state is not None else None
 
     def reason(self, i: int) -> str | None:
         return not_admitted(self.record, self.view(i)) if self.reasons else None

@@ -1,11 +1,14 @@
 """Batch-slot timeline: one row per batch slot, one column per step, drawn as ONE image.
 
-A cell is the request that held the slot in that step (``record.scheduled``), in the request's
+A cell is the request that held the slot in that step (its batch: ``StepSummary`` arrays, the
+same as ``StepRecord.scheduled``), in the request's
 colour: striped and lighter for a prefill chunk, solid for decode, dark when the slot was idle.
 The view shows a window of ``window`` steps that grows from the left and then scrolls with the
-run; a vertical marker shows the step on display. Each step's column (palette index, prefill
-flag, request key per slot) is computed once per record (:class:`ui.record_cache.StepMemo`),
-so a frame stacks cached columns and paints them with numpy: no Python per cell per frame.
+run; a vertical marker shows the step on display. The grid of (palette index, prefill flag,
+request key) per slot and step is kept while the window stays put: a frame draws the columns
+of the steps that changed (the new one, while the run advances), in numpy over all of them at
+once, and repaints only those columns of the image: no Python per cell, no pass over the
+window per frame.
 """
 from __future__ import annotations
 
@@ -22,12 +25,14 @@ from ui.colors import (BACKGROUND, IDLE, MUTED, color_index, css, dim, lighten,
                        packed, palette_lut, request_rgb)
 from ui.packed_image import PackedImageItem
 from ui.pointer import track_pointer
-from ui.record_cache import StepMemo, step_span
-from ui.theme import plot_widget, style_axis
+from ui.record_cache import step_span
+from ui.step_summary import StepSummary, as_summaries
+from ui.theme import cache_decorations, plot_widget, style_axis, title_row
 
 LABEL_PX = 56       # a run of cells this wide (screen pixels) gets its request id written on it
 MAX_LABELS = 300
 MAX_KEYS = 1_000_000   # request keys remembered before the key table starts over
+_NO_STEP = StepSummary((), [np.zeros(0, object)] + [np.zeros(0, np.int64)] * 3 + [np.zeros(0, bool)])
 _SOLID = palette_lut(none=IDLE)
 _LIGHT = palette_lut(lambda c: lighten(c, 0.5), none=IDLE)
 _SOLID_DIM = palette_lut(dim, none=IDLE)
@@ -51,7 +56,8 @@ def prefill_rgb(request_id: str) -> tuple[int, int, int]:
 
 
 class SlotTimeline(QWidget):
-    """``set_records(records, shown_step, max_num_seqs, latest_step)`` redraws;
+    """``set_records(steps, shown_step, max_num_seqs, latest_step)`` redraws (``steps``:
+    :class:`~ui.step_summary.StepSummary` s, or ``StepRecord`` s);
     ``set_selected(id)`` fades every other request. Emits ``requestSelected(request_id)`` when
     a cell is clicked. ``image`` is the packed uint32 array on screen, ``(slots * row_px, span)``."""
 
@@ -66,12 +72,14 @@ class SlotTimeline(QWidget):
         self.first_step, self.span = 0, window
         self.labels: list[pg.TextItem] = []
         self.selected: str | None = None
-        self.by_step: dict[int, StepRecord] = {}       # the drawn records
+        self.by_step: dict[int, StepSummary] = {}      # the drawn steps
         self._keys: dict[str, int] = {}                # request id -> small int key
         self._ids: list[str] = []                      # key -> request id
         self._pal_of_key = np.zeros(0, np.int16)       # key -> palette index
-        self._memo = StepMemo(self._column)
         self._grid = None                              # (palette, prefill, key), each (slots, span)
+        self._grid_at: tuple | None = None             # (first step, span, slots) of the grid
+        self._drawn: list = []                         # the step drawn in each grid column
+        self._shown_at: tuple | None = None            # (first step, span, slots) on the axes
         self.image = np.zeros((self.row_px, 1), np.uint32)
         self.plot = plot_widget()
         pi = self.plot.getPlotItem()
@@ -79,6 +87,7 @@ class SlotTimeline(QWidget):
         pi.invertY(True)
         style_axis(pi.getAxis("bottom"), "step")
         style_axis(pi.getAxis("left"), "batch slot")
+        cache_decorations(pi)
         self.item = PackedImageItem()
         pi.addItem(self.item)
         self.marker = pg.InfiniteLine(angle=90, movable=False,
@@ -86,10 +95,8 @@ class SlotTimeline(QWidget):
         pi.addItem(self.marker)
         pi.getViewBox().sigResized.connect(lambda *_: self._grid is not None and self._paint())
         track_pointer(self.plot, self._cell_at_scene, lambda c: self.describe(*c), self._clicked)
-        self.title = QLabel("Batch slots")
-        self.title.setStyleSheet("font-weight: bold;")
-        head = QHBoxLayout()
-        head.addWidget(self.title)
+        head, self.title, self.title_numbers = title_row(
+            "Batch slots", "  ·  8888 slots  ·  steps 88888888–88888888")
         head.addStretch(1)
         head.addWidget(QLabel(self._legend_html()))
         lay = QVBoxLayout(self)
@@ -122,51 +129,83 @@ class SlotTimeline(QWidget):
         self._pal_of_key[k] = color_index(request_id)
         return k
 
-    def _column(self, record: StepRecord) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(palette int16, prefill bool, key int32), each ``[max_num_seqs]``, of one step;
-        palette and key are -1 for an idle slot. One dict lookup per batch entry."""
-        s, sched = self.max_num_seqs, record.scheduled
-        pal, pre, key = np.full(s, -1, np.int16), np.zeros(s, bool), np.full(s, -1, np.int32)
-        if sched:
-            ids, slot, _n, _c, prefill = zip(*sched)          # BatchEntry columns, in C
+    def _columns(self, steps: Sequence[StepSummary]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(palette int16, prefill bool, key int32), each ``[max_num_seqs, len(steps)]``: one
+        column per step, palette and key -1 for an idle slot. One dict lookup per batch entry,
+        the rest in numpy over all the steps at once (a jump draws ~200 new steps)."""
+        s, n = self.max_num_seqs, len(steps)
+        pal, pre, key = (np.full((s, n), -1, np.int16), np.zeros((s, n), bool),
+                         np.full((s, n), -1, np.int32))
+        sizes = [len(st.slots) for st in steps]
+        if sum(sizes):
+            ids = np.concatenate([st.request_ids for st in steps]).tolist()
+            slot = np.concatenate([st.slots for st in steps])
+            prefill = np.concatenate([st.is_prefill for st in steps])
+            col = np.repeat(np.arange(n), sizes)
             get = self._keys.get
-            keys = [get(r) for r in ids]
-            if None in keys:
-                keys = [get(r) if get(r) is not None else self._new_key(r) for r in ids]
+            keys = [get(r, -1) for r in ids]
+            if -1 in keys:                  # requests not seen before: a key each, in order
+                for r in dict.fromkeys(r for r, k in zip(ids, keys) if k < 0):
+                    self._new_key(r)
+                keys = [get(r) for r in ids]
             keys = np.array(keys, np.int32)
-            slot = np.array(slot, np.int64)
             ok = (slot >= 0) & (slot < s)
-            key[slot[ok]] = keys[ok]
-            pal[slot[ok]] = self._pal_of_key[keys[ok]]
-            pre[slot[ok]] = np.array(prefill, bool)[ok]
+            at = slot[ok], col[ok]
+            key[at] = keys[ok]
+            pal[at] = self._pal_of_key[keys[ok]]
+            pre[at] = prefill[ok]
         return pal, pre, key
 
     # --- data in -------------------------------------------------------------------------
-    def set_records(self, records: Sequence[StepRecord], shown_step: int,
+    def set_records(self, records: Sequence[StepSummary | StepRecord], shown_step: int,
                     max_num_seqs: int | None = None, latest_step: int | None = None) -> None:
-        """Show ``records`` (those inside the step span are drawn) up to ``shown_step``; the
-        span covers the run up to ``latest_step`` while it fits in ``window``."""
-        if (max_num_seqs and max_num_seqs != self.max_num_seqs) or len(self._ids) > MAX_KEYS:
+        """Show ``records`` (step summaries or records; those inside the step span are drawn)
+        up to ``shown_step``; the span covers the run up to ``latest_step`` while it fits in
+        ``window``. Only the columns whose step changed are redrawn (one a frame while the run
+        advances): the grid and the image are kept while the span stays put."""
+        new_keys = (max_num_seqs and max_num_seqs != self.max_num_seqs) or len(self._ids) > MAX_KEYS
+        if new_keys:
             self.max_num_seqs = max_num_seqs or self.max_num_seqs
             self.row_px = row_px(self.max_num_seqs)
             self._keys, self._ids, self._pal_of_key = {}, [], np.zeros(0, np.int16)
-            self._memo = StepMemo(self._column)
             self._set_slot_ticks()
         latest = shown_step if latest_step is None else latest_step
         self.shown_step = shown_step
         self.first_step, self.span = x0, w = step_span(shown_step, latest, self.window)
-        recs = [r for r in records if x0 <= r.step <= shown_step]
+        recs = as_summaries([r for r in records if x0 <= r.step <= shown_step])
         self.by_step = {r.step: r for r in recs}
         s = self.max_num_seqs
-        pal, pre, key = np.full((s, w), -1, np.int16), np.zeros((s, w), bool), np.full((s, w), -1, np.int32)
-        if recs:
-            at = np.array([r.step - x0 for r in recs])
-            cols = self._memo.get(recs)
-            for grid, i in ((pal, 0), (pre, 1), (key, 2)):
-                grid[:, at] = np.stack([c[i] for c in cols], axis=1)
-        self._grid = pal, pre, key
-        self.title.setText(f"Batch slots  ·  {s} slots  ·  steps {x0}–{max(shown_step, x0)}")
-        self._paint()
+        if new_keys or self._grid is None or self._grid_at != (x0, w, s):
+            self._move_grid(x0, w, s, keep=not new_keys)
+        want: list = [None] * w
+        for r in recs:
+            want[r.step - x0] = r
+        drawn = self._drawn
+        changed = [j for j in range(w) if want[j] is not drawn[j]]
+        if changed:
+            cols = self._columns([want[j] if want[j] is not None else _NO_STEP for j in changed])
+            for grid, c in zip(self._grid, cols):
+                grid[:, changed] = c
+            for j in changed:
+                drawn[j] = want[j]
+        self.title_numbers.setText(f"  ·  {s} slots  ·  steps {x0}–{max(shown_step, x0)}")
+        self._paint(changed if self.image is not None else None)
+
+    def _move_grid(self, x0: int, w: int, s: int, keep: bool) -> None:
+        """A grid for the steps ``x0 .. x0 + w - 1``, keeping the columns of the steps it shares
+        with the old grid (``keep``): the span pages forward without redrawing those."""
+        old, old_at, old_drawn = self._grid, self._grid_at, self._drawn
+        self._grid_at, self._drawn = (x0, w, s), [None] * w
+        self._grid = (np.full((s, w), -1, np.int16), np.zeros((s, w), bool),
+                      np.full((s, w), -1, np.int32))
+        self.image = None
+        if keep and old is not None and old_at[2] == s:
+            ox0, ow = old_at[0], old_at[1]
+            lo, hi = max(x0, ox0), min(x0 + w, ox0 + ow)
+            if lo < hi:
+                for new, prev in zip(self._grid, old):
+                    new[:, lo - x0:hi - x0] = prev[:, lo - ox0:hi - ox0]
+                self._drawn[lo - x0:hi - x0] = old_drawn[lo - ox0:hi - ox0]
 
     def set_selected(self, request_id: str | None) -> None:
         if request_id != self.selected:
@@ -174,8 +213,26 @@ class SlotTimeline(QWidget):
             if self._grid is not None:
                 self._paint()
 
-    def _paint(self) -> None:
-        pal, pre, key = self._grid
+    def _paint(self, columns: list[int] | None = None) -> None:
+        """Paint the image from the grid: every column, or only ``columns`` of it."""
+        labelled = any(t.isVisible() for t in self.labels)
+        if columns is None:
+            self.image = self._pixels(slice(None))
+            self.item.set_packed(self.image)
+        elif columns:
+            self.image[:, columns] = self._pixels(columns)      # in place
+        self._show()
+        if columns:
+            # repaint only those columns, unless request ids are written on the cells (a few
+            # dozen slots at most): labels that move leave their old place to the image below
+            if labelled or any(t.isVisible() for t in self.labels):
+                self.item.update()
+            else:
+                self.item.columns_changed(min(columns), max(columns))
+
+    def _pixels(self, columns) -> np.ndarray:
+        """Image pixels of the grid's ``columns`` (uint32 ``(slots * row_px, len)``)."""
+        pal, pre, key = (g[:, columns] for g in self._grid)
         s, w = pal.shape
         rp = self.row_px
         if self.selected is None:
@@ -185,22 +242,26 @@ class SlotTimeline(QWidget):
             solid = np.where(faded, _SOLID_DIM[pal], _SOLID[pal])
             light = np.where(faded, _LIGHT_DIM[pal], _LIGHT[pal])
         if rp == 1:
-            self.image = np.where(pre, light, solid)
-        else:
-            img = np.empty((s, rp, w), np.uint32)
-            img[:, rp - 1, :] = packed(BACKGROUND)
-            img[:, 0:rp - 1:2, :] = np.where(pre, light, solid)[:, None, :]
-            img[:, 1:rp - 1:2, :] = solid[:, None, :]
-            self.image = img.reshape(s * rp, w)
-        self.item.set_packed(self.image)
-        x0 = self.first_step
-        self.item.setRect(QRectF(x0 - 0.5, -0.5, w, s))
-        pi = self.plot.getPlotItem()
-        pi.setXRange(x0 - 0.5, x0 + w - 0.5, padding=0)
-        pi.setYRange(-0.5, s - 0.5, padding=0)
+            return np.where(pre, light, solid)
+        img = np.empty((s, rp, w), np.uint32)
+        img[:, rp - 1, :] = packed(BACKGROUND)
+        img[:, 0:rp - 1:2, :] = np.where(pre, light, solid)[:, None, :]
+        img[:, 1:rp - 1:2, :] = solid[:, None, :]
+        return img.reshape(s * rp, w)
+
+    def _show(self) -> None:
+        """Put the image's place, the axes' ranges, the marker and the labels on screen."""
+        s, w, x0 = self.max_num_seqs, self.span, self.first_step
+        if self._shown_at != (x0, w, s):           # the axes move only when the span pages
+            self._shown_at = (x0, w, s)
+            self.item.setRect(QRectF(x0 - 0.5, -0.5, w, s))
+            pi = self.plot.getPlotItem()
+            pi.setXRange(x0 - 0.5, x0 + w - 0.5, padding=0)
+            pi.setYRange(-0.5, s - 0.5, padding=0)
+            pi.getViewBox().updateMatrix()     # now, not while painting (a second repaint)
         self.marker.setValue(self.shown_step)
         self.marker.setVisible(self.shown_step >= 0)
-        self._place_labels(key)
+        self._place_labels(self._grid[2])
 
     def _place_labels(self, key: np.ndarray) -> None:
         """Write the request id at the start of every run of cells wide enough to hold it

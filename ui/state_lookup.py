@@ -1,8 +1,10 @@
-"""Finding one request in an ``EngineState`` without indexing every row.
+"""Finding requests in an ``EngineState`` without indexing every row.
 
 ``EngineState.row`` builds an id -> row dict over all live requests on first use (~5 ms at
 10k live requests); a frame that looks up one selected request in a fresh state does better
-with one C-level scan of ``request_ids`` (~0.1 ms).
+with one C-level scan of ``request_ids`` (~0.1 ms). Likewise the block map finds each block's
+owner among the few hundred requests that hold blocks (:func:`block_holders`) rather than
+searching all live rows for it (``EngineState.owner_rows``: ~0.7 ms at 14k live requests).
 """
 from __future__ import annotations
 
@@ -43,3 +45,28 @@ def block_ids(state: EngineState, request_id: str | None) -> tuple[int, ...]:
     """The block table of live ``request_id`` in table order (as ``state.block_ids``)."""
     blocks = np.flatnonzero(owned_blocks(state, request_id))
     return tuple(blocks[np.argsort(state.block_pos[blocks], kind="stable")].tolist())
+
+
+def block_holders(state: EngineState) -> tuple[np.ndarray, np.ndarray]:
+    """``(holders, at)``: the rows of the requests that hold blocks (int64 [h], ascending) and,
+    for each block, the index of its owner in ``holders`` (int64 [num_total_blocks]; ``h`` for
+    a free block). ``np.append(holders, -1)[at]`` equals ``state.owner_rows()``; gathering a
+    column of the holders the same way gives a per-block value in one pass. O(blocks + span of
+    the holders' arrival numbers), no search."""
+    holders = np.flatnonzero(state.columns["num_blocks"] > 0)
+    owner, h = state.block_owner, len(holders)
+    if not h:
+        return holders, np.full(len(owner), 0, np.int64)
+    seqs = state.columns["seq"][holders]
+    lo, hi = int(seqs[0]), int(seqs[-1])                    # rows are in arrival order
+    index_of_seq = np.full(hi - lo + 2, h, np.int64)          # last entry: not a holder
+    index_of_seq[seqs - lo] = np.arange(h)
+    return holders, index_of_seq[np.where(owner >= 0, np.clip(owner - lo, 0, hi - lo + 1), hi - lo + 1)]
+
+
+def block_fill(state: EngineState, holders: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Tokens written in each block (int64 [num_total_blocks], as ``state.block_fill()``) from
+    :func:`block_holders`' answer: the owner's ``num_computed_tokens`` past the block's start."""
+    computed = np.append(state.columns["num_computed_tokens"][holders], 0)[at]
+    bs = state.block_size
+    return np.where(at < len(holders), np.clip(computed - state.block_pos.astype(np.int64) * bs, 0, bs), 0)

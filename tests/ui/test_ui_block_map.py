@@ -218,3 +218,15 @@ def test_click_selects_the_owner(qtbot, source):
         qtbot.mouseClick(w.plot.viewport(), Qt.LeftButton, pos=viewport_point(w, block))
     assert sig.args == [w.owner_of(block)]
     assert sig.args[0] == source.state_at(20).request_ids[int(source.state_at(20).owner_rows()[block])]
+
+
+def test_block_owners_found_among_the_holders_equal_the_states(big, source):
+    """``ui.state_lookup.block_holders`` (owners among the requests holding blocks, no search
+    of all live rows) gives ``EngineState.owner_rows`` and ``block_fill`` exactly."""
+    from ui.state_lookup import block_fill, block_holders
+    for state in (big.state_at(big.latest_step()), *(source.state_at(k) for k in (-1, 0, 7, 20, 39))):
+        holders, at = block_holders(state)
+        np.testing.assert_array_equal(np.append(holders, -1)[at], state.owner_rows())
+        fill = block_fill(state, holders, at)
+        np.testing.assert_array_equal(fill, state.block_fill())
+        assert fill.dtype == state.block_fill().dtype

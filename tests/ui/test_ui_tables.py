@@ -85,7 +85,40 @@ def test_same_rows_update_without_reset_and_repaint_only_changed_cells(qtbot, bi
     assert set(changed["waiting"]) <= {(0, 0, 7, 7)}   # idle queue: the oldest one's reason at most
 
 
-def test_new_rows_reset_and_keep_the_selection(qtbot, source):
+def test_a_changing_queue_moves_rows_without_a_reset(qtbot, source):
+    """Rows are positions: a request that finishes or is admitted adds or removes rows at the
+    end, the rows on screen that now hold another request are announced whole, and the model
+    is never reset (the view keeps its scroll position, header and layout)."""
+    w = QueueTables()
+    qtbot.addWidget(w)
+    w.resize(640, 430)
+    w.show()
+    qtbot.waitExposed(w)
+    model = w.models["running"]
+    resets, inserted, removed, changed = [], [], [], []
+    model.modelReset.connect(lambda: resets.append(1))
+    model.rowsInserted.connect(lambda _p, a, b: inserted.append((a, b)))
+    model.rowsRemoved.connect(lambda _p, a, b: removed.append((a, b)))
+    model.dataChanged.connect(lambda a, b, *_r: changed.append((a.row(), b.row(), a.column())))
+    w.set_state(source.state_at(0), source.records(0, 1)[0])
+    resets.clear()
+    moves = 0
+    for k in range(1, 40):
+        before = [model.request_id(i) for i in range(model.rowCount())]
+        changed.clear()
+        w.set_state(source.state_at(k), source.records(k, k + 1)[0])
+        after = [r.request_id for r in source.state_at(k).running]
+        assert [model.request_id(i) for i in range(model.rowCount())] == after, k
+        for i in range(min(len(before), len(after))):          # every row now holding another
+            if before[i] != after[i]:                           # request is announced, all columns
+                moves += 1
+                assert {c for a, b, c in changed if a <= i <= b} == set(range(len(COLUMNS))), (k, i)
+        for i in range(model.rowCount()):
+            assert cells(model, i)[:7] == expected_cells(source.state_at(k), int(model.rows[i])), (k, i)
+    assert moves and inserted and removed and not resets
+
+
+def test_queue_changes_keep_the_selection_on_its_request(qtbot, source):
     w = QueueTables()
     qtbot.addWidget(w)
     w.set_state(source.state_at(10), source.records(10, 11)[0])

@@ -72,6 +72,26 @@ def test_cells_at_production_scale(qtbot, big):
     check_cells(w, records, k)
 
 
+def test_drawing_step_by_step_equals_drawing_at_once(qtbot, source):
+    """The timeline redraws only the columns whose step changed (and pages its grid): after any
+    walk, forward, back, across pages, its grid and image are those of a fresh timeline."""
+    w = SlotTimeline(window=16)
+    qtbot.addWidget(w)
+    latest = source.latest_step()
+    for k in [*range(0, 40), *range(39, 20, -1), 5, 33, 34, 12, 39]:
+        records = source.records(k - 16, k + 1)
+        w.set_records(records, k, 4, latest)
+        fresh = SlotTimeline(window=16)
+        qtbot.addWidget(fresh)
+        fresh.set_records(records, k, 4, latest)
+        assert (w.first_step, w.span) == (fresh.first_step, fresh.span), k
+        np.testing.assert_array_equal(w.image, fresh.image, err_msg=str(k))
+        check_cells(w, records, k)
+    w.set_selected("req-2")
+    fresh.set_selected("req-2")
+    np.testing.assert_array_equal(w.image, fresh.image)
+
+
 def test_selection_fades_other_requests(qtbot, source):
     w = SlotTimeline()
     qtbot.addWidget(w)
