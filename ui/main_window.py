@@ -185,6 +185,7 @@ class MainWindow(QMainWindow):
         self.status["run"].setToolTip("\n".join(f"{k} = {v}" for k, v in details.items()))
         clock = (info.get("config") or {}).get("clock")
         self.time_unit = {"wall": "s", "virtual": "steps", "sim": "sim s"}.get(clock, "")
+        self.metrics.set_simulated(bool(info.get("simulated")))
         if info.get("simulated"):      # a simulated executor's run: say so wherever it shows
             self.status["mode"].setText(f"{self.status['mode'].text()} · <b>SIMULATED</b>")
             self.status["mode"].setToolTip("step times from the roofline cost model, tokens "

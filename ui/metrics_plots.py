@@ -11,6 +11,8 @@ every step.
 """
 from __future__ import annotations
 
+import functools
+
 from typing import Sequence
 
 import numpy as np
@@ -43,9 +45,11 @@ def _label(key: str) -> str:
     return key.removesuffix("_ms").replace("_", " ")
 
 
-def metric_row(s: StepSummary) -> tuple:
-    """One step's numbers, in :data:`FIELDS` order (wall seconds of the step, counts, KV %, ms)."""
-    dur_ns = max(s.end_ns - s.start_ns, 1)
+def metric_row(s: StepSummary, simulated: bool = False) -> tuple:
+    """One step's numbers, in :data:`FIELDS` order (seconds of the step, counts, KV %, ms). The
+    step's seconds are its wall time, or for a simulated run its simulated duration
+    (``token_time - clock``), so tokens/s and step times are those of the simulated device."""
+    dur_ns = max(round((s.token_time - s.clock) * 1e9) if simulated else s.end_ns - s.start_ns, 1)
     return (s.step, dur_ns * 1e-9, s.num_new_tokens, len(s.slots), s.num_scheduled_tokens,
             100.0 * s.kv_cache_usage, s.num_waiting, s.num_running, s.num_paused, dur_ns * 1e-6,
             s.recorder_wait_ns * 1e-6)
@@ -84,6 +88,7 @@ class MetricsPlots(QWidget):
         self.window = window
         self.metrics: dict[str, np.ndarray] = step_metrics(())
         self._memo = StepMemo(metric_row)
+        self.simulated = False
         self.layout_widget = pg.GraphicsLayoutWidget(border=False)
         self.layout_widget.setBackground(PLOT_BG)
         self.layout_widget.ci.setSpacing(0)
@@ -148,6 +153,12 @@ class MetricsPlots(QWidget):
         if span != self._span:
             self._span = span
             self.plots["throughput"].setXRange(-span + 0.5, 0.5, padding=0)
+
+    def set_simulated(self, simulated: bool) -> None:
+        """Plot a simulated run's step times and tokens/s in simulated seconds."""
+        if simulated != self.simulated:
+            self.simulated = simulated
+            self._memo = StepMemo(functools.partial(metric_row, simulated=simulated))
 
     def mean_output_tps(self, last: int = 10) -> float | None:
         """Mean output tokens/s over the last ``last`` plotted steps (None with no steps)."""

@@ -3,6 +3,7 @@ engine's recorder), replayed in the window through recordings.Reader, shows the 
 the live run; the jump box finds requests through the Reader's request_info."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from fakes import FakeSource
@@ -67,5 +68,14 @@ def test_a_simulated_recording_says_so(qtbot, tmp_path):
     assert "SIMULATED" in w.status["mode"].text() and "sim:h200" in w.status["mode"].toolTip()
     assert "simulated replay" in w.windowTitle()
     assert w.time_unit == "sim s"
+    # tokens/s and step times in simulated seconds (token_time - clock), not the wall time the
+    # simulation took
+    recs = reader.records(0, reader.latest_step() + 1)
+    w.show_step(recs[-1].step)
+    w.refresh(force=True)
+    shown = [r for r in recs if r.step <= w.shown_step][-len(w.metrics.metrics["new"]):]
+    want = [len(r.new_tokens) / (r.token_time - r.clock) for r in shown]
+    assert len(shown) > 3 and max(want) > 0
+    assert np.allclose(w.metrics.metrics["output"], want)
     w.close()
     reader.close()
