@@ -89,11 +89,10 @@ class Reader:
                 self._cache.move_to_end(target)
                 return self._cache[target]
             cursor, self._cursor = self._cursor, None     # dropped if applying fails
-            keyframe = self._keyframe_at(target)
-            if cursor is not None and keyframe <= cursor.step < target <= cursor.step + CURSOR_REACH:
-                timeline = cursor         # scrubbing forward: no state copied into a timeline
+            if cursor is not None and cursor.step < target <= cursor.step + CURSOR_REACH:
+                timeline = cursor         # scrubbing forward: no state copied, no keyframe loaded
             else:
-                base = self._base_state(target, keyframe)
+                base = self._base_state(target, self._keyframe_at(target))
                 if base.step == target:
                     return base
                 timeline = StateTimeline.from_state(base)
