@@ -71,16 +71,9 @@ def test_bad_sim_flags_name_the_known_values(argv, message, tmp_path, capsys):
 def test_a_recorder_failure_stops_recording_not_serving(tmp_path, capsys, monkeypatch):
     """A writer error (a full disk, say) mid-run: the CLI says so and exits 1 and the file reads
     up to its last committed step (that the engine serves on is tests/recordings' check)."""
-    from recordings import codec
+    from disk_full import fill_disk_at
 
-    real = codec.step_rows
-
-    def failing(record, *args):
-        if record.step == 40:
-            raise OSError(28, "No space left on device")
-        return real(record, *args)
-
-    monkeypatch.setattr(codec, "step_rows", failing)
+    fill_disk_at(monkeypatch, 40)
     out = tmp_path / "full.sqlite"
     assert main([*SIM_RUN, "--record", str(out)]) == 1
     captured = capsys.readouterr()

@@ -16,7 +16,8 @@ from engine.config import EngineConfig  # noqa: E402
 from engine.engine import LLMEngine  # noqa: E402
 from engine.request import SamplingParams  # noqa: E402
 from fake_runner import FakeRunner  # noqa: E402
-from recordings import Reader, RecordingWriter, codec  # noqa: E402
+from disk_full import fill_disk_at  # noqa: E402
+from recordings import Reader, RecordingWriter  # noqa: E402
 
 CONFIG = EngineConfig(block_size=4, num_gpu_blocks=32, max_model_len=64, max_num_seqs=4,
                       max_num_batched_tokens=16)
@@ -51,14 +52,7 @@ def wait_for(cond, timeout=30.0) -> None:
 
 
 def test_a_recorder_failure_is_shown_and_the_engine_serves_on(tmp_path, monkeypatch):
-    real = codec.step_rows
-
-    def failing(record, *args):
-        if record.step == 8:
-            raise OSError(28, "No space left on device")
-        return real(record, *args)
-
-    monkeypatch.setattr(codec, "step_rows", failing)
+    fill_disk_at(monkeypatch, 8)
     worker, done = start(tmp_path / "full.sqlite", paused=False)
     wait_for(lambda: len(done["finished"]) == 6)
     wait_for(lambda: "No space left on device" in (worker.last_error() or ""))   # shown, even idle
