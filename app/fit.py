@@ -11,18 +11,10 @@ import numpy as np
 
 from engine.sim.cost_model import CostModel, CostParams
 from engine.sim.fitting import fit_cost_params, predict, relative_errors, roofline_terms
-from engine.sim.hardware import get_device
+from engine.sim.hardware import DEVICES, get_device
 from engine.sim.model_shapes import DTYPE_BYTES, get_model_shape
 
-_GPU_NAMES = ("a100", "h100", "h200", "l40s")
 _CHUNK = 2048   # steps read per call
-
-
-def scheduled_of(record):
-    """The step's scheduled chunks (objects with ``num_tokens`` and ``num_computed_tokens``).
-    The one place that knows where a record keeps them."""
-    scheduled = getattr(record, "scheduled", None)
-    return scheduled if scheduled is not None else record.scheduler_output.scheduled
 
 
 def num_sampled_of(record) -> int:
@@ -37,7 +29,7 @@ def measured_steps(reader) -> tuple[list, np.ndarray]:
     last = reader.latest_step()
     for start in range(0, last + 1, _CHUNK):
         for rec in reader.records(start, min(start + _CHUNK, last + 1)):
-            sched = scheduled_of(rec)
+            sched = rec.scheduled
             if sched and not rec.error and rec.forward_ns > 0:
                 steps.append((tuple(sched), num_sampled_of(rec)))
                 times.append(rec.forward_ns / 1e9)
@@ -56,11 +48,11 @@ def model_spec_of(info: dict) -> str:
 
 
 def device_name_of(info: dict) -> str:
-    """``cpu``, or the GPU in the recording's ``device_name`` (A100, H100, H200, L40S)."""
+    """``cpu``, or the GPU of ``engine.sim.hardware.DEVICES`` named in the recording's ``device_name``."""
     if str(info.get("device", "")).startswith("cpu"):
         return "cpu"
     text = str(info.get("device_name", "")).lower()
-    for name in _GPU_NAMES:
+    for name in DEVICES:
         if name in text:
             return name
     raise ValueError(f"cannot tell the sim device of {info.get('device_name')!r}; pass --sim-device")
