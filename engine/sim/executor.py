@@ -45,12 +45,10 @@ class SimExecutor:
     ``total_time_s`` and ``num_steps`` sum what it predicted (for reports).
     """
 
-    def __init__(self, cost_model: CostModel, *, seed: int = 0, eos_token_id: int | None = None,
-                 vocab_size: int | None = None) -> None:
+    def __init__(self, cost_model: CostModel, *, seed: int = 0) -> None:
         self.cost_model = cost_model
         self.seed = seed
-        self.eos_token_id = eos_token_id
-        self.vocab_size = vocab_size or cost_model.shape.vocab_size
+        self.vocab_size = cost_model.shape.vocab_size
         self.total_time_s = 0.0
         self.num_steps = 0
         self._keys: dict[str, int] = {}
@@ -64,7 +62,7 @@ class SimExecutor:
                 if key is None:
                     key = self._keys[s.request_id] = request_key(self.seed, s.request_id)
                 sampled[s.request_id] = synthetic_token(self.seed, s.request_id, req.num_output_tokens,
-                                                        self.vocab_size, self.eos_token_id, key)
+                                                        self.vocab_size, key=key)
         duration = self.cost_model.step_time(sched.scheduled, len(sampled))
         self.total_time_s += duration
         self.num_steps += 1
