@@ -151,7 +151,7 @@ class RequestTableModel(QAbstractTableModel):
             self.beginInsertRows(QModelIndex(), n_old, n - 1)
         elif n < n_old:
             self.beginRemoveRows(QModelIndex(), n, n_old - 1)
-        self._replace(True, key, None, state=state, rows=rows, views=None, record=record)
+        self._replace(True, key, state=state, rows=rows, views=None, record=record)
         if n > n_old:
             self.endInsertRows()
         elif n < n_old:
@@ -197,10 +197,9 @@ class RequestTableModel(QAbstractTableModel):
         return self._replace(self.views is not None and key == self._key, key, state=None,
                              rows=np.zeros(0, np.int64), views=views, record=None)
 
-    def _replace(self, same: bool, key, changed: tuple[int, list[np.ndarray]] | None = None,
-                 **attrs) -> bool:
-        """Swap in the new rows: reset unless ``same``; then announce the ``changed`` cells
-        (``(first row, per column a mask over rows from it)``; None = every cell)."""
+    def _replace(self, same: bool, key, **attrs) -> bool:
+        """Swap in the new rows: reset unless ``same``; else, for ``views`` rows, announce every
+        cell (state rows announce their changed cells themselves: ``set_state_rows``)."""
         if not same:
             self.beginResetModel()
         for name, value in attrs.items():
@@ -212,11 +211,8 @@ class RequestTableModel(QAbstractTableModel):
                 self.lay_out()
             return True
         n = self.rowCount()
-        if changed is None:
-            if n and attrs.get("views") is not None:
-                self.dataChanged.emit(self.index(0, 0), self.index(n - 1, len(COLUMNS) - 1))
-            return False
-        self._announce(*changed)
+        if n and attrs.get("views") is not None:
+            self.dataChanged.emit(self.index(0, 0), self.index(n - 1, len(COLUMNS) - 1))
         return False
 
     def _announce(self, first: int, masks: list[np.ndarray]) -> None:
