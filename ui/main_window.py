@@ -31,9 +31,8 @@ from ui.request_inspector import RequestInspector
 from ui.slot_timeline import SlotTimeline
 from ui.step_summary import StepSummary
 from ui.theme import apply_theme, fix_size
-from ui.transport import TransportBar
+from ui.transport import FRAME_MS, TransportBar
 
-FRAME_MS = 33
 # widest text of the status-bar fields that change every frame (their fixed sizes)
 STATUS_TEMPLATES = {"step": "step 8888888 of 8888888  (scrubbed)", "clock": "clock 8.888e+88 steps",
                     "kv": "KV 100% (888,888/888,888 blocks)", "tps": "8,888,888 output tok/s"}

@@ -18,7 +18,7 @@ from engine.source import EngineControl
 from engine.state import EngineState
 from ui.request_menu import request_menu
 from ui.colors import color_index
-from ui.request_table import _ERROR_COLOR, _SWATCHES, COLUMNS, RequestTableModel
+from ui.request_table import _ERROR_COLOR, _RIGHT, _SWATCHES, COLUMNS, RequestTableModel
 from ui.step_summary import StepSummary
 from ui.theme import dark_palette
 
@@ -40,7 +40,6 @@ def visible_rows(view: QTableView) -> tuple[int, int]:
 
 _PLAIN = (QStyle.StateFlag.State_Selected | QStyle.StateFlag.State_HasFocus).value
 _LEFT = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
-_RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
 PAD = 4          # pixels between a cell's edge and its text
 SWATCH = 16      # side of the colour square before a request id (as Qt draws a colour icon)
 
