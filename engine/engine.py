@@ -158,9 +158,10 @@ class LLMEngine:
             except Exception as e:  # noqa: BLE001
                 self._recorder_failed(e)
         self._arrival_index[req.request_id] = len(self._arrivals)
+        # The Arrival alone says "WAITING, nothing computed": no transition unless something
+        # else happens to the request (rejection, admission) before the step is recorded.
         self._arrivals.append(Arrival(req.request_id, req.arrival_step, req.arrival_time,
                                       req.num_prompt_tokens, req.sampling_params.max_tokens))
-        self._touched.add(req.request_id)
         self._state = None
         if not self.scheduler.add_request(req):
             self._collect_finished(release=False)   # rejected: the runner never saw it
