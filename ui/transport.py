@@ -14,10 +14,13 @@ from PySide6.QtWidgets import (QComboBox, QFrame, QHBoxLayout, QLabel, QLineEdit
                                QSpinBox, QToolButton, QWidget)
 
 from engine.source import EngineControl
+from ui.colors import ERROR, css
 from ui.theme import fix_size
 
 SPEEDS = (1, 2, 5, 10, 30, 100, 300, 1000, 3000, "max")   # replay speeds, steps per second
 FRAME_MS = 33                                              # fastest timed tick (the frame rate)
+JUMP_TIP = ("Jump to a step number, a time on the engine clock (t=12.5: the step running then) "
+            "or a request id (its arrival step); Enter")
 
 
 def _button(text: str, tip: str, checkable: bool = False) -> QToolButton:
@@ -58,8 +61,7 @@ class TransportBar(QWidget):
                               "or max (every step, as fast as the window draws)")
         self.jump = QLineEdit()
         self.jump.setPlaceholderText("jump: step, t=12.5, request id")
-        self.jump.setToolTip("Jump to a step number, a time on the engine clock (t=12.5: the "
-                             "step running then) or a request id (its arrival step); Enter")
+        self.jump.setToolTip(JUMP_TIP)
         self.jump.setClearButtonEnabled(True)
         self.jump.setMaximumWidth(220)
         self.jump.returnPressed.connect(lambda: self.jumpRequested.emit(self.jump.text()))
@@ -172,9 +174,8 @@ class TransportBar(QWidget):
 
     def show_jump_error(self, message: str | None) -> None:
         """Mark the jump box as not understood (``message`` as its tooltip); None clears it."""
-        self.jump.setStyleSheet("border: 1px solid #e15759;" if message else "")
-        self.jump.setToolTip(message or "Jump to a step number, a time on the engine clock "
-                             "(t=12.5) or a request id (its arrival step); Enter")
+        self.jump.setStyleSheet(f"border: 1px solid {css(ERROR)};" if message else "")
+        self.jump.setToolTip(message or JUMP_TIP)
 
     def _user_seek(self, value: int) -> None:
         self.seekRequested.emit(value)
