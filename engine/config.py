@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-POLICIES = ("fcfs",)
+POLICIES = ("fcfs", "priority", "static")
 PREEMPTION_MODES = ("recompute",)
 CLOCKS = ("virtual", "wall", "sim")
 
@@ -22,8 +22,10 @@ class EngineConfig:
     ``engine.kv_memory.size_num_blocks``), ``max_model_len`` (prompt + output tokens of one
     request), ``max_num_seqs`` (running requests per step = batch slots),
     ``max_num_batched_tokens`` (token budget of one step), ``enable_chunked_prefill``,
-    ``long_prefill_token_threshold`` (0 = no per-request prefill cap), ``policy``,
-    ``preemption_mode``. ``clock`` is ``virtual`` (arrivals counted in steps, reproducible) or
+    ``long_prefill_token_threshold`` (0 = no per-request prefill cap), ``policy`` (``fcfs``:
+    by arrival; ``priority``: by ``SamplingParams.priority``, lower first, a strictly higher
+    priority may preempt; ``static``: the baseline without continuous batching, a new batch is
+    admitted only when the whole previous one finished), ``preemption_mode``. ``clock`` is ``virtual`` (arrivals counted in steps, reproducible) or
     ``wall`` (live, seconds) or ``sim`` (simulated seconds from a simulated executor's step
     durations; idle gaps jump to the next arrival). ``kv_cache_memory_fraction`` bounds the automatic sizing.
     ``dtype`` ``auto`` means float32 on the CPU and bfloat16 on a GPU; ``device`` ``auto`` picks

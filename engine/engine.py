@@ -123,8 +123,9 @@ class LLMEngine:
     # --- requests -------------------------------------------------------------------------
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams, *,
                     request_id: str | None = None, arrival_time: float | None = None,
-                    prompt_text: str | None = None) -> str:
+                    prompt_text: str | None = None, priority: int | None = None) -> str:
         """Add a request arriving at ``arrival_time`` (engine clock; None = now). Returns its id.
+        ``priority`` (default ``params.priority``) orders it under ``policy="priority"``.
 
         An impossible request (empty prompt, over ``max_model_len`` or the whole cache) is kept and
         finished at once with FINISHED_ERROR and an error naming the limit; others keep running.
@@ -140,7 +141,7 @@ class LLMEngine:
         at = now if arrival_time is None else arrival_time
         # The caller's sequence is kept as is: a compact array('i') stays 4 bytes per token.
         req = Request(rid, prompt_token_ids, params, arrival_time=at, prompt_text=prompt_text,
-                      eos_token_id=self.eos_token_id)
+                      eos_token_id=self.eos_token_id, priority=priority)
         if at <= now:
             self._admit(req)
         else:
@@ -154,14 +155,16 @@ class LLMEngine:
             try:
                 self.recorder.write_request(req.request_id, req.arrival_step, req.arrival_time,
                                             req.prompt_token_ids, req.prompt_text,
-                                            {k: getattr(sp, k) for k in sp.__dataclass_fields__})
+                                            {**{k: getattr(sp, k) for k in sp.__dataclass_fields__},
+                                             "priority": req.priority})
             except Exception as e:  # noqa: BLE001
                 self._recorder_failed(e)
         self._arrival_index[req.request_id] = len(self._arrivals)
         # The Arrival alone says "WAITING, nothing computed": no transition unless something
         # else happens to the request (rejection, admission) before the step is recorded.
         self._arrivals.append(Arrival(req.request_id, req.arrival_step, req.arrival_time,
-                                      req.num_prompt_tokens, req.sampling_params.max_tokens))
+                                      req.num_prompt_tokens, req.sampling_params.max_tokens,
+                                      req.priority))
         self._state = None
         if not self.scheduler.add_request(req):
             self._collect_finished(release=False)   # rejected: the runner never saw it
@@ -211,6 +214,16 @@ class LLMEngine:
             self._state = None
         return ok
 
+    def set_priority(self, request_id: str, priority: int) -> bool:
+        """Change a live request's priority (``policy="priority"`` only; a waiting request moves
+        in the queue at once). Returns False if it is not live; raises ``ValueError`` under
+        another policy."""
+        ok = self.scheduler.set_priority(request_id, priority)
+        if ok:
+            self._touched.add(request_id)
+            self._state = None
+        return ok
+
     # --- state ----------------------------------------------------------------------------
     @property
     def has_unfinished(self) -> bool:
@@ -233,7 +246,7 @@ class LLMEngine:
             pending = self._pending_changes()
             if any(pending):
                 tl = StateTimeline.from_state(self.timeline.snapshot())
-                tl.apply_changes(*pending)
+                tl.apply_changes(*pending, events=tuple(self.scheduler.events))
                 self._state = tl.snapshot()
             else:
                 self._state = self.timeline.snapshot()
@@ -333,6 +346,7 @@ class LLMEngine:
             block_events=tuple(self.scheduler.kv.take_events()),
             transitions=tuple(self._transitions(touched)),
             preempted_ids=sched.preempted_ids, not_admitted=sched.not_admitted,
+            waiting_reason=sched.waiting_reason,
             num_waiting=len(self.scheduler.waiting), num_running=len(self.scheduler.running),
             num_paused=len(self.scheduler.paused), num_finished=self.scheduler.num_finished,
             num_free_blocks=self.scheduler.kv.num_free_blocks,

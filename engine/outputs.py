@@ -20,6 +20,8 @@ NOT_ADMITTED_TOKEN_BUDGET = "token_budget"      # max_num_batched_tokens already
 NOT_ADMITTED_NO_FREE_BLOCKS = "no_free_blocks"  # the block pool cannot hold its prefill
 NOT_ADMITTED_SEQ_CAP = "seq_cap"                # max_num_seqs requests already running
 NOT_ADMITTED_BEHIND = "behind_older"            # FCFS: an older waiting request is blocked
+NOT_ADMITTED_LOWER_PRIORITY = "lower_priority"  # priority: a higher-priority request is blocked
+NOT_ADMITTED_STATIC_BATCH = "static_batch"      # static: the current batch has not finished
 
 # Block events (kind of BlockEvent).
 BLOCKS_ALLOCATED = "allocated"
@@ -54,14 +56,15 @@ class SchedulerOutput:
     ``scheduled`` in batch order (running requests first, then new admissions).
     ``preempted_ids`` lost their blocks this step (recompute preemption).
     ``not_admitted`` pairs waiting request ids with the reason they did not start
-    (``NOT_ADMITTED_*``); it lists only the requests whose reason is not ``behind_older``: every
-    other waiting request was behind an older one (so a step costs O(1), not O(waiting)).
+    (``NOT_ADMITTED_*``) for the requests the step looked at; every other waiting request has
+    ``waiting_reason`` (so a step costs O(1), not O(waiting)).
     """
 
     step: int
     scheduled: tuple[ScheduledRequest, ...]
     preempted_ids: tuple[str, ...] = ()
     not_admitted: tuple[tuple[str, str], ...] = ()
+    waiting_reason: str = NOT_ADMITTED_BEHIND
 
     @property
     def num_scheduled_tokens(self) -> int:
@@ -126,13 +129,15 @@ class BlockEvent(NamedTuple):
 
 
 class Arrival(NamedTuple):
-    """The static facts of a request entering the engine's queues (times on the engine clock)."""
+    """The facts of a request entering the engine's queues (times on the engine clock;
+    ``priority`` as it arrived: a later change is a ``priority`` event)."""
 
     request_id: str
     arrival_step: int
     arrival_time: float
     num_prompt_tokens: int
     max_tokens: int
+    priority: int = 0
 
 
 class Transition(NamedTuple):
@@ -215,6 +220,7 @@ class StepRecord:
     update_ns: int = 0
     recorder_wait_ns: int = 0
     error: str | None = None
+    waiting_reason: str = NOT_ADMITTED_BEHIND
 
     @property
     def num_scheduled_tokens(self) -> int:
@@ -229,9 +235,27 @@ class StepRecord:
     def num_preemptions(self) -> int:
         return len(self.preempted_ids)
 
-    def not_admitted_reason(self, request_id: str) -> str:
-        """Why waiting ``request_id`` was not admitted in this step (``NOT_ADMITTED_*``)."""
-        for rid, reason in self.not_admitted:
-            if rid == request_id:
-                return reason
-        return NOT_ADMITTED_BEHIND
+    def not_admitted_reason(self, request_id: str, priority_of=None) -> str:
+        """Why waiting ``request_id`` was not admitted in this step (``NOT_ADMITTED_*``).
+
+        ``priority_of(request_id) -> int | None`` (the state's priorities) refines
+        ``behind_older`` to ``lower_priority`` for a request of lower priority (higher value)
+        than the first blocked one."""
+        return not_admitted_reason(self, request_id, priority_of)
+
+
+def not_admitted_reason(record, request_id: str, priority_of=None) -> str:
+    """Why waiting ``request_id`` was not admitted in ``record``'s step: its listed reason, else
+    the step's ``waiting_reason``; with ``priority_of`` (request id -> priority or None) a request
+    of lower priority than the first blocked one is ``lower_priority`` rather than
+    ``behind_older``. ``record`` is a :class:`StepRecord` or anything with its ``not_admitted`` and
+    ``waiting_reason``."""
+    for rid, reason in record.not_admitted:
+        if rid == request_id:
+            return reason
+    default = record.waiting_reason
+    if default == NOT_ADMITTED_BEHIND and priority_of is not None and record.not_admitted:
+        mine, first = priority_of(request_id), priority_of(record.not_admitted[0][0])
+        if mine is not None and first is not None and mine > first:
+            return NOT_ADMITTED_LOWER_PRIORITY
+    return default

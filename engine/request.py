@@ -48,7 +48,9 @@ class SamplingParams:
     ``seed`` makes one request's sampling reproducible whatever else is in the batch.
     ``ignore_eos`` keeps generating past EOS (trace replays use it so lengths follow the trace).
     ``stop`` strings end the request; the matched string is cut from the output unless
-    ``include_stop_str_in_output``. Raises ``ValueError`` on out-of-range values.
+    ``include_stop_str_in_output``. ``priority`` orders the waiting queue under
+    ``policy="priority"`` (lower value first, ties by arrival; any other policy rejects a nonzero
+    value at admission). Raises ``ValueError`` on out-of-range values.
     """
 
     max_tokens: int = 16
@@ -59,6 +61,7 @@ class SamplingParams:
     ignore_eos: bool = False
     stop: tuple[str, ...] = ()
     include_stop_str_in_output: bool = False
+    priority: int = 0
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -84,7 +87,9 @@ class Request:
     ``num_computed_tokens`` counts tokens whose KV is in the cache; it catches up to
     ``num_tokens`` (prompt + output so far) one scheduled chunk at a time, which covers prefill,
     chunked prefill, recompute after preemption and decode with one rule (vLLM v1).
-    Times are seconds on the engine clock (steps under the virtual clock).
+    Times are seconds on the engine clock (steps under the virtual clock). ``priority`` starts as
+    ``sampling_params.priority`` and may be changed while the request waits; ``seq`` is its
+    arrival number in the scheduler (ties of equal priority go by it).
     A request is an entity: equal only to itself (and hashable), so the scheduler's queue
     operations compare identities, not every field.
     """
@@ -110,6 +115,12 @@ class Request:
     token_times: list[float] = field(default_factory=list)
     error: str | None = None
     stop_reason: str | None = None
+    priority: int | None = None
+    seq: int = -1
+
+    def __post_init__(self) -> None:
+        if self.priority is None:
+            self.priority = self.sampling_params.priority
 
     @property
     def num_prompt_tokens(self) -> int:

@@ -1,10 +1,24 @@
-"""The continuous-batching scheduler: FCFS, chunked prefill, recompute preemption. Pure Python.
+"""The continuous-batching scheduler: FCFS, priority and static policies, chunked prefill,
+recompute preemption. Pure Python.
 
 Follows vLLM v1's scheduler (vllm/v1/core/sched/scheduler.py) in its essentials: one rule for
 prefill and decode (each request's ``num_computed_tokens`` catches up to ``num_tokens`` under a per
 step token budget ``max_num_batched_tokens`` and a cap ``max_num_seqs``), running requests are
 scheduled before new admissions, and when the KV cache runs out the newest running request is
 preempted and later recomputed (Orca, Yu et al., OSDI 2022, for iteration-level scheduling).
+
+Policies (``EngineConfig.policy``):
+- ``fcfs``: the waiting queue is served by arrival; a preempted request goes back to its front.
+- ``priority``: the waiting queue is served by ``(priority, arrival)``, lower value first. Running
+  requests are kept in the same order, so the victim of a preemption is always the lowest-priority
+  running request, the latest arrival among equals. When the first waiting request cannot start
+  because the batch slots or the free blocks ran out, running requests of strictly lower priority
+  (higher value) are preempted for it, worst first, but only if that lets it start; equal priority
+  never preempts. A nonzero priority under another policy is rejected at admission.
+- ``static``: the baseline continuous batching replaced. When nothing of the previous batch is left,
+  the first ``max_num_seqs`` waiting requests form a batch; nobody else is admitted until every
+  member finished (preempted members stay members; a paused one leaves the batch). The window shows
+  the idle slots this costs.
 
 Documented policy choices (see ``../shared/cases/README.md``):
 - A request is rejected at admission (FINISHED_ERROR, ``error`` names the limit) when its prompt is
@@ -14,9 +28,12 @@ Documented policy choices (see ``../shared/cases/README.md``):
 - A waiting (or preempted) request is admitted only when the blocks for its whole remaining prefill
   (prompt + output so far) are free, though it computes at most one chunk per step: a prefill that
   starts without room would be preempted before it ends and readmitted, over and over.
-- No new request is admitted in a step that preempted one.
-- When a running request needs a block and none is free, the newest other running request is
-  preempted (recompute: its KV is dropped and it goes to the front of the waiting queue).
+- No new request is admitted in a step that preempted one because the cache ran out (priority
+  preemptions are made to admit, and do).
+- When a running request needs a block and none is free, the newest (under ``priority``: the
+  lowest-priority) other running request is preempted (recompute: its KV is dropped and it goes
+  back to the waiting queue). Every preemption is an event with a :class:`PreemptionInfo` (reason,
+  for whom, tokens to recompute, how many times so far).
 - A user-paused request keeps its KV but no batch slot. Its KV is taken (it recomputes on resume)
   when a running request needs a block and no other running request is left to preempt, or when
   nothing runs and the oldest waiting request cannot fit otherwise; so parked requests never stall
@@ -26,42 +43,57 @@ Documented policy choices (see ``../shared/cases/README.md``):
 - ``long_prefill_token_threshold`` caps the prefill chunk of one request per step (only with chunked
   prefill). Without it, one long prompt takes the whole token budget until its prefill is done and
   a short request arriving behind it waits (running requests are scheduled before new admissions).
+- Why a waiting request is not admitted is given for every waiting request at O(1) cost per step:
+  ``SchedulerOutput.not_admitted`` names the reason of the requests the step looked at (the first
+  blocked one, and under ``static`` the waiting members of the batch), and ``waiting_reason`` is
+  the reason of everyone else (``behind_older``; ``static_batch`` while a static batch runs).
+  Under ``priority`` a request behind a blocked one of higher priority is ``lower_priority``
+  (:meth:`engine.outputs.StepRecord.not_admitted_reason`).
 """
 from __future__ import annotations
 
+import bisect
 import heapq
-from collections import deque
+import itertools
 from typing import Callable, Iterable
 
 from engine.config import EngineConfig
 from engine.kv_cache import KVCacheManager
-from engine.outputs import (NOT_ADMITTED_BEHIND, NOT_ADMITTED_NO_FREE_BLOCKS, NOT_ADMITTED_SEQ_CAP,
-                            NOT_ADMITTED_TOKEN_BUDGET, ModelRunnerOutput, RequestEvent,
-                            ScheduledRequest, SchedulerOutput)
+from engine.outputs import (NOT_ADMITTED_BEHIND, NOT_ADMITTED_LOWER_PRIORITY,
+                            NOT_ADMITTED_NO_FREE_BLOCKS, NOT_ADMITTED_SEQ_CAP,
+                            NOT_ADMITTED_STATIC_BATCH, NOT_ADMITTED_TOKEN_BUDGET, ModelRunnerOutput,
+                            RequestEvent, ScheduledRequest, SchedulerOutput)
+from engine.preemption import (FOR_PRIORITY, MODE_RECOMPUTE, NEEDED_BLOCKS, PAUSED_KV,
+                               PreemptionInfo)
 from engine.request import Request, RequestStatus
+from engine.request_queue import make_queue
 
 
 class Scheduler:
     """Decides, step by step, which requests run and how many tokens each computes.
 
     ``num_gpu_blocks`` is the resolved size of the paged cache. ``requests`` holds the live
-    requests only, each in exactly one of ``waiting`` (WAITING/PREEMPTED), ``running`` or
-    ``paused`` (invariant G3); a request that finishes leaves them and waits in
-    :meth:`take_finished` for the engine. ``num_finished`` counts finished requests. Events of the
-    current step accumulate in ``events`` until :meth:`take_events`.
+    requests only, each in exactly one of ``waiting`` (WAITING/PREEMPTED; a
+    :mod:`engine.request_queue` queue of the policy), ``running`` or ``paused`` (invariant G3); a
+    request that finishes leaves them and waits in :meth:`take_finished` for the engine.
+    ``num_finished`` counts finished requests. Events of the current step accumulate in
+    ``events`` until :meth:`take_events`.
     """
 
     def __init__(self, config: EngineConfig, num_gpu_blocks: int) -> None:
         self.config = config
+        self.policy = config.policy
         self.kv = KVCacheManager(num_gpu_blocks, config.block_size)
         self.requests: dict[str, Request] = {}
-        self.waiting: deque[Request] = deque()
+        self.waiting = make_queue(config.policy)
         self.running: list[Request] = []
         self.paused: list[Request] = []
         self.num_finished = 0
         self._finished: list[Request] = []
         self.events: list[RequestEvent] = []
         self._free_slots = list(range(config.max_num_seqs))   # a heap: lowest free slot first
+        self._seq = itertools.count()
+        self.static_batch: set[str] = set()     # policy static: ids of the current batch
 
     # --- admission ----------------------------------------------------------------------
     def admission_error(self, req: Request) -> str | None:
@@ -72,6 +104,9 @@ class Scheduler:
             return "empty prompt: a request needs at least 1 prompt token"
         if m < 1:
             return f"max_tokens must be >= 1, got {m}"
+        if req.priority and self.policy != "priority":
+            return (f"priority={req.priority} needs policy='priority' (this engine runs "
+                    f"policy={self.policy!r}, where every request has priority 0)")
         if p + m > c.max_model_len:
             return f"prompt ({p}) + max_tokens ({m}) = {p + m} tokens exceeds max_model_len {c.max_model_len}"
         cap = self.kv.num_blocks * self.kv.block_size
@@ -81,20 +116,21 @@ class Scheduler:
         return None
 
     def add_request(self, req: Request) -> bool:
-        """Queue ``req`` (FCFS), or reject it at once. Returns False if rejected.
+        """Queue ``req`` (by the policy), or reject it at once. Returns False if rejected.
 
         Raises ``ValueError`` if the request id is already known.
         """
         if req.request_id in self.requests:
             raise ValueError(f"duplicate request id {req.request_id!r}")
         self.requests[req.request_id] = req
+        req.seq = next(self._seq)
         self.events.append(RequestEvent(req.request_id, "arrived"))
         err = self.admission_error(req)
         if err is not None:
             self._finish(req, RequestStatus.FINISHED_ERROR, error=err, kind="rejected")
             return False
         req.status = RequestStatus.WAITING
-        self.waiting.append(req)
+        self.waiting.add(req)
         return True
 
     # --- one step -----------------------------------------------------------------------
@@ -118,6 +154,7 @@ class Scheduler:
         # The hot loop (every running request, every step): locals, _chunk and is_prefill inlined.
         running = self.running
         thr = self.config.long_prefill_token_threshold if self.config.enable_chunked_prefill else 0
+        memory_preempted = False
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
@@ -132,8 +169,10 @@ class Scheduler:
                     victim = self._pick_victim(req)
                     if victim is None:
                         break
-                    self._preempt(victim)
+                    self._preempt(victim, PAUSED_KV if victim.status is RequestStatus.PAUSED
+                                  else NEEDED_BLOCKS, "" if victim is req else rid)
                     preempted.append(victim.request_id)
+                    memory_preempted = True
                     if victim is req:
                         break
                     new_blocks = kv.allocate_slots(rid, computed + n)
@@ -147,49 +186,122 @@ class Scheduler:
             i += 1
 
         not_admitted: list[tuple[str, str]] = []
-        if not preempted:
-            while self.waiting:
-                req = self.waiting[0]
-                reason = None
-                if len(self.running) >= self.config.max_num_seqs:
-                    reason = NOT_ADMITTED_SEQ_CAP
-                elif budget <= 0:
-                    reason = NOT_ADMITTED_TOKEN_BUDGET
-                n = self._chunk(req, budget) if reason is None else 0
-                if reason is None and not self.config.enable_chunked_prefill and n < req.num_tokens:
-                    reason = NOT_ADMITTED_TOKEN_BUDGET
-                new_blocks = None
-                if reason is None and kv.blocks_for(req.num_tokens) > kv.num_free_blocks:
-                    # Its whole prefill must fit the free blocks, not only this chunk: a prefill
-                    # started without room would be preempted before it ends, over and over.
-                    reason = NOT_ADMITTED_NO_FREE_BLOCKS
-                    if not self.running:
-                        # Only parked KV stands in the way: take it (liveness), admit next step.
-                        preempted += self._evict_paused(kv.blocks_for(req.num_tokens))
-                if reason is None:
-                    new_blocks = kv.allocate_slots(req.request_id, req.num_computed_tokens + n)
-                    if new_blocks is None:
-                        reason = NOT_ADMITTED_NO_FREE_BLOCKS
-                if reason is not None:
-                    not_admitted.append((req.request_id, reason))
-                    break
-                self.waiting.popleft()
-                self._start_running(req)
-                scheduled.append(ScheduledRequest(req.request_id, req.slot, n, req.num_computed_tokens,
-                                                  req.is_prefill, tuple(new_blocks), table(req.request_id)))
-                budget -= n
-        if self.waiting and not not_admitted:
-            # After a preemption nobody is admitted: the cache is what ran out. Everyone behind
-            # the first waiting request is implicitly NOT_ADMITTED_BEHIND (not listed).
-            first = NOT_ADMITTED_NO_FREE_BLOCKS if preempted else NOT_ADMITTED_TOKEN_BUDGET
-            not_admitted.append((self.waiting[0].request_id, first))
+        waiting_reason = NOT_ADMITTED_BEHIND
+        if self.policy == "static" and self.waiting:
+            waiting_reason = self._static_admission_open()
+        if memory_preempted:
+            # After a preemption for memory nobody is admitted: the cache is what ran out.
+            if self.waiting:
+                head = self.waiting.peek().request_id
+                not_admitted.append((head, NOT_ADMITTED_STATIC_BATCH
+                                     if self.policy == "static" and head not in self.static_batch
+                                     else NOT_ADMITTED_NO_FREE_BLOCKS))
+        elif waiting_reason == NOT_ADMITTED_BEHIND:
+            budget = self._admit(step, budget, scheduled, preempted, not_admitted)
+            if self.waiting and not not_admitted:     # static: the rest waits for the next batch
+                not_admitted.append((self.waiting.peek().request_id, NOT_ADMITTED_STATIC_BATCH))
+        if self.policy == "static" and self.static_batch and self.waiting:
+            # waiting members of the batch (at most max_num_seqs) are behind the blocked one;
+            # everyone else waits for the batch to finish
+            listed = {rid for rid, _ in not_admitted}
+            not_admitted += [(r.request_id, NOT_ADMITTED_BEHIND)
+                             for r in itertools.islice(self.waiting, self.config.max_num_seqs)
+                             if r.request_id in self.static_batch and r.request_id not in listed]
+            waiting_reason = NOT_ADMITTED_STATIC_BATCH
 
         return SchedulerOutput(step=step, scheduled=tuple(scheduled), preempted_ids=tuple(preempted),
-                               not_admitted=tuple(not_admitted))
+                               not_admitted=tuple(not_admitted), waiting_reason=waiting_reason)
+
+    def _admit(self, step: int, budget: int, scheduled: list, preempted: list,
+               not_admitted: list) -> int:
+        """Admit waiting requests in queue order while slots, budget and blocks allow; the first
+        that cannot start is listed in ``not_admitted`` with its reason. Returns the budget left."""
+        kv, table, c = self.kv, self.kv.block_table, self.config
+        static = self.policy == "static"
+        while self.waiting:
+            req = self.waiting.peek()
+            if static and req.request_id not in self.static_batch:
+                break                              # the rest waits for the next static batch
+            reason = None
+            if req.request_id in preempted:
+                # displaced this step by a higher-priority request: not back before the next step
+                reason = NOT_ADMITTED_LOWER_PRIORITY
+            elif len(self.running) >= c.max_num_seqs:
+                reason = NOT_ADMITTED_SEQ_CAP
+            elif budget <= 0:
+                reason = NOT_ADMITTED_TOKEN_BUDGET
+            n = self._chunk(req, budget) if reason is None else 0
+            if reason is None and not c.enable_chunked_prefill and n < req.num_tokens:
+                reason = NOT_ADMITTED_TOKEN_BUDGET
+            new_blocks = None
+            if (reason is None or reason == NOT_ADMITTED_SEQ_CAP) and self.policy == "priority":
+                freed = self._preempt_for_priority(req, scheduled)
+                if freed:                               # made room for req: look at it again
+                    preempted += freed
+                    budget = c.max_num_batched_tokens - sum(x.num_tokens for x in scheduled)
+                    continue
+            if reason is None and kv.blocks_for(req.num_tokens) > kv.num_free_blocks:
+                # Its whole prefill must fit the free blocks, not only this chunk: a prefill
+                # started without room would be preempted before it ends, over and over.
+                reason = NOT_ADMITTED_NO_FREE_BLOCKS
+                if not self.running:
+                    # Only parked KV stands in the way: take it (liveness), admit next step.
+                    preempted += self._evict_paused(kv.blocks_for(req.num_tokens), req.request_id)
+            if reason is None:
+                new_blocks = kv.allocate_slots(req.request_id, req.num_computed_tokens + n)
+                if new_blocks is None:
+                    reason = NOT_ADMITTED_NO_FREE_BLOCKS
+            if reason is not None:
+                not_admitted.append((req.request_id, reason))
+                break
+            self.waiting.pop()
+            self._start_running(req)
+            scheduled.append(ScheduledRequest(req.request_id, req.slot, n, req.num_computed_tokens,
+                                              req.is_prefill, tuple(new_blocks), table(req.request_id)))
+            budget -= n
+        return budget
+
+    def _static_admission_open(self) -> str:
+        """Policy static: form a new batch from the first ``max_num_seqs`` waiting requests when
+        nothing of the previous one is left. Returns ``behind_older`` when admission is open
+        (the head of the queue is a member), else ``static_batch``."""
+        if not self.static_batch and not self.running:
+            self.static_batch = {r.request_id for r in
+                                 itertools.islice(self.waiting, self.config.max_num_seqs)}
+        if self.waiting.peek().request_id in self.static_batch:
+            return NOT_ADMITTED_BEHIND
+        return NOT_ADMITTED_STATIC_BATCH
+
+    def _preempt_for_priority(self, head: Request, scheduled: list[ScheduledRequest]) -> list[str]:
+        """Policy priority: preempt running requests of strictly lower priority than ``head``
+        (the first waiting request), worst first, when that lets ``head`` start now (a free slot
+        and the blocks of its whole prefill); nobody is preempted when it would not, or when
+        ``head`` can start anyway. A victim already scheduled in this step is taken out of
+        ``scheduled`` (its blocks, this step's included, are freed). Returns the victims' ids."""
+        kv = self.kv
+        need = kv.blocks_for(head.num_tokens)
+        slots = self.config.max_num_seqs - len(self.running)
+        free = kv.num_free_blocks
+        victims = []
+        for r in reversed(self.running):
+            if slots >= 1 and free >= need:
+                break
+            if r.priority <= head.priority:
+                break                                  # equal priority never preempts
+            victims.append(r)
+            slots += 1
+            free += len(kv.block_ids(r.request_id))
+        if not victims or slots < 1 or free < need:
+            return []
+        gone = {v.request_id for v in victims}
+        scheduled[:] = [x for x in scheduled if x.request_id not in gone]
+        for v in victims:
+            self._preempt(v, FOR_PRIORITY, head.request_id)
+        return [v.request_id for v in victims]
 
     def _pick_victim(self, req: Request) -> Request | None:
-        """Who loses its KV so that ``req`` can grow: the newest other running request, else the
-        most recently paused request holding KV, else ``req`` itself."""
+        """Who loses its KV so that ``req`` can grow: the newest (lowest-priority) other running
+        request, else the most recently paused request holding KV, else ``req`` itself."""
         if self.running and self.running[-1] is not req:
             return self.running[-1]
         for p in reversed(self.paused):
@@ -197,7 +309,7 @@ class Scheduler:
                 return p
         return req if req in self.running else None
 
-    def _evict_paused(self, num_free_needed: int) -> list[str]:
+    def _evict_paused(self, num_free_needed: int, for_request: str) -> list[str]:
         """Drop the KV of paused requests, most recently paused first, until ``num_free_needed``
         blocks are free (or none is left to drop). Returns their ids."""
         out = []
@@ -205,14 +317,17 @@ class Scheduler:
             if self.kv.num_free_blocks >= num_free_needed:
                 break
             if self.kv.block_ids(p.request_id):
-                self._preempt(p)
+                self._preempt(p, PAUSED_KV, for_request)
                 out.append(p.request_id)
         return out
 
     def _start_running(self, req: Request) -> None:
         req.status = RequestStatus.RUNNING
         req.slot = heapq.heappop(self._free_slots)
-        self.running.append(req)
+        if self.policy == "priority":       # running in (priority, arrival) order: victims last
+            bisect.insort(self.running, req, key=_priority_key)
+        else:
+            self.running.append(req)
         self.events.append(RequestEvent(req.request_id, "scheduled"))
 
     def _leave_running(self, req: Request) -> None:
@@ -222,18 +337,20 @@ class Scheduler:
             heapq.heappush(self._free_slots, req.slot)
             req.slot = None
 
-    def _preempt(self, req: Request) -> None:
-        """Recompute preemption: drop the KV, go to the front of the waiting queue."""
+    def _preempt(self, req: Request, reason: str, for_request: str = "") -> None:
+        """Recompute preemption: drop the KV, go back to the waiting queue (its front under
+        FCFS). The event's detail is the :class:`PreemptionInfo`."""
         was_paused = req.status is RequestStatus.PAUSED
+        lost = req.num_computed_tokens
         self._leave_running(req)
         self.kv.free(req.request_id)
         req.num_computed_tokens = 0
         req.num_preemptions += 1
-        self.events.append(RequestEvent(req.request_id, "preempted",
-                                        "paused request lost its KV" if was_paused else "recompute"))
+        info = PreemptionInfo(MODE_RECOMPUTE, reason, for_request, lost, req.num_preemptions)
+        self.events.append(RequestEvent(req.request_id, "preempted", info.to_detail()))
         if not was_paused:
             req.status = RequestStatus.PREEMPTED
-            self.waiting.appendleft(req)
+            self.waiting.prepend(req)
 
     # --- after the forward pass -----------------------------------------------------------
     def update_from_output(self, out: SchedulerOutput, runner_out: ModelRunnerOutput,
@@ -299,6 +416,7 @@ class Scheduler:
             self.waiting.remove(req)
         else:
             return False
+        self.static_batch.discard(request_id)      # a parked request leaves its static batch
         req.status = RequestStatus.PAUSED
         self.paused.append(req)
         self.events.append(RequestEvent(request_id, "paused"))
@@ -306,29 +424,55 @@ class Scheduler:
 
     def resume_request(self, request_id: str) -> bool:
         """Un-park: back to running if a slot is free, else to the front of the waiting queue
-        (dropping its KV, to be recomputed) so it does not wait behind later arrivals."""
+        (dropping its KV, to be recomputed) so it does not wait behind later arrivals. Under
+        ``priority`` it rejoins the queue at its priority; under ``static`` it waits for the next
+        batch (its KV is dropped, it is no member of the running batch)."""
         req = self.requests[request_id]
         if req.status is not RequestStatus.PAUSED:
             return False
         self.paused.remove(req)
         self.events.append(RequestEvent(request_id, "resumed"))
-        if self.kv.block_ids(request_id) and len(self.running) < self.config.max_num_seqs:
+        if (self.policy != "static" and self.kv.block_ids(request_id)
+                and len(self.running) < self.config.max_num_seqs):
             self._start_running(req)
             return True
         self.kv.free(request_id)
         req.num_computed_tokens = 0
         req.status = RequestStatus.WAITING
-        self.waiting.appendleft(req)
+        if self.policy == "static":
+            self.waiting.add(req)
+        else:
+            self.waiting.prepend(req)
+        return True
+
+    def set_priority(self, request_id: str, priority: int) -> bool:
+        """Change a live request's priority (policy ``priority`` only): a waiting request moves
+        in the queue at once; a running one keeps running and is ordered by it for later
+        preemptions. Returns False if the request is not live. Raises ``ValueError`` under
+        another policy."""
+        if self.policy != "priority":
+            raise ValueError(f"set_priority needs policy='priority' (this engine runs "
+                             f"policy={self.policy!r})")
+        req = self.requests.get(request_id)
+        if req is None or req.is_finished:
+            return False
+        req.priority = int(priority)
+        if req in self.waiting:
+            self.waiting.reorder(req)
+        elif req.status is RequestStatus.RUNNING:
+            self.running.sort(key=_priority_key)
+        self.events.append(RequestEvent(request_id, "priority", str(req.priority)))
         return True
 
     def _finish(self, req: Request, status: RequestStatus, *, error: str | None = None,
                 stop_reason: str | None = None, kind: str = "finished") -> None:
         if req.status is RequestStatus.RUNNING or req in self.running:
             self._leave_running(req)
-        elif req in self.waiting:
+        elif req.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED) and req in self.waiting:
             self.waiting.remove(req)
         elif req in self.paused:
             self.paused.remove(req)
+        self.static_batch.discard(req.request_id)
         self.kv.free(req.request_id)
         req.status = status
         req.error = error
@@ -362,7 +506,7 @@ class Scheduler:
         """Assert G1, G2, G3 and G4 (raises ``AssertionError`` naming the invariant)."""
         self.kv.check_invariants()
         seen: dict[str, str] = {}
-        for name, reqs in (("waiting", self.waiting), ("running", self.running), ("paused", self.paused)):
+        for name, reqs in (("waiting", list(self.waiting)), ("running", self.running), ("paused", self.paused)):
             for r in reqs:
                 assert r.request_id not in seen, f"G3: {r.request_id} in {seen[r.request_id]} and {name}"
                 assert not r.is_finished, f"G3: finished {r.request_id} back in {name}"
@@ -376,3 +520,11 @@ class Scheduler:
         assert len(self.running) <= self.config.max_num_seqs, "G4: running > max_num_seqs"
         slots = [r.slot for r in self.running]
         assert None not in slots and len(set(slots)) == len(slots), f"slots not unique: {slots}"
+        if self.policy == "priority":
+            keys = [_priority_key(r) for r in self.running]
+            assert keys == sorted(keys), "running requests out of (priority, arrival) order"
+        assert self.static_batch <= set(self.requests), "static batch names a finished request"
+
+
+def _priority_key(req: Request) -> tuple[int, int]:
+    return (req.priority, req.seq)

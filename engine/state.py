@@ -38,6 +38,7 @@ COLUMNS: dict[str, np.dtype] = {
     "num_output_tokens": np.dtype(np.int64),
     "num_preemptions": np.dtype(np.int64),
     "num_blocks": np.dtype(np.int64),
+    "priority": np.dtype(np.int64),          # policy priority: lower value first
     "first_token_time": np.dtype(np.float64),
     "last_token_time": np.dtype(np.float64),
 }

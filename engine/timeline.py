@@ -17,8 +17,8 @@ from typing import Iterable
 
 import numpy as np
 
-from engine.outputs import (BLOCKS_ALLOCATED, BLOCKS_FREED, Arrival, BlockEvent, StepRecord,
-                            Transition)
+from engine.outputs import (BLOCKS_ALLOCATED, BLOCKS_FREED, Arrival, BlockEvent, RequestEvent,
+                            StepRecord, Transition)
 from engine.state import (COLUMNS, NUM_RECENTLY_FINISHED, STATUS_CODE, STATUSES, EngineState,
                           row_view)
 
@@ -106,18 +106,22 @@ class StateTimeline:
     def apply(self, record: StepRecord) -> None:
         """Advance to the state after ``record``'s step."""
         self.apply_changes(record.arrivals, record.block_events, record.transitions,
-                           record.scheduled, record.new_tokens, record.token_time)
+                           record.scheduled, record.new_tokens, record.token_time, record.events)
         self.step, self.clock = record.step, record.clock
 
     def apply_changes(self, arrivals: Iterable[Arrival], block_events: Iterable[BlockEvent],
                       transitions: Iterable[Transition], scheduled=(), new_tokens=(),
-                      token_time: float = math.nan) -> None:
-        """Apply a step's changes in their fixed order: arrivals, batch entries, tokens, block
-        events, transitions (last, so they are the values after the step). Also used for the
-        changes a user makes between steps (they are recorded with the next step)."""
+                      token_time: float = math.nan, events: Iterable[RequestEvent] = ()) -> None:
+        """Apply a step's changes in their fixed order: arrivals, priority changes (``priority``
+        events), batch entries, tokens, block events, transitions (last, so they are the values
+        after the step). Also used for the changes a user makes between steps (they are
+        recorded with the next step)."""
         self.last_finished = []
         for a in arrivals:
             self._add(a)
+        for ev in events:
+            if ev.kind == "priority" and ev.request_id in self._row:
+                self._cols["priority"][self._row[ev.request_id]] = int(ev.detail)
         c, row = self._cols, self._row      # after the arrivals: an arrival may compact the rows
         # Batch entries and tokens column-wise: one row lookup per request, the rest in numpy.
         if scheduled:
@@ -154,6 +158,7 @@ class StateTimeline:
         c["arrival_time"][i] = a.arrival_time
         c["num_prompt_tokens"][i] = a.num_prompt_tokens
         c["max_tokens"][i] = a.max_tokens
+        c["priority"][i] = a.priority
         for k in ("num_computed_tokens", "num_output_tokens", "num_preemptions", "num_blocks"):
             c[k][i] = 0
         c["first_token_time"][i] = c["last_token_time"][i] = math.nan

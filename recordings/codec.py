@@ -23,8 +23,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from engine.outputs import (Arrival, BatchEntry, BlockEvent, NewToken, RequestEvent,
-                            RequestView, StepRecord, Transition)
+from engine.outputs import (NOT_ADMITTED_BEHIND, Arrival, BatchEntry, BlockEvent, NewToken,
+                            RequestEvent, RequestView, StepRecord, Transition)
 from engine.state import COLUMNS, EngineState
 
 SeqOf = Callable[[str], int]
@@ -92,9 +92,9 @@ def outcome_row(view: RequestView, step: int) -> dict[str, Any]:
 
 def arrival_from_row(row: Sequence[Any]) -> Arrival:
     """An :class:`Arrival` from (request_id, arrival_step, arrival_time, num_prompt_tokens,
-    max_tokens)."""
-    rid, step, at, n, m = row
-    return Arrival(rid, int(step), float(at), int(n), int(m))
+    max_tokens, priority); a NULL priority (files written before priorities) is 0."""
+    rid, step, at, n, m, prio = row
+    return Arrival(rid, int(step), float(at), int(n), int(m), int(prio or 0))
 
 
 # --- steps -------------------------------------------------------------------------------------
@@ -137,6 +137,7 @@ def step_rows(record: StepRecord, seq_of: SeqOf,
         "token_text_json": strict_dumps(texts) if any(texts) else None,
         "preempted_json": strict_dumps([seq_of(r) for r in record.preempted_ids]),
         "not_admitted_json": strict_dumps([[seq_of(r), why] for r, why in record.not_admitted]),
+        "waiting_reason": None if record.waiting_reason == NOT_ADMITTED_BEHIND else record.waiting_reason,
     }
     return {
         "steps": [steps_row],
@@ -158,7 +159,8 @@ STEP_COLUMNS = ("step", "start_ns", "end_ns", "clock", "token_time", "num_waitin
                 "schedule_ns", "forward_ns", "update_ns", "recorder_wait_ns", "error",
                 "batch_seq_json", "batch_slot_json", "batch_num_tokens_json",
                 "batch_num_computed_json", "batch_prefill_json", "token_index_json",
-                "token_id_json", "token_text_json", "preempted_json", "not_admitted_json")
+                "token_id_json", "token_text_json", "preempted_json", "not_admitted_json",
+                "waiting_reason")
 EVENT_COLUMNS = ("step", "seq", "kind", "detail")
 BLOCK_EVENT_COLUMNS = ("step", "kind", "seq", "block_ids_json")
 TRANSITION_COLUMNS = ("step", "seq", "status", "slot", "num_computed_tokens", "num_preemptions",
@@ -172,7 +174,8 @@ def record_from_rows(row: Sequence[Any], arrivals: Sequence[Arrival], events: Se
     child rows in ``ord`` order). Raises ``ValueError``/``KeyError``/``TypeError`` on bad rows."""
     (step, start_ns, end_ns, clock, token_time, num_waiting, num_running, num_paused,
      num_finished, num_free, num_total, schedule_ns, forward_ns, update_ns, wait_ns, error,
-     b_seq, b_slot, b_n, b_nc, b_pre, t_idx, t_id, t_text, preempted, not_admitted) = row
+     b_seq, b_slot, b_n, b_nc, b_pre, t_idx, t_id, t_text, preempted, not_admitted,
+     waiting_reason) = row
     seqs, slots, ncs, ids = (json.loads(x) for x in (b_seq, b_slot, b_nc, t_id))
     prefill_rows = json.loads(b_pre)  # [[index, num_tokens], ...] (a plain index: legacy)
     prefill = {p[0] if isinstance(p, list) else p for p in prefill_rows}
@@ -208,7 +211,7 @@ def record_from_rows(row: Sequence[Any], arrivals: Sequence[Arrival], events: Se
         num_waiting=num_waiting, num_running=num_running, num_paused=num_paused,
         num_finished=num_finished, num_free_blocks=num_free, num_total_blocks=num_total,
         schedule_ns=schedule_ns, forward_ns=forward_ns, update_ns=update_ns,
-        recorder_wait_ns=wait_ns, error=error)
+        recorder_wait_ns=wait_ns, error=error, waiting_reason=waiting_reason or NOT_ADMITTED_BEHIND)
 
 
 # --- keyframes ---------------------------------------------------------------------------------
@@ -261,7 +264,8 @@ def state_from_blob(blob: bytes, finished_json: str, static_of: StaticOf) -> Eng
             else:
                 seq = np.cumsum(z["seq_delta"].astype(np.int64))
                 ids, static = static_of(seq)
-                columns = {k: z[f"col_{k}"] for k in COLUMNS if k != "seq" and k not in static}
+                columns = {k: z[f"col_{k}"] if f"col_{k}" in z.files else np.zeros(len(seq), COLUMNS[k])
+                           for k in COLUMNS if k != "seq" and k not in static}   # later columns: 0
                 columns.update(static, seq=seq)
             return EngineState(
                 step, float(z["clock"][0]), nb, bs, mns, next_seq=next_seq,

@@ -20,7 +20,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from engine.outputs import StepRecord
+from engine.outputs import NOT_ADMITTED_BEHIND, StepRecord
 from engine.state import COLUMNS, EngineState
 from engine.timeline import StateTimeline
 from recordings import codec
@@ -32,7 +32,8 @@ _CHILD_TABLES = (("events", codec.EVENT_COLUMNS), ("block_events", codec.BLOCK_E
                  ("transitions", codec.TRANSITION_COLUMNS))
 CURSOR_REACH = 64   # a forward seek within this many steps continues the last replay
 ID_WINDOW = 512   # request numbers loaded around one the reader has not seen yet
-_ARRIVAL_SQL = ("SELECT request_id, arrival_step, arrival_time, num_prompt_tokens, max_tokens "
+_ARRIVAL_SQL = ("SELECT request_id, arrival_step, arrival_time, num_prompt_tokens, max_tokens, "
+                "json_extract(sampling_json, '$.priority') "
                 "FROM requests WHERE arrival_step >= ? AND arrival_step <= ? ORDER BY seq")
 
 
@@ -66,6 +67,11 @@ class Reader:
                              if name in indexes), "")
         self._static_hint = "INDEXED BY requests_static" if "requests_static" in indexes else ""
         self._text: dict[str, tuple[int, list[str]]] = {}
+        # columns added by later schema versions read as NULL in older files
+        present = {r[1] for r in self._rows("PRAGMA table_info(steps)")}
+        self._step_select, self._batch_select = (
+            ", ".join(c if c in present else f"NULL AS {c}" for c in names)
+            for names in (codec.STEP_COLUMNS, _BATCH_FIELDS))
         self._cursor: StateTimeline | None = None     # the last replay, at its last step
         with self._reading("run info"):
             self._run_info = json.loads(self._rows("SELECT run_info_json FROM runs")[0][0])
@@ -119,7 +125,7 @@ class Reader:
         ``num_waiting``, ``num_running``, ``num_paused``, ``num_finished``, ``num_free_blocks``,
         ``num_total_blocks``, ``schedule_ns``, ``forward_ns``, ``update_ns``,
         ``recorder_wait_ns``, ``num_scheduled_tokens``, ``num_new_tokens`` (numpy int64 or
-        float64), ``error``, ``preempted_ids``, ``not_admitted`` (lists, as in
+        float64), ``error``, ``preempted_ids``, ``not_admitted``, ``waiting_reason`` (lists, as in
         :class:`StepRecord`) and ``batch_start`` (int64, one more: step ``i``'s batch entries
         are ``batch_start[i]:batch_start[i + 1]``). Per batch entry, in batch order:
         ``request_id`` (object), ``slot``, ``num_tokens``, ``num_computed_tokens`` (int64) and
@@ -127,13 +133,14 @@ class Reader:
         with self._lock, self._reading(f"batches of steps {start}..{stop}"):
             if type(self).records is not Reader.records:    # another schema: from its records
                 return batch_columns(self.records(start, stop))
-            rows = self._rows(_BATCH_SQL, (start, stop))
+            rows = self._rows(f"SELECT {self._batch_select} FROM steps WHERE step >= ? AND "
+                              "step < ? ORDER BY step", (start, stop))
             n = len(rows)
             cols = list(zip(*rows)) if rows else [()] * len(_BATCH_FIELDS)
             out: dict[str, Any] = {name: np.array(cols[i], dtype).reshape(n)
                                    for i, (name, dtype) in enumerate(_STEP_FIELDS)}
             (error, counts, seq_json, slot_json, n_json, nc_json, prefill_json, preempted_json,
-             not_admitted_json) = cols[len(_STEP_FIELDS):]
+             not_admitted_json, waiting_reason) = cols[len(_STEP_FIELDS):]
             first = np.zeros(n + 1, np.int64)
             np.cumsum(np.array(counts, np.int64).reshape(n), out=first[1:])
             seq, slot, computed = (_joined_ints(c) for c in (seq_json, slot_json, nc_json))
@@ -160,6 +167,7 @@ class Reader:
                                for p in preempted_json],
                 not_admitted=[() if p == "[]" else tuple((id_of(s), why) for s, why in json.loads(p))
                               for p in not_admitted_json],
+                waiting_reason=[w or NOT_ADMITTED_BEHIND for w in waiting_reason],
                 request_id=_names(seq, id_of), slot=slot, num_tokens=num_tokens,
                 num_computed_tokens=computed, is_prefill=prefill)
             return out
@@ -308,7 +316,7 @@ class Reader:
         return self._num_prompt[seq]
 
     def _records(self, start: int, stop: int) -> list[StepRecord]:
-        steps = self._rows(f"SELECT {', '.join(codec.STEP_COLUMNS)} FROM steps "
+        steps = self._rows(f"SELECT {self._step_select} FROM steps "
                            "WHERE step >= ? AND step < ? ORDER BY step", (start, stop))
         if not steps:
             return []
@@ -367,9 +375,7 @@ _STEP_FIELDS = (("step", np.int64), ("start_ns", np.int64), ("end_ns", np.int64)
 _BATCH_FIELDS = tuple(n for n, _ in _STEP_FIELDS) + (
     "error", "num_scheduled_requests", "batch_seq_json", "batch_slot_json",
     "batch_num_tokens_json", "batch_num_computed_json", "batch_prefill_json", "preempted_json",
-    "not_admitted_json")
-_BATCH_SQL = (f"SELECT {', '.join(_BATCH_FIELDS)} FROM steps WHERE step >= ? AND step < ? "
-              "ORDER BY step")
+    "not_admitted_json", "waiting_reason")
 _ENTRY_FIELDS = (("request_id", object), ("slot", np.int64), ("num_tokens", np.int64),
                  ("num_computed_tokens", np.int64), ("is_prefill", bool))
 
@@ -408,6 +414,7 @@ def batch_columns(records: Sequence[StepRecord]) -> dict[str, Any]:
     out["error"] = [r.error for r in records]
     out["preempted_ids"] = [tuple(r.preempted_ids) for r in records]
     out["not_admitted"] = [tuple(r.not_admitted) for r in records]
+    out["waiting_reason"] = [r.waiting_reason for r in records]
     first = np.zeros(n + 1, np.int64)
     np.cumsum([len(r.scheduled) for r in records], out=first[1:])
     out["batch_start"] = first

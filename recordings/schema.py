@@ -8,8 +8,9 @@ Units are in the column names: ``*_ns`` are integer nanoseconds since the run st
 ``token_time`` and ``arrival_time``/``ttft``/``mean_itl`` are on the engine clock (steps under the
 virtual clock, seconds under the wall or sim clock), ``*_json`` columns hold JSON text.
 
-Version 2 (this code writes it) stores what changed, not what is: see docs/recording.md for every
-table and view. Version-1 files are never upgraded in place (their per-step rows are a different
+Version 2 stores what changed, not what is: see docs/recording.md for every table and view.
+Later versions only add columns (version 3, which this code writes: ``steps.waiting_reason``), so
+the reader opens files of version 2 and later, reading a missing column as NULL. Version-1 files are never upgraded in place (their per-step rows are a different
 model); :class:`recordings.Reader` opens them read-only through ``recordings.v1_reader``.
 """
 from __future__ import annotations
@@ -151,11 +152,19 @@ def _v2_tables(db: sqlite_utils.Database) -> None:
 
 
 
+def _v3_columns(db: sqlite_utils.Database) -> None:
+    """Version 3: ``steps.waiting_reason``, why every waiting request not named in
+    ``not_admitted_json`` waited (NULL = ``behind_older``; ``static_batch`` while a static batch
+    runs). Version-2 files stay readable as they are (the reader reads the column as NULL)."""
+    db.execute("ALTER TABLE steps ADD COLUMN waiting_reason TEXT")
+
+
 # (version, migration); versions are 1, 2, 3 ... in order. Never edit a released migration:
 # append a new one.
 MIGRATIONS: list[tuple[int, Callable[[sqlite_utils.Database], None]]] = [
     (1, _v1_tables),
     (2, _v2_tables),
+    (3, _v3_columns),
 ]
 
 

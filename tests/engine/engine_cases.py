@@ -35,8 +35,6 @@ def case(case_id: str) -> dict:
 def missing_features(cfg: dict) -> list[str]:
     """Features a case's config asks for that the engine does not implement."""
     out = []
-    if cfg.get("policy", "fcfs") != "fcfs":
-        out.append(f"{cfg['policy']} scheduling policy")
     if cfg.get("preemption_mode", "recompute") != "recompute" or "num_cpu_blocks" in cfg:
         out.append("swap preemption (CPU swap pool)")
     if cfg.get("enable_prefix_caching"):
@@ -74,7 +72,8 @@ def arrivals_and_actions(c: dict) -> tuple[list[Arrival], list[Action]]:
     for i, r in enumerate(c["requests"]):
         if not isinstance(r.get("arrive_step", 0), int) or "prompt_len" not in r:
             continue
-        params = SamplingParams(max_tokens=r["max_tokens"], ignore_eos=True)
+        params = SamplingParams(max_tokens=r["max_tokens"], ignore_eos=True,
+                                priority=r.get("priority", 0))
         arrivals.append(Arrival(r["id"], r.get("arrive_step", 0), distinct_prompt(i, r["prompt_len"]), params))
         for kind in ("pause", "abort"):
             if f"{kind}_step" in r:

@@ -26,7 +26,9 @@ from typing import Mapping, Sequence
 
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
-from engine.outputs import (BLOCKS_ALLOCATED, BLOCKS_FREED, NOT_ADMITTED_BEHIND,
+from engine.preemption import FOR_PRIORITY, preemption_info
+from engine.outputs import (NOT_ADMITTED_LOWER_PRIORITY, NOT_ADMITTED_STATIC_BATCH,
+                            BLOCKS_ALLOCATED, BLOCKS_FREED, NOT_ADMITTED_BEHIND,
                             NOT_ADMITTED_NO_FREE_BLOCKS, NOT_ADMITTED_SEQ_CAP,
                             NOT_ADMITTED_TOKEN_BUDGET, NewToken, StepRecord)
 from engine.request import Request, RequestStatus, SamplingParams
@@ -352,7 +354,9 @@ class InvariantChecker:
         # its end, by the blocks the step's scheduled chunk needs.
         step_alloc = self._replay_block_events(rec)
         assert self.tables == {rid: t for rid, t in kv.block_tables.items() if t}, "block events vs tables"
-        assert set(step_alloc) <= set(sched_ids), ("blocks allocated to an unscheduled request", step_alloc)
+        # (a request preempted for priority may have been given this step's blocks first)
+        assert set(step_alloc) <= set(sched_ids) | set(rec.preempted_ids), (
+            "blocks allocated to an unscheduled request", step_alloc)
         for x in rec.scheduled:
             assert x.num_tokens >= 1
             assert x.is_prefill == pre["is_prefill"][x.request_id], ("is_prefill", x)
@@ -382,13 +386,16 @@ class InvariantChecker:
             assert not kv.block_ids(rid) and e.requests[rid].num_computed_tokens == 0
         admitted = [rid for rid in sched_ids if rid not in pre["running"]]
         assert admitted == pre["waiting"][:len(admitted)], ("FCFS admission order", admitted, pre["waiting"])
-        if rec.preempted_ids:
-            assert not admitted, "admitted a request in a step that preempted one"
+        reasons = {preemption_info(ev.detail).reason for ev in rec.events if ev.kind == "preempted"}
+        if reasons - {FOR_PRIORITY}:
+            assert not admitted, "admitted a request in a step that preempted one for memory"
+        if FOR_PRIORITY in reasons:       # made room for the first waiting request, which started
+            assert c.policy == "priority" and admitted, ("priority preemption admitted nobody", rec)
 
         # Exact block accounting over the step (G1 per step): what was allocated, what preemption
         # released (exactly the victims' tables) and what finishing requests released.
         finished_now = [rid for rid in pre["blocks"] if rid in finished_ids]
-        freed = sum(len(pre["blocks"][rid]) for rid in rec.preempted_ids)
+        freed = sum(len(pre["blocks"][rid]) + len(step_alloc.get(rid, [])) for rid in rec.preempted_ids)
         freed += sum(len(pre["blocks"][rid]) + len(step_alloc.get(rid, [])) for rid in finished_now)
         allocated = sum(len(b) for b in step_alloc.values())
         assert kv.num_free_blocks == pre["free"] - allocated + freed == rec.num_free_blocks, (
@@ -397,9 +404,27 @@ class InvariantChecker:
         # Why waiting requests were not admitted: the first one is listed with a true reason,
         # everyone behind it is implicitly behind an older request.
         waiting_now = [r.request_id for r in s.waiting]
-        assert [rid for rid, _ in rec.not_admitted] == waiting_now[:1], (rec.not_admitted, waiting_now)
-        assert all(rec.not_admitted_reason(rid) == NOT_ADMITTED_BEHIND for rid in waiting_now[1:])
-        if rec.not_admitted:
+        prio = {rid: r.priority for rid, r in e.requests.items()}.get
+        if c.policy == "static":
+            # The blocked head and the batch's other waiting members are listed; everyone else
+            # waits for the static batch to finish.
+            listed = dict(rec.not_admitted)
+            for rid in waiting_now:
+                if rid in listed and listed[rid] != NOT_ADMITTED_STATIC_BATCH:
+                    assert rid in s.static_batch, (rid, "listed but not a member of the batch")
+                elif rid not in listed:
+                    assert rec.not_admitted_reason(rid) == NOT_ADMITTED_STATIC_BATCH, rid
+            assert len(s.static_batch) <= c.max_num_seqs
+            assert all(rid in s.static_batch or rid not in e.requests for rid in admitted), (
+                "static admitted a request outside its batch")
+        else:
+            assert [rid for rid, _ in rec.not_admitted] == waiting_now[:1], (rec.not_admitted, waiting_now)
+            for rid in waiting_now[1:]:
+                lower = c.policy == "priority" and prio(rid) > prio(waiting_now[0])
+                assert rec.not_admitted_reason(rid, prio) == (
+                    NOT_ADMITTED_LOWER_PRIORITY if lower else NOT_ADMITTED_BEHIND), rid
+        if rec.not_admitted and rec.not_admitted[0][1] not in (NOT_ADMITTED_STATIC_BATCH,
+                                                               NOT_ADMITTED_BEHIND):
             head, reason = rec.not_admitted[0]
             assert rec.not_admitted_reason(head) == reason
             running_at_decision = (len([r for r in pre["running"] if r not in rec.preempted_ids])
@@ -413,6 +438,8 @@ class InvariantChecker:
                 assert left == 0 or (not c.enable_chunked_prefill and left < e.requests[head].num_tokens)
             elif reason == NOT_ADMITTED_NO_FREE_BLOCKS:
                 assert rec.preempted_ids or blocks_for(e.requests[head].num_tokens, bs) > free_at_decision
+            elif reason == NOT_ADMITTED_LOWER_PRIORITY:      # displaced in this very step
+                assert c.policy == "priority" and head in rec.preempted_ids
             else:
                 raise AssertionError(f"unknown or misplaced reason {reason!r}")
 

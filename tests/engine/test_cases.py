@@ -18,6 +18,7 @@ case's knob instead of silently ignoring it.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import re
 from dataclasses import dataclass, field
 
@@ -25,7 +26,9 @@ import numpy as np
 import pytest
 
 from engine.config import EngineConfig
-from engine.outputs import NOT_ADMITTED_NO_FREE_BLOCKS, NOT_ADMITTED_TOKEN_BUDGET
+from engine.outputs import (NOT_ADMITTED_NO_FREE_BLOCKS, NOT_ADMITTED_SEQ_CAP,
+                            NOT_ADMITTED_TOKEN_BUDGET)
+from engine.preemption import FOR_PRIORITY, preemption_info
 from engine.request import RequestStatus, SamplingParams
 from engine.scheduler import __doc__ as SCHEDULER_DOC
 from engine_cases import CASES, arrivals_and_actions, case, engine_config, xfail_missing
@@ -567,6 +570,54 @@ def test_metrics_after_preemption_with_prefix_cache():
     engine_config(c)            # asks for enable_prefix_caching: xfails naming it
 
 
+# --- priority -----------------------------------------------------------------------------------
+def wl_priority(h_priority: int = 0) -> Workload:
+    c = case("priority-at-seq-cap")
+    w = case_workload("priority-at-seq-cap")
+    arrivals = [a if a.request_id != "H" else dataclasses.replace(
+        a, params=dataclasses.replace(a.params, priority=h_priority)) for a in w.arrivals]
+    assert [r["id"] for r in c["requests"]] == ["L1", "L2", "H"]
+    return dataclasses.replace(w, arrivals=arrivals)
+
+
+def test_priority_at_seq_cap(tmp_path):
+    result = wl_priority().run_with_reference()
+    h_arrival = next(a.arrive_step for a in wl_priority().arrivals if a.request_id == "H")
+    start = first_scheduled(result, "H")
+    assert start <= h_arrival + 1, f"H started at step {start}, arrived at {h_arrival}"
+    # ... by preempting L2 (lowest priority, latest arrival), and only L2
+    pre = [(rec.step, rid) for rec in result.records for rid in rec.preempted_ids]
+    assert pre == [(start, "L2")]
+    ev = next(e for rec in result.records for e in rec.events if e.kind == "preempted")
+    info = preemption_info(ev.detail)
+    assert (info.reason, info.for_request, info.mode) == (FOR_PRIORITY, "H", "recompute")
+    assert info.num_tokens > 16 and info.count == 1       # its prompt and some decoded tokens
+    assert result.requests["H"].num_output_tokens == 10
+    assert all(result.requests[r].num_output_tokens == 200 for r in ("L1", "L2"))
+
+
+def test_priority_equal_never_preempts():
+    result = wl_priority(h_priority=10).run_with_reference()
+    assert result.num_preemptions == 0
+    # H waits for a slot: its reason names the seq cap while L1 and L2 run
+    h_arrival = next(a.arrive_step for a in wl_priority().arrivals if a.request_id == "H")
+    rec = result.records[h_arrival]
+    assert rec.not_admitted_reason("H") == NOT_ADMITTED_SEQ_CAP
+    assert first_scheduled(result, "H") > h_arrival + 100
+
+
+def test_priority_queue_wait_from_recording(tmp_path):
+    """The recording gives H's queue wait in steps: arrival step to its first ``scheduled``
+    event, both read from the file."""
+    from recordings import Reader
+
+    result = wl_priority().run(record_to=tmp_path / "p.sqlite")
+    with Reader(tmp_path / "p.sqlite") as reader:
+        info = reader.request_info("H")
+        scheduled = [e.step for e in reader.request_timeline("H") if e.kind == "scheduled"]
+    assert scheduled[0] - info.arrival_step == first_scheduled(result, "H") - 5 <= 1
+
+
 # --- every case's run, again from its recording -------------------------------------------------
 WORKLOADS = {
     "capacity-never-fits": lambda: wl_capacity_never_fits(False),
@@ -582,6 +633,8 @@ WORKLOADS = {
     "stop-string-across-tokens/last-allowed-token": lambda: stop_at_last_token_setup()[0],
     "recompute-keeps-output-split": wl_recompute,
     "metrics-after-preemption": wl_metrics,
+    "priority-at-seq-cap": wl_priority,
+    "priority-at-seq-cap/equal": lambda: wl_priority(10),
 }
 
 
@@ -596,7 +649,8 @@ def test_recording_replays_the_live_run(name, tmp_path):
 # --- cases whose whole workload needs a missing feature -----------------------------------------
 HANDLED = {"capacity-never-fits", "lone-request-outgrows-cache", "parked-requests-hold-slots",
            "readmit-preempt-loop", "pressure-many-small", "prefill-flood-vs-decode", "edge-inputs",
-           "stop-string-across-tokens", "recompute-keeps-output-split", "metrics-after-preemption"}
+           "stop-string-across-tokens", "recompute-keeps-output-split", "metrics-after-preemption",
+           "priority-at-seq-cap"}
 
 
 def test_every_handled_case_is_re_checked_from_a_recording():

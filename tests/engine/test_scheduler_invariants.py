@@ -8,7 +8,7 @@ from functools import partial
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from engine.config import EngineConfig
+from engine.config import POLICIES, EngineConfig
 from engine.request import RequestStatus, SamplingParams
 from engine_harness import (ACTIONS, Action, Arrival, assert_outputs_match, distinct_prompt,
                             reference_outputs, run_workload, without_wall_times)
@@ -21,6 +21,7 @@ TOKENIZER = ToyTokenizer({})            # token i decodes to "<i>"
 @st.composite
 def workloads(draw):
     chunked = draw(st.booleans())
+    policy = draw(st.sampled_from(POLICIES))
     max_model_len = draw(st.integers(16, 160))
     block_size = draw(st.sampled_from([1, 2, 4, 8, 16]))
     # A cache of roughly 16..160 tokens: tight enough to preempt, big enough to serve most requests.
@@ -34,6 +35,7 @@ def workloads(draw):
                                 else draw(st.integers(max_model_len, max_model_len + 64))),
         enable_chunked_prefill=chunked,
         long_prefill_token_threshold=draw(st.one_of(st.just(0), st.integers(1, 48))),
+        policy=policy,
     )
     vocab = draw(st.sampled_from([20, 1000]))             # small vocab: EOS and stops fire often
     eos = draw(st.sampled_from([None, 3]))
@@ -41,7 +43,9 @@ def workloads(draw):
     arrivals = []
     for i in range(n):
         stop = (f"<{STOP_TOKEN}>",) if draw(st.integers(0, 4)) == 0 else ()
-        params = SamplingParams(max_tokens=draw(st.integers(0, 32)), ignore_eos=draw(st.booleans()), stop=stop)
+        priority = draw(st.integers(0, 3)) if policy == "priority" else 0
+        params = SamplingParams(max_tokens=draw(st.integers(0, 32)), ignore_eos=draw(st.booleans()),
+                                stop=stop, priority=priority)
         prompt_len = draw(st.integers(0, 64))              # 0 and the largest are rejected
         arrivals.append(Arrival(f"r{i}", draw(st.integers(0, 12)), distinct_prompt(i, prompt_len), params))
     actions = draw(st.lists(st.builds(Action, st.integers(0, 40), st.sampled_from(ACTIONS),
@@ -63,6 +67,7 @@ def test_random_workloads_keep_invariants_and_outputs(w):
     kinds = {e.kind + (":paused" if "paused" in e.detail else "") for r in result.records for e in r.events}
     for kind in sorted(kinds - {"arrived", "scheduled"}):
         event(f"event {kind}")
+    event(f"policy {config.policy}")
     if any(s.is_prefill and s.num_computed_tokens for r in result.records for s in r.scheduled):
         event("continued prefill chunk")
 

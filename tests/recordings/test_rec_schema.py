@@ -18,7 +18,7 @@ V1_FIXTURE = Path(__file__).resolve().parent / "fixtures" / "v1_small.sqlite"
 
 def test_a_new_file_gets_every_table_the_version_and_the_application_id(tmp_path):
     db = sqlite_utils.Database(tmp_path / "new.sqlite")
-    assert schema.migrate(db, "new.sqlite") == schema.latest_version() == 2
+    assert schema.migrate(db, "new.sqlite") == schema.latest_version() == 3
     assert set(db.table_names()) == TABLES
     assert set(db.view_names()) == VIEWS
     assert schema.schema_version(db) == schema.latest_version()
@@ -45,31 +45,48 @@ def test_columns_carry_their_units(tmp_path):
 
 def test_pending_migrations_run_in_order_and_old_files_are_upgraded(monkeypatch, recorded):
     applied = []
+    latest = schema.latest_version()
 
-    def v3(db):
-        applied.append(3)
+    def add_note(db):
+        applied.append(latest + 1)
         db["steps"].add_column("note", str)
 
-    def v4(db):
-        applied.append(4)
-        assert "note" in db["steps"].columns_dict  # v3 ran first
+    def add_host(db):
+        applied.append(latest + 2)
+        assert "note" in db["steps"].columns_dict  # the earlier one ran first
         db["runs"].add_column("host", str)
 
     path = recorded.path
-    monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS, (3, v3), (4, v4)])
-    with pytest.raises(RecordingError, match="schema version 2, expected 4"):
-        Reader(path)
-    assert schema.upgrade_file(path) == 4
-    assert applied == [3, 4]
+    monkeypatch.setattr(schema, "MIGRATIONS",
+                        [*schema.MIGRATIONS, (latest + 1, add_note), (latest + 2, add_host)])
+    # a file of an older version that only lacks added columns still opens as it is
+    assert Reader(path).records(0, 10**6) == recorded.records
+    assert schema.upgrade_file(path) == latest + 2
+    assert applied == [latest + 1, latest + 2]
     reader = Reader(path)
-    assert reader.execute("PRAGMA user_version") == [(4,)]
+    assert reader.execute("PRAGMA user_version") == [(latest + 2,)]
     assert reader.records(0, 10**6) == recorded.records
     assert reader.state_at(10**6) == recorded.final
     monkeypatch.undo()
-    with pytest.raises(RecordingError, match="schema version 4 is newer .* supports"):
+    with pytest.raises(RecordingError, match=f"schema version {latest + 2} is newer .* supports"):
         Reader(path)
     with pytest.raises(RecordingError, match="newer"):
         schema.upgrade_file(path)
+
+
+def test_a_version_2_file_opens_with_its_missing_columns_read_as_defaults(recorded, tmp_path):
+    """Version 3 added ``steps.waiting_reason``: a version-2 file (the column dropped again)
+    reads every step with the default reason."""
+    path = tmp_path / "v2.sqlite"
+    shutil.copy(recorded.path, path)
+    db = sqlite_utils.Database(path)
+    db.execute("ALTER TABLE steps DROP COLUMN waiting_reason")
+    db.execute("PRAGMA user_version = 2")
+    db.close()
+    with Reader(path) as reader:
+        records = reader.records(0, 10**6)
+        assert records == recorded.records        # every step of that run: behind_older
+        assert reader.step_batches(0, 10**6)["waiting_reason"] == ["behind_older"] * len(records)
 
 
 def test_a_failed_migration_leaves_the_file_at_its_old_version(monkeypatch, recorded):
@@ -77,11 +94,12 @@ def test_a_failed_migration_leaves_the_file_at_its_old_version(monkeypatch, reco
         db["steps"].add_column("note", str)
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS, (3, broken)])
+    latest = schema.latest_version()
+    monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS, (latest + 1, broken)])
     with pytest.raises(RuntimeError, match="boom"):
         schema.upgrade_file(recorded.path)
     db = sqlite_utils.Database(recorded.path)
-    assert schema.schema_version(db) == 2 and "note" not in db["steps"].columns_dict
+    assert schema.schema_version(db) == latest and "note" not in db["steps"].columns_dict
 
 
 def test_a_v1_recording_is_not_upgraded_in_place(tmp_path):
