@@ -9,9 +9,9 @@ steer greedy decoding:
 - ``frequency_penalty`` f and ``presence_penalty`` p (OpenAI API semantics), over the OUTPUT tokens
   only: ``logit -= f * count(token in output) + p * (count > 0)``.
 
-Repetition first, then frequency and presence. Everything is batched: each call does one scatter
-of the batch's output tokens into a ``[rows, vocab]`` count matrix and one of the prompt tokens
-into a ``[rows, vocab]`` mask, then elementwise ops; no Python work per token.
+Repetition first, then frequency and presence. Everything is batched: one gather of the logits of
+every (row, token) pair seen in the batch, the penalties on those values, one scatter back; no
+Python work per token.
 """
 from __future__ import annotations
 
@@ -33,38 +33,30 @@ def token_ids_tensor(token_ids: Sequence[int]) -> torch.Tensor:
     return torch.tensor(buf.tolist(), dtype=torch.long)
 
 
-def scatter_rows(rows: Sequence[torch.Tensor], vocab_size: int, device: torch.device,
-                 accumulate: bool) -> torch.Tensor:
-    """``[len(rows), vocab_size]`` float32 on ``device``: entry (i, t) is how many times token t
-    occurs in ``rows[i]`` (``accumulate``) or 1.0 if it occurs at all. ``rows`` are 1-D int64 CPU
-    tensors. One ``index_put_`` for the whole batch. Raises ``ValueError`` naming the first token
-    id outside ``[0, vocab_size)``."""
-    out = torch.zeros(len(rows), vocab_size, dtype=torch.float32, device=device)
+def _flatten(rows: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row index, token id) of every id in ``rows`` (1-D int64 CPU tensors), as two flat tensors."""
     lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)
-    if not int(lengths.sum()):
-        return out
-    flat = torch.cat(list(rows))
-    bad = (flat < 0) | (flat >= vocab_size)
-    if bool(bad.any()):
-        raise ValueError(f"token id {int(flat[bad][0])} is outside the vocabulary [0, {vocab_size}): "
-                         f"cannot apply sampling penalties")
-    row_index = torch.repeat_interleave(torch.arange(len(rows)), lengths)
-    ones = torch.ones(flat.numel(), dtype=torch.float32, device=device)
-    out.index_put_((row_index.to(device), flat.to(device)), ones, accumulate=accumulate)
-    return out
+    flat = torch.cat(list(rows)) if rows else torch.zeros(0, dtype=torch.long)
+    return torch.repeat_interleave(torch.arange(len(rows)), lengths), flat
 
 
 def apply_penalties(logits: torch.Tensor, prompt_ids: Sequence[torch.Tensor],
                     output_ids: Sequence[torch.Tensor], repetition_penalty: Sequence[float],
-                    frequency_penalty: Sequence[float], presence_penalty: Sequence[float]) -> torch.Tensor:
-    """Penalized copy of ``logits``.
+                    frequency_penalty: Sequence[float], presence_penalty: Sequence[float], *,
+                    inplace: bool = False) -> torch.Tensor:
+    """Penalized ``logits``: a float32 copy on the same device, or with ``inplace`` (float32
+    ``logits`` only) ``logits`` itself, modified.
 
-    ``logits``: ``[N, vocab]``, any float dtype, any device; the result is float32 on the same
-    device (the input is not modified). ``prompt_ids[i]`` / ``output_ids[i]``: row i's prompt and
+    ``logits``: ``[N, vocab]``, any float dtype, any device. ``prompt_ids[i]`` / ``output_ids[i]``: row i's prompt and
     output-so-far token ids, 1-D int64 CPU tensors (see :func:`token_ids_tensor`; duplicates in the
     prompt do not matter). The three penalty sequences have one value per row (1.0, 0.0, 0.0 leave
     a row unchanged). Raises ``ValueError`` if the lengths disagree or a token id is outside the
     vocabulary.
+
+    Only the (row, token) pairs seen in a prompt or an output are touched: their keys
+    ``row * vocab + token`` are made unique (with the output count of each) on the CPU, then one
+    gather reads those logits, the penalties are applied to them, and one scatter writes them back.
+    The work is O(prompt + output tokens) beyond the copy, not O(N * vocab).
     """
     n, vocab = logits.shape
     if not (len(prompt_ids) == len(output_ids) == len(repetition_penalty) == len(frequency_penalty)
@@ -72,16 +64,29 @@ def apply_penalties(logits: torch.Tensor, prompt_ids: Sequence[torch.Tensor],
         raise ValueError(f"apply_penalties: {n} logit rows but {len(prompt_ids)} prompts, "
                          f"{len(output_ids)} outputs and {len(repetition_penalty)}/"
                          f"{len(frequency_penalty)}/{len(presence_penalty)} penalty values")
+    out_rows, out_ids = _flatten(output_ids)
+    prompt_rows, prompt_ids_flat = _flatten(prompt_ids)
+    ids = torch.cat([out_ids, prompt_ids_flat])
+    bad = (ids < 0) | (ids >= vocab)
+    if bool(bad.any()):
+        raise ValueError(f"token id {int(ids[bad][0])} is outside the vocabulary [0, {vocab}): "
+                         f"cannot apply sampling penalties")
+    keys = torch.cat([out_rows, prompt_rows]) * vocab + ids
+    seen, inverse = torch.unique(keys, return_inverse=True)          # every (row, token) seen
+    counts = torch.zeros(len(seen)).index_add_(0, inverse[:len(out_ids)], torch.ones(len(out_ids)))
     dev = logits.device
-    logits = logits.float()
-    counts = scatter_rows(output_ids, vocab, dev, accumulate=True)          # [N, V]
-    in_output = counts > 0
-    seen = in_output | (scatter_rows(prompt_ids, vocab, dev, accumulate=False) > 0)
+    seen, counts = seen.to(dev), counts.to(dev)
+    row = seen // vocab
 
-    def column(values: Sequence[float]) -> torch.Tensor:
-        return torch.tensor(list(values), dtype=torch.float32, device=dev).unsqueeze(1)
+    def per_row(values: Sequence[float]) -> torch.Tensor:
+        return torch.tensor(list(values), dtype=torch.float32, device=dev)[row]
 
-    rep = column(repetition_penalty)
-    penalized = torch.where(logits > 0, logits / rep, logits * rep)
-    logits = torch.where(seen, penalized, logits)
-    return logits - column(frequency_penalty) * counts - column(presence_penalty) * in_output
+    if inplace and logits.dtype != torch.float32:
+        raise ValueError(f"apply_penalties(inplace=True) needs float32 logits, got {logits.dtype}")
+    out = logits if inplace else logits.to(torch.float32, copy=True)
+    flat = out.view(-1)
+    vals = flat[seen]
+    rep = per_row(repetition_penalty)
+    vals = torch.where(vals > 0, vals / rep, vals * rep)
+    flat[seen] = vals - per_row(frequency_penalty) * counts - per_row(presence_penalty) * (counts > 0)
+    return out

@@ -64,11 +64,14 @@ class Sampler:
         if prompts is None or outputs is None:
             raise ValueError("sampling penalties need each request's prompt and output token ids")
         ps = [params[i] for i in rows]
+        every_row = len(rows) == len(params)
+        # One copy of what is penalized: the whole matrix, or the selected rows (indexing copies).
+        sub = logits if every_row else logits[rows].float()
         penalized = apply_penalties(
-            logits[rows], [self._prompt_tensor(request_ids[i], prompts[i]) for i in rows],
+            sub, [self._prompt_tensor(request_ids[i], prompts[i]) for i in rows],
             [token_ids_tensor(outputs[i]) for i in rows], [p.repetition_penalty for p in ps],
-            [p.frequency_penalty for p in ps], [p.presence_penalty for p in ps])
-        if len(rows) == len(params):
+            [p.frequency_penalty for p in ps], [p.presence_penalty for p in ps], inplace=not every_row)
+        if every_row:
             return penalized
         logits = logits.to(torch.float32, copy=True)     # the caller's tensor stays as it was
         logits[rows] = penalized
