@@ -135,7 +135,18 @@ def describe_run(info: dict) -> list[str]:
         lines.append(f"trace: {trace.get('name')} ({trace.get('num_rows')} requests, "
                      f"{trace.get('num_malformed_rows', 0)} malformed rows skipped)")
         lines += [f"  - {n}" for n in trace.get("scaling", [])]
+        sharing = trace.get("prefix_sharing")
+        if sharing:
+            lines.append(f"ideal prefix-cache hit rate (infinite cache, arrival order): "
+                         f"{_rate(sharing['trace_ideal_hit_rate'])} of the trace's "
+                         f"{sharing['trace_block_tokens']}-token hash blocks; "
+                         f"{_rate(sharing['workload_ideal_hit_rate'])} of this workload's prompt tokens "
+                         f"in {sharing['block_size']}-token blocks")
     return lines
+
+
+def _rate(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
 
 
 def print_report(reader) -> None:

@@ -52,11 +52,13 @@ def load_workload(args: argparse.Namespace, load, tokenizer, vocab_size: int | N
                         max_prompt_tokens=args.max_prompt_tokens, max_output_tokens=args.max_output_tokens,
                         prompt_scale=args.prompt_scale, output_scale=args.output_scale,
                         min_prompt_tokens=args.min_prompt_tokens, min_output_tokens=args.min_output_tokens,
-                        seed=args.seed, vocab_size=vocab_size)
+                        seed=args.seed, vocab_size=vocab_size, block_size=args.block_size)
     skipped = [f"line {e.line_no}: {e.message}" for e in load.errors]
     info = {"name": Path(load.path).name, "path": str(load.path), "sha256": load.sha256,
             "num_rows": len(load.rows), "num_malformed_rows": len(load.errors),
             "scaling": list(wl.scaling_notes), "skipped_rows": skipped[:20], "time_scale": args.time_scale}
+    if wl.prefix_sharing is not None:
+        info["prefix_sharing"] = wl.prefix_sharing.to_dict()
     notes = list(wl.scaling_notes)
     notes += [f"skipped malformed row {line}" for line in skipped[:5]]
     if len(skipped) > 5:

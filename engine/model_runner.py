@@ -77,7 +77,9 @@ class ModelRunner:
         logits = self.model(input_ids=input_ids, position_ids=position_ids, use_cache=False,
                             logits_to_keep=keep, paged_meta=meta).logits[0]   # [N, vocab]
         toks = self.sampler.sample(logits, [r.request_id for r in sample_reqs],
-                                   [r.sampling_params for r in sample_reqs])
+                                   [r.sampling_params for r in sample_reqs],
+                                   [r.prompt_token_ids for r in sample_reqs],
+                                   [r.output_token_ids for r in sample_reqs])
         return ModelRunnerOutput(sampled_token_ids={r.request_id: t for r, t in zip(sample_reqs, toks)})
 
     def release(self, request_id: str) -> None:

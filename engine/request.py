@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 from typing import Sequence
+
+
+MAX_PENALTY = 2.0   # |frequency_penalty| and |presence_penalty| limit (vLLM, OpenAI)
 
 
 class RequestStatus(str, enum.Enum):
@@ -50,7 +54,17 @@ class SamplingParams:
     ``stop`` strings end the request; the matched string is cut from the output unless
     ``include_stop_str_in_output``. ``priority`` orders the waiting queue under
     ``policy="priority"`` (lower value first, ties by arrival; any other policy rejects a nonzero
-    value at admission). Raises ``ValueError`` on out-of-range values.
+    value at admission).
+
+    Penalties, with vLLM's names and meanings (applied to the logits before temperature, top-k and
+    top-p, so they also steer greedy decoding; see ``engine.penalties``):
+    ``repetition_penalty`` > 0 (1.0 = off) divides the positive logits and multiplies the negative
+    ones of every token seen in the prompt or the output so far (Keskar et al., CTRL, 2019);
+    ``frequency_penalty`` in [-2, 2] (0 = off) subtracts ``penalty * count`` for each token's
+    count in the output so far; ``presence_penalty`` in [-2, 2] (0 = off) subtracts ``penalty``
+    once for every token present in the output (OpenAI's API semantics).
+
+    Raises ``ValueError`` naming the field and its limit on out-of-range values.
     """
 
     max_tokens: int = 16
@@ -61,6 +75,9 @@ class SamplingParams:
     ignore_eos: bool = False
     stop: tuple[str, ...] = ()
     include_stop_str_in_output: bool = False
+    repetition_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
     priority: int = 0
 
     def __post_init__(self) -> None:
@@ -70,6 +87,13 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
+        if not (math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0):
+            raise ValueError(f"repetition_penalty must be > 0 (1.0 disables it), got {self.repetition_penalty}")
+        for name in ("frequency_penalty", "presence_penalty"):
+            value = getattr(self, name)
+            if not -MAX_PENALTY <= value <= MAX_PENALTY:   # also refuses NaN
+                raise ValueError(f"{name} must be in [-{MAX_PENALTY:g}, {MAX_PENALTY:g}] (0 disables it), "
+                                 f"got {value}")
         if isinstance(self.stop, str):
             object.__setattr__(self, "stop", (self.stop,))
         else:
@@ -78,6 +102,12 @@ class SamplingParams:
     @property
     def is_greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def has_penalties(self) -> bool:
+        """True when any of the three penalties changes the logits."""
+        return (self.repetition_penalty != 1.0 or self.frequency_penalty != 0.0
+                or self.presence_penalty != 0.0)
 
 
 @dataclass(eq=False)

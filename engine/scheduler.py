@@ -235,7 +235,7 @@ class Scheduler:
                 reason = NOT_ADMITTED_TOKEN_BUDGET
             new_blocks = None
             if (reason is None or reason == NOT_ADMITTED_SEQ_CAP) and self.policy == "priority":
-                freed = self._preempt_for_priority(req, scheduled)
+                freed = self._preempt_for_priority(req, scheduled, budget)
                 if freed:                               # made room for req: look at it again
                     preempted += freed
                     budget = c.max_num_batched_tokens - sum(x.num_tokens for x in scheduled)
@@ -272,26 +272,31 @@ class Scheduler:
             return NOT_ADMITTED_BEHIND
         return NOT_ADMITTED_STATIC_BATCH
 
-    def _preempt_for_priority(self, head: Request, scheduled: list[ScheduledRequest]) -> list[str]:
+    def _preempt_for_priority(self, head: Request, scheduled: list[ScheduledRequest],
+                              budget: int) -> list[str]:
         """Policy priority: preempt running requests of strictly lower priority than ``head``
-        (the first waiting request), worst first, when that lets ``head`` start now (a free slot
-        and the blocks of its whole prefill); nobody is preempted when it would not, or when
-        ``head`` can start anyway. A victim already scheduled in this step is taken out of
-        ``scheduled`` (its blocks, this step's included, are freed). Returns the victims' ids."""
+        (the first waiting request), worst first, when that lets ``head`` start now (a free slot,
+        the blocks of its whole prefill and token budget, ``budget`` being what is left);
+        nobody is preempted when it would not, or when ``head`` can start anyway. A victim
+        already scheduled in this step is taken out of ``scheduled`` (its blocks, this step's
+        included, are freed). Returns the victims' ids."""
         kv = self.kv
         need = kv.blocks_for(head.num_tokens)
+        need_budget = 1 if self.config.enable_chunked_prefill else head.num_tokens
         slots = self.config.max_num_seqs - len(self.running)
         free = kv.num_free_blocks
+        tokens = {x.request_id: x.num_tokens for x in scheduled}
         victims = []
         for r in reversed(self.running):
-            if slots >= 1 and free >= need:
+            if slots >= 1 and free >= need and budget >= need_budget:
                 break
             if r.priority <= head.priority:
                 break                                  # equal priority never preempts
             victims.append(r)
             slots += 1
             free += len(kv.block_ids(r.request_id))
-        if not victims or slots < 1 or free < need:
+            budget += tokens.get(r.request_id, 0)
+        if not victims or slots < 1 or free < need or budget < need_budget:
             return []
         gone = {v.request_id for v in victims}
         scheduled[:] = [x for x in scheduled if x.request_id not in gone]

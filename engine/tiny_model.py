@@ -7,8 +7,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 
-def make_tiny_llama(
-    folder: str | Path,
+def tiny_llama(
     seed: int = 0,
     *,
     vocab_size: int = 512,
@@ -18,14 +17,12 @@ def make_tiny_llama(
     num_attention_heads: int = 4,
     num_key_value_heads: int = 2,
     max_position_embeddings: int = 1024,
-) -> Path:
-    """Write a random-weight ``LlamaForCausalLM`` (fp32 safetensors + config.json) into ``folder``.
+) -> LlamaForCausalLM:
+    """A random-weight fp32 ``LlamaForCausalLM`` in memory, in eval mode, on the CPU.
 
     The weights depend only on ``seed`` and the shape arguments; the global torch RNG is left as it
-    was. No tokenizer is written: ``load_model`` then returns ``tokenizer=None`` and callers feed
-    token ids in ``[0, vocab_size)``. EOS is token 2, BOS 1, PAD 0. Returns the folder's path.
+    was. EOS is token 2, BOS 1, PAD 0; token ids are in ``[0, vocab_size)``.
     """
-    folder = Path(folder)
     config = LlamaConfig(
         vocab_size=vocab_size,
         hidden_size=hidden_size,
@@ -42,6 +39,18 @@ def make_tiny_llama(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config).to(torch.float32)
+    return model.eval()
+
+
+def make_tiny_llama(folder: str | Path, seed: int = 0, **shape) -> Path:
+    """Write :func:`tiny_llama` ``(seed, **shape)`` (fp32 safetensors + config.json) into
+    ``folder`` and return its path.
+
+    No tokenizer is written: ``load_model`` then returns ``tokenizer=None`` and callers feed
+    token ids in ``[0, vocab_size)``. Raises ``TypeError`` for an unknown shape argument.
+    """
+    folder = Path(folder)
+    model = tiny_llama(seed, **shape)
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
     return folder

@@ -2,6 +2,8 @@
 
 A trace gives only counts, so prompts are synthesised: windows of the shipped English corpus cut
 to the exact token count with the model's tokenizer, or random token ids when there is none.
+Rows with Mooncake ``hash_ids`` get prompts made of shared token blocks instead (equal ids, equal
+tokens; ``recordings.prefix_blocks``), so a replay shows the trace's prefix reuse.
 Lengths and times can be scaled and clipped to fit a small model on a CPU; every such change is
 written down in plain words in ``Workload.scaling_notes``. No torch: the tokenizer is passed in.
 """
@@ -16,6 +18,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from recordings.prefix_blocks import PrefixSharing, SharedPrefixPrompts
 from recordings.traces import TraceRow, load_azure_csv
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -49,10 +52,12 @@ class WorkloadRequest:
 
 @dataclass
 class Workload:
-    """Requests in arrival order, and plain-words notes on every scaling or clipping applied."""
+    """Requests in arrival order, plain-words notes on every scaling or clipping applied, and how
+    the prompts share prefixes (``None`` when no row had hash ids)."""
 
     requests: list[WorkloadRequest]
     scaling_notes: list[str] = field(default_factory=list)
+    prefix_sharing: PrefixSharing | None = None
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -74,7 +79,7 @@ def build_workload(rows: Sequence[TraceRow], tokenizer: Tokenizer | None, *,
                    max_output_tokens: int | None = None, prompt_scale: float = 1.0,
                    output_scale: float = 1.0, min_prompt_tokens: int = 4,
                    min_output_tokens: int = 1, corpus: str | None = None,
-                   seed: int = 0, vocab_size: int | None = None) -> Workload:
+                   seed: int = 0, vocab_size: int | None = None, block_size: int = 16) -> Workload:
     """Build one request per row, in row order.
 
     Arrival = ``row.arrival_s * time_scale`` (below 1 compresses time). Prompt length =
@@ -85,8 +90,16 @@ def build_workload(rows: Sequence[TraceRow], tokenizer: Tokenizer | None, *,
     ``random.Random(seed)``, encoded without special tokens, cut to exactly that many ids and decoded
     back into ``prompt_text``. Without one, prompt ids are uniform draws in [100, 40000] from
     ``numpy.random.default_rng(seed)`` (capped below ``vocab_size`` when given, for small models),
-    kept as compact ``array('i')``s so a 20k-request trace fits in memory. Deterministic given its
-    arguments. Raises ``ValueError`` for out-of-range arguments.
+    kept as compact ``array('i')``s so a 20k-request trace fits in memory.
+
+    Rows with ``hash_ids`` (Mooncake) are built from shared token blocks instead
+    (:class:`recordings.prefix_blocks.SharedPrefixPrompts`): a 512-token hash block becomes
+    ``512 * prompt_scale`` tokens rounded to a multiple of ``block_size`` (the engine's, so shared
+    prefixes stay KV-block aligned), equal ids give equal tokens (corpus windows with a tokenizer,
+    ids in the same range without), the row's length is scaled by that same factor and then
+    clamped as above. Every hash id that gets no token is counted in the notes, with the trace's
+    and the workload's ideal prefix-cache hit rates (``Workload.prefix_sharing``).
+    Deterministic given its arguments. Raises ``ValueError`` for out-of-range arguments.
     """
     check_workload_arguments(time_scale, prompt_scale, output_scale, min_prompt_tokens,
                      max_prompt_tokens, min_output_tokens, max_output_tokens)
@@ -99,14 +112,27 @@ def build_workload(rows: Sequence[TraceRow], tokenizer: Tokenizer | None, *,
     prompt_lengths = _Clamp("prompt lengths", prompt_scale, min_prompt_tokens, max_prompt_tokens)
     output_lengths = _Clamp("output lengths (max_tokens)", output_scale, min_output_tokens,
                             max_output_tokens)
+    shared = None
+    if any(row.hash_ids for row in rows):
+        shared = SharedPrefixPrompts(block_size, prompt_scale, seed, low, high,
+                                     prompts.token_ids() if prompts is not None else None)
     width = max(4, len(str(len(rows) - 1)))
     requests = []
     for index, row in enumerate(rows):
-        num_prompt = prompt_lengths(row.num_prompt_tokens)
-        if prompts is not None:
+        if shared is not None and row.hash_ids:
+            num_prompt = prompt_lengths.clamp(shared.length(row.num_prompt_tokens, row.hash_ids))
+            drawn = shared.prompt(row.num_prompt_tokens, row.hash_ids, num_prompt, index)
+            if prompts is not None:
+                ids = drawn.tolist()
+                text: str | None = tokenizer.decode(ids)  # type: ignore[union-attr]
+            else:
+                ids, text = array.array("i", drawn.tobytes()), None
+        elif prompts is not None:
+            num_prompt = prompt_lengths(row.num_prompt_tokens)
             ids = prompts.window(rng, num_prompt)
-            text: str | None = tokenizer.decode(ids)  # type: ignore[union-attr]
+            text = tokenizer.decode(ids)  # type: ignore[union-attr]
         else:
+            num_prompt = prompt_lengths(row.num_prompt_tokens)
             drawn = np_rng.integers(low, high + 1, num_prompt, dtype=np.int32)
             ids, text = array.array("i", drawn.tobytes()), None
         requests.append(WorkloadRequest(
@@ -118,7 +144,9 @@ def build_workload(rows: Sequence[TraceRow], tokenizer: Tokenizer | None, *,
     notes.append("prompt text: windows of the built-in English corpus (the trace has only token "
                  "counts)" if prompts is not None else
                  f"prompt tokens: random ids in [{low}, {high}] (no tokenizer)")
-    return Workload(requests, notes)
+    if shared is None:
+        return Workload(requests, notes)
+    return Workload(requests, notes + shared.notes(), shared.sharing())
 
 
 def random_token_ids(rng: random.Random, n: int, vocab_size: int | None = None) -> list[int]:
@@ -154,6 +182,13 @@ class _CorpusPrompts:
         self.tokenizer = tokenizer
         self.cycle = corpus.rstrip() + "\n\n"
         self.starts = [m.start() for m in re.finditer(r"(?:^|(?<=[.!?]\s))\S", self.cycle, re.M)]
+        self._ids: list[int] | None = None
+
+    def token_ids(self) -> list[int]:
+        """The whole corpus (one cycle) as token ids, encoded once (hash blocks cut windows of it)."""
+        if self._ids is None:
+            self._ids = list(self.tokenizer.encode(self.cycle, add_special_tokens=False))
+        return self._ids
 
     def window(self, rng: random.Random, num_tokens: int) -> list[int]:
         start = rng.choice(self.starts)
@@ -175,7 +210,10 @@ class _Clamp:
         self.num, self.raised, self.cut = 0, 0, 0
 
     def __call__(self, count: int) -> int:
-        value = round(count * self.scale)
+        return self.clamp(round(count * self.scale))
+
+    def clamp(self, value: int) -> int:
+        """Clamp an already scaled length (counted like any other)."""
         self.num += 1
         if value < self.low:
             self.raised += 1

@@ -66,15 +66,20 @@ def engine_config(c: dict, **overrides) -> EngineConfig:
     return EngineConfig(**k)
 
 
-def arrivals_and_actions(c: dict) -> tuple[list[Arrival], list[Action]]:
-    """Requests with a numeric ``arrive_step`` and ``prompt_len`` (distinct prompts, EOS ignored)."""
+def arrivals_and_actions(c: dict, *, with_sampling: bool = False,
+                         vocab: int = 1000) -> tuple[list[Arrival], list[Action]]:
+    """Requests with a numeric ``arrive_step`` and ``prompt_len`` (distinct prompts of ids below
+    ``vocab``, EOS ignored). ``with_sampling``: also the case's ``sampling`` knobs (penalties,
+    temperature...), which only a real model's logits feel; else greedy defaults."""
     arrivals, actions = [], []
     for i, r in enumerate(c["requests"]):
         if not isinstance(r.get("arrive_step", 0), int) or "prompt_len" not in r:
             continue
+        sampling = r.get("sampling", {}) if with_sampling else {}
         params = SamplingParams(max_tokens=r["max_tokens"], ignore_eos=True,
-                                priority=r.get("priority", 0))
-        arrivals.append(Arrival(r["id"], r.get("arrive_step", 0), distinct_prompt(i, r["prompt_len"]), params))
+                                priority=r.get("priority", 0), **sampling)
+        arrivals.append(Arrival(r["id"], r.get("arrive_step", 0),
+                                distinct_prompt(i, r["prompt_len"], vocab), params))
         for kind in ("pause", "abort"):
             if f"{kind}_step" in r:
                 actions.append(Action(r[f"{kind}_step"], kind, r["id"]))

@@ -10,9 +10,11 @@ state and record read back equal the live ones, and G1/G3/G4/G6 hold on the stat
 file. Block math needs no shift: the engine keeps no reserved null block, T tokens of KV hold
 ceil(T / block_size) blocks.
 
+The case with sampling penalties (``recompute-keeps-output-split``) also runs on the tiny random
+Llama through the real model runner, since penalties act on logits the fake runner does not have.
+
 Cases (or variants) that need a feature the engine does not have -- priority scheduling, swap
-preemption with a CPU pool, prefix caching, repetition/frequency penalties -- are reported as
-xfail with a reason naming the feature; each such test also checks that the engine refuses the
+preemption with a CPU pool, prefix caching -- are reported as xfail with a reason naming the feature; each such test also checks that the engine refuses the
 case's knob instead of silently ignoring it.
 """
 from __future__ import annotations
@@ -395,26 +397,27 @@ def wl_recompute() -> Workload:
     return case_workload("recompute-keeps-output-split")
 
 
-def test_recompute_keeps_output_split():
-    c = case("recompute-keeps-output-split")
-    result = wl_recompute().run_with_reference()   # outputs equal the reference (greedy, no penalties)
-    states = [None] + replay_states(result)
+def assert_output_split(c: dict, requests, records, states) -> None:
+    """The case's expectations on one run: every request finished by length with the case's
+    prompt and output counts, and each preemption of a request mid-decode (with k outputs) is
+    followed by a resume prefill covering prompt + k tokens from scratch while the output count
+    stays k, then exactly one new token. ``records`` are the run's step records and
+    ``states[k]`` the state after step k - 1 (``states[0]`` is None), live or read from a file."""
     preempted_any = False
     for r in c["requests"]:
-        req = result.requests[r["id"]]
+        req = requests[r["id"]]
         assert req.status is RequestStatus.FINISHED_LENGTH
         assert req.num_output_tokens == r["max_tokens"] and req.num_prompt_tokens == r["prompt_len"]
         v = states[-1].view(r["id"])                           # among the recently finished
         assert (v.num_prompt_tokens, v.num_output_tokens) == (r["prompt_len"], r["max_tokens"])
-        for rec in result.records:
+        for rec in records:
             if r["id"] not in rec.preempted_ids:
                 continue
             preempted_any = True
             k = states[rec.step].view(r["id"]).num_output_tokens     # outputs when preempted
             assert 0 < k < r["max_tokens"], "preempted mid-decode"
             # The resume prefill covers prompt + k tokens while the output count stays k.
-            later = [x for rr in result.records[rec.step + 1:] for x in rr.scheduled
-                     if x.request_id == r["id"]]
+            later = [x for rr in records[rec.step + 1:] for x in rr.scheduled if x.request_id == r["id"]]
             covered, chunks = 0, []
             for x in later:
                 chunks.append(x)
@@ -423,32 +426,107 @@ def test_recompute_keeps_output_split():
                     break
             assert chunks[0].num_computed_tokens == 0 and all(x.is_prefill for x in chunks)
             assert covered == r["prompt_len"] + k
-            resume_steps = [rr.step for rr in result.records[rec.step + 1:]
+            resume_steps = [rr.step for rr in records[rec.step + 1:]
                             if any(x.request_id == r["id"] for x in rr.scheduled)]
             for step in resume_steps[:len(chunks) - 1]:
                 assert states[step + 1].view(r["id"]).num_output_tokens == k
             assert states[resume_steps[len(chunks) - 1] + 1].view(r["id"]).num_output_tokens == k + 1
     assert preempted_any, "the case is meant to preempt B mid-decode"
-    assert result.requests[c["requests"][-1]["id"]].num_preemptions >= 1
+    assert requests[c["requests"][-1]["id"]].num_preemptions >= 1
 
 
-@pytest.mark.xfail(raises=TypeError, strict=True,
-                   reason="recompute-keeps-output-split as specified needs sampling penalties "
-                          "(repetition_penalty, frequency_penalty), which the engine does not implement")
-def test_recompute_keeps_output_split_with_penalties():
-    """Only the refusal is tested: SamplingParams rejects each penalty knob by name (never ignores
-    it); the case with penalties on cannot run, which is the expected failure."""
+def test_recompute_keeps_output_split():
+    """With the fake runner (which has no logits: the case's penalties are left out here and
+    tested on a real model below)."""
     c = case("recompute-keeps-output-split")
+    result = wl_recompute().run_with_reference()   # outputs equal the reference (greedy)
+    assert_output_split(c, result.requests, result.records, [None] + replay_states(result))
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    """The tiny random fp32 Llama (``engine.tiny_model``), with torch on one thread (the tiny
+    matmuls are many times slower with two on a busy 2-core machine)."""
+    import torch
+
+    from engine.tiny_model import tiny_llama
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield tiny_llama(seed=0)
+    torch.set_num_threads(n)
+
+
+def run_on_model(model, config: EngineConfig, arrivals, **kw) -> RunResult:
+    """``run_workload`` through the real ``ModelRunner`` on a copy of ``model`` (the runner
+    switches its model's attention implementation)."""
+    import copy
+
+    from engine.model_runner import ModelRunner
+
+    runner = ModelRunner(copy.deepcopy(model), config.num_gpu_blocks, config.block_size)
+    return run_workload(config, arrivals, runner=runner, **kw)
+
+
+def generate_with_penalties(model, prompt, params: SamplingParams) -> list[int]:
+    """transformers ``generate()`` alone, greedy, with its own repetition penalty (prompt +
+    output) and a frequency penalty over the generated tokens written here: an implementation of
+    the same semantics independent of ``engine.penalties``."""
+    import torch
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    class FrequencyPenalty(LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            out = input_ids[:, len(prompt):]
+            counts = torch.zeros_like(scores).scatter_add_(1, out, torch.ones_like(out, dtype=scores.dtype))
+            return scores - params.frequency_penalty * counts
+
+    ids = torch.tensor([list(prompt)])
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                             max_new_tokens=params.max_tokens, eos_token_id=-1, pad_token_id=0,
+                             repetition_penalty=params.repetition_penalty,
+                             logits_processor=LogitsProcessorList([FrequencyPenalty()]))
+    return out[0, len(prompt):].tolist()
+
+
+def test_recompute_keeps_output_split_with_penalties(tiny_model, tmp_path):
+    """The case as specified, penalties on, on the tiny random Llama through the real model
+    runner (fp32, CPU): B is preempted mid-decode and recomputed, both outputs equal the
+    reference run (10x blocks, no preemption) and transformers ``generate()`` with the same
+    penalties, and the recording shows the output split."""
+    from recordings import Reader
+
+    c = case("recompute-keeps-output-split")
+    config = engine_config(c)
+    arrivals, _ = arrivals_and_actions(c, with_sampling=True, vocab=tiny_model.config.vocab_size)
+    for a in arrivals:
+        assert a.params.repetition_penalty == 1.2 and a.params.frequency_penalty == 0.5, a.params
+        assert a.params.is_greedy
+    result = run_on_model(tiny_model, config, arrivals, record_to=tmp_path / "run.sqlite")
+    reference = run_on_model(tiny_model, config.replace(num_gpu_blocks=10 * config.num_gpu_blocks), arrivals)
+    assert reference.num_preemptions == 0 and result.num_preemptions >= 1
+    assert_outputs_match(result, reference.outputs())
+    plain = [Arrival(a.request_id, a.arrive_step, a.prompt,
+                     SamplingParams(max_tokens=a.params.max_tokens, ignore_eos=True)) for a in arrivals]
+    without = run_on_model(tiny_model, config.replace(num_gpu_blocks=10 * config.num_gpu_blocks), plain)
+    for a in arrivals:
+        out = result.requests[a.request_id].output_token_ids
+        assert out == generate_with_penalties(tiny_model, a.prompt, a.params), a.request_id
+        assert out != without.requests[a.request_id].output_token_ids, "the penalties changed nothing"
+    # Everything again from the recording: its records and states are the live ones, and they show
+    # the split; the reported prompt / completion token counts are the case's.
+    assert_recording_matches(result)
+    with Reader(result.recording) as reader:
+        n = reader.latest_step() + 1
+        records = reader.records(0, n)
+        states = [None] + [reader.state_at(k) for k in range(n)]
+        infos = {r["id"]: reader.request_info(r["id"]) for r in c["requests"]}
+    assert_output_split(c, result.requests, records, states)
     for r in c["requests"]:
-        sampling = r["sampling"]
-        penalties = sorted(k for k in sampling if k.endswith("_penalty"))
-        assert penalties == ["frequency_penalty", "repetition_penalty"], sampling
-        for k in penalties:
-            with pytest.raises(TypeError, match=k):
-                SamplingParams(max_tokens=r["max_tokens"], **{k: sampling[k]})
-    SamplingParams(max_tokens=c["requests"][0]["max_tokens"], **c["requests"][0]["sampling"])   # TypeError
-    pytest.fail("SamplingParams now takes penalties: replace this xfail with the real case "
-                "(both outputs equal the reference with the penalties on, after B's preemption)")
+        info = infos[r["id"]]
+        assert (info.num_prompt_tokens, info.num_output_tokens) == (r["prompt_len"], r["max_tokens"])
+        assert info.sampling["repetition_penalty"] == 1.2 and info.sampling["frequency_penalty"] == 0.5
 
 
 # --- metrics -------------------------------------------------------------------------------

@@ -1,0 +1,223 @@
+"""An offline Python API for notebooks and scripts, shaped like vLLM's ``LLM``::
+
+    from app import LLM, SamplingParams
+
+    llm = LLM("default", max_num_seqs=8)                   # any EngineConfig knob by name
+    outs = llm.generate(["Hello", "The sky is"], SamplingParams(max_tokens=32), record="run.sqlite")
+    print(outs[0].text, outs[0].metrics.time_to_first_token)
+
+The model is loaded once (``app.factory.build_engine``, the same path as the ``batchscope``
+command); each :meth:`LLM.generate` call runs its prompts to completion on a fresh
+``LLMEngine`` over that model and its KV cache, so a recording (``record=``) holds exactly that
+call, from step 0, and opens with ``recordings.Reader`` like any other.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import difflib
+import itertools
+import numbers
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence, Union
+
+from tqdm import tqdm
+
+from engine.config import EngineConfig
+from engine.engine import LLMEngine
+from engine.request import Request, SamplingParams
+
+Prompt = Union[str, Sequence[int]]
+SIM_KNOBS = ("executor", "sim_model", "sim_device", "sim_cost")
+
+
+@dataclass(frozen=True)
+class RequestMetrics:
+    """One request's latencies (vLLM's names), on the engine clock: seconds under the default
+    ``wall`` clock, steps under ``clock="virtual"``, simulated seconds under ``sim``.
+    ``None`` where undefined (no token was generated; fewer than two tokens for the TPOT)."""
+
+    arrival_time: float
+    first_token_time: float | None
+    finished_time: float | None
+    time_to_first_token: float | None
+    time_per_output_token: float | None      # mean gap between consecutive output tokens
+    e2e_request_latency: float | None
+    num_preemptions: int
+
+
+@dataclass(frozen=True)
+class RequestOutput:
+    """The result of one prompt. ``text`` is ``None`` when the model has no tokenizer;
+    ``finish_reason`` is ``stop``, ``length``, ``abort`` or ``error`` (then ``error`` says why:
+    a prompt longer than ``max_model_len`` or the KV cache is rejected, not raised)."""
+
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    text: str | None
+    token_ids: list[int]
+    finish_reason: str | None
+    stop_reason: str | None
+    error: str | None
+    metrics: RequestMetrics
+
+
+def known_knobs() -> list[str]:
+    """Keyword arguments :class:`LLM` accepts besides ``model``: ``EngineConfig``'s fields and the
+    simulated executor's."""
+    return sorted({f.name for f in dataclasses.fields(EngineConfig)} - {"model"} | set(SIM_KNOBS))
+
+
+def engine_config(model: str | Path, knobs: dict) -> EngineConfig:
+    """The config of ``LLM(model, **knobs)``: the clock defaults to ``wall`` (``sim`` with
+    ``executor="sim"``, whose ``sim_model`` defaults to ``model``). Raises ``TypeError`` naming an
+    unknown knob and listing the known ones, ``engine.config.ConfigError`` for a bad value."""
+    known = known_knobs()
+    for name in knobs:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise TypeError(f"LLM() got an unknown engine knob {name!r}{hint}; known knobs: {', '.join(known)}")
+    executor = knobs.pop("executor", "model")
+    if executor == "sim":
+        from engine.sim.config import SimConfig
+
+        knobs.setdefault("sim_model", str(model))
+        return SimConfig(model=str(model), **{"clock": "sim", **knobs})
+    given = [k for k in SIM_KNOBS if k in knobs]
+    if executor != "model" or given:
+        raise TypeError(f"{', '.join(given) or f'executor={executor!r}'}: the simulated executor's knobs "
+                        f"need executor='sim' (executor is 'model' or 'sim')")
+    return EngineConfig(model=str(model), **{"clock": "wall", **knobs})
+
+
+class LLM:
+    """A model loaded once, generating for batches of prompts with continuous batching.
+
+    ``model``: ``"default"`` (the embedded SmolLM2-135M-Instruct), a local transformers
+    Llama-family folder, or with ``executor="sim"`` a simulated model shape. ``engine_knobs``: any
+    ``EngineConfig`` field by its vLLM name (``max_num_seqs``, ``max_num_batched_tokens``,
+    ``block_size``, ``num_gpu_blocks``, ``max_model_len``, ``device``, ``dtype``, ``seed``,
+    ``clock``...). Raises ``TypeError`` for an unknown knob (naming it and the known ones),
+    ``engine.config.ConfigError`` for a bad value, ``engine.model_files.ModelLoadError`` when the
+    model does not load. ``tokenizer`` is the model's (``None`` for token-id-only models); it
+    can be replaced before a :meth:`generate` call.
+    """
+
+    def __init__(self, model: str | Path = "default", **engine_knobs) -> None:
+        from app.factory import build_engine
+
+        self.config = engine_config(model, dict(engine_knobs))
+        built = build_engine(self.config, progress=False)
+        self.config = built.config            # resolved: device, dtype, num_gpu_blocks
+        self.run_info = built.run_info
+        self.tokenizer = built.tokenizer
+        self.vocab_size = built.vocab_size
+        self._runner = built.engine.runner
+        self._eos_token_id = built.engine.eos_token_id
+        self._ids = itertools.count()
+
+    def generate(self, prompts: Prompt | Sequence[Prompt],
+                 sampling_params: SamplingParams | Sequence[SamplingParams] | None = None, *,
+                 record: str | Path | None = None, use_tqdm: bool = True) -> list[RequestOutput]:
+        """Generate for every prompt; returns one :class:`RequestOutput` per prompt, in input order.
+
+        ``prompts``: a string, a list of token ids, or a list of those (strings are encoded with
+        the tokenizer, special tokens added as vLLM does; no chat template). ``sampling_params``:
+        one for all prompts (default ``SamplingParams()``: greedy, 16 tokens) or one per prompt.
+        Request ids (``"0"``, ``"1"``, ...) are unique across calls. ``record``: also write the
+        run to this new recording file (``recordings.RecordingWriter``). ``use_tqdm``: a progress
+        bar of finished requests on stderr. Raises ``ValueError`` for a text prompt without a
+        tokenizer, a list of sampling params of the wrong length, or stop strings without a
+        tokenizer; ``TypeError`` for a prompt of another type; ``recordings.RecordingError`` when
+        ``record`` cannot be created (an existing file is never overwritten).
+        """
+        items = self._prompts(prompts)
+        params = self._params(sampling_params, len(items))
+        encoded = [(p, self._encode(p)) for p in items]
+        if self.tokenizer is None and any(sp.stop for sp in params):   # before a file is created
+            raise ValueError("stop strings need a tokenizer; this model runs on token ids only")
+        writer = None
+        if record is not None:
+            from recordings import RecordingWriter
+
+            info = {**self.run_info, "source": "app.llm.LLM.generate",
+                    "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+            writer = RecordingWriter(record, info)
+        engine = LLMEngine(self.config, self._runner, self.config.num_gpu_blocks, tokenizer=self.tokenizer,
+                           eos_token_id=self._eos_token_id, recorder=writer)
+        done = engine.collect_finished()
+        try:
+            rids = [engine.add_request(ids, sp, request_id=str(next(self._ids)),
+                                       prompt_text=p if isinstance(p, str) else None)
+                    for (p, ids), sp in zip(encoded, params)]
+            self._run(engine, done, len(rids), use_tqdm)
+        finally:
+            if writer is not None:
+                writer.close()
+        if engine.recorder_error:
+            warnings.warn(f"{record}: {engine.recorder_error}", RuntimeWarning, stacklevel=2)
+        return [self._output(done[rid], prompt) for rid, prompt in zip(rids, items)]
+
+    @staticmethod
+    def _run(engine: LLMEngine, done: dict, total: int, use_tqdm: bool) -> None:
+        with tqdm(total=total, unit="req", desc="generating", disable=not use_tqdm, dynamic_ncols=True) as bar:
+            while engine.has_unfinished:
+                engine.step()
+                if len(done) != bar.n:
+                    bar.update(len(done) - bar.n)
+            if engine.has_pending_changes:      # rejections (and their records) after the last step
+                engine.step(run_batch=False)
+            bar.update(len(done) - bar.n)
+
+    @staticmethod
+    def _prompts(prompts) -> list[Prompt]:
+        if isinstance(prompts, str):
+            return [prompts]
+        items = list(prompts)
+        if items and all(isinstance(t, numbers.Integral) for t in items):
+            return [[int(t) for t in items]]             # one prompt of token ids
+        out: list[Prompt] = []
+        for i, p in enumerate(items):
+            if isinstance(p, str):
+                out.append(p)
+            elif isinstance(p, Sequence) and all(isinstance(t, numbers.Integral) for t in p):
+                out.append([int(t) for t in p])
+            else:
+                raise TypeError(f"prompt {i} is a {type(p).__name__}: expected a string or a list of token ids")
+        return out
+
+    @staticmethod
+    def _params(sampling_params, n: int) -> list[SamplingParams]:
+        if sampling_params is None:
+            return [SamplingParams()] * n
+        if isinstance(sampling_params, SamplingParams):
+            return [sampling_params] * n
+        params = list(sampling_params)
+        if len(params) != n or not all(isinstance(p, SamplingParams) for p in params):
+            raise ValueError(f"sampling_params: give one SamplingParams or a list of one per prompt "
+                             f"({n} prompts, got {len(params)} items)")
+        return params
+
+    def _encode(self, prompt: Prompt) -> list[int]:
+        if not isinstance(prompt, str):
+            return list(prompt)
+        if self.tokenizer is None:
+            raise ValueError(f"this model ({self.run_info['model']['name']}) has no tokenizer: pass "
+                             f"prompts as lists of token ids in [0, {self.vocab_size})")
+        return list(self.tokenizer.encode(prompt))
+
+    def _output(self, req: Request, prompt: Prompt) -> RequestOutput:
+        e2e = None if req.finished_time is None else req.finished_time - req.arrival_time
+        metrics = RequestMetrics(req.arrival_time, req.first_token_time, req.finished_time, req.ttft,
+                                 req.mean_itl, e2e, req.num_preemptions)
+        reason = req.finish_reason
+        return RequestOutput(
+            request_id=req.request_id, prompt=prompt if isinstance(prompt, str) else None,
+            prompt_token_ids=list(req.prompt_token_ids),
+            text=req.output_text if self.tokenizer is not None else None,
+            token_ids=list(req.output_token_ids), finish_reason=reason.value if reason else None,
+            stop_reason=req.stop_reason, error=req.error, metrics=metrics)
