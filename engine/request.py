@@ -85,6 +85,8 @@ class Request:
     ``num_tokens`` (prompt + output so far) one scheduled chunk at a time, which covers prefill,
     chunked prefill, recompute after preemption and decode with one rule (vLLM v1).
     Times are seconds on the engine clock (steps under the virtual clock).
+    ``block_hashes`` are the prefix hashes of its full blocks (``engine.prefix_hash``), computed
+    once as its tokens become known and kept across preemptions (vLLM keeps them the same way).
     A request is an entity: equal only to itself (and hashable), so the scheduler's queue
     operations compare identities, not every field.
     """
@@ -110,6 +112,8 @@ class Request:
     token_times: list[float] = field(default_factory=list)
     error: str | None = None
     stop_reason: str | None = None
+    num_cached_tokens: int = -1       # prefix-cache hit (tokens) at its first admission; -1 before
+    block_hashes: list[int] = field(default_factory=list)   # chained hashes of its full blocks
 
     @property
     def num_prompt_tokens(self) -> int:

@@ -39,15 +39,12 @@ def missing_features(cfg: dict) -> list[str]:
         out.append(f"{cfg['policy']} scheduling policy")
     if cfg.get("preemption_mode", "recompute") != "recompute" or "num_cpu_blocks" in cfg:
         out.append("swap preemption (CPU swap pool)")
-    if cfg.get("enable_prefix_caching"):
-        out.append("prefix caching")
     return out
 
 
 def knobs(cfg: dict) -> dict:
-    """The case's engine knobs as EngineConfig keywords; a disabled prefix cache is our default."""
-    return {k: v for k, v in cfg.items()
-            if k not in NOT_KNOBS and not (k == "enable_prefix_caching" and not v)}
+    """The case's engine knobs as EngineConfig keywords."""
+    return {k: v for k, v in cfg.items() if k not in NOT_KNOBS}
 
 
 def xfail_missing(case_id: str, cfg: dict) -> None:
