@@ -150,13 +150,24 @@ def _v2_tables(db: sqlite_utils.Database) -> None:
         WHERE json_extract(s.token_id_json, '$[' || b.key || ']') >= 0""")
 
 
+def _v3_prefix_cache(db: sqlite_utils.Database) -> None:
+    """Version 3: prefix caching. ``steps.prefix_cache_queries`` / ``prefix_cache_hits`` (tokens
+    looked up and found cached by the step's admissions) and ``block_events.block_hashes_json``
+    (the prefix hashes of a ``cached`` event's blocks, aligned with ``block_ids_json``; NULL for
+    other kinds). Only adds columns: a version-2 file still opens (read-only) as it is."""
+    for column in ("prefix_cache_queries", "prefix_cache_hits"):
+        db.execute(f"ALTER TABLE steps ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
+    db.execute("ALTER TABLE block_events ADD COLUMN block_hashes_json TEXT")
+
 
 # (version, migration); versions are 1, 2, 3 ... in order. Never edit a released migration:
 # append a new one.
 MIGRATIONS: list[tuple[int, Callable[[sqlite_utils.Database], None]]] = [
     (1, _v1_tables),
     (2, _v2_tables),
+    (3, _v3_prefix_cache),
 ]
+READABLE_OLD_VERSION = 2   # the previous schema the reader still opens as it is (no upgrade)
 
 
 def latest_version() -> int:
