@@ -39,8 +39,8 @@ class BlockPool:
         self._free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
         self.block_hash = [0] * num_blocks
         self.cached_block: dict[int, int] = {}
-        # (parent hash, tokens) of each cached block: checked on every hit, and by the invariants
-        self._content: dict[int, tuple[int, tuple[int, ...]]] = {}
+        # cached block -> (parent hash, its tokens): checked on every hit and by the invariants
+        self.block_content: dict[int, tuple[int, tuple[int, ...]]] = {}
 
     @property
     def num_free_blocks(self) -> int:
@@ -77,7 +77,7 @@ class BlockPool:
         if self.cached_block.get(h) == b:
             del self.cached_block[h]
         self.block_hash[b] = 0
-        self._content.pop(b, None)
+        self.block_content.pop(b, None)
 
     def touch(self, block_ids: Sequence[int]) -> None:
         """Add one reference to each (cached) block, taking cached-free ones off the free queue
@@ -123,7 +123,7 @@ class BlockPool:
             return False
         self.block_hash[b] = block_hash
         self.cached_block[block_hash] = b
-        self._content[b] = (parent_hash, tokens)
+        self.block_content[b] = (parent_hash, tokens)
         return True
 
     def lookup(self, block_hash: int, parent_hash: int, tokens_of) -> int | None:
@@ -133,7 +133,7 @@ class BlockPool:
         b = self.cached_block.get(block_hash)
         if b is None:
             return None
-        parent, tokens = self._content[b]
+        parent, tokens = self.block_content[b]
         return b if parent == parent_hash and tokens == tuple(tokens_of()) else None
 
     # --- checks ---------------------------------------------------------------------------
@@ -161,8 +161,8 @@ class BlockPool:
             assert c == holders[b], f"G2: block {b} count {c} but held by {holders[b]} tables"
         for h, b in self.cached_block.items():
             assert self.block_hash[b] == h, f"hash map: {h} -> block {b} tagged {self.block_hash[b]}"
-            parent, tokens = self._content[b]
+            parent, tokens = self.block_content[b]
             assert hash_block(parent, tokens) == h, f"hash map: block {b}'s tokens do not hash to {h}"
         tagged = sum(1 for h in self.block_hash if h)
-        assert tagged == len(self.cached_block) == len(self._content), (
+        assert tagged == len(self.cached_block) == len(self.block_content), (
             f"hash map: {tagged} tagged blocks, {len(self.cached_block)} map entries")

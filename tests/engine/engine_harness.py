@@ -355,6 +355,11 @@ class InvariantChecker:
 
         # G1 / G2 / G3 / G4 (slots) as the scheduler states them ...
         s.check_invariants()
+        if isinstance(self.runner, FakeRunner):
+            # Each cached block really holds the tokens its hash was made from (the fake runner's
+            # paged cache is the truth): a stale hash -> block entry would name other content.
+            for b, (_, tokens) in kv.pool.block_content.items():
+                assert tuple(self.runner.cache[b]) == tokens, f"cached block {b} holds other tokens"
         e.check_state()
         # ... and again from what the UI and the recording see (EngineState, StepRecord).
         st = e.state()
@@ -422,8 +427,10 @@ class InvariantChecker:
                 last_only = pre["num_output"][x.request_id] and x.num_computed_tokens == pre["num_tokens"][x.request_id] - 1
                 assert x.is_prefill == (not last_only), ("is_prefill", x)
             if not c.enable_chunked_prefill:
-                assert x.num_tokens == 1 or (x.num_computed_tokens == 0
-                                             and x.num_tokens == pre["num_tokens"][x.request_id]), (
+                # the whole prompt (after its prefix-cache hit, if any) in one step
+                assert x.num_tokens == 1 or (
+                    x.num_computed_tokens == len(step_hit.get(x.request_id, ())) * bs
+                    and x.num_computed_tokens + x.num_tokens == pre["num_tokens"][x.request_id]), (
                     "prefill split without chunked prefill", x)
             elif c.long_prefill_token_threshold and x.num_tokens > 1:
                 assert x.num_tokens <= c.long_prefill_token_threshold, ("long prefill cap", x)
@@ -633,8 +640,10 @@ def assert_recording_matches(result: RunResult) -> None:
 
 
 def reference_outputs(config: EngineConfig, arrivals: Sequence[Arrival], **kw) -> dict[str, list[int]]:
-    """The cases README's reference run: the same workload with 10x the KV blocks, no actions."""
-    ref = run_workload(config.replace(num_gpu_blocks=10 * config.num_gpu_blocks), arrivals, **kw)
+    """The cases README's reference run: the same workload with 10x the KV blocks, no actions,
+    no prefix cache."""
+    ref = run_workload(config.replace(num_gpu_blocks=10 * config.num_gpu_blocks,
+                                      enable_prefix_caching=False), arrivals, **kw)
     return ref.outputs()
 
 
