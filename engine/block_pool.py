@@ -11,7 +11,7 @@ request's table (:meth:`BlockPool.touch`), which takes it off the free queue if 
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from engine.prefix_hash import hash_block
 
@@ -27,8 +27,11 @@ class BlockPool:
     ``free`` appends to the most recently freed end, so a freed block (and the prefix it caches)
     is reused as late as possible. ``block_hash[b]`` is the hash a cached block is tagged with
     (0 = none); ``cached_block`` maps each hash to its one block (a second full block with the
-    same content is left untagged, vLLM keeps both). Raises ``ValueError`` on misuse (double
-    free, a list naming a block twice, unknown ids) rather than corrupting counts.
+    same content is left untagged, vLLM keeps both); ``block_parent[b]`` is the hash of the
+    block before it in its prefix, so its hash can be checked against its contents. Hashes are
+    trusted as vLLM trusts them (a 64-bit chained hash: two different prefixes of N cached blocks
+    collide with probability about N^2 / 2^65). Raises ``ValueError`` on misuse (double free, a
+    list naming a block twice, unknown ids) rather than corrupting counts.
     """
 
     def __init__(self, num_blocks: int) -> None:
@@ -38,9 +41,8 @@ class BlockPool:
         self.ref_cnt = [0] * num_blocks
         self._free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
         self.block_hash = [0] * num_blocks
+        self.block_parent = [0] * num_blocks
         self.cached_block: dict[int, int] = {}
-        # cached block -> (parent hash, its tokens): checked on every hit and by the invariants
-        self.block_content: dict[int, tuple[int, tuple[int, ...]]] = {}
 
     @property
     def num_free_blocks(self) -> int:
@@ -77,7 +79,7 @@ class BlockPool:
         if self.cached_block.get(h) == b:
             del self.cached_block[h]
         self.block_hash[b] = 0
-        self.block_content.pop(b, None)
+        self.block_parent[b] = 0
 
     def touch(self, block_ids: Sequence[int]) -> None:
         """Add one reference to each (cached) block, taking cached-free ones off the free queue
@@ -113,36 +115,28 @@ class BlockPool:
                 self._free[b] = None
 
     # --- the prefix cache -----------------------------------------------------------------
-    def cache_block(self, b: int, block_hash: int, parent_hash: int, tokens: tuple[int, ...]) -> bool:
-        """Tag held block ``b`` as holding the full block ``tokens`` after ``parent_hash``
-        (``block_hash`` = ``hash_block(parent_hash, tokens)``). Returns False, tagging nothing,
-        when another block already caches that hash or ``b`` is already tagged."""
+    def cache_block(self, b: int, block_hash: int, parent_hash: int) -> bool:
+        """Tag held block ``b`` as holding the full block whose chained hash is ``block_hash``
+        (``hash_block(parent_hash, its tokens)``). Returns False, tagging nothing, when another
+        block already caches that hash or ``b`` is already tagged."""
         if self.ref_cnt[b] < 1:
             raise ValueError(f"block {b} is free: only a written, held block can be cached")
         if self.block_hash[b] or block_hash in self.cached_block:
             return False
         self.block_hash[b] = block_hash
+        self.block_parent[b] = parent_hash
         self.cached_block[block_hash] = b
-        self.block_content[b] = (parent_hash, tokens)
         return True
 
-    def lookup(self, block_hash: int, parent_hash: int, tokens_of) -> int | None:
-        """The block caching ``block_hash``, or None. ``tokens_of()`` gives the tokens the caller
-        expects in it (called only on a hash match): a block whose parent or tokens differ (a
-        hash collision) is not a hit."""
-        b = self.cached_block.get(block_hash)
-        if b is None:
-            return None
-        parent, tokens = self.block_content[b]
-        return b if parent == parent_hash and tokens == tuple(tokens_of()) else None
-
     # --- checks ---------------------------------------------------------------------------
-    def check_invariants(self, held: Mapping[str, Iterable[int]]) -> None:
+    def check_invariants(self, held: Mapping[str, Iterable[int]],
+                         tokens_of_block: Callable[[int], tuple[int, ...]] | None = None) -> None:
         """Assert G1 (conservation: free + cached-evictable + distinct held == total), G2
         (reference counts: each block's count is the number of tables ``held`` naming it, never
         negative, 0 exactly on the free queue) and the hash map (each ``hash -> block`` entry
-        names a block tagged with that hash whose recorded tokens hash to it) against the block
-        tables ``held``. Raises ``AssertionError`` naming the broken invariant."""
+        names a block tagged with that hash; with ``tokens_of_block(b)``, the tokens the block
+        really holds -- a test runner's paged cache -- must hash to it after its parent) against
+        the block tables ``held``. Raises ``AssertionError`` naming the broken invariant."""
         holders = [0] * self.num_blocks
         for rid, blocks in held.items():
             blocks = list(blocks)
@@ -161,8 +155,9 @@ class BlockPool:
             assert c == holders[b], f"G2: block {b} count {c} but held by {holders[b]} tables"
         for h, b in self.cached_block.items():
             assert self.block_hash[b] == h, f"hash map: {h} -> block {b} tagged {self.block_hash[b]}"
-            parent, tokens = self.block_content[b]
-            assert hash_block(parent, tokens) == h, f"hash map: block {b}'s tokens do not hash to {h}"
+            if tokens_of_block is not None:
+                assert hash_block(self.block_parent[b], tuple(tokens_of_block(b))) == h, (
+                    f"hash map: block {b}'s tokens do not hash to {h}")
         tagged = sum(1 for h in self.block_hash if h)
-        assert tagged == len(self.cached_block) == len(self.block_content), (
+        assert tagged == len(self.cached_block), (
             f"hash map: {tagged} tagged blocks, {len(self.cached_block)} map entries")

@@ -17,7 +17,7 @@ from typing import NamedTuple
 from engine.block_pool import BlockPool, NoFreeBlocksError
 from engine.outputs import (BLOCKS_ALLOCATED, BLOCKS_CACHED, BLOCKS_EVICTED, BLOCKS_FREED,
                             BLOCKS_HIT, BlockEvent)
-from engine.prefix_hash import ROOT_HASH, extend_block_hashes
+from engine.prefix_hash import ROOT_HASH, extend_block_hashes, hash_block
 
 __all__ = ["BlockPool", "ComputedBlocks", "KVCacheManager", "NO_HIT", "NoFreeBlocksError"]
 
@@ -54,7 +54,9 @@ class KVCacheManager:
         self.block_tables: dict[str, list[int]] = {}
         self.events: list[BlockEvent] = []
         self._frozen: dict[str, tuple[int, ...]] = {}    # block_table() copies, until a table changes
-        self._num_hashed: dict[str, int] = {}   # leading blocks of a table already offered to the cache
+        # per request: num_computed_tokens at which its next block to offer to the cache is full
+        # (the scheduler compares against it after each step, so a step costs O(1) per request)
+        self.cache_at: dict[str, int] = {}
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
 
@@ -113,15 +115,13 @@ class KVCacheManager:
             return NO_HIT
         bs, num_tokens = self.block_size, request.num_tokens
         hashes = extend_block_hashes(request.block_hashes, request.token_ids, num_tokens, bs)
-        lookup, tokens_of = self.pool.lookup, request.token_ids
+        cached = self.pool.cached_block
         blocks: list[int] = []
-        parent = ROOT_HASH
         for i in range((num_tokens - 1) // bs):
-            b = lookup(hashes[i], parent, lambda: tokens_of(i * bs, (i + 1) * bs))
+            b = cached.get(hashes[i])
             if b is None:
                 break
             blocks.append(b)
-            parent = hashes[i]
         return ComputedBlocks(tuple(blocks), len(blocks) * bs, num_tokens)
 
     def num_blocks_to_admit(self, num_tokens: int, computed: ComputedBlocks = NO_HIT) -> int:
@@ -139,23 +139,31 @@ class KVCacheManager:
         """Offer the blocks of ``request`` filled since the last call (whole blocks within its
         ``num_computed_tokens``: KV written by a completed step) to the prefix cache, tagging
         each with its chained hash (``cached`` event); a block whose hash another block already
-        caches stays untagged. Call after each step for every request that computed tokens.
-        O(1) unless a block became full."""
+        caches stays untagged. Call after each step for every request that computed tokens
+        with ``num_computed_tokens >= cache_at[request_id]`` (else it has nothing to offer)."""
         rid, bs = request.request_id, self.block_size
-        done = self._num_hashed.get(rid, 0)
+        if not self.enable_caching:
+            return
+        done = self.cache_at.get(rid, bs) // bs - 1        # blocks already offered
         num_full = request.num_computed_tokens // bs
-        if num_full <= done or not self.enable_caching:
+        if num_full <= done:
             return
         table, pool, tokens_of = self.block_tables[rid], self.pool, request.token_ids
-        hashes = extend_block_hashes(request.block_hashes, tokens_of, num_full * bs, bs)
+        hashes = request.block_hashes              # hashes[:done] are known (len >= done)
+        parent = hashes[done - 1] if done else ROOT_HASH
         tagged: list[int] = []
         tags: list[int] = []
         for i in range(done, num_full):
-            parent = hashes[i - 1] if i else ROOT_HASH
-            if pool.cache_block(table[i], hashes[i], parent, tuple(tokens_of(i * bs, (i + 1) * bs))):
+            if i < len(hashes):                    # a prompt block: hashed at admission
+                h = hashes[i]
+            else:
+                h = hash_block(parent, tuple(tokens_of(i * bs, (i + 1) * bs)))
+                hashes.append(h)
+            if pool.cache_block(table[i], h, parent):
                 tagged.append(table[i])
-                tags.append(hashes[i])
-        self._num_hashed[rid] = num_full
+                tags.append(h)
+            parent = h
+        self.cache_at[rid] = (num_full + 1) * bs
         if tagged:
             self.events.append(BlockEvent(BLOCKS_CACHED, rid, tuple(tagged), tuple(tags)))
 
@@ -208,7 +216,7 @@ class KVCacheManager:
         self.prefix_cache_queries += computed.num_query_tokens
         self.prefix_cache_hits += computed.num_computed_tokens
         table = self.block_tables[request_id] = list(hit)
-        self._num_hashed[request_id] = len(hit)
+        self.cache_at[request_id] = (len(hit) + 1) * self.block_size
         if hit:
             self.pool.touch(hit)
             self.events.append(BlockEvent(BLOCKS_HIT, request_id, hit))
@@ -222,7 +230,7 @@ class KVCacheManager:
         Shared blocks only lose a reference; cached blocks reaching 0 stay cached (evictable)."""
         table = self.block_tables.pop(request_id, [])
         self._frozen.pop(request_id, None)
-        self._num_hashed.pop(request_id, None)
+        self.cache_at.pop(request_id, None)
         # Free in reverse so the request's tail blocks are reused first (vLLM does the same):
         # a prefix's head blocks, the likeliest to be hit again, are evicted last.
         self.pool.free(list(reversed(table)))
@@ -230,11 +238,13 @@ class KVCacheManager:
             self.events.append(BlockEvent(BLOCKS_FREED, request_id, tuple(table)))
         return table
 
-    def check_invariants(self) -> None:
-        """G1, G2 and the hash map over every block table (raises ``AssertionError``), and the
-        copies handed out by :meth:`block_table` are the tables."""
-        self.pool.check_invariants(self.block_tables)
+    def check_invariants(self, tokens_of_block=None) -> None:
+        """G1, G2 and the hash map over every block table (raises ``AssertionError``; see
+        :meth:`BlockPool.check_invariants` for ``tokens_of_block``), and the copies handed out
+        by :meth:`block_table` are the tables."""
+        self.pool.check_invariants(self.block_tables, tokens_of_block)
         for rid, t in self._frozen.items():
             assert list(t) == self.block_tables.get(rid, []), f"stale block table copy of {rid}"
-        for rid, n in self._num_hashed.items():
-            assert n <= len(self.block_tables.get(rid, [])), f"{rid}: {n} blocks hashed, table shorter"
+        for rid, at in self.cache_at.items():
+            n = at // self.block_size - 1
+            assert n <= len(self.block_tables.get(rid, [])), f"{rid}: {n} blocks offered, table shorter"

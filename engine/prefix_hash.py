@@ -9,8 +9,10 @@ mean equal whole prefixes, not only equal blocks. A partial last block has no ha
 The hash is Python's built-in tuple hash over ``(parent, tokens)``: deterministic across
 processes for integers (no ``PYTHONHASHSEED`` dependence), which keeps runs and recordings
 reproducible. It is a 64-bit signed integer, never 0 (0 marks "no hash" in the engine state).
-The block pool keeps each cached block's tokens and parent and checks them on every hit, so a
-hash collision cannot hand a request another prefix's KV.
+Hits trust the hash, as vLLM's built-in-hash mode does: two different prefixes among N cached
+blocks share a hash with probability about N^2 / 2^65 (1e-8 for a million blocks). The block
+pool keeps each cached block's parent hash, so tests check every cached block's real contents
+(the fake runner's paged cache) against its hash.
 """
 from __future__ import annotations
 

@@ -262,7 +262,8 @@ class Scheduler:
         got_token = []
         requests, errors, sampled = self.requests, runner_out.errors, runner_out.sampled_token_ids
         running = RequestStatus.RUNNING
-        caching, cache_full_blocks = self.kv.enable_caching, self.kv.cache_full_blocks
+        caching, cache_at, cache_full_blocks = (self.kv.enable_caching, self.kv.cache_at,
+                                                self.kv.cache_full_blocks)
         for s in out.scheduled:
             rid = s.request_id
             req = requests[rid]
@@ -274,8 +275,8 @@ class Scheduler:
                     self._finish(req, RequestStatus.FINISHED_ERROR, error=err, kind="failed")
                     continue
             req.num_computed_tokens += s.num_tokens
-            if caching:     # blocks filled by this completed step become prefix-cache hits
-                cache_full_blocks(req)
+            if caching and req.num_computed_tokens >= cache_at.get(rid, 0):
+                cache_full_blocks(req)      # blocks this completed step filled become hits
             tok = sampled.get(rid)
             if tok is None:
                 continue

@@ -68,6 +68,7 @@ class StateTimeline:
         # Prefix-shared blocks: holders other than block_owner, by request and by block.
         self._extra: dict[int, dict[int, None]] = {}
         self._extra_by_block: dict[int, list[int]] = {}
+        self._shared: tuple[np.ndarray, np.ndarray] | None = None    # snapshot arrays of _extra
         for seq, b in zip(state.shared_seq.tolist(), state.shared_block.tolist()):
             self._extra.setdefault(seq, {})[b] = None
             self._extra_by_block.setdefault(b, []).append(seq)
@@ -93,14 +94,27 @@ class StateTimeline:
             rows = np.flatnonzero(self._alive[:n])
             ids = tuple(map(self._ids.__getitem__, rows.tolist()))
             columns = {k: c[rows] for k, c in self._cols.items()}
-        shared = sorted((seq, b) for seq, blocks in self._extra.items() for b in blocks)
+        shared_seq, shared_block = self._shared_arrays()
         return EngineState(self.step, self.clock, nb, bs, mns, next_seq=self.next_seq,
                            request_ids=ids, columns=columns,
                            block_owner=self.block_owner.copy(), block_pos=self.block_pos.copy(),
                            recently_finished=tuple(self.finished),
                            block_hash=self.block_hash.copy(),
-                           shared_seq=np.array([p[0] for p in shared], np.int64),
-                           shared_block=np.array([p[1] for p in shared], np.int64))
+                           shared_seq=shared_seq, shared_block=shared_block)
+
+    def _shared_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """The further holders of shared blocks as sorted (seq, block) int64 arrays, rebuilt only
+        after a hit or free changed them (O(shared holdings) numpy work then)."""
+        if self._shared is None:
+            seqs = list(self._extra)
+            lens = [len(self._extra[q]) for q in seqs]
+            blocks = np.fromiter((b for q in seqs for b in self._extra[q]), np.int64, sum(lens))
+            seq = np.repeat(np.asarray(seqs, np.int64), lens)
+            order = np.lexsort((blocks, seq))
+            self._shared = (seq[order], blocks[order])
+            for a in self._shared:
+                a.flags.writeable = False
+        return self._shared
 
     def seq_of(self, request_id: str) -> int | None:
         """Arrival number of a live request, or None."""
@@ -178,6 +192,7 @@ class StateTimeline:
         nblocks = self._cols["num_blocks"]
         ids, n = ev.block_ids, len(ev.block_ids)
         if ev.kind == BLOCKS_FREED and (self._extra or self._extra_by_block):
+            self._shared = None
             self._free_shared(int(self._cols["seq"][i]), ids)
             nblocks[i] -= n
             return
@@ -212,6 +227,7 @@ class StateTimeline:
             self.block_hash[ids] = 0
             self.block_pos[ids] = 0
         else:                                           # hit: shared into the table's head
+            self._shared = None
             nblocks = self._cols["num_blocks"]
             seq, start = int(self._cols["seq"][i]), int(nblocks[i])
             for k, b in enumerate(ev.block_ids):

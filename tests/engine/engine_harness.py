@@ -356,10 +356,9 @@ class InvariantChecker:
         # G1 / G2 / G3 / G4 (slots) as the scheduler states them ...
         s.check_invariants()
         if isinstance(self.runner, FakeRunner):
-            # Each cached block really holds the tokens its hash was made from (the fake runner's
-            # paged cache is the truth): a stale hash -> block entry would name other content.
-            for b, (_, tokens) in kv.pool.block_content.items():
-                assert tuple(self.runner.cache[b]) == tokens, f"cached block {b} holds other tokens"
+            # Each hash -> block entry names a block whose tokens -- in the fake runner's paged
+            # cache, the truth -- hash to it: a stale entry would name other content.
+            kv.check_invariants(lambda b: self.runner.cache[b])
         e.check_state()
         # ... and again from what the UI and the recording see (EngineState, StepRecord).
         st = e.state()

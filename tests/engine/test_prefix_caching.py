@@ -169,16 +169,17 @@ def test_duplicate_full_block_stays_untagged_and_misuse_is_rejected():
 def test_invariants_catch_a_stale_or_wrong_hash_entry():
     pool = BlockPool(4)
     [b] = pool.allocate(1)
+    content = {b: (1, 2)}                                      # what the block really holds
     h = hash_block(ROOT_HASH, (1, 2))
-    assert pool.cache_block(b, h, ROOT_HASH, (1, 2))
-    pool.check_invariants({"r": [b]})
-    pool.block_content[b] = (ROOT_HASH, (1, 3))                 # tokens that do not hash to h
+    assert pool.cache_block(b, h, ROOT_HASH)
+    pool.check_invariants({"r": [b]}, content.__getitem__)
+    content[b] = (1, 3)                                        # overwritten: a stale tag
     with pytest.raises(AssertionError, match="do not hash"):
-        pool.check_invariants({"r": [b]})
-    pool.block_content[b] = (ROOT_HASH, (1, 2))
+        pool.check_invariants({"r": [b]}, content.__getitem__)
+    content[b] = (1, 2)
     pool.block_hash[b] = 0                                     # map entry naming an untagged block
     with pytest.raises(AssertionError, match="hash map"):
-        pool.check_invariants({"r": [b]})
+        pool.check_invariants({"r": [b]}, content.__getitem__)
 
 
 def test_caching_off_is_the_old_manager():
