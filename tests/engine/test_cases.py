@@ -572,6 +572,7 @@ def test_metrics_recomputed_from_the_recording(tmp_path, prefix_caching):
     assert summary == live
     rate = summary.prefix_cache_hit_rate
     assert (rate is not None) == prefix_caching and (rate is None or 0.0 <= rate <= 1.0)
+    assert ("prefix cache hits / queries" in summary.format_table()) == prefix_caching
     assert summary.num_preemptions == n_events == result.num_preemptions
     assert summary.ttft.num_samples == len(produced) == len(reqs_live)
     assert summary.ttft.p50 == float(np.percentile([r.ttft for r in reqs_live], 50))
