@@ -35,6 +35,9 @@ def _engine_args(p: argparse.ArgumentParser, *, num_gpu_blocks: int | None, cloc
     g.add_argument("--long-prefill-token-threshold", type=int, default=0,
                    help="cap on one request's prefill chunk per step, 0 = none (default: %(default)s)")
     g.add_argument("--no-chunked-prefill", action="store_true", help="admit only whole prompts")
+    g.add_argument("--enable-prefix-caching", action="store_true",
+                   help="reuse the KV of full blocks whose whole prefix an earlier step computed "
+                        "(automatic prefix caching, vLLM v1 style; off by default)")
     g.add_argument("--clock", choices=["wall", "virtual", "sim"], default=clock,
                    help="wall: arrivals in real seconds; virtual: arrivals in steps, reproducible "
                         "schedules; sim: simulated seconds from --executor sim's step times, idle gaps "
@@ -88,6 +91,7 @@ def engine_config(a: argparse.Namespace) -> EngineConfig:
                  num_gpu_blocks=a.num_gpu_blocks, max_model_len=a.max_model_len,
                  max_num_seqs=a.max_num_seqs, max_num_batched_tokens=a.max_num_batched_tokens,
                  enable_chunked_prefill=not a.no_chunked_prefill,
+                 enable_prefix_caching=a.enable_prefix_caching,
                  long_prefill_token_threshold=a.long_prefill_token_threshold, clock=clock)
     sim_flags = {k: getattr(a, k, None) for k in ("sim_model", "sim_device", "sim_cost")}
     if not sim:

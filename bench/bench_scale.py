@@ -75,14 +75,18 @@ class Workload:
     prompt_range: tuple[int, int] = (16, 2000)
     output_range: tuple[int, int] = (8, 400)
     seed: int = 0
+    shared_prefix_len: int = 0      # > 0: each prompt starts with one of 8 shared prefixes this long
 
     def requests(self) -> list[tuple[list[int], int]]:
         """(prompt token ids, max_tokens) per request, seeded."""
         rng = random.Random(self.seed)
+        prefixes = [[rng.randrange(1, 32000) for _ in range(self.shared_prefix_len)] for _ in range(8)]
         out = []
         for _ in range(self.num_requests):
             p = rng.randint(*self.prompt_range)
-            out.append(([rng.randrange(1, 32000) for _ in range(p)], rng.randint(*self.output_range)))
+            head = rng.choice(prefixes)[:p] if self.shared_prefix_len else []
+            out.append((head + [rng.randrange(1, 32000) for _ in range(p - len(head))],
+                        rng.randint(*self.output_range)))
         return out
 
 
@@ -108,6 +112,8 @@ class EngineRun:
     num_finished: int = 0
     num_preemptions: int = 0
     num_output_tokens: int = 0
+    prefix_cache_queries: int = 0         # tokens (vLLM's counters), summed over the steps
+    prefix_cache_hits: int = 0
     profile: str = ""
     # memory samples every ``memory_every`` steps: (step, finished, live Request objects, scheduler's
     # live requests, rows of engine.state(), RSS MB); their cost is not in wall_s
@@ -223,6 +229,8 @@ def run_engine(workload: Workload, config: EngineConfig, recorder_path: str | No
         run.step_ns.append(s1 - s0)
         run.recorder_wait_ns.append(rec.recorder_wait_ns)
         run.num_preemptions += rec.num_preemptions
+        run.prefix_cache_queries += rec.prefix_cache_queries
+        run.prefix_cache_hits += rec.prefix_cache_hits
         if run.num_steps % state_every == 0:
             a = time.perf_counter_ns()
             engine.state()
@@ -293,6 +301,10 @@ def print_table(run: EngineRun, rows: list[tuple[str, ...]], workload: Workload,
     print(f"{run.num_steps:,} steps in {run.wall_s:.2f} s = {run.num_steps / run.wall_s:,.0f} steps/s; "
           f"{run.num_output_tokens:,} output tokens, {run.num_preemptions:,} preemptions; "
           f"{busy:,} steps at >= {BUSY} running (median {np.median(run.busy_running()):.0f} running there)")
+    if config.enable_prefix_caching:
+        rate = run.prefix_cache_hits / run.prefix_cache_queries if run.prefix_cache_queries else 0.0
+        print(f"prefix caching on (shared prefixes of {workload.shared_prefix_len} tokens): "
+              f"{run.prefix_cache_hits:,} of {run.prefix_cache_queries:,} prompt tokens hit = {rate:.1%}")
     cpu_s = sum(run.cpu_ns["step"]) / 1e9
     print(f"engine thread CPU: {cpu_s:.2f} s = {run.num_steps / cpu_s:,.0f} steps/s of CPU time "
           f"(wall steps/s also counts waiting for a core on a shared machine)")
@@ -510,6 +522,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-load", type=float, default=2.5,
                     help="wait (up to 10 min) until the 1-min load average is at most this before each "
                          "timed part (default 2.5; 0 = do not wait)")
+    ap.add_argument("--enable-prefix-caching", action="store_true",
+                    help="with --engine-only: the engine with prefix caching on")
+    ap.add_argument("--shared-prefix-len", type=int, default=0,
+                    help="with --engine-only: prompts start with one of 8 shared prefixes of this many tokens")
     ap.add_argument("--azure", metavar="TRACE", default=None,
                     help="instead: issue 5's second table, replaying TRACE with --executor sim")
     ap.add_argument("--azure-out", default="/tmp/azure_full.sqlite", help="recording of --azure (replaced)")
@@ -523,8 +539,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.engine_only:
         args.recorder = args.recorder or "/tmp/bench_scale_rec.sqlite"
         return scale_table(args)
-    workload = Workload(num_requests=args.requests, seed=args.seed)
-    config = scale_config()
+    workload = Workload(num_requests=args.requests, seed=args.seed, shared_prefix_len=args.shared_prefix_len)
+    config = scale_config(enable_prefix_caching=args.enable_prefix_caching)
     run = run_engine(workload, config, args.recorder, profile=args.profile)
     rows = engine_rows(run) + extra_rows(run, args)
     print_table(run, rows, workload, config)

@@ -22,10 +22,12 @@ class EngineConfig:
     ``engine.kv_memory.size_num_blocks``), ``max_model_len`` (prompt + output tokens of one
     request), ``max_num_seqs`` (running requests per step = batch slots),
     ``max_num_batched_tokens`` (token budget of one step), ``enable_chunked_prefill``,
-    ``long_prefill_token_threshold`` (0 = no per-request prefill cap), ``policy`` (``fcfs``:
-    by arrival; ``priority``: by ``SamplingParams.priority``, lower first, a strictly higher
-    priority may preempt; ``static``: the baseline without continuous batching, a new batch is
-    admitted only when the whole previous one finished), ``preemption_mode``. ``clock`` is ``virtual`` (arrivals counted in steps, reproducible) or
+    ``long_prefill_token_threshold`` (0 = no per-request prefill cap), ``enable_prefix_caching``
+    (reuse the KV of full blocks whose whole prefix was computed before, see
+    ``engine.kv_cache``), ``policy`` (``fcfs``: by arrival; ``priority``: by
+    ``SamplingParams.priority``, lower first, a strictly higher priority may preempt; ``static``:
+    the baseline without continuous batching, a new batch is admitted only when the whole
+    previous one finished), ``preemption_mode``. ``clock`` is ``virtual`` (arrivals counted in steps, reproducible) or
     ``wall`` (live, seconds) or ``sim`` (simulated seconds from a simulated executor's step
     durations; idle gaps jump to the next arrival). ``kv_cache_memory_fraction`` bounds the automatic sizing.
     ``dtype`` ``auto`` means float32 on the CPU and bfloat16 on a GPU; ``device`` ``auto`` picks
@@ -43,6 +45,7 @@ class EngineConfig:
     max_num_seqs: int = 16
     max_num_batched_tokens: int = 256
     enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = False
     long_prefill_token_threshold: int = 0
     policy: str = "fcfs"
     preemption_mode: str = "recompute"

@@ -336,6 +336,7 @@ class LLMEngine:
         touched = self._touched
         touched.update(sched.preempted_ids)
         touched.update(e.request_id for e in events)
+        queries, hits = self.scheduler.kv.take_prefix_cache_stats()
         t3 = time.perf_counter_ns()
         record = StepRecord(
             step=step, start_ns=t0 - self._t0_ns, end_ns=t3 - self._t0_ns, clock=clock,
@@ -352,7 +353,8 @@ class LLMEngine:
             num_free_blocks=self.scheduler.kv.num_free_blocks,
             num_total_blocks=self.scheduler.kv.num_blocks,
             schedule_ns=t1 - t0, forward_ns=t2 - t1, update_ns=t3 - t2,
-            recorder_wait_ns=self._recorder_wait_ns, error=error)
+            recorder_wait_ns=self._recorder_wait_ns, error=error,
+            prefix_cache_queries=queries, prefix_cache_hits=hits)
         self.timeline.apply(record)
         finished, self._finished_now = self._finished_now, []
         self._arrivals, self._arrival_index, self._touched = [], {}, set()
@@ -412,6 +414,14 @@ class LLMEngine:
         tables: dict[str, list[int]] = {}
         for r, b in zip(rows[held].tolist(), held.tolist()):
             tables.setdefault(snap.request_ids[r], []).append(b)
+        # Prefix-shared blocks: the further holders of blocks owned by their oldest holder.
+        shared_rows = np.searchsorted(snap.columns["seq"], snap.shared_seq)
+        for r, b in zip(shared_rows.tolist(), snap.shared_block.tolist()):
+            assert snap.block_owner[b] >= 0, f"block {b} is shared but has no owner"
+            tables.setdefault(snap.request_ids[r], []).append(b)
+        pool = self.scheduler.kv.pool
+        assert snap.block_ref_cnt().tolist() == pool.ref_cnt, "block reference counts differ from the pool's"
+        assert snap.block_hash.tolist() == pool.block_hash, "block hashes differ from the pool's"
         for rid, blocks in tables.items():
             i = snap.row(rid)
             blocks.sort(key=lambda b: int(snap.block_pos[b]))

@@ -1,110 +1,75 @@
-"""Paged KV-cache bookkeeping: a block pool with reference counts and an LRU free queue, and the
-per-request block tables built on it. Pure Python (no torch): the tensors live in the model runner.
+"""Paged KV-cache bookkeeping: per-request block tables over the block pool, and automatic prefix
+caching. Pure Python (no torch): the tensors live in the model runner.
 
 Follows vLLM's PagedAttention design (Kwon et al., SOSP 2023) and the v1 ``BlockPool`` /
-``KVCacheManager`` split: the pool hands out physical block ids; the manager maps each request to
-the ordered list of blocks that hold its tokens (its block table).
+``KVCacheManager`` split (vllm/v1/core/kv_cache_manager.py): the pool
+(:mod:`engine.block_pool`) hands out physical block ids; the manager maps each request to the
+ordered list of blocks that hold its tokens (its block table). With prefix caching on, the
+scheduler asks :meth:`KVCacheManager.get_computed_blocks` for the longest cached prefix of a
+request it admits, passes it to :meth:`KVCacheManager.allocate_slots`, and after each completed
+step calls :meth:`KVCacheManager.cache_full_blocks`: only then do the blocks filled in that step
+become hits for others (their KV is written).
 """
 from __future__ import annotations
 
-from collections import OrderedDict
+from typing import NamedTuple
 
-from engine.outputs import BLOCKS_ALLOCATED, BLOCKS_FREED, BlockEvent
+from engine.block_pool import BlockPool, NoFreeBlocksError
+from engine.outputs import (BLOCKS_ALLOCATED, BLOCKS_CACHED, BLOCKS_EVICTED, BLOCKS_FREED,
+                            BLOCKS_HIT, BlockEvent)
+from engine.prefix_hash import ROOT_HASH, extend_block_hashes, hash_block
+
+__all__ = ["BlockPool", "ComputedBlocks", "KVCacheManager", "NO_HIT", "NoFreeBlocksError"]
 
 
-class NoFreeBlocksError(RuntimeError):
-    """The pool has fewer free blocks than asked for."""
+class ComputedBlocks(NamedTuple):
+    """A request's longest cached prefix (:meth:`KVCacheManager.get_computed_blocks`):
+    ``block_ids`` in table order, ``num_computed_tokens`` = ``len(block_ids) * block_size``
+    tokens whose KV they hold, ``num_query_tokens`` = the request's tokens at the lookup (what
+    ``prefix_cache_queries`` counts when it is admitted)."""
+
+    block_ids: tuple[int, ...]
+    num_computed_tokens: int
+    num_query_tokens: int
 
 
-class BlockPool:
-    """``num_blocks`` physical blocks with reference counts.
-
-    Free blocks sit in an LRU queue: ``allocate`` takes from the least recently freed end and
-    ``free`` appends to the most recently freed end, so a freed block is reused as late as possible
-    (the property prefix caching will rely on). Raises ``ValueError`` on misuse (double free,
-    freeing a block twice in one call, unknown ids) rather than corrupting counts.
-    """
-
-    def __init__(self, num_blocks: int) -> None:
-        if num_blocks < 1:
-            raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
-        self.num_blocks = num_blocks
-        self.ref_cnt = [0] * num_blocks
-        self._free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
-
-    @property
-    def num_free_blocks(self) -> int:
-        return len(self._free)
-
-    def free_block_ids(self) -> list[int]:
-        """Free block ids, least recently freed first."""
-        return list(self._free)
-
-    def allocate(self, n: int) -> list[int]:
-        """Take ``n`` free blocks (ref count becomes 1). Raises :class:`NoFreeBlocksError`."""
-        if n > len(self._free):
-            raise NoFreeBlocksError(f"asked for {n} blocks, {len(self._free)} free of {self.num_blocks}")
-        out = []
-        for _ in range(n):
-            b, _ = self._free.popitem(last=False)
-            self.ref_cnt[b] = 1
-            out.append(b)
-        return out
-
-    def free(self, block_ids: list[int]) -> None:
-        """Drop one reference to each block; blocks reaching 0 go to the free queue's tail.
-
-        Raises ``ValueError`` if the list names a block twice, names an unknown block or a block
-        that is already free; in that case no count is changed.
-        """
-        if len(set(block_ids)) != len(block_ids):
-            raise ValueError(f"block list names a block twice: {block_ids}")
-        for b in block_ids:
-            if not 0 <= b < self.num_blocks:
-                raise ValueError(f"unknown block id {b} (pool has {self.num_blocks})")
-            if self.ref_cnt[b] <= 0:
-                raise ValueError(f"block {b} is already free")
-        for b in block_ids:
-            self.ref_cnt[b] -= 1
-            if self.ref_cnt[b] == 0:
-                self._free[b] = None
-
-    def check_invariants(self, held: dict[str, list[int]]) -> None:
-        """Assert G1 (conservation) and G2 (reference counts) against the block tables ``held``.
-
-        Raises ``AssertionError`` naming the broken invariant.
-        """
-        in_use = {b for blocks in held.values() for b in blocks}
-        assert len(self._free) + len(in_use) == self.num_blocks, (
-            f"G1: free {len(self._free)} + held {len(in_use)} != total {self.num_blocks}")
-        for b, c in enumerate(self.ref_cnt):
-            assert c >= 0, f"G2: block {b} has negative count {c}"
-            assert (c == 0) == (b in self._free), f"G2: block {b} count {c} vs free queue"
-        for rid, blocks in held.items():
-            assert len(set(blocks)) == len(blocks), f"G2: {rid} holds a block twice"
-            for b in blocks:
-                assert self.ref_cnt[b] >= 1 and b not in self._free, f"G2: {rid} holds free block {b}"
+NO_HIT = ComputedBlocks((), 0, 0)   # prefix caching off: nothing cached, nothing queried
 
 
 class KVCacheManager:
     """Block tables of live requests over one :class:`BlockPool`.
 
     ``block_size`` tokens per block; a request whose KV covers ``T`` tokens holds
-    ``ceil(T / block_size)`` blocks (no reserved null block). Every change of a block table is
-    logged in ``events`` (:class:`BlockEvent`, in order) until :meth:`take_events`.
+    ``ceil(T / block_size)`` blocks (no reserved null block). Every change of a block table or of
+    a block's cache tag is logged in ``events`` (:class:`BlockEvent`, in order) until
+    :meth:`take_events`. ``enable_caching`` turns on automatic prefix caching;
+    ``prefix_cache_queries`` / ``prefix_cache_hits`` count, in tokens, the admitted requests'
+    tokens looked up and found cached (vLLM's counters; reset by :meth:`take_prefix_cache_stats`).
     """
 
-    def __init__(self, num_blocks: int, block_size: int) -> None:
+    def __init__(self, num_blocks: int, block_size: int, enable_caching: bool = False) -> None:
         self.pool = BlockPool(num_blocks)
         self.block_size = block_size
+        self.enable_caching = enable_caching
         self.block_tables: dict[str, list[int]] = {}
         self.events: list[BlockEvent] = []
         self._frozen: dict[str, tuple[int, ...]] = {}    # block_table() copies, until a table changes
+        # per request: num_computed_tokens at which its next block to offer to the cache is full
+        # (the scheduler compares against it after each step, so a step costs O(1) per request)
+        self.cache_at: dict[str, int] = {}
+        self.prefix_cache_queries = 0
+        self.prefix_cache_hits = 0
 
     def take_events(self) -> list[BlockEvent]:
         """The block events since the last call, in order."""
         ev, self.events = self.events, []
         return ev
+
+    def take_prefix_cache_stats(self) -> tuple[int, int]:
+        """(queries, hits) in tokens since the last call."""
+        out = (self.prefix_cache_queries, self.prefix_cache_hits)
+        self.prefix_cache_queries = self.prefix_cache_hits = 0
+        return out
 
     @property
     def num_blocks(self) -> int:
@@ -112,11 +77,12 @@ class KVCacheManager:
 
     @property
     def num_free_blocks(self) -> int:
+        """Blocks that can be handed out: free and cached-free (evictable) ones."""
         return self.pool.num_free_blocks
 
     @property
     def usage(self) -> float:
-        """Fraction of blocks in use, in [0, 1]."""
+        """Fraction of blocks held by requests, in [0, 1] (cached-free blocks count as free)."""
         return 1.0 - self.pool.num_free_blocks / self.pool.num_blocks
 
     def blocks_for(self, num_tokens: int) -> int:
@@ -138,12 +104,89 @@ class KVCacheManager:
             t = self._frozen[request_id] = tuple(table)
         return t
 
-    def allocate_slots(self, request_id: str, num_total_tokens: int) -> list[int] | None:
+    # --- prefix caching -------------------------------------------------------------------
+    def get_computed_blocks(self, request) -> ComputedBlocks:
+        """The longest prefix of ``request``'s tokens (prompt + output so far; a
+        :class:`engine.request.Request` holding no blocks) whose KV is cached, in whole blocks,
+        leaving at least its last token to compute: at most ``(num_tokens - 1) // block_size``
+        blocks (vLLM's rule: the step that samples needs a token to run). :data:`NO_HIT` when
+        caching is off. Changes no count (computes and keeps ``request.block_hashes``)."""
+        if not self.enable_caching:
+            return NO_HIT
+        bs, num_tokens = self.block_size, request.num_tokens
+        hashes = extend_block_hashes(request.block_hashes, request.token_ids, num_tokens, bs)
+        cached = self.pool.cached_block
+        blocks: list[int] = []
+        for i in range((num_tokens - 1) // bs):
+            b = cached.get(hashes[i])
+            if b is None:
+                break
+            blocks.append(b)
+        return ComputedBlocks(tuple(blocks), len(blocks) * bs, num_tokens)
+
+    def num_blocks_to_admit(self, num_tokens: int, computed: ComputedBlocks = NO_HIT) -> int:
+        """Free-queue blocks a request holding nothing takes to hold ``num_tokens`` tokens when
+        it starts with the cached blocks ``computed``: the new ones, plus the cached-free ones
+        among ``computed`` (they leave the free queue)."""
+        return (max(0, self.blocks_for(num_tokens) - len(computed.block_ids))
+                + self._num_evictable(computed.block_ids))
+
+    def num_blocks_freed_by(self, request_id: str) -> int:
+        """Blocks that would return to the free queue if ``request_id`` released its table now
+        (those it alone holds; shared ones only lose a reference)."""
+        ref = self.pool.ref_cnt
+        return sum(1 for b in self.block_tables.get(request_id, ()) if ref[b] == 1)
+
+    def _num_evictable(self, block_ids) -> int:
+        ref = self.pool.ref_cnt
+        return sum(1 for b in block_ids if ref[b] == 0)
+
+    def cache_full_blocks(self, request) -> None:
+        """Offer the blocks of ``request`` filled since the last call (whole blocks within its
+        ``num_computed_tokens``: KV written by a completed step) to the prefix cache, tagging
+        each with its chained hash (``cached`` event); a block whose hash another block already
+        caches stays untagged. Call after each step for every request that computed tokens
+        with ``num_computed_tokens >= cache_at[request_id]`` (else it has nothing to offer)."""
+        rid, bs = request.request_id, self.block_size
+        if not self.enable_caching:
+            return
+        done = self.cache_at.get(rid, bs) // bs - 1        # blocks already offered
+        num_full = request.num_computed_tokens // bs
+        if num_full <= done:
+            return
+        table, pool, tokens_of = self.block_tables[rid], self.pool, request.token_ids
+        hashes = request.block_hashes              # hashes[:done] are known (len >= done)
+        parent = hashes[done - 1] if done else ROOT_HASH
+        tagged: list[int] = []
+        tags: list[int] = []
+        for i in range(done, num_full):
+            if i < len(hashes):                    # a prompt block: hashed at admission
+                h = hashes[i]
+            else:
+                h = hash_block(parent, tuple(tokens_of(i * bs, (i + 1) * bs)))
+                hashes.append(h)
+            if pool.cache_block(table[i], h, parent):
+                tagged.append(table[i])
+                tags.append(h)
+            parent = h
+        self.cache_at[rid] = (num_full + 1) * bs
+        if tagged:
+            self.events.append(BlockEvent(BLOCKS_CACHED, rid, tuple(tagged), tuple(tags)))
+
+    # --- block tables ---------------------------------------------------------------------
+    def allocate_slots(self, request_id: str, num_total_tokens: int,
+                       new_computed_blocks: ComputedBlocks = NO_HIT) -> list[int] | None:
         """Grow ``request_id``'s block table to hold ``num_total_tokens`` tokens.
 
-        Returns the newly allocated block ids (possibly empty), or ``None`` — changing nothing —
-        when the pool has too few free blocks.
+        ``new_computed_blocks`` (from :meth:`get_computed_blocks`, for a request holding no
+        blocks) are shared into the table first (``hit`` event; reference counts + 1) and the
+        lookup is counted in ``prefix_cache_queries`` / ``prefix_cache_hits``. Returns the block
+        ids new to the table (shared ones first; possibly empty), or ``None`` -- changing
+        nothing -- when the pool has too few free blocks. Raises ``ValueError`` when cached
+        blocks are offered to a request that already holds blocks.
         """
+        if new_computed_blocks is not NO_HIT:
+            return self._admit(request_id, num_total_tokens, new_computed_blocks)
         table = self.block_tables.get(request_id)
         if table is None:
             table = self.block_tables[request_id] = []
@@ -154,25 +197,60 @@ class KVCacheManager:
             if not table:
                 del self.block_tables[request_id]
             return None
-        new = self.pool.allocate(need)
+        new = self._take(request_id, need)
         table.extend(new)
         self._frozen.pop(request_id, None)
+        return new
+
+    def _take(self, request_id: str, n: int) -> list[int]:
+        """``n`` blocks off the free queue for ``request_id`` (``evicted`` then ``allocated``)."""
+        evicted: list[int] = []
+        new = self.pool.allocate(n, evicted)
+        if evicted:
+            self.events.append(BlockEvent(BLOCKS_EVICTED, request_id, tuple(evicted)))
         self.events.append(BlockEvent(BLOCKS_ALLOCATED, request_id, tuple(new)))
         return new
 
+    def _admit(self, request_id: str, num_total_tokens: int, computed: ComputedBlocks) -> list[int] | None:
+        """:meth:`allocate_slots` for a request starting with the cached blocks ``computed``."""
+        if self.block_tables.get(request_id):
+            raise ValueError(f"{request_id} holds blocks: cached blocks only start a table")
+        hit = computed.block_ids
+        need = max(0, self.blocks_for(num_total_tokens) - len(hit))
+        if need + self._num_evictable(hit) > self.pool.num_free_blocks:
+            return None
+        self.prefix_cache_queries += computed.num_query_tokens
+        self.prefix_cache_hits += computed.num_computed_tokens
+        table = self.block_tables[request_id] = list(hit)
+        self.cache_at[request_id] = (len(hit) + 1) * self.block_size
+        if hit:
+            self.pool.touch(hit)
+            self.events.append(BlockEvent(BLOCKS_HIT, request_id, hit))
+        if need:
+            table.extend(self._take(request_id, need))
+        self._frozen.pop(request_id, None)
+        return list(table)
+
     def free(self, request_id: str) -> list[int]:
-        """Release every block of ``request_id``; returns the ids freed (empty if it held none)."""
+        """Release every block of ``request_id``; returns its table (empty if it held none).
+        Shared blocks only lose a reference; cached blocks reaching 0 stay cached (evictable)."""
         table = self.block_tables.pop(request_id, [])
         self._frozen.pop(request_id, None)
-        # Free in reverse so the request's tail blocks are reused first (vLLM does the same).
+        self.cache_at.pop(request_id, None)
+        # Free in reverse so the request's tail blocks are reused first (vLLM does the same):
+        # a prefix's head blocks, the likeliest to be hit again, are evicted last.
         self.pool.free(list(reversed(table)))
         if table:
             self.events.append(BlockEvent(BLOCKS_FREED, request_id, tuple(table)))
         return table
 
-    def check_invariants(self) -> None:
-        """G1 and G2 over every block table (raises ``AssertionError``), and the copies handed
-        out by :meth:`block_table` are the tables."""
-        self.pool.check_invariants(self.block_tables)
+    def check_invariants(self, tokens_of_block=None) -> None:
+        """G1, G2 and the hash map over every block table (raises ``AssertionError``; see
+        :meth:`BlockPool.check_invariants` for ``tokens_of_block``), and the copies handed out
+        by :meth:`block_table` are the tables."""
+        self.pool.check_invariants(self.block_tables, tokens_of_block)
         for rid, t in self._frozen.items():
             assert list(t) == self.block_tables.get(rid, []), f"stale block table copy of {rid}"
+        for rid, at in self.cache_at.items():
+            n = at // self.block_size - 1
+            assert n <= len(self.block_tables.get(rid, [])), f"{rid}: {n} blocks offered, table shorter"

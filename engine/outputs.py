@@ -24,8 +24,12 @@ NOT_ADMITTED_LOWER_PRIORITY = "lower_priority"  # priority: a higher-priority re
 NOT_ADMITTED_STATIC_BATCH = "static_batch"      # static: the current batch has not finished
 
 # Block events (kind of BlockEvent).
-BLOCKS_ALLOCATED = "allocated"
-BLOCKS_FREED = "freed"
+BLOCKS_ALLOCATED = "allocated"   # taken off the free queue, appended to the request's table
+BLOCKS_FREED = "freed"           # the request's whole table released (each block loses a reference)
+BLOCKS_HIT = "hit"               # cached blocks shared into a request's table (prefix-cache hit)
+BLOCKS_CACHED = "cached"         # full, written blocks tagged with their prefix hash
+BLOCKS_EVICTED = "evicted"       # cached-free blocks handed out again: their hash is dropped
+BLOCK_EVENT_KINDS = (BLOCKS_ALLOCATED, BLOCKS_FREED, BLOCKS_HIT, BLOCKS_CACHED, BLOCKS_EVICTED)
 
 
 class ScheduledRequest(NamedTuple):
@@ -120,12 +124,18 @@ class NewToken(NamedTuple):
 
 
 class BlockEvent(NamedTuple):
-    """KV blocks changing hands: ``allocated`` appends ``block_ids`` to the request's block
-    table in order; ``freed`` releases them (today always the whole table)."""
+    """KV blocks changing hands or cache tags (``kind`` one of :data:`BLOCK_EVENT_KINDS`):
+    ``allocated`` appends ``block_ids`` (taken off the free queue) to the request's block table
+    in order; ``hit`` appends cached blocks to it, shared (reference count + 1; only to a table
+    that was empty); ``freed`` releases the request's whole table (each block loses one
+    reference; a cached block reaching 0 stays cached-free); ``cached`` tags the request's
+    ``block_ids`` with ``block_hashes`` (aligned; the chained prefix hashes); ``evicted`` drops
+    the tags of cached-free blocks the free queue hands to ``request_id``."""
 
     kind: str
     request_id: str
     block_ids: tuple[int, ...]
+    block_hashes: tuple[int, ...] = ()
 
 
 class Arrival(NamedTuple):
@@ -193,7 +203,9 @@ class StepRecord:
     What changed: ``arrivals`` (entered the queues since the last step), ``scheduled`` (batch
     order), ``new_tokens``, ``events``, ``block_events`` (in the order they happened) and
     ``transitions``. Counts are after the step. ``error`` is set when the step's forward pass
-    raised; the affected requests are failed.
+    raised; the affected requests are failed. ``prefix_cache_queries`` / ``prefix_cache_hits``
+    are the prompt (+ output, on a recompute) tokens of the requests admitted in the step and
+    those found in the prefix cache (vLLM's counters, in tokens; 0 with caching off).
     """
 
     step: int
@@ -221,6 +233,8 @@ class StepRecord:
     recorder_wait_ns: int = 0
     error: str | None = None
     waiting_reason: str = NOT_ADMITTED_BEHIND
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
 
     @property
     def num_scheduled_tokens(self) -> int:

@@ -120,6 +120,8 @@ class Request:
     Times are seconds on the engine clock (steps under the virtual clock). ``priority`` starts as
     ``sampling_params.priority`` and may be changed while the request waits; ``seq`` is its
     arrival number in the scheduler (ties of equal priority go by it).
+    ``block_hashes`` are the prefix hashes of its full blocks (``engine.prefix_hash``), computed
+    once as its tokens become known and kept across preemptions (vLLM keeps them the same way).
     A request is an entity: equal only to itself (and hashable), so the scheduler's queue
     operations compare identities, not every field.
     """
@@ -147,6 +149,8 @@ class Request:
     stop_reason: str | None = None
     priority: int | None = None
     seq: int = -1
+    num_cached_tokens: int = -1       # prefix-cache hit (tokens) at its first admission; -1 before
+    block_hashes: list[int] = field(default_factory=list)   # chained hashes of its full blocks
 
     def __post_init__(self) -> None:
         if self.priority is None:

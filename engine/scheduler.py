@@ -40,6 +40,13 @@ Documented policy choices (see ``../shared/cases/README.md``):
   the engine (G5). Such evictions are reported as preemptions of the paused request.
 - Finished requests leave the scheduler at once (as vLLM's scheduler frees them): it holds live
   requests only, and the engine takes the finished ones with :meth:`Scheduler.take_finished`.
+- Prefix caching (``enable_prefix_caching``): a request being admitted starts from the longest
+  cached prefix of its tokens (whole blocks, at most ``num_tokens - 1`` tokens, so the step that
+  samples computes at least one token) and needs free blocks only for the rest. A block becomes a
+  hit only after the step that wrote its KV completed (``update_from_output`` offers it to the
+  cache), so of two requests with the same prompt admitted in the same step the second gets 0
+  cached tokens (it is not deferred). A request recomputing after preemption hits its own
+  blocks unless they were evicted meanwhile.
 - ``long_prefill_token_threshold`` caps the prefill chunk of one request per step (only with chunked
   prefill). Without it, one long prompt takes the whole token budget until its prefill is done and
   a short request arriving behind it waits (running requests are scheduled before new admissions).
@@ -58,7 +65,7 @@ import itertools
 from typing import Callable, Iterable
 
 from engine.config import EngineConfig
-from engine.kv_cache import KVCacheManager
+from engine.kv_cache import NO_HIT, KVCacheManager
 from engine.outputs import (NOT_ADMITTED_BEHIND, NOT_ADMITTED_LOWER_PRIORITY,
                             NOT_ADMITTED_NO_FREE_BLOCKS, NOT_ADMITTED_SEQ_CAP,
                             NOT_ADMITTED_STATIC_BATCH, NOT_ADMITTED_TOKEN_BUDGET, ModelRunnerOutput,
@@ -83,7 +90,7 @@ class Scheduler:
     def __init__(self, config: EngineConfig, num_gpu_blocks: int) -> None:
         self.config = config
         self.policy = config.policy
-        self.kv = KVCacheManager(num_gpu_blocks, config.block_size)
+        self.kv = KVCacheManager(num_gpu_blocks, config.block_size, config.enable_prefix_caching)
         self.requests: dict[str, Request] = {}
         self.waiting = make_queue(config.policy)
         self.running: list[Request] = []
@@ -134,10 +141,11 @@ class Scheduler:
         return True
 
     # --- one step -----------------------------------------------------------------------
-    def _chunk(self, req: Request, budget: int) -> int:
-        """Tokens ``req`` may compute this step: what it lacks, capped by the long-prefill
-        threshold (only with chunked prefill: without it a prefill is never split) and ``budget``."""
-        n = req.num_tokens - req.num_computed_tokens
+    def _chunk(self, req: Request, budget: int, num_computed_tokens: int) -> int:
+        """Tokens ``req`` may compute this step from ``num_computed_tokens``: what it lacks, capped
+        by the long-prefill threshold (only with chunked prefill: without it a prefill is never
+        split) and ``budget``."""
+        n = req.num_tokens - num_computed_tokens
         thr = self.config.long_prefill_token_threshold
         if thr and n > thr and self.config.enable_chunked_prefill:
             n = thr
@@ -230,8 +238,11 @@ class Scheduler:
                 reason = NOT_ADMITTED_SEQ_CAP
             elif budget <= 0:
                 reason = NOT_ADMITTED_TOKEN_BUDGET
-            n = self._chunk(req, budget) if reason is None else 0
-            if reason is None and not c.enable_chunked_prefill and n < req.num_tokens:
+            # Prefix caching: start from the longest cached prefix (NO_HIT when it is off).
+            hit = kv.get_computed_blocks(req) if reason is None else NO_HIT
+            num_cached = hit.num_computed_tokens
+            n = self._chunk(req, budget, num_cached) if reason is None else 0
+            if reason is None and not c.enable_chunked_prefill and n < req.num_tokens - num_cached:
                 reason = NOT_ADMITTED_TOKEN_BUDGET
             new_blocks = None
             if (reason is None or reason == NOT_ADMITTED_SEQ_CAP) and self.policy == "priority":
@@ -240,7 +251,7 @@ class Scheduler:
                     preempted += freed
                     budget = c.max_num_batched_tokens - sum(x.num_tokens for x in scheduled)
                     continue
-            if reason is None and kv.blocks_for(req.num_tokens) > kv.num_free_blocks:
+            if reason is None and kv.num_blocks_to_admit(req.num_tokens, hit) > kv.num_free_blocks:
                 # Its whole prefill must fit the free blocks, not only this chunk: a prefill
                 # started without room would be preempted before it ends, over and over.
                 reason = NOT_ADMITTED_NO_FREE_BLOCKS
@@ -248,13 +259,16 @@ class Scheduler:
                     # Only parked KV stands in the way: take it (liveness), admit next step.
                     preempted += self._evict_paused(kv.blocks_for(req.num_tokens), req.request_id)
             if reason is None:
-                new_blocks = kv.allocate_slots(req.request_id, req.num_computed_tokens + n)
+                new_blocks = kv.allocate_slots(req.request_id, num_cached + n, hit)
                 if new_blocks is None:
                     reason = NOT_ADMITTED_NO_FREE_BLOCKS
             if reason is not None:
                 not_admitted.append((req.request_id, reason))
                 break
             self.waiting.pop()
+            req.num_computed_tokens = num_cached
+            if req.num_cached_tokens < 0:
+                req.num_cached_tokens = num_cached
             self._start_running(req)
             scheduled.append(ScheduledRequest(req.request_id, req.slot, n, req.num_computed_tokens,
                                               req.is_prefill, tuple(new_blocks), table(req.request_id)))
@@ -294,7 +308,7 @@ class Scheduler:
                 break                                  # equal priority never preempts
             victims.append(r)
             slots += 1
-            free += len(kv.block_ids(r.request_id))
+            free += kv.num_blocks_freed_by(r.request_id)
             budget += tokens.get(r.request_id, 0)
         if not victims or slots < 1 or free < need or budget < need_budget:
             return []
@@ -369,6 +383,8 @@ class Scheduler:
         got_token = []
         requests, errors, sampled = self.requests, runner_out.errors, runner_out.sampled_token_ids
         running = RequestStatus.RUNNING
+        caching, cache_at, cache_full_blocks = (self.kv.enable_caching, self.kv.cache_at,
+                                                self.kv.cache_full_blocks)
         for s in out.scheduled:
             rid = s.request_id
             req = requests[rid]
@@ -380,6 +396,8 @@ class Scheduler:
                     self._finish(req, RequestStatus.FINISHED_ERROR, error=err, kind="failed")
                     continue
             req.num_computed_tokens += s.num_tokens
+            if caching and req.num_computed_tokens >= cache_at.get(rid, 0):
+                cache_full_blocks(req)      # blocks this completed step filled become hits
             tok = sampled.get(rid)
             if tok is None:
                 continue

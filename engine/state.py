@@ -82,21 +82,27 @@ class EngineState:
 
     ``request_ids`` (live requests, arrival order) and ``columns`` (name -> array of the same
     length, see :data:`COLUMNS`) describe the live requests. ``block_owner[b]`` is the ``seq`` of
-    the request holding physical block ``b`` (-1 = free) and ``block_pos[b]`` its index in that
-    request's block table. ``recently_finished`` keeps the final views of the last
+    the request holding physical block ``b`` (-1 = free; for a block shared by prefix caching,
+    its oldest holder) and ``block_pos[b]`` its index in every holder's block table (a shared
+    block is the same prefix block for all; a cached-free block keeps it). The other holders of
+    shared blocks are the pairs ``(shared_seq[k], shared_block[k])`` (sorted; empty without
+    sharing). ``block_hash[b]`` is the prefix hash a cached block is tagged with (0 = none): a
+    block with ``block_owner`` -1 and a hash is cached-free (evictable, reusable on a hit).
+    ``recently_finished`` keeps the final views of the last
     :data:`NUM_RECENTLY_FINISHED` finished requests, oldest first. ``next_seq`` is the arrival
     number the next request gets.
     """
 
     __slots__ = ("step", "clock", "num_total_blocks", "block_size", "max_num_seqs", "next_seq",
                  "request_ids", "columns", "block_owner", "block_pos", "recently_finished",
-                 "_rows", "_fill")
+                 "block_hash", "shared_seq", "shared_block", "_rows", "_fill")
 
     def __init__(self, step: int, clock: float, num_total_blocks: int, block_size: int,
                  max_num_seqs: int, *, next_seq: int = 0, request_ids: tuple[str, ...] = (),
                  columns: Mapping[str, np.ndarray] | None = None,
                  block_owner: np.ndarray | None = None, block_pos: np.ndarray | None = None,
-                 recently_finished: tuple[RequestView, ...] = ()) -> None:
+                 recently_finished: tuple[RequestView, ...] = (), block_hash: np.ndarray | None = None,
+                 shared_seq: np.ndarray | None = None, shared_block: np.ndarray | None = None) -> None:
         n = len(request_ids)
         self.step, self.clock = int(step), float(clock)
         self.num_total_blocks, self.block_size = int(num_total_blocks), int(block_size)
@@ -113,10 +119,17 @@ class EngineState:
         nb = self.num_total_blocks
         self.block_owner = np.full(nb, -1, np.int64) if block_owner is None else np.asarray(block_owner, np.int64)
         self.block_pos = np.zeros(nb, np.int64) if block_pos is None else np.asarray(block_pos, np.int64)
-        for arr in (self.block_owner, self.block_pos):
+        self.block_hash = np.zeros(nb, np.int64) if block_hash is None else np.asarray(block_hash, np.int64)
+        for arr in (self.block_owner, self.block_pos, self.block_hash):
             if arr.shape != (nb,):
                 raise ValueError(f"block arrays need shape ({nb},), got {arr.shape}")
             arr.flags.writeable = False
+        empty = np.zeros(0, np.int64)
+        self.shared_seq = empty if shared_seq is None else np.asarray(shared_seq, np.int64)
+        self.shared_block = empty if shared_block is None else np.asarray(shared_block, np.int64)
+        if self.shared_seq.shape != self.shared_block.shape or self.shared_seq.ndim != 1:
+            raise ValueError(f"shared holdings of shapes {self.shared_seq.shape} and {self.shared_block.shape}")
+        self.shared_seq.flags.writeable = self.shared_block.flags.writeable = False
         self.recently_finished = tuple(recently_finished)
         self._rows: dict[str, int] | None = None
         self._fill: np.ndarray | None = None
@@ -217,8 +230,30 @@ class EngineState:
         i = self.row(request_id)
         if i is None:
             return ()
-        blocks = np.flatnonzero(self.block_owner == self.columns["seq"][i])
+        seq = self.columns["seq"][i]
+        blocks = np.flatnonzero(self.block_owner == seq)
+        if len(self.shared_seq):
+            blocks = np.concatenate([blocks, self.shared_block[self.shared_seq == seq]])
         return tuple(int(b) for b in blocks[np.argsort(self.block_pos[blocks], kind="stable")])
+
+    def block_ref_cnt(self) -> np.ndarray:
+        """Live requests holding each block, int64 [num_total_blocks] (> 1: shared by prefix
+        caching; 0: free or cached-free)."""
+        ref = (self.block_owner >= 0).astype(np.int64)
+        if len(self.shared_block):
+            ref += np.bincount(self.shared_block, minlength=self.num_total_blocks)
+        return ref
+
+    def block_holders(self, block_id: int) -> list[str]:
+        """Ids of the live requests holding ``block_id``, oldest first ([] if none)."""
+        seqs = [int(self.block_owner[block_id])] if self.block_owner[block_id] >= 0 else []
+        seqs += self.shared_seq[self.shared_block == block_id].tolist()
+        rows = np.searchsorted(self.columns["seq"], sorted(seqs))
+        return [self.request_ids[int(r)] for r in rows]
+
+    def cached_free_mask(self) -> np.ndarray:
+        """bool [num_total_blocks]: blocks held by nobody that still cache a prefix."""
+        return (self.block_owner < 0) & (self.block_hash != 0)
 
     def block_map(self) -> list[BlockCell]:
         """One cell per physical block, in block-id order (O(blocks) Python objects: for tests;
@@ -248,7 +283,10 @@ class EngineState:
                 and all(np.array_equal(self.columns[k], other.columns[k],
                                        equal_nan=COLUMNS[k].kind == "f") for k in COLUMNS)
                 and np.array_equal(self.block_owner, other.block_owner)
-                and np.array_equal(self.block_pos, other.block_pos))
+                and np.array_equal(self.block_pos, other.block_pos)
+                and np.array_equal(self.block_hash, other.block_hash)
+                and np.array_equal(self.shared_seq, other.shared_seq)
+                and np.array_equal(self.shared_block, other.shared_block))
 
     __hash__ = None  # type: ignore[assignment]
 

@@ -17,8 +17,8 @@ from typing import Iterable
 
 import numpy as np
 
-from engine.outputs import (BLOCKS_ALLOCATED, BLOCKS_FREED, Arrival, BlockEvent, RequestEvent,
-                            StepRecord, Transition)
+from engine.outputs import (BLOCKS_ALLOCATED, BLOCKS_CACHED, BLOCKS_EVICTED, BLOCKS_FREED,
+                            BLOCKS_HIT, Arrival, BlockEvent, RequestEvent, StepRecord, Transition)
 from engine.state import (COLUMNS, NUM_RECENTLY_FINISHED, STATUS_CODE, STATUSES, EngineState,
                           row_view)
 
@@ -26,6 +26,7 @@ _RUNNING = STATUS_CODE["RUNNING"]
 _WAITING = STATUS_CODE["WAITING"]
 _MIN_CAPACITY = 64
 _REQUEST_ID = operator.attrgetter("request_id")
+_CACHE_KINDS = (BLOCKS_HIT, BLOCKS_CACHED, BLOCKS_EVICTED)
 
 
 class StateTimeline:
@@ -63,6 +64,14 @@ class StateTimeline:
         self._n = n
         self.block_owner = state.block_owner.copy()
         self.block_pos = state.block_pos.copy()
+        self.block_hash = state.block_hash.copy()
+        # Prefix-shared blocks: holders other than block_owner, by request and by block.
+        self._extra: dict[int, dict[int, None]] = {}
+        self._extra_by_block: dict[int, list[int]] = {}
+        self._shared: tuple[np.ndarray, np.ndarray] | None = None    # snapshot arrays of _extra
+        for seq, b in zip(state.shared_seq.tolist(), state.shared_block.tolist()):
+            self._extra.setdefault(seq, {})[b] = None
+            self._extra_by_block.setdefault(b, []).append(seq)
         self.finished: deque = deque(state.recently_finished, maxlen=NUM_RECENTLY_FINISHED)
         self.last_finished: list = []   # final views of the requests the last apply finished
 
@@ -85,10 +94,27 @@ class StateTimeline:
             rows = np.flatnonzero(self._alive[:n])
             ids = tuple(map(self._ids.__getitem__, rows.tolist()))
             columns = {k: c[rows] for k, c in self._cols.items()}
+        shared_seq, shared_block = self._shared_arrays()
         return EngineState(self.step, self.clock, nb, bs, mns, next_seq=self.next_seq,
                            request_ids=ids, columns=columns,
                            block_owner=self.block_owner.copy(), block_pos=self.block_pos.copy(),
-                           recently_finished=tuple(self.finished))
+                           recently_finished=tuple(self.finished),
+                           block_hash=self.block_hash.copy(),
+                           shared_seq=shared_seq, shared_block=shared_block)
+
+    def _shared_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """The further holders of shared blocks as sorted (seq, block) int64 arrays, rebuilt only
+        after a hit or free changed them (O(shared holdings) numpy work then)."""
+        if self._shared is None:
+            seqs = list(self._extra)
+            lens = [len(self._extra[q]) for q in seqs]
+            blocks = np.fromiter((b for q in seqs for b in self._extra[q]), np.int64, sum(lens))
+            seq = np.repeat(np.asarray(seqs, np.int64), lens)
+            order = np.lexsort((blocks, seq))
+            self._shared = (seq[order], blocks[order])
+            for a in self._shared:
+                a.flags.writeable = False
+        return self._shared
 
     def seq_of(self, request_id: str) -> int | None:
         """Arrival number of a live request, or None."""
@@ -170,6 +196,14 @@ class StateTimeline:
         i = self._row[ev.request_id]
         nblocks = self._cols["num_blocks"]
         ids, n = ev.block_ids, len(ev.block_ids)
+        if ev.kind == BLOCKS_FREED and (self._extra or self._extra_by_block):
+            self._shared = None
+            self._free_shared(int(self._cols["seq"][i]), ids)
+            nblocks[i] -= n
+            return
+        if ev.kind in _CACHE_KINDS:
+            self._cache_event(i, ev)
+            return
         if n == 1:              # the common case (a decode crossing a block boundary): scalars
             ids = ids[0]
         else:
@@ -181,10 +215,61 @@ class StateTimeline:
             nblocks[i] = start + n
         elif ev.kind == BLOCKS_FREED:
             self.block_owner[ids] = -1
-            self.block_pos[ids] = 0
+            # a cached block keeps its position: it still holds that prefix block's tokens
+            self.block_pos[ids] = np.where(self.block_hash[ids] != 0, self.block_pos[ids], 0)
             nblocks[i] -= n
         else:
             raise ValueError(f"unknown block event kind {ev.kind!r}")
+
+    def _cache_event(self, i: int, ev: BlockEvent) -> None:
+        """A prefix-cache block event (hit, cached, evicted) for the request in row ``i``."""
+        ids = np.asarray(ev.block_ids, np.int64)
+        if ev.kind == BLOCKS_CACHED:
+            if len(ev.block_hashes) != len(ids):
+                raise ValueError(f"cached event with {len(ids)} blocks and {len(ev.block_hashes)} hashes")
+            self.block_hash[ids] = ev.block_hashes
+        elif ev.kind == BLOCKS_EVICTED:
+            self.block_hash[ids] = 0
+            self.block_pos[ids] = 0
+        else:                                           # hit: shared into the table's head
+            self._shared = None
+            nblocks = self._cols["num_blocks"]
+            seq, start = int(self._cols["seq"][i]), int(nblocks[i])
+            for k, b in enumerate(ev.block_ids):
+                if self.block_owner[b] < 0:             # cached-free: it becomes the owner
+                    self.block_owner[b] = seq
+                    self.block_pos[b] = start + k
+                else:
+                    self._extra.setdefault(seq, {})[b] = None
+                    self._extra_by_block.setdefault(b, []).append(seq)
+            nblocks[i] = start + len(ids)
+
+    def _free_shared(self, seq: int, block_ids) -> None:
+        """Request ``seq`` releases its table ``block_ids`` while some blocks are shared: a block
+        it held as a further holder just loses it; a block it owned passes to its oldest other
+        holder, or becomes free (cached-free if it has a hash)."""
+        extra = self._extra.pop(seq, {})
+        for b in block_ids:
+            if b in extra:
+                holders = self._extra_by_block[b]
+                holders.remove(seq)
+                if not holders:
+                    del self._extra_by_block[b]
+                continue
+            holders = self._extra_by_block.get(b)
+            if holders:
+                heir = min(holders)
+                holders.remove(heir)
+                if not holders:
+                    del self._extra_by_block[b]
+                del self._extra[heir][b]
+                if not self._extra[heir]:
+                    del self._extra[heir]
+                self.block_owner[b] = heir
+            else:
+                self.block_owner[b] = -1
+                if not self.block_hash[b]:
+                    self.block_pos[b] = 0
 
     def _transition(self, t: Transition) -> None:
         i, c = self._row[t.request_id], self._cols

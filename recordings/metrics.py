@@ -48,7 +48,9 @@ class RunSummary:
     and ``itl``. ``wall_duration_s`` runs from the first step's start to the last step's end;
     ``output_tokens_per_s`` is over that time (``None`` for a zero duration). ``mean_batch_size``
     is the mean number of requests scheduled per non-empty step; ``peak_kv_cache_usage`` is the
-    highest fraction of KV blocks in use after any step.
+    highest fraction of KV blocks in use after any step. ``prefix_cache_queries`` /
+    ``prefix_cache_hits`` are vLLM's prefix-cache counters summed over the steps (tokens of the
+    admitted requests looked up, and found cached; 0 without prefix caching).
     """
 
     clock: str
@@ -65,6 +67,15 @@ class RunSummary:
     num_preemptions: int
     mean_batch_size: float
     peak_kv_cache_usage: float
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
+
+    @property
+    def prefix_cache_hit_rate(self) -> float | None:
+        """``prefix_cache_hits / prefix_cache_queries`` in [0, 1]; None when nothing was looked up."""
+        if self.prefix_cache_queries <= 0:
+            return None
+        return min(1.0, max(0.0, self.prefix_cache_hits / self.prefix_cache_queries))
 
     @property
     def num_finished(self) -> int:
@@ -97,6 +108,10 @@ class RunSummary:
             ("mean batch size", num(self.mean_batch_size, ".2f")),
             ("peak KV cache usage", f"{self.peak_kv_cache_usage:.1%}"),
         ]
+        rate = self.prefix_cache_hit_rate
+        if rate is not None:
+            rows.append(("prefix cache hits / queries",
+                         f"{self.prefix_cache_hits} / {self.prefix_cache_queries} tokens ({rate:.1%})"))
         width = max(len(name) for name, _ in rows)
         return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 
@@ -126,7 +141,12 @@ def _summarize(reader: Reader) -> RunSummary:
     by_reason = {str(reason): n for reason, n in reader.execute(
         "SELECT finish_reason, count(*) FROM requests WHERE status LIKE 'FINISHED%' "
         "GROUP BY finish_reason ORDER BY finish_reason")}
-    v1 = reader.execute("PRAGMA user_version")[0][0] == 1
+    version = reader.execute("PRAGMA user_version")[0][0]
+    v1 = version == 1
+    queries = hits = 0
+    if version >= 3:       # the prefix-cache counters came with schema version 3
+        (queries, hits), = reader.execute("SELECT coalesce(sum(prefix_cache_queries), 0), "
+                                          "coalesce(sum(prefix_cache_hits), 0) FROM steps")
     ttft, itl = _v1_latencies(reader, clock) if v1 else _latencies(reader)
     num_output_tokens = reader.execute("SELECT count(*) FROM tokens" if v1 else
                                        "SELECT coalesce(sum(num_new_tokens), 0) FROM steps")[0][0]
@@ -141,6 +161,7 @@ def _summarize(reader: Reader) -> RunSummary:
         output_tokens_per_s=num_output_tokens / duration_s if duration_s > 0 else None,
         ttft=Percentiles.of(ttft), itl=Percentiles.of(itl), num_preemptions=num_preemptions,
         mean_batch_size=float(mean_batch or 0.0), peak_kv_cache_usage=float(peak_kv),
+        prefix_cache_queries=int(queries), prefix_cache_hits=int(hits),
     )
 
 

@@ -43,8 +43,6 @@ def check_sqlite_file(path: Path) -> None:
             f"{num_pages} pages of {page_size} bytes)")
 
 
-FIRST_COLUMNAR = 2     # versions from this one on differ only by added columns: one reader
-
 _TABLES = {1: ("runs", "requests", "steps", "step_requests", "events", "tokens", "request_states",
                "keyframes"),
            2: ("runs", "requests", "steps", "events", "block_events", "transitions", "keyframes")}
@@ -66,8 +64,7 @@ def file_version(path: Path) -> int:
 
 def open_readonly(path: str | os.PathLike, version: int | None = None) -> sqlite3.Connection:
     """A read-only connection (usable from any thread, one at a time) to the recording at
-    ``path``, which must be of schema ``version`` (default: the latest, or any version from
-    :data:`FIRST_COLUMNAR` on, which differ only by added columns). Raises
+    ``path``, which must be of schema ``version`` (default: the latest). Raises
     :class:`RecordingError` naming the file and the problem."""
     path = Path(path)
     check_sqlite_file(path)
@@ -93,7 +90,7 @@ def _check_recording(conn: sqlite3.Connection, path: Path, expected: int) -> Non
     if app_id != APPLICATION_ID:
         raise RecordingError(f"{path}: an SQLite database but not a BatchScope recording")
     check_version(version, path)
-    if version != expected and not (expected == latest_version() and version >= FIRST_COLUMNAR):
+    if version != expected:
         raise RecordingError(
             f"{path}: recording schema version {version}, expected {expected}")
     # touch every table once, so a damaged file fails here rather than mid-replay

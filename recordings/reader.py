@@ -27,9 +27,18 @@ from recordings import codec
 from recordings.errors import RecordingError
 from recordings.info import RequestInfo, TimelineEvent
 from recordings.opening import file_version, open_readonly
+from recordings.schema import READABLE_OLD_VERSION, latest_version
 
 _CHILD_TABLES = (("events", codec.EVENT_COLUMNS), ("block_events", codec.BLOCK_EVENT_COLUMNS),
                  ("transitions", codec.TRANSITION_COLUMNS))
+
+
+def _select(columns, version: int) -> str:
+    """The SELECT list of ``columns`` for a file of schema ``version``: on a version-2 file the
+    columns version 3 added are read as their defaults."""
+    if version > READABLE_OLD_VERSION:
+        return ", ".join(columns)
+    return ", ".join(f"{codec.V2_DEFAULTS[c]} AS {c}" if c in codec.V2_DEFAULTS else c for c in columns)
 CURSOR_REACH = 64   # a forward seek within this many steps continues the last replay
 ID_WINDOW = 512   # request numbers loaded around one the reader has not seen yet
 _ARRIVAL_SQL = ("SELECT request_id, arrival_step, arrival_time, num_prompt_tokens, max_tokens, "
@@ -55,7 +64,10 @@ class Reader:
     def __init__(self, path: str | os.PathLike, cache_size: int = 8) -> None:
         self.path = Path(path)
         self._lock = threading.RLock()
-        self._conn: sqlite3.Connection | None = open_readonly(self.path)
+        # the latest schema, or the previous one as it is (it lacks only prefix-cache columns)
+        old = file_version(self.path) == READABLE_OLD_VERSION
+        self._version = READABLE_OLD_VERSION if old else latest_version()
+        self._conn: sqlite3.Connection | None = open_readonly(self.path, self._version)
         self._cache: OrderedDict[int, EngineState] = OrderedDict()
         self._cache_size = max(1, cache_size)
         self._ids: dict[int, str] = {}
@@ -67,11 +79,7 @@ class Reader:
                              if name in indexes), "")
         self._static_hint = "INDEXED BY requests_static" if "requests_static" in indexes else ""
         self._text: dict[str, tuple[int, list[str]]] = {}
-        # columns added by later schema versions read as NULL in older files
-        present = {r[1] for r in self._rows("PRAGMA table_info(steps)")}
-        self._step_select, self._batch_select = (
-            ", ".join(c if c in present else f"NULL AS {c}" for c in names)
-            for names in (codec.STEP_COLUMNS, _BATCH_FIELDS))
+
         self._cursor: StateTimeline | None = None     # the last replay, at its last step
         with self._reading("run info"):
             self._run_info = json.loads(self._rows("SELECT run_info_json FROM runs")[0][0])
@@ -133,8 +141,8 @@ class Reader:
         with self._lock, self._reading(f"batches of steps {start}..{stop}"):
             if type(self).records is not Reader.records:    # another schema: from its records
                 return batch_columns(self.records(start, stop))
-            rows = self._rows(f"SELECT {self._batch_select} FROM steps WHERE step >= ? AND "
-                              "step < ? ORDER BY step", (start, stop))
+            rows = self._rows(f"SELECT {_select(_BATCH_FIELDS, self._version)} FROM steps "
+                              "WHERE step >= ? AND step < ? ORDER BY step", (start, stop))
             n = len(rows)
             cols = list(zip(*rows)) if rows else [()] * len(_BATCH_FIELDS)
             out: dict[str, Any] = {name: np.array(cols[i], dtype).reshape(n)
@@ -316,7 +324,7 @@ class Reader:
         return self._num_prompt[seq]
 
     def _records(self, start: int, stop: int) -> list[StepRecord]:
-        steps = self._rows(f"SELECT {self._step_select} FROM steps "
+        steps = self._rows(f"SELECT {_select(codec.STEP_COLUMNS, self._version)} FROM steps "
                            "WHERE step >= ? AND step < ? ORDER BY step", (start, stop))
         if not steps:
             return []
@@ -324,7 +332,7 @@ class Reader:
         children = []
         for table, columns in _CHILD_TABLES:
             by_step: dict[int, list[tuple]] = defaultdict(list)
-            for r in self._rows(f"SELECT {', '.join(columns)} FROM {table} "
+            for r in self._rows(f"SELECT {_select(columns, self._version)} FROM {table} "
                                 "WHERE step >= ? AND step <= ? ORDER BY step, ord", (lo, hi)):
                 by_step[r[0]].append(r)
             children.append(by_step)

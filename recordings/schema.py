@@ -9,9 +9,11 @@ Units are in the column names: ``*_ns`` are integer nanoseconds since the run st
 virtual clock, seconds under the wall or sim clock), ``*_json`` columns hold JSON text.
 
 Version 2 stores what changed, not what is: see docs/recording.md for every table and view.
-Later versions only add columns (version 3, which this code writes: ``steps.waiting_reason``), so
-the reader opens files of version 2 and later, reading a missing column as NULL. Version-1 files are never upgraded in place (their per-step rows are a different
-model); :class:`recordings.Reader` opens them read-only through ``recordings.v1_reader``.
+Version 3 (this code writes it) only adds columns (prefix-cache counters, block hashes, the
+waiting reason), so the reader opens version-2 files as they are, reading those columns as their
+defaults (``READABLE_OLD_VERSION``). Version-1 files are never upgraded in place (their per-step
+rows are a different model); :class:`recordings.Reader` opens them read-only through
+``recordings.v1_reader``.
 """
 from __future__ import annotations
 
@@ -151,12 +153,18 @@ def _v2_tables(db: sqlite_utils.Database) -> None:
         WHERE json_extract(s.token_id_json, '$[' || b.key || ']') >= 0""")
 
 
-
 def _v3_columns(db: sqlite_utils.Database) -> None:
-    """Version 3: ``steps.waiting_reason``, why every waiting request not named in
-    ``not_admitted_json`` waited (NULL = ``behind_older``; ``static_batch`` while a static batch
-    runs). Version-2 files stay readable as they are (the reader reads the column as NULL)."""
+    """Version 3: scheduler depth. Prefix caching: ``steps.prefix_cache_queries`` /
+    ``prefix_cache_hits`` (tokens looked up and found cached by the step's admissions) and
+    ``block_events.block_hashes_json`` (the prefix hashes of a ``cached`` event's blocks, aligned
+    with ``block_ids_json``; NULL for other kinds). Policies: ``steps.waiting_reason``, why every
+    waiting request not named in ``not_admitted_json`` waited (NULL = ``behind_older``;
+    ``static_batch`` while a static batch runs). Only adds columns: a version-2 file still opens
+    (read-only) as it is."""
+    for column in ("prefix_cache_queries", "prefix_cache_hits"):
+        db.execute(f"ALTER TABLE steps ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
     db.execute("ALTER TABLE steps ADD COLUMN waiting_reason TEXT")
+    db.execute("ALTER TABLE block_events ADD COLUMN block_hashes_json TEXT")
 
 
 # (version, migration); versions are 1, 2, 3 ... in order. Never edit a released migration:
@@ -166,6 +174,7 @@ MIGRATIONS: list[tuple[int, Callable[[sqlite_utils.Database], None]]] = [
     (2, _v2_tables),
     (3, _v3_columns),
 ]
+READABLE_OLD_VERSION = 2   # the previous schema the reader still opens as it is (no upgrade)
 
 
 def latest_version() -> int:

@@ -2,7 +2,7 @@
 
 The engine thread only puts objects on a bounded queue; when the writer falls behind, the engine
 waits (nothing is dropped) and records how long in the next step's ``recorder_wait_ns``. One writer
-thread turns them into schema-v2 rows and commits them in batches (every ``flush_interval_s`` or
+thread turns them into schema-v3 rows and commits them in batches (every ``flush_interval_s`` or
 every ``BATCH_ITEMS`` items), with WAL on so readers can open the file while it grows. A step's rows
 always share the transaction of its ``steps`` row, so a killed process leaves a file that holds
 every committed step whole and nothing of the others.

@@ -3,7 +3,9 @@
 A cell is ``px - 1`` painted pixels square plus a 1-pixel gap (right and bottom), filled from
 the bottom like a glass: the owner's colour up to ``fill / block_size`` of its height, a faint
 tint of that colour above, the free colour when nobody owns the block; selected blocks get a
-white edge. :class:`BlockImage` keeps the image up to date by repainting only the cells whose
+white edge. Prefix caching adds two marks (``marks``): a block shared by several requests
+(reference count > 1) gets a gold top row, a cached-free block (held by nobody, still caching a
+prefix: evictable, reusable on a hit) is painted in the cached colour instead of the free one. :class:`BlockImage` keeps the image up to date by repainting only the cells whose
 look changed (a decode step changes the last block of each running request, not 16k cells).
 """
 from __future__ import annotations
@@ -17,6 +19,9 @@ from ui.colors import BACKGROUND, FREE, mix, packed, palette_lut
 MAX_PIXELS = 400_000   # target image size in pixels (16,384 blocks -> 4 px per block)
 TINT = 0.70            # how far the empty part of an owned block fades towards the free colour
 SELECTED = (255, 255, 255)
+SHARED = (242, 183, 5)                                  # top row of a prefix-shared block
+CACHED_FREE = mix(FREE, (96, 125, 139), 0.55)           # a free block that still caches a prefix
+MARK_SHARED, MARK_CACHED_FREE = 1, 2                    # values of ``marks``
 _FULL = palette_lut()                                   # [21] packed; index -1 = free
 _TINT = palette_lut(lambda c: mix(c, FREE, TINT))
 
@@ -55,31 +60,37 @@ def _edge(px: int) -> np.ndarray:
     return edge
 
 
-def _strips(palette_index: np.ndarray, level: np.ndarray, inner: int) -> np.ndarray:
+def _strips(palette_index: np.ndarray, level: np.ndarray, inner: int,
+            marks: np.ndarray | None = None) -> np.ndarray:
     """uint32 (n, inner): the painted column of each cell, top to bottom."""
     y = np.arange(inner)[None, :]                                   # painted row, 0 = top
-    return np.where(y >= inner - level[:, None], _FULL[palette_index][:, None],
-                    _TINT[palette_index][:, None])
+    out = np.where(y >= inner - level[:, None], _FULL[palette_index][:, None],
+                   _TINT[palette_index][:, None])
+    if marks is not None and marks.any():
+        out[marks == MARK_CACHED_FREE] = packed(CACHED_FREE)
+        out[marks == MARK_SHARED, 0] = packed(SHARED)
+    return out
 
 
 def render(palette_index: np.ndarray, fill: np.ndarray, block_size: int, columns: int, px: int,
-           framed: np.ndarray | None = None) -> np.ndarray:
+           framed: np.ndarray | None = None, marks: np.ndarray | None = None) -> np.ndarray:
     """The block map as a packed-colour image (uint32 ``(rows * px, columns * px)``, see
     ``ui.colors.packed``), block ``b`` at cell (``b // columns``, ``b % columns``).
 
     ``palette_index``: int [n] palette entry of each block's owner, -1 = free; ``fill``: int [n]
-    tokens written; ``framed``: bool [n] blocks to frame in white (the selection), or None."""
+    tokens written; ``framed``: bool [n] blocks to frame in white (the selection), or None;
+    ``marks``: int [n] prefix-cache marks (``MARK_SHARED``, ``MARK_CACHED_FREE``, 0 none) or None."""
     return _render(palette_index, fill_rows(np.asarray(fill), block_size, px - 1), columns, px,
-                   framed)
+                   framed, marks)
 
 
 def _render(palette_index: np.ndarray, level: np.ndarray, columns: int, px: int,
-            framed: np.ndarray | None) -> np.ndarray:
+            framed: np.ndarray | None, marks: np.ndarray | None = None) -> np.ndarray:
     n, inner = len(palette_index), px - 1
     rows = max(1, math.ceil(n / columns))
     bg = packed(BACKGROUND)
     cells = np.full((rows * columns, inner), bg, np.uint32)
-    cells[:n] = _strips(palette_index, level, inner)
+    cells[:n] = _strips(palette_index, level, inner, marks)
     out = np.empty((rows, px, columns, px), np.uint32)                 # [row, y, col, x]
     out[:, inner] = bg
     out[:, :, :, inner] = bg
@@ -104,26 +115,29 @@ class BlockImage:
         self._layout: tuple | None = None
 
     def update(self, palette_index: np.ndarray, fill: np.ndarray, block_size: int, columns: int,
-               px: int, framed: np.ndarray | None = None) -> np.ndarray:
+               px: int, framed: np.ndarray | None = None, marks: np.ndarray | None = None) -> np.ndarray:
         n = len(palette_index)
         level = fill_rows(np.asarray(fill), block_size, px - 1)
         sel = np.zeros(n, bool) if framed is None else framed
         codes = ((palette_index.astype(np.int32) + 1) * px + level) * 2 + sel  # a cell's look
+        if marks is not None:
+            codes = codes * 4 + marks
         layout = (n, columns, px)
         changed = (np.flatnonzero(codes != self._codes)
                    if layout == self._layout and self.image is not None else None)
         if changed is None or len(changed) > n // 8:
-            self.image = _render(palette_index, level, columns, px, framed)
+            self.image = _render(palette_index, level, columns, px, framed, marks)
         elif len(changed):
-            self._repaint(changed, palette_index, level, sel, columns, px)
+            self._repaint(changed, palette_index, level, sel, columns, px, marks)
         self._codes, self._layout = codes, layout
         return self.image
 
     def _repaint(self, blocks: np.ndarray, palette_index: np.ndarray, level: np.ndarray,
-                 sel: np.ndarray, columns: int, px: int) -> None:
+                 sel: np.ndarray, columns: int, px: int, marks: np.ndarray | None = None) -> None:
         inner = px - 1
         tiles = np.full((len(blocks), px, px), packed(BACKGROUND), np.uint32)
-        tiles[:, :inner, :inner] = _strips(palette_index[blocks], level[blocks], inner)[:, :, None]
+        tiles[:, :inner, :inner] = _strips(palette_index[blocks], level[blocks], inner,
+                                           None if marks is None else marks[blocks])[:, :, None]
         framed = sel[blocks]
         if framed.any():
             tiles[framed] = np.where(_edge(px), packed(SELECTED), tiles[framed])

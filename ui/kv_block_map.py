@@ -7,8 +7,10 @@ few hundred); its cell fills from the bottom like a glass with the owner's colou
 above, dark grey when free; the selected request's blocks get a white frame.
 
 Mouse wheel zooms (pan by dragging, double-click fits the whole cache again); hover names the
-exact block under the pointer at any zoom (block id, owner, fill, position in the owner's block
-table), a click selects the owner.
+exact block under the pointer at any zoom (block id, owners, reference count, prefix hash, fill,
+token range and position in the block table), a click selects the (oldest) owner. With prefix
+caching, shared blocks (reference count > 1) and cached-free blocks are marked
+(``ui.block_image``).
 """
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ from PySide6.QtCore import QPointF, Signal
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from engine.state import EngineState
-from ui.block_image import TINT, BlockImage, cell_px, grid_columns
+from ui.block_image import (CACHED_FREE, MARK_CACHED_FREE, MARK_SHARED, SHARED, TINT, BlockImage,
+                            cell_px, grid_columns)
 from ui.colors import BACKGROUND, FREE, MUTED, color_indices, css, mix
 from ui.packed_image import PackedImageItem
 from ui.pointer import track_pointer
@@ -81,6 +84,8 @@ class KVBlockMap(QWidget):
         return (f"{sw.format(css(FREE))} free &nbsp; {sw.format('#4e79a7')} tokens written "
                 f"(request colour, fills upward) &nbsp; "
                 f"{sw.format(css(mix((78, 121, 167), FREE, TINT)))} reserved &nbsp; "
+                f"{sw.format(css(SHARED))} top: shared prefix &nbsp; "
+                f"{sw.format(css(CACHED_FREE))} cached-free &nbsp; "
                 "<span style='color:white'>&#9633;</span> selected &nbsp; wheel: zoom, "
                 "double-click: fit")
 
@@ -116,6 +121,17 @@ class KVBlockMap(QWidget):
         colours = color_indices([ids[r] for r in self._holders.tolist()])
         return np.append(colours, np.int16(-1))[self._at]
 
+    def marks(self) -> np.ndarray | None:
+        """Prefix-cache mark of each block (int8 [blocks]: ``MARK_SHARED`` for a reference
+        count > 1, ``MARK_CACHED_FREE``, 0), or None when no block is shared or cached."""
+        st = self.state
+        if not len(st.shared_block) and not st.block_hash.any():
+            return None
+        marks = np.where(st.cached_free_mask(), MARK_CACHED_FREE, 0).astype(np.int8)
+        if len(st.shared_block):
+            marks[np.unique(st.shared_block)] = MARK_SHARED
+        return marks
+
     def _framed(self) -> np.ndarray | None:
         return owned_blocks(self.state, self.selected) if self.selected else None
 
@@ -141,7 +157,7 @@ class KVBlockMap(QWidget):
         relayout = (cols, px) != (self.columns, self.px) or self.image.shape[:2] != shape
         self.columns, self.px = cols, px
         self.image = self._painter.update(self.palette_index(), self.fill, self.state.block_size,
-                                          cols, px, self._framed())
+                                          cols, px, self._framed(), self.marks())
         self.item.set_packed(self.image)
         if relayout:
             h, w = shape
@@ -180,15 +196,30 @@ class KVBlockMap(QWidget):
         return None if r < 0 else self.state.request_ids[r]
 
     def describe(self, block_id: int) -> str:
-        """Tooltip of one block: id, owner, position in the owner's table, tokens written."""
+        """Tooltip of one block: id, owner, position in the owner's table, tokens written, then
+        the token range it holds, its other holders and reference count when shared, and the
+        prefix hash of a cached block (a cached-free block: its hash and token range)."""
+        st = self.state
+        h = int(st.block_hash[block_id])
+        pos, bs = int(st.block_pos[block_id]), st.block_size
+        cached = [f"prefix hash {h & (2**64 - 1):016x}"] if h else []
         rid = self.owner_of(block_id)
         if rid is None:
+            if h:
+                return "\n".join([f"block {block_id}", "cached-free (evictable, reusable on a hit)",
+                                   f"tokens {pos * bs}-{pos * bs + bs - 1} of its prefix", *cached])
             return f"block {block_id}\nfree"
-        st = self.state
         r = int(self.owner_rows[block_id])
-        pos, size = int(st.block_pos[block_id]), int(st.columns["num_blocks"][r])
-        return (f"block {block_id}\nowner {rid}\nblock {pos + 1} of {size} in its table\n"
-                f"{int(self.fill[block_id])} / {st.block_size} tokens written")
+        size, fill = int(st.columns["num_blocks"][r]), int(self.fill[block_id])
+        lines = [f"block {block_id}", f"owner {rid}", f"block {pos + 1} of {size} in its table",
+                 f"{fill} / {bs} tokens written"]
+        if fill:
+            lines.append(f"tokens {pos * bs}-{pos * bs + fill - 1}")
+        owners = st.block_holders(block_id) if len(st.shared_block) else [rid]
+        if len(owners) > 1:
+            more = " ..." if len(owners) > 6 else ""
+            lines.append(f"shared: reference count {len(owners)} ({', '.join(owners[:6])}{more})")
+        return "\n".join(lines + cached)
 
     def _block_at_scene(self, pos: QPointF) -> int | None:
         if not self.view.sceneBoundingRect().contains(pos):

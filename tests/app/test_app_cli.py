@@ -26,8 +26,20 @@ def test_help_names_the_knobs_and_commands():
         assert word in out.stdout
     out = run_cli("run", "--help")
     for knob in ("--max-num-batched-tokens", "--max-num-seqs", "--block-size", "--num-gpu-blocks",
-                 "--time-scale", "--max-prompt-tokens", "--max-output-tokens", "--record", "--limit"):
+                 "--time-scale", "--max-prompt-tokens", "--max-output-tokens", "--record", "--limit",
+                 "--enable-prefix-caching"):
         assert knob in out.stdout
+
+
+def test_prefix_caching_flag_reaches_the_engine_config():
+    from app.cli import engine_config
+
+    base = ["run", "--trace", "t.csv", "--record", "r.sqlite"]
+    assert engine_config(build_parser().parse_args(base)).enable_prefix_caching is False
+    on = engine_config(build_parser().parse_args([*base, "--enable-prefix-caching"]))
+    assert on.enable_prefix_caching is True
+    sim = engine_config(build_parser().parse_args([*base, "--enable-prefix-caching", "--executor", "sim"]))
+    assert sim.enable_prefix_caching is True
 
 
 def test_no_command_means_the_live_demo():

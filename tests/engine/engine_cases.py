@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -37,15 +38,12 @@ def missing_features(cfg: dict) -> list[str]:
     out = []
     if cfg.get("preemption_mode", "recompute") != "recompute" or "num_cpu_blocks" in cfg:
         out.append("swap preemption (CPU swap pool)")
-    if cfg.get("enable_prefix_caching"):
-        out.append("prefix caching")
     return out
 
 
 def knobs(cfg: dict) -> dict:
-    """The case's engine knobs as EngineConfig keywords; a disabled prefix cache is our default."""
-    return {k: v for k, v in cfg.items()
-            if k not in NOT_KNOBS and not (k == "enable_prefix_caching" and not v)}
+    """The case's engine knobs as EngineConfig keywords."""
+    return {k: v for k, v in cfg.items() if k not in NOT_KNOBS}
 
 
 def xfail_missing(case_id: str, cfg: dict) -> None:
@@ -84,3 +82,31 @@ def arrivals_and_actions(c: dict, *, with_sampling: bool = False,
             if f"{kind}_step" in r:
                 actions.append(Action(r[f"{kind}_step"], kind, r["id"]))
     return arrivals, actions
+
+
+def case_prompts(c: dict) -> dict[str, tuple[int, ...]]:
+    """Every request's prompt token ids, by id, from ``prompt_len`` or the ``prompt`` phrases the
+    cases use: ``"X: 8 tokens"`` / ``"32 tokens T"`` / ``"12 distinct tokens"`` (a prompt of its
+    own), ``"same_as R0"``, ``"prefix_of R0 8 tokens"`` (optionally ``"+ 5 new"``) and
+    ``"R0 + 1 token"`` (new tokens are the request's own, unlike any other prompt's). Raises
+    ``ValueError`` for a phrase it does not know."""
+    out: dict[str, tuple[int, ...]] = {}
+    for i, r in enumerate(c["requests"]):
+        text = str(r.get("prompt", ""))
+        if "prompt_len" in r:
+            out[r["id"]] = distinct_prompt(i, r["prompt_len"])
+            continue
+        own = lambda n, skip=0: distinct_prompt(i, skip + n)[skip:]   # noqa: E731
+        if m := re.fullmatch(r"same_as (\w+)", text):
+            out[r["id"]] = out[m.group(1)]
+        elif m := re.fullmatch(r"prefix_of (\w+) (\d+) tokens?(?: \+ (\d+) new)?", text):
+            n, extra = int(m.group(2)), int(m.group(3) or 0)
+            out[r["id"]] = out[m.group(1)][:n] + own(extra, n)
+        elif m := re.fullmatch(r"(\w+) \+ (\d+) tokens?", text):
+            base = out[m.group(1)]
+            out[r["id"]] = base + own(int(m.group(2)), len(base))
+        elif m := re.fullmatch(r"(?:\w+: )?(\d+) (?:distinct )?tokens?(?: \w+)?", text):
+            out[r["id"]] = own(int(m.group(1)))
+        else:
+            raise ValueError(f"{c['id']}: unknown prompt phrase {text!r} of {r['id']}")
+    return out

@@ -27,14 +27,16 @@ from typing import Mapping, Sequence
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.preemption import FOR_PRIORITY, preemption_info
-from engine.outputs import (NOT_ADMITTED_LOWER_PRIORITY, NOT_ADMITTED_STATIC_BATCH,
-                            BLOCKS_ALLOCATED, BLOCKS_FREED, NOT_ADMITTED_BEHIND,
+from engine.outputs import (BLOCKS_ALLOCATED, BLOCKS_CACHED, BLOCKS_EVICTED, BLOCKS_FREED,
+                            BLOCKS_HIT, NOT_ADMITTED_BEHIND, NOT_ADMITTED_LOWER_PRIORITY,
+                            NOT_ADMITTED_STATIC_BATCH,
                             NOT_ADMITTED_NO_FREE_BLOCKS, NOT_ADMITTED_SEQ_CAP,
                             NOT_ADMITTED_TOKEN_BUDGET, NewToken, StepRecord)
 from engine.request import Request, RequestStatus, SamplingParams
 from engine.state import NUM_RECENTLY_FINISHED, EngineState
 from engine.timeline import StateTimeline
 from fake_runner import FakeRunner, hash_next_token
+import numpy as np
 
 ACTIONS = ("abort", "pause", "resume")
 FINISH_EVENTS = ("finished", "aborted", "failed", "rejected")
@@ -121,9 +123,21 @@ def check_state(st: EngineState, rec: StepRecord, config: Mapping, seen: dict) -
     # own blocks, and the block arrays agree with each request's block count.
     tables = {rid: st.block_ids(rid) for rid in live}
     held = [b for t in tables.values() for b in t]
-    assert len(held) == len(set(held)) == st.num_used_blocks, "G2: a block held twice"
+    assert all(len(set(t)) == len(t) for t in tables.values()), "G2: a table names a block twice"
+    assert len(set(held)) == st.num_used_blocks, "G1: distinct held blocks vs owned blocks"
     assert all(0 <= b < total for b in held), held
+    # Prefix sharing: a block in k tables has reference count k; only cached blocks are shared.
+    ref = st.block_ref_cnt()
+    holders = np.bincount(np.asarray(held, np.int64), minlength=total) if held else np.zeros(total, np.int64)
+    assert np.array_equal(ref, holders), "G2: reference counts vs the tables naming each block"
+    assert not np.any((ref > 1) & (st.block_hash == 0)), "a block is shared but caches no prefix"
+    cached_free = int(np.count_nonzero(st.cached_free_mask()))
+    assert not np.any(st.cached_free_mask() & (ref > 0))
+    if not config.get("enable_prefix_caching"):
+        assert len(held) == len(set(held)) and cached_free == 0, "G2: a block held twice"
+    # G1: free (plain + cached-evictable) + distinct held == total
     assert st.num_used_blocks + rec.num_free_blocks == total, "G1 (state)"
+    assert cached_free <= rec.num_free_blocks, "G1: more cached-free blocks than free ones"
     seqs = st.columns["seq"]
     assert set(st.block_owner[st.block_owner >= 0].tolist()) <= set(seqs.tolist()), (
         "G1: a block is owned by a request that is not live")
@@ -210,6 +224,7 @@ class InvariantChecker:
         self.delivered: dict[str, Request] = {}          # handed to on_finished, in that order
         self.delivered_now: list[str] = []
         self.tables: dict[str, list[int]] = {}           # block tables rebuilt from block events
+        self.tags: dict[int, tuple[int, int]] = {}       # block -> (prefix hash, step it was cached)
         c = engine.config
         self.replay = StateTimeline(engine.num_gpu_blocks, c.block_size, c.max_num_seqs)
         assert engine.timeline.snapshot() == self.replay.snapshot()
@@ -270,27 +285,69 @@ class InvariantChecker:
             free=kv.num_free_blocks,
             num_tokens={r.request_id: r.num_tokens for r in s.live_requests()},
             is_prefill={r.request_id: r.is_prefill for r in s.live_requests()},
+            num_computed={r.request_id: r.num_computed_tokens for r in s.live_requests()},
+            num_output={r.request_id: r.num_output_tokens for r in s.live_requests()},
             num_pending_block_events=len(kv.events),
         )
         self.delivered_now = []
 
-    def _replay_block_events(self, rec: StepRecord) -> dict[str, list[int]]:
-        """Apply the record's block events to the tables rebuilt so far; returns the blocks each
-        request was allocated by the step itself (not by changes made between steps)."""
+    def _replay_block_events(self, rec: StepRecord):
+        """Apply the record's block events to the tables (and cache tags) rebuilt so far, checking
+        each against what came before. Returns the blocks each request got by the step itself
+        (allocated or shared by a hit; not changes made between steps), the blocks shared by
+        hits, and the number of distinct blocks held when the scheduler decided (before the
+        update's events: cached tags and frees of requests finishing in the step)."""
         step_alloc: dict[str, list[int]] = defaultdict(list)
+        step_hit: dict[str, list[int]] = defaultdict(list)
+        finishing = {ev.request_id for ev in rec.events if ev.kind in FINISH_EVENTS}
+        held_at_decision = None
         for i, ev in enumerate(rec.block_events):
             assert ev.block_ids, ev
+            in_step = i >= self.pre["num_pending_block_events"]
+            held = {b for t in self.tables.values() for b in t}
+            if held_at_decision is None and in_step and (
+                    ev.kind == BLOCKS_CACHED or (ev.kind == BLOCKS_FREED and ev.request_id in finishing)):
+                held_at_decision = len(held)
             if ev.kind == BLOCKS_ALLOCATED:
+                assert not set(ev.block_ids) & held, ("allocated a held block", ev)
+                assert not any(self.tags.get(b) for b in ev.block_ids), ("allocated a cached block unevicted", ev)
                 self.tables.setdefault(ev.request_id, []).extend(ev.block_ids)
-                if i >= self.pre["num_pending_block_events"]:
+                if in_step:
                     step_alloc[ev.request_id].extend(ev.block_ids)
+            elif ev.kind == BLOCKS_HIT:
+                assert self.c.enable_prefix_caching and in_step, ev
+                assert not self.tables.get(ev.request_id), ("a hit into a table that holds blocks", ev)
+                for b in ev.block_ids:
+                    tag, step = self.tags.get(b, (0, None))
+                    # a hit only on blocks whose KV a completed (earlier) step wrote
+                    assert tag and step < rec.step, ("hit on a block not cached in an earlier step", ev)
+                self.tables[ev.request_id] = list(ev.block_ids)
+                step_alloc[ev.request_id].extend(ev.block_ids)
+                step_hit[ev.request_id].extend(ev.block_ids)
+            elif ev.kind == BLOCKS_CACHED:
+                assert self.c.enable_prefix_caching and len(ev.block_hashes) == len(ev.block_ids), ev
+                table = self.tables.get(ev.request_id, [])
+                for b, h in zip(ev.block_ids, ev.block_hashes):
+                    assert b in table and not self.tags.get(b) and h, ("cached a block not held or tagged", ev)
+                    self.tags[b] = (h, rec.step)
+                tagged = [h for h, _ in self.tags.values()]
+                assert len(tagged) == len(set(tagged)), "two blocks cache one hash"
+            elif ev.kind == BLOCKS_EVICTED:
+                for b in ev.block_ids:
+                    assert b not in held and self.tags.pop(b, None), ("evicted a held or untagged block", ev)
             else:
                 assert ev.kind == BLOCKS_FREED, ev
                 assert list(ev.block_ids) == self.tables.pop(ev.request_id, None), (
                     "a free event names other blocks than the whole table", ev)
+        if held_at_decision is None:
+            held_at_decision = len({b for t in self.tables.values() for b in t})
         owners = [b for t in self.tables.values() for b in t]
-        assert len(owners) == len(set(owners)), "block events hand one block to two requests"
-        return step_alloc
+        if not self.c.enable_prefix_caching:
+            assert len(owners) == len(set(owners)), "block events hand one block to two requests"
+        for b in set(owners):
+            if owners.count(b) > 1:
+                assert self.tags.get(b), f"block {b} is shared but caches no prefix"
+        return step_alloc, step_hit, held_at_decision
 
     def after_step(self, rec: StepRecord) -> None:
         e, c, s, pre = self.e, self.c, self.e.scheduler, self.pre
@@ -300,6 +357,10 @@ class InvariantChecker:
 
         # G1 / G2 / G3 / G4 (slots) as the scheduler states them ...
         s.check_invariants()
+        if isinstance(self.runner, FakeRunner):
+            # Each hash -> block entry names a block whose tokens -- in the fake runner's paged
+            # cache, the truth -- hash to it: a stale entry would name other content.
+            kv.check_invariants(lambda b: self.runner.cache[b])
         e.check_state()
         # ... and again from what the UI and the recording see (EngineState, StepRecord).
         st = e.state()
@@ -352,17 +413,27 @@ class InvariantChecker:
 
         # Block events rebuild the block tables exactly; during the step a table only grows at
         # its end, by the blocks the step's scheduled chunk needs.
-        step_alloc = self._replay_block_events(rec)
+        step_alloc, step_hit, held_at_decision = self._replay_block_events(rec)
         assert self.tables == {rid: t for rid, t in kv.block_tables.items() if t}, "block events vs tables"
         # (a request preempted for priority may have been given this step's blocks first)
         assert set(step_alloc) <= set(sched_ids) | set(rec.preempted_ids), (
             "blocks allocated to an unscheduled request", step_alloc)
         for x in rec.scheduled:
             assert x.num_tokens >= 1
-            assert x.is_prefill == pre["is_prefill"][x.request_id], ("is_prefill", x)
+            if x.num_computed_tokens == pre["num_computed"][x.request_id]:
+                assert x.is_prefill == pre["is_prefill"][x.request_id], ("is_prefill", x)
+            else:   # admitted after a prefix-cache hit: a decode if only the last token is left
+                assert c.enable_prefix_caching and x.num_computed_tokens % bs == 0, x
+                assert pre["num_computed"][x.request_id] == 0 and x.request_id in step_hit, x
+                assert x.num_computed_tokens == len(step_hit[x.request_id]) * bs, (x, step_hit)
+                assert x.num_computed_tokens <= pre["num_tokens"][x.request_id] - 1, ("full hit computes nothing", x)
+                last_only = pre["num_output"][x.request_id] and x.num_computed_tokens == pre["num_tokens"][x.request_id] - 1
+                assert x.is_prefill == (not last_only), ("is_prefill", x)
             if not c.enable_chunked_prefill:
-                assert x.num_tokens == 1 or (x.num_computed_tokens == 0
-                                             and x.num_tokens == pre["num_tokens"][x.request_id]), (
+                # the whole prompt (after its prefix-cache hit, if any) in one step
+                assert x.num_tokens == 1 or (
+                    x.num_computed_tokens == len(step_hit.get(x.request_id, ())) * bs
+                    and x.num_computed_tokens + x.num_tokens == pre["num_tokens"][x.request_id]), (
                     "prefill split without chunked prefill", x)
             elif c.long_prefill_token_threshold and x.num_tokens > 1:
                 assert x.num_tokens <= c.long_prefill_token_threshold, ("long prefill cap", x)
@@ -398,8 +469,11 @@ class InvariantChecker:
         freed = sum(len(pre["blocks"][rid]) + len(step_alloc.get(rid, [])) for rid in rec.preempted_ids)
         freed += sum(len(pre["blocks"][rid]) + len(step_alloc.get(rid, [])) for rid in finished_now)
         allocated = sum(len(b) for b in step_alloc.values())
-        assert kv.num_free_blocks == pre["free"] - allocated + freed == rec.num_free_blocks, (
+        distinct_held = len({b for t in self.tables.values() for b in t})
+        assert kv.num_free_blocks == e.num_gpu_blocks - distinct_held == rec.num_free_blocks, (
             "G1: blocks appeared or vanished")
+        if not c.enable_prefix_caching:     # no sharing: exact per-step accounting
+            assert kv.num_free_blocks == pre["free"] - allocated + freed, "G1: blocks appeared or vanished"
 
         # Why waiting requests were not admitted: the first one is listed with a true reason,
         # everyone behind it is implicitly behind an older request.
@@ -430,13 +504,13 @@ class InvariantChecker:
             running_at_decision = (len([r for r in pre["running"] if r not in rec.preempted_ids])
                                    + len(admitted))
             left = c.max_num_batched_tokens - rec.num_scheduled_tokens
-            free_at_decision = pre["free"] - allocated + freed - sum(
-                len(pre["blocks"][rid]) + len(step_alloc.get(rid, [])) for rid in finished_now)
+            free_at_decision = e.num_gpu_blocks - held_at_decision
             if reason == NOT_ADMITTED_SEQ_CAP:
                 assert running_at_decision == c.max_num_seqs
             elif reason == NOT_ADMITTED_TOKEN_BUDGET:
                 assert left == 0 or (not c.enable_chunked_prefill and left < e.requests[head].num_tokens)
             elif reason == NOT_ADMITTED_NO_FREE_BLOCKS:
+                # (with prefix caching it may have needed fewer: at most all its blocks)
                 assert rec.preempted_ids or blocks_for(e.requests[head].num_tokens, bs) > free_at_decision
             elif reason == NOT_ADMITTED_LOWER_PRIORITY:      # displaced in this very step
                 assert c.policy == "priority" and head in rec.preempted_ids
@@ -592,8 +666,10 @@ def assert_recording_matches(result: RunResult) -> None:
 
 
 def reference_outputs(config: EngineConfig, arrivals: Sequence[Arrival], **kw) -> dict[str, list[int]]:
-    """The cases README's reference run: the same workload with 10x the KV blocks, no actions."""
-    ref = run_workload(config.replace(num_gpu_blocks=10 * config.num_gpu_blocks), arrivals, **kw)
+    """The cases README's reference run: the same workload with 10x the KV blocks, no actions,
+    no prefix cache."""
+    ref = run_workload(config.replace(num_gpu_blocks=10 * config.num_gpu_blocks,
+                                      enable_prefix_caching=False), arrivals, **kw)
     return ref.outputs()
 
 

@@ -14,7 +14,8 @@ The case with sampling penalties (``recompute-keeps-output-split``) also runs on
 Llama through the real model runner, since penalties act on logits the fake runner does not have.
 
 Cases (or variants) that need a feature the engine does not have -- priority scheduling, swap
-preemption with a CPU pool, prefix caching -- are reported as xfail with a reason naming the feature; each such test also checks that the engine refuses the
+preemption with a CPU pool -- are reported as xfail with a reason naming the feature; each such
+test also checks that the engine refuses the
 case's knob instead of silently ignoring it.
 """
 from __future__ import annotations
@@ -28,13 +29,14 @@ import numpy as np
 import pytest
 
 from engine.config import EngineConfig
-from engine.outputs import (NOT_ADMITTED_NO_FREE_BLOCKS, NOT_ADMITTED_SEQ_CAP,
-                            NOT_ADMITTED_TOKEN_BUDGET)
+from engine.outputs import (BLOCKS_CACHED, BLOCKS_EVICTED, BLOCKS_HIT, NOT_ADMITTED_NO_FREE_BLOCKS,
+                            NOT_ADMITTED_SEQ_CAP, NOT_ADMITTED_TOKEN_BUDGET)
 from engine.preemption import FOR_PRIORITY, preemption_info
 from engine.request import RequestStatus, SamplingParams
 from engine.scheduler import __doc__ as SCHEDULER_DOC
-from engine_cases import CASES, arrivals_and_actions, case, engine_config, xfail_missing
-from engine_harness import (Arrival, RunResult, assert_outputs_match, assert_recording_matches,
+from engine_cases import (CASES, arrivals_and_actions, case, case_prompts, engine_config,
+                          xfail_missing)
+from engine_harness import (Action, Arrival, RunResult, assert_outputs_match, assert_recording_matches,
                             blocks_for, distinct_prompt, reference_outputs, replay_states,
                             run_workload)
 from fake_runner import ToyTokenizer, script_next_token
@@ -544,9 +546,9 @@ def metrics_case():
     return c, reqs
 
 
-def wl_metrics() -> Workload:
+def wl_metrics(prefix_caching: bool = False) -> Workload:
     c, reqs = metrics_case()
-    config = engine_config(c, enable_prefix_caching=False)
+    config = engine_config(c, enable_prefix_caching=prefix_caching)
     arrivals = []
     for i, r in enumerate(reqs):
         src = r.get("_prefix_of", i)
@@ -579,13 +581,16 @@ def live_summary(result):
         ttft=Percentiles.of(ttft), itl=Percentiles.of(itl),
         num_preemptions=sum(r.num_preemptions for r in reqs),
         mean_batch_size=sum(batches) / len(batches) if batches else 0.0,
-        peak_kv_cache_usage=max(x.kv_cache_usage for x in recs))
+        peak_kv_cache_usage=max(x.kv_cache_usage for x in recs),
+        prefix_cache_queries=sum(x.prefix_cache_queries for x in recs),
+        prefix_cache_hits=sum(x.prefix_cache_hits for x in recs))
 
 
-def test_metrics_after_preemption():
-    """The parts that apply without prefix caching (the cache itself is the xfail below), from the
-    live engine (recomputed from the recording: ``test_metrics_recomputed_from_the_recording``)."""
-    result = wl_metrics().run_with_reference()
+@pytest.mark.parametrize("prefix_caching", [False, True], ids=["no-prefix-cache", "prefix-cache"])
+def test_metrics_after_preemption(prefix_caching):
+    """From the live engine (recomputed from the recording:
+    ``test_metrics_recomputed_from_the_recording``), with and without prefix caching."""
+    result = wl_metrics(prefix_caching).run_with_reference()
     reqs_live = result.requests.values()
     n_events = sum(1 for rec in result.records for e in rec.events if e.kind == "preempted")
     assert result.num_preemptions == n_events == sum(r.num_preemptions for r in reqs_live) > 0
@@ -603,6 +608,24 @@ def test_metrics_after_preemption():
                                             if r.request_id in rec.preempted_ids)
     for rec in result.records:
         assert 0.0 <= rec.kv_cache_usage <= 1.0
+        assert 0 <= rec.prefix_cache_hits <= rec.prefix_cache_queries
+    # Prefix-cache counters: each admission queries the request's tokens and hits its shared
+    # blocks (hit events), in tokens; a request starts from its first admission's hit.
+    bs = result.engine.config.block_size
+    admitted = [(rec, e.request_id) for rec in result.records for e in rec.events if e.kind == "scheduled"]
+    queries = sum(s.num_computed_tokens + s.num_tokens if s.is_prefill else s.num_computed_tokens + 1
+                  for rec, rid in admitted for s in rec.scheduled if s.request_id == rid)
+    hits = sum(len(ev.block_ids) * bs for rec in result.records for ev in rec.block_events
+               if ev.kind == BLOCKS_HIT)
+    total_q = sum(rec.prefix_cache_queries for rec in result.records)
+    total_h = sum(rec.prefix_cache_hits for rec in result.records)
+    if prefix_caching:
+        assert total_q >= queries > 0 and total_h == hits
+        assert 0.0 <= total_h / total_q <= 1.0
+        for r in reqs_live:
+            assert 0 <= r.num_cached_tokens <= r.num_prompt_tokens - 1
+    else:
+        assert total_q == total_h == hits == 0
     # The state's metrics (columns) agree with the engine's requests: TTFT and mean ITL per
     # request, as the view of each request showed them in the step it finished.
     for rec, st in zip(result.records, result.states):
@@ -612,11 +635,12 @@ def test_metrics_after_preemption():
                 assert v.ttft == r.ttft and v.mean_itl == pytest.approx(r.mean_itl), t.request_id
 
 
-def test_metrics_recomputed_from_the_recording(tmp_path):
+@pytest.mark.parametrize("prefix_caching", [False, True], ids=["no-prefix-cache", "prefix-cache"])
+def test_metrics_recomputed_from_the_recording(tmp_path, prefix_caching):
     """Every metric recomputed from the recording equals the live value."""
     from recordings import Reader, summarize
 
-    result = wl_metrics().run(record_to=tmp_path / "run.sqlite")
+    result = wl_metrics(prefix_caching).run(record_to=tmp_path / "run.sqlite")
     assert_recording_matches(result)
     reqs_live = result.requests.values()
     n_events = sum(1 for rec in result.records for e in rec.events if e.kind == "preempted")
@@ -627,6 +651,9 @@ def test_metrics_recomputed_from_the_recording(tmp_path):
         records = reader.records(0, reader.latest_step() + 1)
     live = live_summary(result)
     assert summary == live
+    rate = summary.prefix_cache_hit_rate
+    assert (rate is not None) == prefix_caching and (rate is None or 0.0 <= rate <= 1.0)
+    assert ("prefix cache hits / queries" in summary.format_table()) == prefix_caching
     assert summary.num_preemptions == n_events == result.num_preemptions
     assert summary.ttft.num_samples == len(produced) == len(reqs_live)
     assert summary.ttft.p50 == float(np.percentile([r.ttft for r in reqs_live], 50))
@@ -643,9 +670,190 @@ def test_metrics_recomputed_from_the_recording(tmp_path):
         assert i.status == r.status.value and i.num_output_tokens == r.num_output_tokens
 
 
-def test_metrics_after_preemption_with_prefix_cache():
-    c, _ = metrics_case()
-    engine_config(c)            # asks for enable_prefix_caching: xfails naming it
+def test_recompute_after_preemption_hits_its_own_cached_blocks():
+    """readmit-preempt-loop's "repeat with prefix caching on: the recompute mostly hits the cache
+    unless its blocks were evicted", where our admission rule lets a preemption happen: the
+    recompute-keeps-output-split workload preempts B mid-decode. With prefix caching B's
+    readmission starts from its own full blocks that are still cached (all of them unless
+    evicted), so it recomputes less than prompt + output; outputs still equal the reference."""
+    result = case_workload("recompute-keeps-output-split", enable_prefix_caching=True).run_with_reference()
+    bs = result.engine.config.block_size
+    rehit = 0
+    tables: dict[str, list[int]] = {}
+    tags: dict[int, int] = {}
+    for rec in result.records:
+        for rid in rec.preempted_ids:
+            held = tables[rid]
+            readmit = next(r for r in result.records[rec.step + 1:]
+                           if any(e.request_id == rid and e.kind == "scheduled" for e in r.events))
+            evicted = {b for r in result.records[rec.step:readmit.step + 1] for ev in r.block_events
+                       if ev.kind == BLOCKS_EVICTED for b in ev.block_ids}
+            hit = next((ev.block_ids for ev in readmit.block_events
+                        if ev.kind == BLOCKS_HIT and ev.request_id == rid), ())
+            cached_then = [b for b in held if b in tags]       # its full, written, tagged blocks
+            num_tokens = result.requests[rid].num_prompt_tokens + sum(
+                1 for r in result.records[:rec.step] for t in r.new_tokens if t.request_id == rid)
+            # every hit block is one of its own; the hit stops only at an evicted block or at
+            # the cap (the last token is always computed)
+            assert list(hit) == cached_then[:len(hit)]
+            assert (len(hit) == len(cached_then) or cached_then[len(hit)] in evicted
+                    or len(hit) == (num_tokens - 1) // bs), (rid, hit, cached_then, evicted)
+            entry = next(s for s in readmit.scheduled if s.request_id == rid)
+            assert entry.num_computed_tokens == len(hit) * bs
+            rehit += len(hit)
+        for ev in rec.block_events:
+            if ev.kind in ("allocated", BLOCKS_HIT):
+                tables.setdefault(ev.request_id, []).extend(ev.block_ids)
+            elif ev.kind == "freed":
+                tables.pop(ev.request_id)
+            elif ev.kind == BLOCKS_CACHED:
+                tags.update(zip(ev.block_ids, ev.block_hashes))
+            elif ev.kind == BLOCKS_EVICTED:
+                for b in ev.block_ids:
+                    tags.pop(b)
+    assert result.num_preemptions > 0 and rehit > 0, "the preempted request re-hit nothing"
+
+
+# --- prefix caching ---------------------------------------------------------------------------
+def prompt_workload(case_id: str, **overrides) -> Workload:
+    """A case whose requests give ``prompt`` phrases (``same_as``, ``prefix_of`` ...)."""
+    c = case(case_id)
+    prompts = case_prompts(c)
+    arrivals = [Arrival(r["id"], r.get("arrive_step", 0), prompts[r["id"]],
+                        SamplingParams(max_tokens=r["max_tokens"], ignore_eos=True))
+                for r in c["requests"]]
+    actions = [Action(r["abort_step"], "abort", r["id"]) for r in c["requests"] if "abort_step" in r]
+    return Workload(engine_config(c, **overrides), arrivals, actions)
+
+
+def block_events_of(result, kind: str, rid: str | None = None) -> list[tuple[int, tuple[int, ...]]]:
+    """(step, block ids) of every block event of ``kind`` (of ``rid`` if given)."""
+    return [(rec.step, ev.block_ids) for rec in result.records for ev in rec.block_events
+            if ev.kind == kind and (rid is None or ev.request_id == rid)]
+
+
+def wl_stale_hash() -> Workload:
+    return prompt_workload("stale-hash-after-reuse")
+
+
+def test_stale_hash_after_reuse():
+    """X's cached blocks are evicted and reused by R1; R2 (same prompt as X) then finds no stale
+    entry: 0 cached tokens, output equal to the reference. The pool's hash map is checked every
+    step (each entry names a block tagged with that hash whose tokens hash to it, and the fake
+    runner's cache holds exactly those tokens in it)."""
+    result = wl_stale_hash().run_with_reference()
+    x_blocks = {b for _, blocks in block_events_of(result, BLOCKS_CACHED, "R0") for b in blocks}
+    assert len(x_blocks) == 2                           # X: 8 tokens = 2 full blocks, cached
+    evicted = {b for _, blocks in block_events_of(result, BLOCKS_EVICTED, "R1") for b in blocks}
+    r1_blocks = {b for _, blocks in block_events_of(result, "allocated", "R1") for b in blocks}
+    assert x_blocks <= evicted and x_blocks <= r1_blocks   # evicted, then reused by R1
+    r2 = result.requests["R2"]
+    assert r2.num_cached_tokens == 0 and not block_events_of(result, BLOCKS_HIT, "R2")
+    admit = first_scheduled(result, "R2")
+    assert (result.records[admit].prefix_cache_queries, result.records[admit].prefix_cache_hits) == (8, 0)
+    for rid in ("R0", "R1", "R2"):
+        assert result.requests[rid].status is RequestStatus.FINISHED_LENGTH
+
+
+def wl_same_step() -> Workload:
+    return prompt_workload("same-step-shared-prefix")
+
+
+def test_same_step_shared_prefix():
+    """Three requests sharing a prefix admitted in one step: nothing is a hit in that step (no
+    block's KV was written by a completed step yet), so R1 reports 0 cached tokens and is not
+    deferred (our documented choice); outputs equal the solo references."""
+    c = case("same-step-shared-prefix")
+    result = wl_same_step().run_with_reference()
+    assert "the second gets 0 cached tokens (it is not deferred)" in " ".join(SCHEDULER_DOC.split())
+    for r in c["requests"]:
+        assert first_scheduled(result, r["id"]) == 0
+        assert result.requests[r["id"]].num_cached_tokens == 0
+    assert not block_events_of(result, BLOCKS_HIT)
+    prompts = [a.prompt for a in wl_same_step().arrivals]
+    assert (result.records[0].prefix_cache_queries, result.records[0].prefix_cache_hits) == (
+        sum(map(len, prompts)), 0)
+    # After step 0 one block per distinct full-block prefix is cached (R1's copies of R0's
+    # blocks, and R2's of R0's first two, stay untagged: one block per hash).
+    bs = result.engine.config.block_size
+    prefixes = {tuple(p[:(k + 1) * bs]) for p in prompts for k in range(len(p) // bs)}
+    cached0 = [blocks for step, blocks in block_events_of(result, BLOCKS_CACHED) if step == 0]
+    assert sum(len(b) for b in cached0) == len(prefixes)
+    ref = reference_outputs(result.engine.config, wl_same_step().arrivals)
+    solo = {a.request_id: reference_outputs(result.engine.config, [a])[a.request_id]
+            for a in wl_same_step().arrivals}
+    assert ref == solo == result.outputs()
+
+
+def wl_full_hit() -> Workload:
+    return prompt_workload("full-hit-at-block-boundary")
+
+
+def test_full_hit_at_block_boundary():
+    """A prompt whose blocks are all cached still computes at least its last token: the hit is
+    capped at num_tokens - 1, rounded down to whole blocks; R1 and R2 share R0's first block."""
+    c = case("full-hit-at-block-boundary")
+    w = wl_full_hit()
+    result = w.run_with_reference()
+    bs = w.config.block_size
+    prompts = {a.request_id: a.prompt for a in w.arrivals}
+    out = result.outputs()
+    assert out["R1"] == out["R0"] and out["R2"] == out["R0"][:1]
+    r0_blocks = len(prompts["R0"]) // bs                   # R0's full prompt blocks, cached
+    for r in c["requests"]:
+        rid, req = r["id"], result.requests[r["id"]]
+        assert req.status is RequestStatus.FINISHED_LENGTH
+        p = prompts[rid]
+        common = next((k for k, (a, b) in enumerate(zip(p, prompts["R0"])) if a != b), min(len(p), len(prompts["R0"])))
+        want = 0 if rid == "R0" else min((len(p) - 1) // bs, common // bs, r0_blocks) * bs
+        assert req.num_cached_tokens == want <= len(p) - 1, (rid, req.num_cached_tokens, want)
+        entry = result.records[first_scheduled(result, rid)]
+        s = next(x for x in entry.scheduled if x.request_id == rid)
+        assert s.num_computed_tokens == want and s.num_tokens >= 1
+        assert s.num_computed_tokens + s.num_tokens == len(p)   # the rest of the prompt, one chunk
+    assert result.requests["R4"].num_cached_tokens == 2 * bs    # R0 + 1 token: both blocks hit
+    # R1 and R2 (admitted together at step 6) both share R0's first (cached-free) block into
+    # their tables in that step: held twice until R2 finishes at the end of it.
+    hits = {rid: block_events_of(result, BLOCKS_HIT, rid) for rid in ("R1", "R2")}
+    assert hits["R1"] == hits["R2"] == [(first_scheduled(result, "R1"), hits["R1"][0][1])]
+
+
+def wl_abort_shared(stagger: int = 0) -> Workload:
+    w = prompt_workload("abort-shared-blocks")
+    arrivals = [a if a.request_id in ("G1", "H") else
+                Arrival(a.request_id, a.arrive_step + stagger, a.prompt, a.params) for a in w.arrivals]
+    return Workload(w.config, arrivals, w.actions)
+
+
+@pytest.mark.parametrize("stagger", [0, 1], ids=["as-given", "G2-G3-a-step-later"])
+def test_abort_shared_blocks(stagger):
+    """Aborting requests that share blocks: counts drop to 0 (never below), every block is then
+    free or cached-free, and H (608 tokens: nearly the whole cache) gets distinct blocks,
+    evicting the cached ones, with the right output. As given, G1-G3 arrive together (no hit in
+    their first step: each computes its own blocks); staggered by a step, G2 and G3 share G1's
+    first block (reference count 3) until the aborts."""
+    w = wl_abort_shared(stagger)
+    result = w.run_with_reference()
+    abort_step = w.actions[0].step
+    states = replay_states(result)
+    before = states[abort_step - 1]
+    ref = before.block_ref_cnt()
+    if stagger:
+        assert ref.max() == 3 and result.requests["G2"].num_cached_tokens == w.config.block_size
+    else:
+        assert ref.max() == 1
+    after = states[abort_step]
+    assert after.num_used_blocks == 0 and after.block_ref_cnt().min() == 0
+    assert result.records[abort_step].num_free_blocks == w.config.num_gpu_blocks      # G6
+    assert after.cached_free_mask().sum() == len(
+        {b for step, blocks in block_events_of(result, BLOCKS_CACHED) if step <= abort_step for b in blocks})
+    h = result.requests["H"]
+    h_blocks = [b for _, blocks in block_events_of(result, "allocated", "H") for b in blocks]
+    assert len(set(h_blocks)) == len(h_blocks) == blocks_for(608, w.config.block_size)
+    cached_free = set(np.flatnonzero(after.cached_free_mask()).tolist())
+    evicted = {b for _, blocks in block_events_of(result, BLOCKS_EVICTED, "H") for b in blocks}
+    assert evicted == cached_free & set(h_blocks)      # what H took of the cache was evicted
+    assert h.status is RequestStatus.FINISHED_LENGTH and h.num_cached_tokens == 0
 
 
 # --- priority -----------------------------------------------------------------------------------
@@ -699,6 +907,14 @@ def test_priority_queue_wait_from_recording(tmp_path):
 # --- every case's run, again from its recording -------------------------------------------------
 WORKLOADS = {
     "capacity-never-fits": lambda: wl_capacity_never_fits(False),
+    "capacity-never-fits/prefix-cache": lambda: wl_capacity_never_fits(True),
+    "readmit-preempt-loop/prefix-cache": lambda: wl_readmit(True),
+    "metrics-after-preemption/prefix-cache": lambda: wl_metrics(True),
+    "stale-hash-after-reuse": wl_stale_hash,
+    "same-step-shared-prefix": wl_same_step,
+    "full-hit-at-block-boundary": wl_full_hit,
+    "abort-shared-blocks": wl_abort_shared,
+    "abort-shared-blocks/staggered": lambda: wl_abort_shared(1),
     "lone-request-outgrows-cache": wl_lone_request,
     "parked-requests-hold-slots": wl_parked,
     "readmit-preempt-loop": lambda: wl_readmit(False),
@@ -728,7 +944,8 @@ def test_recording_replays_the_live_run(name, tmp_path):
 HANDLED = {"capacity-never-fits", "lone-request-outgrows-cache", "parked-requests-hold-slots",
            "readmit-preempt-loop", "pressure-many-small", "prefill-flood-vs-decode", "edge-inputs",
            "stop-string-across-tokens", "recompute-keeps-output-split", "metrics-after-preemption",
-           "priority-at-seq-cap"}
+           "stale-hash-after-reuse", "same-step-shared-prefix", "full-hit-at-block-boundary",
+           "abort-shared-blocks", "priority-at-seq-cap"}
 
 
 def test_every_handled_case_is_re_checked_from_a_recording():

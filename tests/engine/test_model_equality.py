@@ -103,6 +103,30 @@ def test_greedy_batch_with_chunked_prefill_and_preemption_equals_generate(hf_mod
     assert len({tuple(v) for v in refs.values()}) == len(refs)
 
 
+@pytest.mark.parametrize("device", [
+    "cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"))])
+def test_prefix_caching_hits_equal_generate(hf_model, device):
+    """Prefix caching with the real model: requests starting with one of two shared prefixes read
+    the KV other requests wrote (shared blocks, cached-free blocks, recompute after preemption),
+    and every greedy output still equals ``generate()`` on the request alone."""
+    model = copy.deepcopy(hf_model).to(device)
+    rng = random.Random(1)
+    prefixes = [tuple(rng.randrange(3, VOCAB) for _ in range(40)) for _ in range(2)]
+    arrivals = [Arrival(f"r{i}", i // 2, prefixes[i % 2][:rng.randint(20, 40)]
+                        + tuple(rng.randrange(3, VOCAB) for _ in range(rng.randint(1, 12))),
+                        SamplingParams(max_tokens=rng.randint(4, 16), ignore_eos=True)) for i in range(12)]
+    refs = references(model, arrivals)
+    config = EngineConfig(block_size=8, num_gpu_blocks=20, max_model_len=256, max_num_seqs=6,
+                          max_num_batched_tokens=64, enable_prefix_caching=True)
+    result = run_real(model, config, arrivals, model=copy.deepcopy(model))
+    for a in arrivals:
+        req = result.requests[a.request_id]
+        assert req.status is RequestStatus.FINISHED_LENGTH, (a.request_id, req.error)
+        assert req.output_token_ids == refs[a.request_id], a.request_id
+    assert sum(r.prefix_cache_hits for r in result.records) > 0
+    assert any(len(st.shared_block) for st in result.states), "no block shared by live requests"
+
+
 @pytest.mark.parametrize("case_id", ["recompute-keeps-output-split", "pressure-many-small"])
 def test_preempting_cases_equal_generate(hf_model, case_id):
     """Two shared cases whose point is output after preemption, with the real model."""

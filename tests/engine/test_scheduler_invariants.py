@@ -1,6 +1,7 @@
 """Random workloads through LLMEngine + the fake runner, with the global invariants G1-G6 of
 ``../shared/cases/README.md`` checked after every step (see ``engine_harness``) and G7 (outputs
-equal a reference run with 10x the KV blocks) at the end."""
+equal a reference run with 10x the KV blocks and no prefix cache) at the end. Prefix caching is
+drawn on or off, over prompts that may share prefixes."""
 from __future__ import annotations
 
 from functools import partial
@@ -36,7 +37,9 @@ def workloads(draw):
         enable_chunked_prefill=chunked,
         long_prefill_token_threshold=draw(st.one_of(st.just(0), st.integers(1, 48))),
         policy=policy,
+        enable_prefix_caching=draw(st.booleans()),
     )
+    num_prefixes = draw(st.sampled_from([0, 1, 2]))       # prompts starting with shared prefixes
     vocab = draw(st.sampled_from([20, 1000]))             # small vocab: EOS and stops fire often
     eos = draw(st.sampled_from([None, 3]))
     n = draw(st.integers(1, 12))
@@ -47,7 +50,11 @@ def workloads(draw):
         params = SamplingParams(max_tokens=draw(st.integers(0, 32)), ignore_eos=draw(st.booleans()),
                                 stop=stop, priority=priority)
         prompt_len = draw(st.integers(0, 64))              # 0 and the largest are rejected
-        arrivals.append(Arrival(f"r{i}", draw(st.integers(0, 12)), distinct_prompt(i, prompt_len), params))
+        prompt = distinct_prompt(i, prompt_len)
+        if num_prefixes:
+            cut = draw(st.integers(0, prompt_len))
+            prompt = distinct_prompt(100 + draw(st.integers(0, num_prefixes - 1)), cut) + prompt[cut:]
+        arrivals.append(Arrival(f"r{i}", draw(st.integers(0, 12)), prompt, params))
     actions = draw(st.lists(st.builds(Action, st.integers(0, 40), st.sampled_from(ACTIONS),
                                       st.sampled_from([a.request_id for a in arrivals])), max_size=10))
     fail_steps = draw(st.lists(st.integers(0, 60), max_size=1))
@@ -70,6 +77,10 @@ def test_random_workloads_keep_invariants_and_outputs(w):
     event(f"policy {config.policy}")
     if any(s.is_prefill and s.num_computed_tokens for r in result.records for s in r.scheduled):
         event("continued prefill chunk")
+    if any(r.prefix_cache_hits for r in result.records):
+        event("prefix-cache hit")
+    if any(len(st.shared_block) for st in result.states):
+        event("block shared by live requests")
 
     failed_steps = {r.step for r in result.records if r.error}
     assert failed_steps <= set(fail_steps)
@@ -173,4 +184,20 @@ def test_long_prefill_cap_is_ignored_without_chunked_prefill():
     result = run_workload(config, arrivals)
     assert [(s.request_id, s.num_tokens) for r in result.records for s in r.scheduled
             if s.is_prefill] == [("a", 10), ("b", 20)]
+    assert_outputs_match(result, reference_outputs(config, arrivals))
+
+
+def test_prefix_sharing_under_pressure_matches_reference():
+    """A fixed workload that surely shares, evicts and preempts with prefix caching on (the random
+    one may not): 12 requests with one of two 12-token prefixes over 12 blocks, a pause and an
+    abort; outputs equal the reference run (no cache, 10x blocks)."""
+    config = EngineConfig(block_size=4, num_gpu_blocks=12, max_model_len=64, max_num_seqs=4,
+                          max_num_batched_tokens=16, enable_prefix_caching=True)
+    arrivals = [Arrival(f"r{i}", i, distinct_prompt(100 + i % 2, 12) + distinct_prompt(i, 2 + i % 5),
+                        SamplingParams(max_tokens=10)) for i in range(12)]
+    actions = [Action(5, "pause", "r2"), Action(12, "resume", "r2"), Action(8, "abort", "r5")]
+    result = run_workload(config, arrivals, actions)
+    kinds = {ev.kind for r in result.records for ev in r.block_events}
+    assert {"hit", "cached", "evicted"} <= kinds and result.num_preemptions > 0
+    assert any(len(st.shared_block) for st in result.states)
     assert_outputs_match(result, reference_outputs(config, arrivals))

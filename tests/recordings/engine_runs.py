@@ -58,6 +58,7 @@ class Run:
     finished: dict[str, Request] = field(default_factory=dict)     # in finishing order
     writer: RecordingWriter | None = None
     path: Path | None = None
+    prefixes: list[list[int]] = field(default_factory=list)       # shared prompt prefixes
 
     @property
     def final(self) -> EngineState:
@@ -66,11 +67,12 @@ class Run:
 
 def make_config(seed: int = 0, *, num_gpu_blocks: int = 14, block_size: int = 4,
                 max_num_seqs: int = 4, max_num_batched_tokens: int = 16, max_model_len: int = 48,
-                clock: str = "virtual") -> tuple[EngineConfig, dict[str, Any]]:
+                clock: str = "virtual", enable_prefix_caching: bool = False) -> tuple[EngineConfig, dict[str, Any]]:
     """An engine config (invariants checked every step) and the ``run_info`` to record it with."""
     config = EngineConfig(seed=seed, num_gpu_blocks=num_gpu_blocks, block_size=block_size,
                           max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                          max_model_len=max_model_len, clock=clock, check_invariants=True)
+                          max_model_len=max_model_len, clock=clock, check_invariants=True,
+                          enable_prefix_caching=enable_prefix_caching)
     run_info = {"config": config.to_dict(), "model": "fake", "device": "cpu", "dtype": "none",
                 "seed": seed, "trace": {"name": f"random-{seed}", "hash": "0" * 8},
                 "started_at": STARTED_AT}
@@ -81,11 +83,12 @@ def run_engine(path=None, seed: int = 0, *, num_requests: int = 14, fail_steps=(
                max_prompt: int = 24, max_output: int = 12, arrivals_per_step: float = 0.5,
                p_action: float = 0.06, max_steps: int | None = None, keep_states: bool = True,
                between_steps: Callable[[Run], None] | None = None, close: bool = True,
-               writer_kwargs: dict | None = None, **config_kwargs) -> Run:
+               writer_kwargs: dict | None = None, num_prefixes: int = 0, **config_kwargs) -> Run:
     """Run a seeded random workload to the end (or ``max_steps``), recorded to ``path`` if given
     (``writer_kwargs`` go to :class:`RecordingWriter`, closed at the end unless ``close`` is
     false). ``config_kwargs`` go to :func:`make_config`. ``between_steps(run)`` is called after
-    each step (after the user's actions)."""
+    each step (after the user's actions). ``num_prefixes`` > 0: every prompt starts with one of
+    that many shared prefixes (cut at a random length), so a prefix cache has hits."""
     rng = random.Random(seed)
     config, run_info = make_config(seed, **config_kwargs)
     writer = None if path is None else RecordingWriter(path, run_info, **(writer_kwargs or {}))
@@ -94,6 +97,7 @@ def run_engine(path=None, seed: int = 0, *, num_requests: int = 14, fail_steps=(
                        blocks, tokenizer=TOKENIZER, recorder=writer)
     run = Run(config, run_info, engine.state(), engine, writer=writer,
               path=None if path is None else Path(path))
+    run.prefixes = [[rng.randrange(1, 1000) for _ in range(max_prompt)] for _ in range(num_prefixes)]
     engine.on_finished = lambda req: run.finished.__setitem__(req.request_id, req)
     # arrivals in steps (virtual clock) or seconds (wall: a step takes about a millisecond here)
     unit = 1.0 if config.clock == "virtual" else 0.002
@@ -118,6 +122,9 @@ def add(run: Run, rng: random.Random, max_prompt: int, max_output: int,
         arrival_time: float | None = None) -> str:
     """Add one random request (1 in 12 too long for ``max_model_len``: rejected at admission)."""
     prompt = [rng.randrange(1, 1000) for _ in range(rng.randint(1, max_prompt))]
+    if run.prefixes:
+        prefix = rng.choice(run.prefixes)
+        prompt = (prefix[:rng.randint(0, len(prefix))] + prompt)[:max_prompt]
     max_tokens = rng.randint(1, max_output)
     if rng.random() < 1 / 12:
         max_tokens = run.config.max_model_len

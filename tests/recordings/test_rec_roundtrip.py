@@ -35,15 +35,34 @@ def assert_replays(run: Run, path, num_random: int | None = None) -> None:
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), num_requests=st.integers(0, 12),
        num_gpu_blocks=st.integers(4, 24), max_num_seqs=st.integers(1, 4),
-       keyframe_interval=st.integers(1, 12), clock=st.sampled_from(["virtual", "wall"]))
+       keyframe_interval=st.integers(1, 12), clock=st.sampled_from(["virtual", "wall"]),
+       num_prefixes=st.sampled_from([0, 0, 1, 3]))
 def test_every_state_and_record_round_trips(seed, num_requests, num_gpu_blocks, max_num_seqs,
-                                            keyframe_interval, clock):
+                                            keyframe_interval, clock, num_prefixes):
+    """Also with prefix caching on over prompts sharing prefixes (shared and cached-free blocks
+    in the states, hit / cached / evicted block events in the records)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "run.sqlite"
         run = run_engine(path, seed, num_requests=num_requests, num_gpu_blocks=num_gpu_blocks,
-                         max_num_seqs=max_num_seqs, clock=clock,
+                         max_num_seqs=max_num_seqs, clock=clock, num_prefixes=num_prefixes,
+                         enable_prefix_caching=num_prefixes > 0,
                          writer_kwargs={"keyframe_interval": keyframe_interval})
         assert_replays(run, path)
+
+
+def test_round_trip_with_prefix_sharing(tmp_path):
+    """A longer run with prefix caching: blocks shared by several live requests, cached-free
+    blocks, hits and evictions all happen, and every state and record replays exactly."""
+    path = tmp_path / "shared.sqlite"
+    run = run_engine(path, seed=5, num_requests=300, num_gpu_blocks=24, max_num_seqs=4,
+                     num_prefixes=2, enable_prefix_caching=True, arrivals_per_step=1.0,
+                     writer_kwargs={"keyframe_interval": 8})
+    kinds = {ev.kind for r in run.records for ev in r.block_events}
+    assert {"hit", "cached", "evicted", "freed", "allocated"} <= kinds
+    assert any(len(s.shared_block) for s in run.states), "no block was ever shared by two live requests"
+    assert any(s.cached_free_mask().any() for s in run.states)
+    assert sum(r.prefix_cache_hits for r in run.records) > 0
+    assert_replays(run, path, num_random=100)
 
 
 def test_round_trip_with_thousands_of_finished_requests(tmp_path):

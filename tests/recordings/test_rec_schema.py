@@ -32,7 +32,8 @@ def test_columns_carry_their_units(tmp_path):
     steps = db["steps"].columns_dict
     assert steps["start_ns"] is int and steps["clock"] is float and steps["token_time"] is float
     assert {"recorder_wait_ns", "preempted_json", "not_admitted_json", "kv_cache_usage",
-            "num_new_tokens"} <= set(steps)
+            "num_new_tokens", "prefix_cache_queries", "prefix_cache_hits"} <= set(steps)
+    assert "block_hashes_json" in db["block_events"].columns_dict
     assert set(db["requests"].columns_dict) >= {
         "seq", "request_id", "arrival_step", "arrival_time", "prompt_token_ids", "prompt_text",
         "sampling_json", "status", "finish_reason", "num_output_tokens", "ttft", "mean_itl",
@@ -45,48 +46,33 @@ def test_columns_carry_their_units(tmp_path):
 
 def test_pending_migrations_run_in_order_and_old_files_are_upgraded(monkeypatch, recorded):
     applied = []
-    latest = schema.latest_version()
+    now = schema.latest_version()
+    nxt, after = now + 1, now + 2
 
-    def add_note(db):
-        applied.append(latest + 1)
+    def v_next(db):
+        applied.append(nxt)
         db["steps"].add_column("note", str)
 
-    def add_host(db):
-        applied.append(latest + 2)
+    def v_after(db):
+        applied.append(after)
         assert "note" in db["steps"].columns_dict  # the earlier one ran first
         db["runs"].add_column("host", str)
 
     path = recorded.path
-    monkeypatch.setattr(schema, "MIGRATIONS",
-                        [*schema.MIGRATIONS, (latest + 1, add_note), (latest + 2, add_host)])
-    # a file of an older version that only lacks added columns still opens as it is
-    assert Reader(path).records(0, 10**6) == recorded.records
-    assert schema.upgrade_file(path) == latest + 2
-    assert applied == [latest + 1, latest + 2]
+    monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS, (nxt, v_next), (after, v_after)])
+    with pytest.raises(RecordingError, match=f"schema version {now}, expected {after}"):
+        Reader(path)
+    assert schema.upgrade_file(path) == after
+    assert applied == [nxt, after]
     reader = Reader(path)
-    assert reader.execute("PRAGMA user_version") == [(latest + 2,)]
+    assert reader.execute("PRAGMA user_version") == [(after,)]
     assert reader.records(0, 10**6) == recorded.records
     assert reader.state_at(10**6) == recorded.final
     monkeypatch.undo()
-    with pytest.raises(RecordingError, match=f"schema version {latest + 2} is newer .* supports"):
+    with pytest.raises(RecordingError, match=f"schema version {after} is newer .* supports"):
         Reader(path)
     with pytest.raises(RecordingError, match="newer"):
         schema.upgrade_file(path)
-
-
-def test_a_version_2_file_opens_with_its_missing_columns_read_as_defaults(recorded, tmp_path):
-    """Version 3 added ``steps.waiting_reason``: a version-2 file (the column dropped again)
-    reads every step with the default reason."""
-    path = tmp_path / "v2.sqlite"
-    shutil.copy(recorded.path, path)
-    db = sqlite_utils.Database(path)
-    db.execute("ALTER TABLE steps DROP COLUMN waiting_reason")
-    db.execute("PRAGMA user_version = 2")
-    db.close()
-    with Reader(path) as reader:
-        records = reader.records(0, 10**6)
-        assert records == recorded.records        # every step of that run: behind_older
-        assert reader.step_batches(0, 10**6)["waiting_reason"] == ["behind_older"] * len(records)
 
 
 def test_a_failed_migration_leaves_the_file_at_its_old_version(monkeypatch, recorded):
@@ -94,12 +80,12 @@ def test_a_failed_migration_leaves_the_file_at_its_old_version(monkeypatch, reco
         db["steps"].add_column("note", str)
         raise RuntimeError("boom")
 
-    latest = schema.latest_version()
-    monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS, (latest + 1, broken)])
+    now = schema.latest_version()
+    monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS, (now + 1, broken)])
     with pytest.raises(RuntimeError, match="boom"):
         schema.upgrade_file(recorded.path)
     db = sqlite_utils.Database(recorded.path)
-    assert schema.schema_version(db) == latest and "note" not in db["steps"].columns_dict
+    assert schema.schema_version(db) == now and "note" not in db["steps"].columns_dict
 
 
 def test_a_v1_recording_is_not_upgraded_in_place(tmp_path):
@@ -121,3 +107,25 @@ def test_upgrade_refuses_files_that_are_not_recordings(tmp_path):
     noise.write_bytes(b"x" * 5000)
     with pytest.raises(RecordingError, match="not an SQLite database"):
         schema.upgrade_file(noise)
+
+
+def test_a_version_2_file_opens_as_it_is_without_the_version_3_columns(recorded, tmp_path):
+    """Version 3 only added columns: a version-2 file (made here by dropping them) opens without
+    an upgrade; its steps read back with zero prefix-cache counters, no block hashes and the
+    default waiting reason."""
+    path = tmp_path / "v2.sqlite"
+    shutil.copy(recorded.path, path)
+    db = sqlite_utils.Database(path)
+    for table, column in (("steps", "prefix_cache_queries"), ("steps", "prefix_cache_hits"),
+                          ("steps", "waiting_reason"), ("block_events", "block_hashes_json")):
+        db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    db.execute("PRAGMA user_version = 2")
+    db.conn.commit()
+    db.close()
+    reader = Reader(path)
+    assert reader.execute("PRAGMA user_version") == [(2,)]
+    records = reader.records(0, 10**6)
+    assert records == recorded.records and records
+    assert all(r.prefix_cache_queries == r.prefix_cache_hits == 0 for r in records)
+    assert reader.step_batches(0, 10**6)["waiting_reason"] == ["behind_older"] * len(records)
+    assert reader.state_at(10**6) == recorded.final
