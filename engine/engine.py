@@ -90,7 +90,8 @@ class LLMEngine:
         self._sim_time = 0.0
         self.on_finished = None
         self.recorder_error: str | None = None
-        self.timeline = StateTimeline(num_gpu_blocks, config.block_size, config.max_num_seqs)
+        self.timeline = StateTimeline(num_gpu_blocks, config.block_size, config.max_num_seqs,
+                                      config.num_cpu_blocks)
         self._state: EngineState | None = self.timeline.snapshot()
         # changes since the last step (recorded with the next step)
         self._arrivals: list[Arrival] = []

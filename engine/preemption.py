@@ -17,12 +17,15 @@ PAUSED_KV = "paused_kv_taken"        # a user-paused request's KV was taken so o
 POOL_SHRUNK = "kv_pool_shrunk"       # the user shrank the usable KV pool
 
 MODE_RECOMPUTE = "recompute"
+MODE_SWAP = "swap"
+MODE_SWAP_FALLBACK = "recompute_fallback"   # swap mode, but the CPU swap pool had no room
 
 
 class PreemptionInfo(NamedTuple):
-    """One preemption: ``mode`` (``recompute``), ``reason`` (one of the constants above),
+    """One preemption: ``mode`` (``recompute``, ``swap``, or ``recompute_fallback`` when swap
+    mode found the CPU pool full), ``reason`` (one of the constants above),
     ``for_request`` (the request it made room for, '' if none), ``num_tokens`` (tokens of KV
-    dropped, which a recompute computes again) and ``count`` (this request's preemptions so far,
+    dropped, which a recompute computes again, or copied to the CPU by a swap) and ``count`` (this request's preemptions so far,
     this one included)."""
 
     mode: str
@@ -43,7 +46,9 @@ class PreemptionInfo(NamedTuple):
                    self.reason, self.reason)
         who = f" for {self.for_request}" if self.for_request else ""
         nth = "" if self.count <= 1 else f", preemption #{self.count}"
-        return f"{self.mode} {self.num_tokens} tokens ({why}{who}){nth}"
+        mode = {MODE_SWAP: "swap out", MODE_SWAP_FALLBACK: "recompute (CPU swap pool full)"}.get(
+            self.mode, self.mode)
+        return f"{mode} {self.num_tokens} tokens ({why}{who}){nth}"
 
 
 def preemption_info(detail: str) -> PreemptionInfo | None:

@@ -18,7 +18,7 @@ from typing import Iterable
 import numpy as np
 
 from engine.outputs import (BLOCKS_ALLOCATED, BLOCKS_CACHED, BLOCKS_EVICTED, BLOCKS_FREED,
-                            BLOCKS_HIT, Arrival, BlockEvent, RequestEvent, StepRecord, Transition)
+                            BLOCKS_HIT, BLOCKS_SWAPPED_IN, BLOCKS_SWAPPED_OUT, Arrival, BlockEvent, RequestEvent, StepRecord, Transition)
 from engine.state import (COLUMNS, NUM_RECENTLY_FINISHED, STATUS_CODE, STATUSES, EngineState,
                           row_view)
 
@@ -37,8 +37,10 @@ class StateTimeline:
     or out-of-order record) and ``ValueError`` for a block event of an unknown kind.
     """
 
-    def __init__(self, num_total_blocks: int, block_size: int, max_num_seqs: int) -> None:
-        self.start(EngineState(-1, 0.0, num_total_blocks, block_size, max_num_seqs))
+    def __init__(self, num_total_blocks: int, block_size: int, max_num_seqs: int,
+                 num_cpu_blocks: int = 0) -> None:
+        self.start(EngineState(-1, 0.0, num_total_blocks, block_size, max_num_seqs,
+                               cpu_owner=np.full(num_cpu_blocks, -1, np.int64)))
 
     @classmethod
     def from_state(cls, state: EngineState) -> "StateTimeline":
@@ -65,6 +67,7 @@ class StateTimeline:
         self.block_owner = state.block_owner.copy()
         self.block_pos = state.block_pos.copy()
         self.block_hash = state.block_hash.copy()
+        self.cpu_owner = state.cpu_owner.copy()
         # Prefix-shared blocks: holders other than block_owner, by request and by block.
         self._extra: dict[int, dict[int, None]] = {}
         self._extra_by_block: dict[int, list[int]] = {}
@@ -100,7 +103,8 @@ class StateTimeline:
                            block_owner=self.block_owner.copy(), block_pos=self.block_pos.copy(),
                            recently_finished=tuple(self.finished),
                            block_hash=self.block_hash.copy(),
-                           shared_seq=shared_seq, shared_block=shared_block)
+                           shared_seq=shared_seq, shared_block=shared_block,
+                           cpu_owner=self.cpu_owner.copy())
 
     def _shared_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """The further holders of shared blocks as sorted (seq, block) int64 arrays, rebuilt only
@@ -203,6 +207,12 @@ class StateTimeline:
             return
         if ev.kind in _CACHE_KINDS:
             self._cache_event(i, ev)
+            return
+        if ev.kind == BLOCKS_SWAPPED_OUT:       # the CPU side; the GPU table was freed before
+            self.cpu_owner[np.asarray(ids, np.int64)] = self._cols["seq"][i]
+            return
+        if ev.kind == BLOCKS_SWAPPED_IN:
+            self.cpu_owner[np.asarray(ids, np.int64)] = -1
             return
         if n == 1:              # the common case (a decode crossing a block boundary): scalars
             ids = ids[0]

@@ -244,7 +244,7 @@ def state_blob(state: EngineState) -> tuple[bytes, str]:
         seq_delta=_narrow(np.diff(seq, prepend=0)),
         block_owner=_narrow(state.block_owner), block_pos=_narrow(state.block_pos),
         block_hash=state.block_hash, shared_seq=_narrow(state.shared_seq),
-        shared_block=_narrow(state.shared_block),
+        shared_block=_narrow(state.shared_block), cpu_owner=_narrow(state.cpu_owner),
         **{f"col_{k}": _narrow(v) for k, v in state.columns.items()
            if k != "seq" and k not in STATIC_COLUMNS})
     finished = [[v.request_id, v.status, v.arrival_step, v.arrival_time, v.num_prompt_tokens,
@@ -285,8 +285,9 @@ def state_from_blob(blob: bytes, finished_json: str, static_of: StaticOf) -> Eng
                 block_owner=z["block_owner"].astype(np.int64),
                 block_pos=z["block_pos"].astype(np.int64),
                 recently_finished=tuple(RequestView(*v) for v in json.loads(finished_json)),
-                # prefix caching (keyframes written before it have none of these)
-                **{k: z[k].astype(np.int64) for k in ("block_hash", "shared_seq", "shared_block")
+                # prefix caching and swap (keyframes written before them have none of these)
+                **{k: z[k].astype(np.int64)
+                   for k in ("block_hash", "shared_seq", "shared_block", "cpu_owner")
                    if k in z.files})
     except (zipfile.BadZipFile, zlib.error, EOFError, RuntimeError, OverflowError) as exc:
         # a damaged zip or deflate stream (bad header, unknown method, "encrypted" flag...)
