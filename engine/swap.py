@@ -26,14 +26,6 @@ class SwapSpace:
         self.kv = kv
         self.tables: dict[str, list[int]] = {}
 
-    @property
-    def num_blocks(self) -> int:
-        return self.pool.num_blocks
-
-    @property
-    def num_free_blocks(self) -> int:
-        return self.pool.num_free_blocks
-
     def can_swap_out(self, num_blocks: int) -> bool:
         """True when the CPU pool has room for ``num_blocks`` blocks."""
         return num_blocks <= self.pool.num_free_blocks

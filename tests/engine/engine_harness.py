@@ -486,7 +486,7 @@ class InvariantChecker:
                 assert info.mode == ("recompute_fallback" if c.preemption_mode == "swap"
                                      and rid in pre["running"] and info.num_tokens else "recompute"), info
                 if info.mode == "recompute_fallback":   # only when the CPU pool had no room
-                    assert s.swap.num_free_blocks < blocks_for(info.num_tokens, bs) + sum(
+                    assert s.swap.pool.num_free_blocks < blocks_for(info.num_tokens, bs) + sum(
                         len(t) for r, t in self.cpu_tables.items() if r in swapped_out), info
         # Swap-ins: the oldest swapped-out requests, in order, before any admission.
         swapped_in = [rid for rid in sched_ids if rid in pre["swapped"]]
@@ -601,7 +601,7 @@ class InvariantChecker:
         assert kv.num_free_blocks == kv.num_blocks, "G6: blocks still held after every request finished"
         swap = e.scheduler.swap
         if swap is not None:
-            assert swap.num_free_blocks == swap.num_blocks and not swap.tables and not self.cpu_tables, (
+            assert swap.pool.num_free_blocks == swap.pool.num_blocks and not swap.tables and not self.cpu_tables, (
                 "G6: CPU swap blocks still held after every request finished")
         if self.states:
             check_drained(self.states[-1], self.last_rec)
