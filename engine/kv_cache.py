@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from engine.block_pool import BlockPool, NoFreeBlocksError
 from engine.outputs import (BLOCKS_ALLOCATED, BLOCKS_CACHED, BLOCKS_EVICTED, BLOCKS_FREED,
-                            BLOCKS_HIT, BlockEvent)
+                            BLOCKS_HIT, BLOCKS_RESERVED, BLOCKS_UNRESERVED, BlockEvent)
 from engine.prefix_hash import ROOT_HASH, extend_block_hashes, hash_block
 
 __all__ = ["BlockPool", "ComputedBlocks", "KVCacheManager", "NO_HIT", "NoFreeBlocksError"]
@@ -130,6 +130,34 @@ class KVCacheManager:
         among ``computed`` (they leave the free queue)."""
         return (max(0, self.blocks_for(num_tokens) - len(computed.block_ids))
                 + self._num_evictable(computed.block_ids))
+
+    @property
+    def num_usable_blocks(self) -> int:
+        """Blocks in use or usable: all of them unless the user shrank the pool."""
+        return self.pool.num_blocks - len(self.pool.reserved)
+
+    def blocks_held_outside(self, num_usable: int) -> set[str]:
+        """Requests holding a block with id >= ``num_usable`` (what shrinking the pool to its
+        first ``num_usable`` blocks must preempt first)."""
+        return {rid for rid, t in self.block_tables.items() if t and max(t) >= num_usable}
+
+    def set_usable_blocks(self, num_usable: int) -> None:
+        """Use blocks ``[0, num_usable)`` only: blocks above are taken out of use (``reserved``
+        event; they must be free or cached-free, cached ones lose their prefix) or given back
+        (``unreserved``). Raises ``ValueError`` outside ``[1, num_blocks]`` or when a block to
+        take out is held."""
+        if not 1 <= num_usable <= self.pool.num_blocks:
+            raise ValueError(f"num_usable_blocks must be in [1, {self.pool.num_blocks}] "
+                             f"(the KV cache has {self.pool.num_blocks} blocks), got {num_usable}")
+        pool = self.pool
+        out = [b for b in range(num_usable, pool.num_blocks) if b not in pool.reserved]
+        back = sorted(b for b in pool.reserved if b < num_usable)
+        if out:
+            pool.reserve(out)
+            self.events.append(BlockEvent(BLOCKS_RESERVED, "", tuple(out)))
+        if back:
+            pool.unreserve(back)
+            self.events.append(BlockEvent(BLOCKS_UNRESERVED, "", tuple(back)))
 
     def num_blocks_freed_by(self, request_id: str) -> int:
         """Blocks that would return to the free queue if ``request_id`` released its table now

@@ -32,8 +32,10 @@ BLOCKS_CACHED = "cached"         # full, written blocks tagged with their prefix
 BLOCKS_EVICTED = "evicted"       # cached-free blocks handed out again: their hash is dropped
 BLOCKS_SWAPPED_OUT = "swapped_out"  # CPU swap blocks given to a request (its KV copied out)
 BLOCKS_SWAPPED_IN = "swapped_in"    # a request's CPU swap blocks released (its KV copied back)
+BLOCKS_RESERVED = "reserved"        # free blocks taken out of use (pool shrunk; no request: '')
+BLOCKS_UNRESERVED = "unreserved"    # blocks given back to use (pool grown; no request: '')
 BLOCK_EVENT_KINDS = (BLOCKS_ALLOCATED, BLOCKS_FREED, BLOCKS_HIT, BLOCKS_CACHED, BLOCKS_EVICTED,
-                     BLOCKS_SWAPPED_OUT, BLOCKS_SWAPPED_IN)
+                     BLOCKS_SWAPPED_OUT, BLOCKS_SWAPPED_IN, BLOCKS_RESERVED, BLOCKS_UNRESERVED)
 
 
 class ScheduledRequest(NamedTuple):
@@ -212,7 +214,9 @@ class StepRecord:
     What changed: ``arrivals`` (entered the queues since the last step), ``scheduled`` (batch
     order), ``new_tokens``, ``events``, ``block_events`` (in the order they happened) and
     ``transitions``. Counts are after the step. ``error`` is set when the step's forward pass
-    raised; the affected requests are failed. ``prefix_cache_queries`` / ``prefix_cache_hits``
+    raised; the affected requests are failed. ``knobs`` are the live knob changes
+    (``max_num_seqs``, ``max_num_batched_tokens``, ``num_usable_blocks``: name, new value) made
+    since the previous step, in order; they hold from this step on. ``prefix_cache_queries`` / ``prefix_cache_hits``
     are the prompt (+ output, on a recompute) tokens of the requests admitted in the step and
     those found in the prefix cache (vLLM's counters, in tokens; 0 with caching off).
     """
@@ -242,6 +246,7 @@ class StepRecord:
     recorder_wait_ns: int = 0
     error: str | None = None
     waiting_reason: str = NOT_ADMITTED_BEHIND
+    knobs: tuple[tuple[str, int], ...] = ()
     prefix_cache_queries: int = 0
     prefix_cache_hits: int = 0
 

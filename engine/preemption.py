@@ -15,6 +15,7 @@ NEEDED_BLOCKS = "no_free_blocks"     # a running request needed a block and none
 FOR_PRIORITY = "priority"            # made room for a waiting request of strictly higher priority
 PAUSED_KV = "paused_kv_taken"        # a user-paused request's KV was taken so others can run
 POOL_SHRUNK = "kv_pool_shrunk"       # the user shrank the usable KV pool
+SLOTS_CUT = "max_num_seqs_lowered"   # the user lowered max_num_seqs below its batch slot
 
 MODE_RECOMPUTE = "recompute"
 MODE_SWAP = "swap"
@@ -42,7 +43,8 @@ class PreemptionInfo(NamedTuple):
     def describe(self) -> str:
         """One line for people: 'recompute 120 tokens (no free blocks for R3), 2nd time'."""
         why = {NEEDED_BLOCKS: "no free KV blocks", FOR_PRIORITY: "higher priority",
-               PAUSED_KV: "KV of a paused request taken", POOL_SHRUNK: "KV pool shrunk"}.get(
+               PAUSED_KV: "KV of a paused request taken", POOL_SHRUNK: "KV pool shrunk",
+               SLOTS_CUT: "max_num_seqs lowered"}.get(
                    self.reason, self.reason)
         who = f" for {self.for_request}" if self.for_request else ""
         nth = "" if self.count <= 1 else f", preemption #{self.count}"

@@ -82,7 +82,7 @@ from engine.outputs import (NOT_ADMITTED_BEHIND, NOT_ADMITTED_LOWER_PRIORITY,
                             NOT_ADMITTED_STATIC_BATCH, NOT_ADMITTED_TOKEN_BUDGET, ModelRunnerOutput,
                             RequestEvent, ScheduledRequest, SchedulerOutput)
 from engine.preemption import (FOR_PRIORITY, MODE_RECOMPUTE, MODE_SWAP, MODE_SWAP_FALLBACK,
-                               NEEDED_BLOCKS, PAUSED_KV, PreemptionInfo)
+                               NEEDED_BLOCKS, PAUSED_KV, POOL_SHRUNK, SLOTS_CUT, PreemptionInfo)
 from engine.request import Request, RequestStatus
 from engine.request_queue import make_queue
 from engine.swap import SwapSpace
@@ -133,10 +133,11 @@ class Scheduler:
                     f"policy={self.policy!r}, where every request has priority 0)")
         if p + m > c.max_model_len:
             return f"prompt ({p}) + max_tokens ({m}) = {p + m} tokens exceeds max_model_len {c.max_model_len}"
-        cap = self.kv.num_blocks * self.kv.block_size
+        usable = self.kv.num_usable_blocks
+        cap = usable * self.kv.block_size
         if p + m > cap:
             return (f"prompt ({p}) + max_tokens ({m}) = {p + m} tokens needs {self.kv.blocks_for(p + m)} "
-                    f"KV blocks but the whole cache has {self.kv.num_blocks} blocks ({cap} tokens)")
+                    f"KV blocks but the whole cache has {usable} blocks ({cap} tokens)")
         return None
 
     def add_request(self, req: Request) -> bool:
@@ -173,7 +174,6 @@ class Scheduler:
         budget = self.config.max_num_batched_tokens
         scheduled: list[ScheduledRequest] = []
         preempted: list[str] = []
-        self._swap_out, self._swap_in = [], []
         had_swapped = bool(self.swapped)
         kv = self.kv
         table = kv.block_table
@@ -228,10 +228,12 @@ class Scheduler:
             waiting_reason = self._admission(step, budget, scheduled, preempted, not_admitted,
                                              memory_preempted)
 
+        # swap copies of this step, and of swap-outs made between steps (live knobs)
+        swap_out, swap_in = tuple(self._swap_out), tuple(self._swap_in)
+        self._swap_out, self._swap_in = [], []
         return SchedulerOutput(step=step, scheduled=tuple(scheduled), preempted_ids=tuple(preempted),
                                not_admitted=tuple(not_admitted), waiting_reason=waiting_reason,
-                               blocks_to_swap_out=tuple(self._swap_out),
-                               blocks_to_swap_in=tuple(self._swap_in))
+                               blocks_to_swap_out=swap_out, blocks_to_swap_in=swap_in)
 
     def _resume_swapped(self, budget: int, scheduled: list[ScheduledRequest]) -> int:
         """Swap requests back in, oldest swap-out first, while a slot, budget and the GPU blocks
@@ -546,6 +548,39 @@ class Scheduler:
         else:
             self.waiting.prepend(req)
         return True
+
+    def set_limits(self, *, max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
+                   num_usable_blocks: int | None = None) -> list[tuple[str, int]]:
+        """Change knobs between steps (the window's live knobs while paused). Lowering
+        ``max_num_seqs`` preempts the running requests whose batch slot is gone; shrinking the
+        usable KV pool to its first ``num_usable_blocks`` blocks preempts every request holding a
+        block above (swap mode: swapped out if the CPU pool has room) and takes those blocks out
+        of use; a live request that can then never fit fails with an error naming the limit.
+        Returns the (knob, value) changes made. Raises ``ConfigError`` / ``ValueError`` naming
+        the knob and its limit; then nothing changes."""
+        changes = {k: v for k, v in (("max_num_seqs", max_num_seqs),
+                                     ("max_num_batched_tokens", max_num_batched_tokens)) if v is not None}
+        new = self.config.replace(**changes)                # validated (raises ConfigError)
+        if num_usable_blocks is not None and not 1 <= num_usable_blocks <= self.kv.num_blocks:
+            raise ValueError(f"num_usable_blocks must be in [1, {self.kv.num_blocks}] (the KV cache "
+                             f"has {self.kv.num_blocks} blocks), got {num_usable_blocks}")
+        cap = new.max_num_seqs
+        for r in [r for r in self.running if r.slot >= cap]:
+            self._preempt(r, SLOTS_CUT)
+        self._free_slots = sorted(set(range(cap)) - {r.slot for r in self.running})
+        self.config = new
+        if num_usable_blocks is not None:
+            changes["num_usable_blocks"] = num_usable_blocks
+            outside = self.kv.blocks_held_outside(num_usable_blocks)
+            for r in [r for r in self.live_requests() if r.request_id in outside]:
+                self._preempt(r, POOL_SHRUNK)
+            self.kv.set_usable_blocks(num_usable_blocks)
+            for r in list(self.live_requests()):
+                err = self.admission_error(r)
+                if err is not None:
+                    self._finish(r, RequestStatus.FINISHED_ERROR, kind="failed",
+                                 error=f"{err} (num_usable_blocks was lowered to {num_usable_blocks})")
+        return list(changes.items())
 
     def set_priority(self, request_id: str, priority: int) -> bool:
         """Change a live request's priority (policy ``priority`` only): a waiting request moves

@@ -43,6 +43,7 @@ COLUMNS: dict[str, np.dtype] = {
     "first_token_time": np.dtype(np.float64),
     "last_token_time": np.dtype(np.float64),
 }
+RESERVED = -2                # block_owner of a block taken out of use (the user shrank the pool)
 NUM_RECENTLY_FINISHED = 64   # finished requests a state keeps for the window's "finished" table
 
 
@@ -90,7 +91,8 @@ class EngineState:
     sharing). ``block_hash[b]`` is the prefix hash a cached block is tagged with (0 = none): a
     block with ``block_owner`` -1 and a hash is cached-free (evictable, reusable on a hit).
     ``cpu_owner[c]`` is the ``seq`` of the swapped-out request whose KV CPU swap block ``c``
-    holds (-1 = free; empty without a swap pool).
+    holds (-1 = free; empty without a swap pool). A block the user took out of use (live knob
+    ``num_usable_blocks``) has ``block_owner`` :data:`RESERVED` (-2).
     ``recently_finished`` keeps the final views of the last
     :data:`NUM_RECENTLY_FINISHED` finished requests, oldest first. ``next_seq`` is the arrival
     number the next request gets.

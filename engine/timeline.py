@@ -18,8 +18,9 @@ from typing import Iterable
 import numpy as np
 
 from engine.outputs import (BLOCKS_ALLOCATED, BLOCKS_CACHED, BLOCKS_EVICTED, BLOCKS_FREED,
-                            BLOCKS_HIT, BLOCKS_SWAPPED_IN, BLOCKS_SWAPPED_OUT, Arrival, BlockEvent, RequestEvent, StepRecord, Transition)
-from engine.state import (COLUMNS, NUM_RECENTLY_FINISHED, STATUS_CODE, STATUSES, EngineState,
+                            BLOCKS_HIT, BLOCKS_RESERVED, BLOCKS_SWAPPED_IN, BLOCKS_SWAPPED_OUT,
+                            BLOCKS_UNRESERVED, Arrival, BlockEvent, RequestEvent, StepRecord, Transition)
+from engine.state import (COLUMNS, RESERVED, NUM_RECENTLY_FINISHED, STATUS_CODE, STATUSES, EngineState,
                           row_view)
 
 _RUNNING = STATUS_CODE["RUNNING"]
@@ -136,17 +137,22 @@ class StateTimeline:
     def apply(self, record: StepRecord) -> None:
         """Advance to the state after ``record``'s step."""
         self.apply_changes(record.arrivals, record.block_events, record.transitions,
-                           record.scheduled, record.new_tokens, record.token_time, record.events)
+                           record.scheduled, record.new_tokens, record.token_time, record.events,
+                           record.knobs)
         self.step, self.clock = record.step, record.clock
 
     def apply_changes(self, arrivals: Iterable[Arrival], block_events: Iterable[BlockEvent],
                       transitions: Iterable[Transition], scheduled=(), new_tokens=(),
-                      token_time: float = math.nan, events: Iterable[RequestEvent] = ()) -> None:
+                      token_time: float = math.nan, events: Iterable[RequestEvent] = (),
+                      knobs: Iterable[tuple[str, int]] = ()) -> None:
         """Apply a step's changes in their fixed order: arrivals, priority changes (``priority``
         events), batch entries, tokens, block events, transitions (last, so they are the values
         after the step). Also used for the changes a user makes between steps (they are
         recorded with the next step)."""
         self.last_finished = []
+        for name, value in knobs:
+            if name == "max_num_seqs":            # the batch slots a state shows
+                self.layout = (self.layout[0], self.layout[1], int(value))
         for a in arrivals:
             self._add(a)
         for ev in events:
@@ -197,6 +203,12 @@ class StateTimeline:
         self._row[a.request_id] = i
 
     def _blocks(self, ev: BlockEvent) -> None:
+        if ev.kind in (BLOCKS_RESERVED, BLOCKS_UNRESERVED):     # the usable pool changed
+            ids = np.asarray(ev.block_ids, np.int64)
+            self.block_owner[ids] = RESERVED if ev.kind == BLOCKS_RESERVED else -1
+            self.block_hash[ids] = 0
+            self.block_pos[ids] = 0
+            return
         i = self._row[ev.request_id]
         nblocks = self._cols["num_blocks"]
         ids, n = ev.block_ids, len(ev.block_ids)
