@@ -167,6 +167,7 @@ class MainWindow(QMainWindow):
         self.status["mode"].setText("<b>LIVE</b>" if control is not None else "<b>REPLAY</b>")
         self._run_info: dict | None = None
         self.time_unit = ""                  # "s" or "steps", from the run's clock
+        self.policy = ""                     # the run's scheduling policy, from its config
         self.refresh(force=True)
 
     def _show_run_info(self) -> None:
@@ -190,6 +191,8 @@ class MainWindow(QMainWindow):
             self.status["mode"].setToolTip("step times from the roofline cost model, tokens "
                                            f"synthetic ({info.get('device', 'sim')}); no model ran")
         self.queues.set_time_unit(self.time_unit)
+        self.policy = (info.get("config") or {}).get("policy", "fcfs")
+        self.queues.set_policy(self.policy)
         self.inspector.time_unit = self.time_unit
         mode = "live" if self.control is not None else "replay"
         if info.get("simulated"):
@@ -322,7 +325,7 @@ class MainWindow(QMainWindow):
         """Engine > Inject request…: a modal dialog; selects the new request on accept."""
         if self.control is None:
             return None
-        dialog = InjectDialog(self.control, self)
+        dialog = InjectDialog(self.control, self, policy=self.policy)
         if dialog.exec() and dialog.request_id:
             self.select_request(dialog.request_id)
         return dialog

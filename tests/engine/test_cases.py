@@ -38,6 +38,7 @@ from engine_harness import (Action, Arrival, RunResult, assert_outputs_match, as
                             blocks_for, distinct_prompt, reference_outputs, replay_states,
                             run_workload)
 from fake_runner import ToyTokenizer, script_next_token
+from preemption_totals import live_preemption_totals
 from recordings.metrics import Percentiles
 
 @dataclass(frozen=True)
@@ -581,7 +582,9 @@ def live_summary(result):
         mean_batch_size=sum(batches) / len(batches) if batches else 0.0,
         peak_kv_cache_usage=max(x.kv_cache_usage for x in recs),
         prefix_cache_queries=sum(x.prefix_cache_queries for x in recs),
-        prefix_cache_hits=sum(x.prefix_cache_hits for x in recs))
+        prefix_cache_hits=sum(x.prefix_cache_hits for x in recs),
+        num_computed_tokens=sum(x.num_scheduled_tokens for x in recs),
+        **live_preemption_totals(recs, reqs, result.engine.config.block_size))
 
 
 @pytest.mark.parametrize("prefix_caching", [False, True], ids=["no-prefix-cache", "prefix-cache"])

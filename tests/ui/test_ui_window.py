@@ -9,6 +9,7 @@ from fakes import FakeControl, FakeSource
 from screenshot import grab_window
 from ui import MainWindow
 from ui.colors import request_rgb
+from ui.request_table import REASON_COLUMN
 from ui.transport import SPEEDS
 
 
@@ -196,7 +197,7 @@ def test_waiting_requests_say_why_they_were_not_admitted(window, source):
     window.show_step(10)                           # req-4 waits: all four slots are busy
     model = window.queues.models["waiting"]
     row = model.row_of("req-4")
-    assert model.data(model.index(row, 7)) == "batch slots full"
+    assert model.data(model.index(row, REASON_COLUMN)) == "batch slots full"
     window.select_request("req-4")
     assert window.inspector.values["reason"].text() == "batch slots full"
     window.show_step(38)
