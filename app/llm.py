@@ -28,6 +28,7 @@ from tqdm import tqdm
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.request import Request, SamplingParams
+from engine.sequence_group import sequence_ids
 
 Prompt = Union[str, Sequence[int]]
 SIM_KNOBS = ("executor", "sim_model", "sim_device", "sim_cost")
@@ -52,7 +53,11 @@ class RequestMetrics:
 class RequestOutput:
     """The result of one prompt. ``text`` is ``None`` when the model has no tokenizer;
     ``finish_reason`` is ``stop``, ``length``, ``abort`` or ``error`` (then ``error`` says why:
-    a prompt longer than ``max_model_len`` or the KV cache is rejected, not raised)."""
+    a prompt longer than ``max_model_len`` or the KV cache is rejected, not raised).
+    ``sequences`` are the ``SamplingParams.n`` sequences sampled for the prompt, each a
+    ``RequestOutput`` of its own (request id ``<id>#k`` when ``n`` > 1, its own tokens, text,
+    finish reason and metrics; its ``sequences`` empty); the fields above are the first one's,
+    but ``request_id``, the prompt's."""
 
     request_id: str
     prompt: str | None
@@ -63,6 +68,7 @@ class RequestOutput:
     stop_reason: str | None
     error: str | None
     metrics: RequestMetrics
+    sequences: tuple["RequestOutput", ...] = ()
 
 
 def known_knobs() -> list[str]:
@@ -128,7 +134,8 @@ class LLM:
         ``prompts``: a string, a list of token ids, or a list of those (strings are encoded with
         the tokenizer, special tokens added as vLLM does; no chat template). ``sampling_params``:
         one for all prompts (default ``SamplingParams()``: greedy, 16 tokens) or one per prompt.
-        Request ids (``"0"``, ``"1"``, ...) are unique across calls. ``record``: also write the
+        Request ids (``"0"``, ``"1"``, ...) are unique across calls; a prompt sampled with
+        ``n`` > 1 (parallel sampling) has its ``n`` results in ``RequestOutput.sequences``. ``record``: also write the
         run to this new recording file (``recordings.RecordingWriter``). ``use_tqdm``: a progress
         bar of finished requests on stderr. Raises ``ValueError`` for a text prompt without a
         tokenizer, a list of sampling params of the wrong length, or stop strings without a
@@ -154,13 +161,19 @@ class LLM:
             rids = [engine.add_request(ids, sp, request_id=str(next(self._ids)),
                                        prompt_text=p if isinstance(p, str) else None)
                     for (p, ids), sp in zip(encoded, params)]
-            self._run(engine, done, len(rids), use_tqdm)
+            self._run(engine, done, sum(sp.n for sp in params), use_tqdm)
         finally:
             if writer is not None:
                 writer.close()
         if engine.recorder_error:
             warnings.warn(f"{record}: {engine.recorder_error}", RuntimeWarning, stacklevel=2)
-        return [self._output(done[rid], prompt) for rid, prompt in zip(rids, items)]
+        return [self._prompt_output(done, rid, sp.n, prompt) for rid, sp, prompt in zip(rids, params, items)]
+
+    def _prompt_output(self, done: dict, request_id: str, n: int, prompt: Prompt) -> RequestOutput:
+        """The output of the prompt added as ``request_id``: its first sequence's fields and all
+        ``n`` sequences."""
+        seqs = tuple(self._output(done[rid], prompt) for rid in sequence_ids(request_id, n))
+        return dataclasses.replace(seqs[0], request_id=request_id, sequences=seqs)
 
     @staticmethod
     def _run(engine: LLMEngine, done: dict, total: int, use_tqdm: bool) -> None:

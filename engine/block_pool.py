@@ -96,6 +96,19 @@ class BlockPool:
                 del self._free[b]
             self.ref_cnt[b] += 1
 
+    def share(self, block_ids: Sequence[int]) -> None:
+        """Add one reference to each held block (a parallel-sampling sequence forked onto its
+        group's prompt blocks; copy-on-write in PagedAttention, Kwon et al., SOSP 2023, 4.4).
+        Raises ``ValueError`` for a list naming a block twice or a block that is not held; then
+        no count is changed."""
+        if len(set(block_ids)) != len(block_ids):
+            raise ValueError(f"block list names a block twice: {list(block_ids)}")
+        for b in block_ids:
+            if not 0 <= b < self.num_blocks or self.ref_cnt[b] < 1:
+                raise ValueError(f"block {b} is not held: only a held block can be shared")
+        for b in block_ids:
+            self.ref_cnt[b] += 1
+
     def free(self, block_ids: Sequence[int]) -> None:
         """Drop one reference to each block; blocks reaching 0 go to the free queue's tail (a
         cached block keeps its hash there: cached-free, evictable).

@@ -24,6 +24,7 @@ from engine.outputs import (Arrival, BatchEntry, ModelRunnerOutput, NewToken, Sc
                             StepRecord, Transition)
 from engine.request import Request, RequestStatus, SamplingParams
 from engine.scheduler import Scheduler
+from engine.sequence_group import make_sequences, sequence_ids
 from engine.state import EngineState
 from engine.timeline import StateTimeline
 
@@ -127,7 +128,9 @@ class LLMEngine:
                     request_id: str | None = None, arrival_time: float | None = None,
                     prompt_text: str | None = None, priority: int | None = None) -> str:
         """Add a request arriving at ``arrival_time`` (engine clock; None = now). Returns its id.
-        ``priority`` (default ``params.priority``) orders it under ``policy="priority"``.
+        ``priority`` (default ``params.priority``) orders it under ``policy="priority"``. With
+        ``params.n`` > 1 the prompt's ``n`` sequences are requests ``<id>#0`` ... and ``<id>``
+        names them all in :meth:`abort_request` and the other calls (``engine.sequence_group``).
 
         An impossible request (empty prompt, over ``max_model_len`` or the whole cache) is kept and
         finished at once with FINISHED_ERROR and an error naming the limit; others keep running.
@@ -136,18 +139,19 @@ class LLMEngine:
         rid = request_id if request_id is not None else f"req-{next(self._ids)}"
         if params.stop and self.tokenizer is None:
             raise ValueError("stop strings need a tokenizer; this engine runs on token ids only")
-        if rid in self._seen_ids:
-            raise ValueError(f"duplicate request id {rid!r} (ids are unique within a run)")
-        self._seen_ids.add(rid)
+        ids = {rid, *sequence_ids(rid, params.n)}
+        if ids & self._seen_ids:
+            raise ValueError(f"duplicate request id {min(ids & self._seen_ids)!r} (ids are unique within a run)")
+        self._seen_ids |= ids
         now = self.now()
         at = now if arrival_time is None else arrival_time
         # The caller's sequence is kept as is: a compact array('i') stays 4 bytes per token.
-        req = Request(rid, prompt_token_ids, params, arrival_time=at, prompt_text=prompt_text,
-                      eos_token_id=self.eos_token_id, priority=priority)
-        if at <= now:
-            self._admit(req)
-        else:
-            heapq.heappush(self._future, (at, next(self._seq), req))
+        for req in make_sequences(rid, prompt_token_ids, params, arrival_time=at, prompt_text=prompt_text,
+                                  eos_token_id=self.eos_token_id, priority=priority):
+            if at <= now:
+                self._admit(req)
+            else:
+                heapq.heappush(self._future, (at, next(self._seq), req))
         return rid
 
     def _admit(self, req: Request) -> None:
@@ -190,7 +194,11 @@ class LLMEngine:
             self._admit(heapq.heappop(self._future)[2])
 
     def abort_request(self, request_id: str) -> bool:
-        """Abort a live request (frees its blocks at once). Returns False if unknown or finished."""
+        """Abort a live request (frees its blocks at once); a parallel-sampling prompt's id aborts
+        every sequence. Returns False if unknown or finished."""
+        members = self.scheduler.groups.live_ids(request_id)
+        if members:
+            return all([self.abort_request(m) for m in members])
         req = self.scheduler.requests.get(request_id)
         if req is None or req.is_finished:
             return False
@@ -201,18 +209,22 @@ class LLMEngine:
         return True
 
     def pause_request(self, request_id: str) -> bool:
-        """Park a request: it keeps its KV but no batch slot. Returns False if not possible."""
+        """Park a request: it keeps its KV but no batch slot (a parallel-sampling group as a
+        whole). Returns False if not possible."""
+        request_id, ids = self._group_of(request_id)
         ok = request_id in self.scheduler.requests and self.scheduler.pause_request(request_id)
         if ok:
-            self._touched.add(request_id)
+            self._touched.update(ids)
             self._state = None
         return ok
 
     def resume_request(self, request_id: str) -> bool:
-        """Un-park a paused request. Returns False if it is not paused."""
+        """Un-park a paused request (a parallel-sampling group as a whole). Returns False if it
+        is not paused."""
+        request_id, ids = self._group_of(request_id)
         ok = request_id in self.scheduler.requests and self.scheduler.resume_request(request_id)
         if ok:
-            self._touched.add(request_id)
+            self._touched.update(ids)
             self._state = None
         return ok
 
@@ -237,11 +249,20 @@ class LLMEngine:
         """Change a live request's priority (``policy="priority"`` only; a waiting request moves
         in the queue at once). Returns False if it is not live; raises ``ValueError`` under
         another policy."""
+        request_id, ids = self._group_of(request_id)
         ok = self.scheduler.set_priority(request_id, priority)
         if ok:
-            self._touched.add(request_id)
+            self._touched.update(ids)
             self._state = None
         return ok
+
+    def _group_of(self, request_id: str) -> tuple[str, list[str]]:
+        """(a live request to act on, the ids the action touches): a parallel-sampling group's
+        head and live sequences for its prompt's id or any of its sequences, else the id itself."""
+        req = self.scheduler.requests.get(request_id)
+        parent = req.group.parent_id if req is not None and req.group is not None else request_id
+        ids = self.scheduler.groups.live_ids(parent)
+        return (ids[0], ids) if ids else (request_id, [request_id])
 
     # --- state ----------------------------------------------------------------------------
     @property

@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from engine.block_pool import BlockPool, NoFreeBlocksError
-from engine.outputs import (BLOCKS_ALLOCATED, BLOCKS_CACHED, BLOCKS_EVICTED, BLOCKS_FREED,
-                            BLOCKS_HIT, BLOCKS_RESERVED, BLOCKS_UNRESERVED, BlockEvent)
+from engine.outputs import (BLOCKS_ALLOCATED, BLOCKS_CACHED, BLOCKS_EVICTED, BLOCKS_FORKED,
+                            BLOCKS_FREED, BLOCKS_HIT, BLOCKS_RESERVED, BLOCKS_UNRESERVED, BlockEvent)
 from engine.prefix_hash import ROOT_HASH, extend_block_hashes, hash_block
 
 __all__ = ["BlockPool", "ComputedBlocks", "KVCacheManager", "NO_HIT", "NoFreeBlocksError"]
@@ -258,6 +258,31 @@ class KVCacheManager:
             table.extend(self._take(request_id, need))
         self._frozen.pop(request_id, None)
         return list(table)
+
+    def fork(self, parent_id: str, child, num_blocks: int) -> tuple[int, ...]:
+        """Start the empty table of ``child`` (a :class:`engine.request.Request`, a sequence of
+        ``parent_id``'s parallel-sampling group) with the first ``num_blocks`` blocks of
+        ``parent_id``'s table, shared (reference counts + 1, a ``forked`` event): the full
+        blocks of their common prompt. With prefix caching the child's block hashes are
+        extended over those blocks and the cache is offered its blocks from there on.
+        Returns the shared ids. Raises ``ValueError`` when the child already holds blocks or
+        the parent holds fewer than ``num_blocks``."""
+        cid = child.request_id
+        if self.block_tables.get(cid):
+            raise ValueError(f"{cid} holds blocks: a fork only starts a table")
+        shared = tuple(self.block_tables.get(parent_id, ())[:num_blocks])
+        if len(shared) != num_blocks:
+            raise ValueError(f"{parent_id} holds {len(shared)} blocks, {num_blocks} to share asked")
+        self.pool.share(shared)
+        self.block_tables[cid] = list(shared)
+        self._frozen.pop(cid, None)
+        if self.enable_caching:
+            extend_block_hashes(child.block_hashes, child.token_ids, num_blocks * self.block_size,
+                                self.block_size)
+            self.cache_at[cid] = (num_blocks + 1) * self.block_size
+        if shared:
+            self.events.append(BlockEvent(BLOCKS_FORKED, cid, shared))
+        return shared
 
     def free(self, request_id: str) -> list[int]:
         """Release every block of ``request_id``; returns its table (empty if it held none).

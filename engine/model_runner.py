@@ -11,6 +11,7 @@ from engine.attention import ATTN_IMPLEMENTATION, PagedAttentionMetadata, regist
 from engine.outputs import ModelRunnerOutput, SchedulerOutput
 from engine.request import Request
 from engine.sampler import Sampler
+from engine.sequence_group import parallel_sample_rows
 
 
 def kv_bytes_per_block(config, block_size: int, dtype: torch.dtype) -> int:
@@ -55,7 +56,9 @@ class ModelRunner:
     def execute(self, sched: SchedulerOutput, requests: Mapping[str, Request]) -> ModelRunnerOutput:
         """Run the step ``sched``; returns the token sampled for each request whose chunk reached
         the end of its known tokens. Raises whatever the model raises (the engine fails the step's
-        requests and keeps serving)."""
+        requests and keeps serving). Copies first: copy-on-write blocks, then swap-outs, then
+        swap-ins (each may read a block the next one writes)."""
+        self.copy_blocks(sched.blocks_to_copy)
         self.swap_blocks(sched.blocks_to_swap_out, to_cpu=True)
         self.swap_blocks(sched.blocks_to_swap_in, to_cpu=False)
         if sched.is_empty:
@@ -85,11 +88,26 @@ class ModelRunner:
         keep = torch.tensor(sample_rows, dtype=torch.long, device=self.device)
         logits = self.model(input_ids=input_ids, position_ids=position_ids, use_cache=False,
                             logits_to_keep=keep, paged_meta=meta).logits[0]   # [N, vocab]
+        if sched.parallel_samples:      # further sequences sample from their head's last row
+            extra = parallel_sample_rows(sched.parallel_samples, requests, sample_reqs)
+            logits = torch.cat([logits, logits[[row for row, _ in extra]]])
+            sample_reqs = sample_reqs + [r for _, r in extra]
         toks = self.sampler.sample(logits, [r.request_id for r in sample_reqs],
                                    [r.sampling_params for r in sample_reqs],
                                    [r.prompt_token_ids for r in sample_reqs],
                                    [r.output_token_ids for r in sample_reqs])
         return ModelRunnerOutput(sampled_token_ids={r.request_id: t for r, t in zip(sample_reqs, toks)})
+
+    def copy_blocks(self, pairs) -> None:
+        """Copy KV blocks within the GPU cache, every layer: ``pairs`` of (source block,
+        destination block) (parallel sampling's copy-on-write). One indexed copy per layer and
+        tensor (K and V); sources are read before any destination is written."""
+        if not pairs:
+            return
+        src, dst = (torch.tensor(x, dtype=torch.long, device=self.device) for x in zip(*pairs))
+        for k, v in self.kv_caches:
+            k[dst] = k[src]
+            v[dst] = v[src]
 
     def swap_blocks(self, pairs, to_cpu: bool) -> None:
         """Copy KV blocks between the GPU cache and the CPU swap pool, every layer: ``pairs`` of

@@ -28,6 +28,7 @@ NOT_ADMITTED_SWAPPED_FIRST = "swapped_first"    # swap: swapped-out requests res
 BLOCKS_ALLOCATED = "allocated"   # taken off the free queue, appended to the request's table
 BLOCKS_FREED = "freed"           # the request's whole table released (each block loses a reference)
 BLOCKS_HIT = "hit"               # cached blocks shared into a request's table (prefix-cache hit)
+BLOCKS_FORKED = "forked"         # a parallel-sampling sequence shares its group's prompt blocks
 BLOCKS_CACHED = "cached"         # full, written blocks tagged with their prefix hash
 BLOCKS_EVICTED = "evicted"       # cached-free blocks handed out again: their hash is dropped
 BLOCKS_SWAPPED_OUT = "swapped_out"  # CPU swap blocks given to a request (its KV copied out)
@@ -35,7 +36,8 @@ BLOCKS_SWAPPED_IN = "swapped_in"    # a request's CPU swap blocks released (its 
 BLOCKS_RESERVED = "reserved"        # free blocks taken out of use (pool shrunk; no request: '')
 BLOCKS_UNRESERVED = "unreserved"    # blocks given back to use (pool grown; no request: '')
 BLOCK_EVENT_KINDS = (BLOCKS_ALLOCATED, BLOCKS_FREED, BLOCKS_HIT, BLOCKS_CACHED, BLOCKS_EVICTED,
-                     BLOCKS_SWAPPED_OUT, BLOCKS_SWAPPED_IN, BLOCKS_RESERVED, BLOCKS_UNRESERVED)
+                     BLOCKS_SWAPPED_OUT, BLOCKS_SWAPPED_IN, BLOCKS_RESERVED, BLOCKS_UNRESERVED,
+                     BLOCKS_FORKED)
 
 
 class ScheduledRequest(NamedTuple):
@@ -70,7 +72,12 @@ class SchedulerOutput:
     ``waiting_reason`` (so a step costs O(1), not O(waiting)). Swap preemption: the runner copies
     ``blocks_to_swap_out`` (GPU block, CPU block) pairs, then ``blocks_to_swap_in`` (CPU block,
     GPU block) pairs, before the forward pass (a GPU block a swap-out freed may be written by
-    this very step).
+    this very step). Parallel sampling (``engine.sequence_group``): the runner first copies
+    ``blocks_to_copy`` (source GPU block, destination GPU block) pairs, every layer (the
+    copy-on-write of a prompt's last partial block for each further sequence of its group,
+    forked in the step before), before the swap copies; ``parallel_samples`` pairs a request
+    id with the ids of the sequences that take their first token from ITS last logits row in
+    this step (each sampled with its own parameters and random stream).
     """
 
     step: int
@@ -80,6 +87,8 @@ class SchedulerOutput:
     waiting_reason: str = NOT_ADMITTED_BEHIND
     blocks_to_swap_out: tuple[tuple[int, int], ...] = ()
     blocks_to_swap_in: tuple[tuple[int, int], ...] = ()
+    blocks_to_copy: tuple[tuple[int, int], ...] = ()
+    parallel_samples: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def num_scheduled_tokens(self) -> int:
@@ -117,8 +126,10 @@ class BatchEntry(NamedTuple):
 
 
 class RequestEvent(NamedTuple):
-    """A lifecycle event: kind is one of arrived, rejected, scheduled, preempted, paused,
-    resumed, aborted, finished, failed. ``detail`` is free text (the error, finish reason...)."""
+    """A lifecycle event: kind is one of arrived, rejected, scheduled, forked, preempted, paused,
+    resumed, aborted, finished, failed (``forked``: a parallel-sampling sequence started on its
+    group's prompt KV; the detail names the sequence whose blocks it shares). ``detail`` is
+    free text (the error, finish reason...)."""
 
     request_id: str
     kind: str
@@ -138,7 +149,9 @@ class BlockEvent(NamedTuple):
     """KV blocks changing hands or cache tags (``kind`` one of :data:`BLOCK_EVENT_KINDS`):
     ``allocated`` appends ``block_ids`` (taken off the free queue) to the request's block table
     in order; ``hit`` appends cached blocks to it, shared (reference count + 1; only to a table
-    that was empty); ``freed`` releases the request's whole table (each block loses one
+    that was empty); ``forked`` appends blocks another sequence of its parallel-sampling
+    group holds, shared the same way (the prompt's full blocks, only to an empty table);
+    ``freed`` releases the request's whole table (each block loses one
     reference; a cached block reaching 0 stays cached-free); ``cached`` tags the request's
     ``block_ids`` with ``block_hashes`` (aligned; the chained prefix hashes); ``evicted`` drops
     the tags of cached-free blocks the free queue hands to ``request_id``."""

@@ -4,7 +4,10 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from engine.sequence_group import SequenceGroup
 
 
 MAX_PENALTY = 2.0   # |frequency_penalty| and |presence_penalty| limit (vLLM, OpenAI)
@@ -55,7 +58,8 @@ class SamplingParams:
     ``stop`` strings end the request; the matched string is cut from the output unless
     ``include_stop_str_in_output``. ``priority`` orders the waiting queue under
     ``policy="priority"`` (lower value first, ties by arrival; any other policy rejects a nonzero
-    value at admission).
+    value at admission). ``n`` > 1 samples ``n`` sequences from the one prompt (parallel
+    sampling, ``engine.sequence_group``: the prompt is prefilled once and its KV blocks shared).
 
     Penalties, with vLLM's names and meanings (applied to the logits before temperature, top-k and
     top-p, so they also steer greedy decoding; see ``engine.penalties``):
@@ -80,8 +84,11 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
     priority: int = 0
+    n: int = 1
 
     def __post_init__(self) -> None:
+        if not isinstance(self.n, int) or isinstance(self.n, bool) or self.n < 1:
+            raise ValueError(f"n (sequences sampled per prompt) must be an integer >= 1, got {self.n!r}")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
@@ -124,7 +131,9 @@ class Request:
     ``block_hashes`` are the prefix hashes of its full blocks (``engine.prefix_hash``), computed
     once as its tokens become known and kept across preemptions (vLLM keeps them the same way).
     A request is an entity: equal only to itself (and hashable), so the scheduler's queue
-    operations compare identities, not every field.
+    operations compare identities, not every field. ``group`` is the
+    :class:`engine.sequence_group.SequenceGroup` of a sequence of a parallel-sampling prompt
+    (``SamplingParams.n`` > 1), None otherwise.
     """
 
     request_id: str
@@ -152,6 +161,7 @@ class Request:
     seq: int = -1
     num_cached_tokens: int = -1       # prefix-cache hit (tokens) at its first admission; -1 before
     block_hashes: list[int] = field(default_factory=list)   # chained hashes of its full blocks
+    group: SequenceGroup | None = None                        # parallel sampling: its sequence group
 
     def __post_init__(self) -> None:
         if self.priority is None:

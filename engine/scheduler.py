@@ -75,6 +75,7 @@ from collections import deque
 from typing import Callable, Iterable
 
 from engine.config import EngineConfig
+from engine.group_scheduling import GroupScheduling
 from engine.kv_cache import NO_HIT, KVCacheManager
 from engine.outputs import (NOT_ADMITTED_BEHIND, NOT_ADMITTED_LOWER_PRIORITY,
                             NOT_ADMITTED_NO_FREE_BLOCKS, NOT_ADMITTED_SEQ_CAP,
@@ -118,6 +119,7 @@ class Scheduler:
         self.swapped: deque[Request] = deque()
         self._swap_out: list[tuple[int, int]] = []
         self._swap_in: list[tuple[int, int]] = []
+        self.groups = GroupScheduling(self)     # parallel sampling (engine.group_scheduling)
 
     # --- admission ----------------------------------------------------------------------
     def admission_error(self, req: Request) -> str | None:
@@ -138,7 +140,7 @@ class Scheduler:
         if p + m > cap:
             return (f"prompt ({p}) + max_tokens ({m}) = {p + m} tokens needs {self.kv.blocks_for(p + m)} "
                     f"KV blocks but the whole cache has {usable} blocks ({cap} tokens)")
-        return None
+        return None if req.group is None else self.groups.admission_error(req)
 
     def add_request(self, req: Request) -> bool:
         """Queue ``req`` (by the policy), or reject it at once. Returns False if rejected.
@@ -149,6 +151,8 @@ class Scheduler:
             raise ValueError(f"duplicate request id {req.request_id!r}")
         self.requests[req.request_id] = req
         req.seq = next(self._seq)
+        if req.group is not None:
+            self.groups.add(req)
         self.events.append(RequestEvent(req.request_id, "arrived"))
         err = self.admission_error(req)
         if err is not None:
@@ -180,7 +184,8 @@ class Scheduler:
 
         # The hot loop (every running request, every step): locals, _chunk and is_prefill inlined.
         running = self.running
-        thr = self.config.long_prefill_token_threshold if self.config.enable_chunked_prefill else 0
+        chunked = self.config.enable_chunked_prefill
+        thr = self.config.long_prefill_token_threshold if chunked else 0
         memory_preempted = False
         i = 0
         while i < len(running) and budget > 0:
@@ -189,6 +194,9 @@ class Scheduler:
             lacking = len(req.prompt_token_ids) + len(req.output_token_ids) - computed
             n = thr if thr and lacking > thr else lacking
             if n > budget:
+                if not chunked:      # a prefill is never split (a forked sequence's): next step
+                    i += 1
+                    continue
                 n = budget
             new_blocks = kv.allocate_slots(rid, computed + n)
             if new_blocks is None:
@@ -196,11 +204,11 @@ class Scheduler:
                     victim = self._pick_victim(req)
                     if victim is None:
                         break
-                    self._preempt(victim, PAUSED_KV if victim.status is RequestStatus.PAUSED
-                                  else NEEDED_BLOCKS, "" if victim is req else rid)
-                    preempted.append(victim.request_id)
+                    gone = self._preempt(victim, PAUSED_KV if victim.status is RequestStatus.PAUSED
+                                         else NEEDED_BLOCKS, "" if victim is req else rid)
+                    preempted += gone
                     memory_preempted = True
-                    if victim is req:
+                    if rid in gone:              # req itself (or its parallel-sampling group)
                         break
                     new_blocks = kv.allocate_slots(rid, computed + n)
                 if new_blocks is None or req.status is not RequestStatus.RUNNING:
@@ -211,6 +219,8 @@ class Scheduler:
                                               tuple(new_blocks) if new_blocks else (), table(rid)))
             budget -= n
             i += 1
+        if preempted and self.groups:       # a group preempted after some of it was scheduled
+            budget += self.groups.drop_preempted(scheduled, self.requests)
 
         not_admitted: list[tuple[str, str]] = []
         waiting_reason = NOT_ADMITTED_BEHIND
@@ -231,9 +241,11 @@ class Scheduler:
         # swap copies of this step, and of swap-outs made between steps (live knobs)
         swap_out, swap_in = tuple(self._swap_out), tuple(self._swap_in)
         self._swap_out, self._swap_in = [], []
+        copies, samples = self.groups.take_step_outputs()       # parallel sampling
         return SchedulerOutput(step=step, scheduled=tuple(scheduled), preempted_ids=tuple(preempted),
                                not_admitted=tuple(not_admitted), waiting_reason=waiting_reason,
-                               blocks_to_swap_out=swap_out, blocks_to_swap_in=swap_in)
+                               blocks_to_swap_out=swap_out, blocks_to_swap_in=swap_in,
+                               blocks_to_copy=copies, parallel_samples=samples)
 
     def _resume_swapped(self, budget: int, scheduled: list[ScheduledRequest]) -> int:
         """Swap requests back in, oldest swap-out first, while a slot, budget and the GPU blocks
@@ -242,6 +254,12 @@ class Scheduler:
         kv, swap, c = self.kv, self.swap, self.config
         while self.swapped and len(self.running) < c.max_num_seqs and budget > 0:
             req = self.swapped[0]
+            if req.group is not None:   # parallel sampling: the group's sequences come back together
+                left = self.groups.resume_swapped(req, budget, scheduled)
+                if left is None:
+                    break
+                budget = left
+                continue
             computed = req.num_computed_tokens
             n = self._chunk(req, budget, computed)
             if not c.enable_chunked_prefill and computed + n < req.num_tokens:
@@ -300,11 +318,13 @@ class Scheduler:
             req = self.waiting.peek()
             if static and req.request_id not in self.static_batch:
                 break                              # the rest waits for the next static batch
+            # parallel sampling: a group's waiting sequences start together (engine.group_scheduling)
+            width, extra_blocks, min_tokens = self.groups.admission_needs(req)
             reason = None
             if req.request_id in preempted:
                 # displaced this step by a higher-priority request: not back before the next step
                 reason = NOT_ADMITTED_LOWER_PRIORITY
-            elif len(self.running) >= c.max_num_seqs:
+            elif len(self.running) + width > c.max_num_seqs:
                 reason = NOT_ADMITTED_SEQ_CAP
             elif budget <= 0:
                 reason = NOT_ADMITTED_TOKEN_BUDGET
@@ -312,7 +332,8 @@ class Scheduler:
             hit = kv.get_computed_blocks(req) if reason is None else NO_HIT
             num_cached = hit.num_computed_tokens
             n = self._chunk(req, budget, num_cached) if reason is None else 0
-            if reason is None and not c.enable_chunked_prefill and n < req.num_tokens - num_cached:
+            if reason is None and ((not c.enable_chunked_prefill and n < req.num_tokens - num_cached)
+                                   or num_cached + n < min_tokens):
                 reason = NOT_ADMITTED_TOKEN_BUDGET
             new_blocks = None
             if (reason is None or reason == NOT_ADMITTED_SEQ_CAP) and self.policy == "priority":
@@ -321,13 +342,14 @@ class Scheduler:
                     preempted += freed
                     budget = c.max_num_batched_tokens - sum(x.num_tokens for x in scheduled)
                     continue
-            if reason is None and kv.num_blocks_to_admit(req.num_tokens, hit) > kv.num_free_blocks:
+            if reason is None and kv.num_blocks_to_admit(req.num_tokens, hit) + extra_blocks > kv.num_free_blocks:
                 # Its whole prefill must fit the free blocks, not only this chunk: a prefill
                 # started without room would be preempted before it ends, over and over.
                 reason = NOT_ADMITTED_NO_FREE_BLOCKS
                 if not self.running:
                     # Only parked KV stands in the way: take it (liveness), admit next step.
-                    preempted += self._evict_paused(kv.blocks_for(req.num_tokens), req.request_id)
+                    preempted += self._evict_paused(kv.blocks_for(req.num_tokens) + extra_blocks,
+                                                    req.request_id)
             if reason is None:
                 new_blocks = kv.allocate_slots(req.request_id, num_cached + n, hit)
                 if new_blocks is None:
@@ -343,6 +365,8 @@ class Scheduler:
             scheduled.append(ScheduledRequest(req.request_id, req.slot, n, req.num_computed_tokens,
                                               req.is_prefill, tuple(new_blocks), table(req.request_id)))
             budget -= n
+            if req.group is not None:       # parallel sampling: the other sequences fork onto it
+                self.groups.fork(req)
         return budget
 
     def _static_admission_open(self) -> str:
@@ -352,6 +376,8 @@ class Scheduler:
         if not self.static_batch and not self.running:
             self.static_batch = {r.request_id for r in
                                  itertools.islice(self.waiting, self.config.max_num_seqs)}
+            if self.groups:                 # parallel sampling: whole groups only
+                self.static_batch = self.groups.whole_groups(self.static_batch)
         if self.waiting.peek().request_id in self.static_batch:
             return NOT_ADMITTED_BEHIND
         return NOT_ADMITTED_STATIC_BATCH
@@ -363,11 +389,15 @@ class Scheduler:
         the blocks of its whole prefill and token budget, ``budget`` being what is left);
         nobody is preempted when it would not, or when ``head`` can start anyway. A victim
         already scheduled in this step is taken out of ``scheduled`` (its blocks, this step's
-        included, are freed). Returns the victims' ids."""
+        included, are freed). A victim's parallel-sampling group goes with it, and a group
+        ``head`` needs what its whole group needs (``engine.group_scheduling``; a victim group's
+        shared blocks are not counted as freed, so it may decline where it would help).
+        Returns the victims' ids."""
         kv = self.kv
-        need = kv.blocks_for(head.num_tokens)
-        need_budget = 1 if self.config.enable_chunked_prefill else head.num_tokens
-        slots = self.config.max_num_seqs - len(self.running)
+        width, extra_blocks, min_tokens = self.groups.admission_needs(head)
+        need = kv.blocks_for(head.num_tokens) + extra_blocks
+        need_budget = max(1 if self.config.enable_chunked_prefill else head.num_tokens, min_tokens)
+        slots = self.config.max_num_seqs - len(self.running) - width + 1
         free = kv.num_free_blocks
         tokens = {x.request_id: x.num_tokens for x in scheduled}
         victims = []
@@ -382,11 +412,10 @@ class Scheduler:
             budget += tokens.get(r.request_id, 0)
         if not victims or slots < 1 or free < need or budget < need_budget:
             return []
-        gone = {v.request_id for v in victims}
+        ids = [rid for v in victims for rid in self._preempt(v, FOR_PRIORITY, head.request_id)]
+        gone = set(ids)
         scheduled[:] = [x for x in scheduled if x.request_id not in gone]
-        for v in victims:
-            self._preempt(v, FOR_PRIORITY, head.request_id)
-        return [v.request_id for v in victims]
+        return ids
 
     def _pick_victim(self, req: Request) -> Request | None:
         """Who loses its KV so that ``req`` can grow: the newest (lowest-priority) other running
@@ -406,8 +435,7 @@ class Scheduler:
             if self.kv.num_free_blocks >= num_free_needed:
                 break
             if self.kv.block_ids(p.request_id):
-                self._preempt(p, PAUSED_KV, for_request)
-                out.append(p.request_id)
+                out += self._preempt(p, PAUSED_KV, for_request)
         return out
 
     def _start_running(self, req: Request) -> None:
@@ -426,21 +454,28 @@ class Scheduler:
             heapq.heappush(self._free_slots, req.slot)
             req.slot = None
 
-    def _preempt(self, req: Request, reason: str, for_request: str = "") -> None:
+    def _preempt(self, req: Request, reason: str, for_request: str = "", mode: str | None = None,
+                 num_shared: int = 0) -> list[str]:
         """Preempt ``req``. Swap mode (a running request, room in the CPU pool): its KV is copied
         to the CPU and it waits in ``swapped`` with its progress kept. Otherwise recompute: drop
         the KV, go back to the waiting queue (its front under FCFS); in swap mode that is the
-        fallback, recorded as such. The event's detail is the :class:`PreemptionInfo`."""
+        fallback, recorded as such. The event's detail is the :class:`PreemptionInfo`. The
+        sequences of a parallel-sampling group are preempted together
+        (``engine.group_scheduling`` decides their ``mode`` and the ``num_shared`` blocks its
+        head swaps out for each). Returns the ids preempted."""
+        if req.group is not None and mode is None:
+            return self.groups.preempt(req, reason, for_request)
         was_paused = req.status is RequestStatus.PAUSED
         tokens = req.num_computed_tokens
         self._leave_running(req)
         req.num_preemptions += 1
-        mode = MODE_RECOMPUTE                       # (also when no KV was computed: nothing to keep)
         num_blocks = self.kv.blocks_for(tokens)
-        if self.swap is not None and not was_paused and num_blocks:
-            mode = MODE_SWAP if self.swap.can_swap_out(num_blocks) else MODE_SWAP_FALLBACK
+        if mode is None:
+            mode = MODE_RECOMPUTE                   # (also when no KV was computed: nothing to keep)
+            if self.swap is not None and not was_paused and num_blocks:
+                mode = MODE_SWAP if self.swap.can_swap_out(num_blocks) else MODE_SWAP_FALLBACK
         if mode == MODE_SWAP:
-            self._swap_out += self.swap.swap_out(req.request_id, num_blocks)
+            self._swap_out += self.swap.swap_out(req.request_id, num_blocks, num_shared)
             req.status = RequestStatus.SWAPPED
             self.swapped.append(req)
         else:
@@ -451,6 +486,7 @@ class Scheduler:
         if mode != MODE_SWAP and not was_paused:
             req.status = RequestStatus.PREEMPTED
             self.waiting.prepend(req)
+        return [req.request_id]
 
     # --- after the forward pass -----------------------------------------------------------
     def update_from_output(self, out: SchedulerOutput, runner_out: ModelRunnerOutput,
@@ -466,7 +502,10 @@ class Scheduler:
         running = RequestStatus.RUNNING
         caching, cache_at, cache_full_blocks = (self.kv.enable_caching, self.kv.cache_at,
                                                 self.kv.cache_full_blocks)
-        for s in out.scheduled:
+        scheduled = out.scheduled
+        if self.groups.forks:       # parallel sampling: sequences forked in this step
+            scheduled = scheduled + self.groups.forked_entries(out, runner_out)
+        for s in scheduled:
             rid = s.request_id
             req = requests[rid]
             if req.status is not running:
@@ -514,6 +553,8 @@ class Scheduler:
     def pause_request(self, request_id: str) -> bool:
         """Park a waiting or running request: it keeps its KV but no batch slot."""
         req = self.requests[request_id]
+        if req.group is not None and not self.groups.busy:      # parallel sampling: the group
+            return self.groups.pause(req)
         if req.status is RequestStatus.RUNNING:
             self._leave_running(req)
         elif req.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
@@ -532,6 +573,8 @@ class Scheduler:
         ``priority`` it rejoins the queue at its priority; under ``static`` it waits for the next
         batch (its KV is dropped, it is no member of the running batch)."""
         req = self.requests[request_id]
+        if req.group is not None and not self.groups.busy:      # parallel sampling: the group
+            return self.groups.resume(req)
         if req.status is not RequestStatus.PAUSED:
             return False
         self.paused.remove(req)
@@ -580,6 +623,8 @@ class Scheduler:
                 if err is not None:
                     self._finish(r, RequestStatus.FINISHED_ERROR, kind="failed",
                                  error=f"{err} (num_usable_blocks was lowered to {num_usable_blocks})")
+        if self.groups:         # parallel sampling: a group may no longer fit the new slots or budget
+            self.groups.fail_impossible(", ".join(f"{k} was set to {v}" for k, v in changes.items()))
         return list(changes.items())
 
     def set_priority(self, request_id: str, priority: int) -> bool:
@@ -593,6 +638,8 @@ class Scheduler:
         req = self.requests.get(request_id)
         if req is None or req.is_finished:
             return False
+        if req.group is not None and not self.groups.busy:      # parallel sampling: the group
+            return self.groups.set_priority(req, priority)
         req.priority = int(priority)
         if req in self.waiting:
             self.waiting.reorder(req)
@@ -603,6 +650,8 @@ class Scheduler:
 
     def _finish(self, req: Request, status: RequestStatus, *, error: str | None = None,
                 stop_reason: str | None = None, kind: str = "finished") -> None:
+        if req.group is not None:
+            self.groups.before_finish(req)
         if req.status is RequestStatus.RUNNING or req in self.running:
             self._leave_running(req)
         elif req.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED) and req in self.waiting:
@@ -672,6 +721,7 @@ class Scheduler:
             keys = [_priority_key(r) for r in self.running]
             assert keys == sorted(keys), "running requests out of (priority, arrival) order"
         assert self.static_batch <= set(self.requests), "static batch names a finished request"
+        self.groups.check_invariants()
 
 
 def _priority_key(req: Request) -> tuple[int, int]:

@@ -30,45 +30,74 @@ class SwapSpace:
         """True when the CPU pool has room for ``num_blocks`` blocks."""
         return num_blocks <= self.pool.num_free_blocks
 
-    def swap_out(self, request_id: str, num_blocks: int) -> list[tuple[int, int]]:
+    def swap_out(self, request_id: str, num_blocks: int, num_shared: int = 0) -> list[tuple[int, int]]:
         """Give ``request_id`` a CPU block for each of the first ``num_blocks`` blocks of its GPU
         table (the blocks its computed KV fills; blocks given to it for the current step hold
-        nothing yet) and free its whole GPU table. Returns the ``(gpu_block, cpu_block)`` copies
-        the runner makes before the next forward pass. Raises ``ValueError`` if its table is
-        shorter, ``num_blocks`` < 1, or the CPU pool lacks room."""
+        nothing yet) but its first ``num_shared`` (a parallel-sampling sequence whose group's
+        head copies their shared prompt blocks once, ``engine.group_scheduling``), and free its
+        whole GPU table. Returns the ``(gpu_block, cpu_block)`` copies the runner makes before
+        the next forward pass. Raises ``ValueError`` if its table is shorter, ``num_blocks`` < 1,
+        ``num_shared`` is not in ``[0, num_blocks]``, or the CPU pool lacks room."""
         gpu = list(self.kv.block_ids(request_id))[:num_blocks] if num_blocks >= 1 else []
-        if len(gpu) != num_blocks or num_blocks < 1:
-            raise ValueError(f"{request_id}: cannot swap out {num_blocks} blocks "
-                             f"(it holds {len(self.kv.block_ids(request_id))})")
+        if len(gpu) != num_blocks or num_blocks < 1 or not 0 <= num_shared <= num_blocks:
+            raise ValueError(f"{request_id}: cannot swap out {num_blocks} blocks but its first "
+                             f"{num_shared} (it holds {len(self.kv.block_ids(request_id))})")
         if request_id in self.tables:
             raise ValueError(f"{request_id} is already swapped out")
-        if not self.can_swap_out(num_blocks):
-            raise ValueError(f"{request_id} needs {num_blocks} CPU blocks, "
+        gpu = gpu[num_shared:]
+        if not self.can_swap_out(len(gpu)):
+            raise ValueError(f"{request_id} needs {len(gpu)} CPU blocks, "
                              f"{self.pool.num_free_blocks} free of {self.pool.num_blocks}")
         cpu = self.pool.allocate(len(gpu))
         self.tables[request_id] = cpu
         self.kv.free(request_id)
-        self.kv.events.append(BlockEvent(BLOCKS_SWAPPED_OUT, request_id, tuple(cpu)))
+        if cpu:
+            self.kv.events.append(BlockEvent(BLOCKS_SWAPPED_OUT, request_id, tuple(cpu)))
         return list(zip(gpu, cpu))
 
     def num_gpu_blocks_to_swap_in(self, request_id: str) -> int:
         """GPU blocks a swap-in of ``request_id`` takes (one per CPU block it holds)."""
         return len(self.tables.get(request_id, ()))
 
-    def swap_in(self, request_id: str) -> list[tuple[int, int]] | None:
-        """Copy ``request_id`` back: fresh GPU blocks for its CPU table (table order), CPU blocks
-        freed. Returns the ``(cpu_block, gpu_block)`` copies, or None -- changing nothing -- when
-        the GPU pool has too few free blocks. Raises ``KeyError`` if it is not swapped out."""
+    def swap_in(self, request_id: str, num_shared: int = 0) -> list[tuple[int, int]] | None:
+        """Copy ``request_id`` back: fresh GPU blocks for its CPU table (table order), appended
+        to the ``num_shared`` blocks its GPU table already starts with (0, or the prompt blocks
+        a parallel-sampling sequence shares with its group's head, forked just before), CPU
+        blocks freed. Returns the ``(cpu_block, gpu_block)`` copies, or None -- changing
+        nothing -- when the GPU pool has too few free blocks. Raises ``KeyError`` if it is not
+        swapped out, ``ValueError`` if its GPU table does not hold exactly ``num_shared``."""
         cpu = self.tables[request_id]
-        if self.kv.block_ids(request_id):
-            raise ValueError(f"{request_id} holds GPU blocks: a swap-in starts its table")
-        gpu = self.kv.allocate_slots(request_id, len(cpu) * self.kv.block_size)
+        if len(self.kv.block_ids(request_id)) != num_shared:
+            raise ValueError(f"{request_id} holds {len(self.kv.block_ids(request_id))} GPU blocks, "
+                             f"a swap-in appends to exactly {num_shared}")
+        gpu = self.kv.allocate_slots(request_id, (num_shared + len(cpu)) * self.kv.block_size)
         if gpu is None:
             return None
         del self.tables[request_id]
         self.pool.free(cpu)
-        self.kv.events.append(BlockEvent(BLOCKS_SWAPPED_IN, request_id, tuple(cpu)))
+        if cpu:
+            self.kv.events.append(BlockEvent(BLOCKS_SWAPPED_IN, request_id, tuple(cpu)))
         return list(zip(cpu, gpu))
+
+    def hand_over(self, from_id: str, to_id: str, num_blocks: int) -> None:
+        """``from_id`` leaves while swapped out (finished or aborted) and held the first
+        ``num_blocks`` CPU blocks of KV it shares with ``to_id`` (the prompt blocks of their
+        parallel-sampling group): those move to the front of ``to_id``'s CPU table, the rest of
+        ``from_id``'s are freed. Events: ``swapped_in`` releasing both old tables, then
+        ``swapped_out`` giving ``to_id`` its new one (nothing is copied). Raises ``KeyError``
+        if either is not swapped out, ``ValueError`` if ``from_id`` holds fewer blocks."""
+        src, dst = self.tables[from_id], self.tables[to_id]
+        if len(src) < num_blocks:
+            raise ValueError(f"{from_id} holds {len(src)} CPU blocks, {num_blocks} to hand over")
+        del self.tables[from_id], self.tables[to_id]
+        self.pool.free(src[num_blocks:])
+        events = self.kv.events
+        for rid, table in ((from_id, src), (to_id, dst)):
+            if table:
+                events.append(BlockEvent(BLOCKS_SWAPPED_IN, rid, tuple(table)))
+        self.tables[to_id] = src[:num_blocks] + dst
+        if self.tables[to_id]:
+            events.append(BlockEvent(BLOCKS_SWAPPED_OUT, to_id, tuple(self.tables[to_id])))
 
     def drop(self, request_id: str) -> list[int]:
         """Release a swapped-out request's CPU blocks (it finished or was aborted): a

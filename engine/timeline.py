@@ -17,8 +17,8 @@ from typing import Iterable
 
 import numpy as np
 
-from engine.outputs import (BLOCKS_ALLOCATED, BLOCKS_CACHED, BLOCKS_EVICTED, BLOCKS_FREED,
-                            BLOCKS_HIT, BLOCKS_RESERVED, BLOCKS_SWAPPED_IN, BLOCKS_SWAPPED_OUT,
+from engine.outputs import (BLOCKS_ALLOCATED, BLOCKS_CACHED, BLOCKS_EVICTED, BLOCKS_FORKED,
+                            BLOCKS_FREED, BLOCKS_HIT, BLOCKS_RESERVED, BLOCKS_SWAPPED_IN, BLOCKS_SWAPPED_OUT,
                             BLOCKS_UNRESERVED, Arrival, BlockEvent, RequestEvent, StepRecord, Transition)
 from engine.state import (COLUMNS, RESERVED, NUM_RECENTLY_FINISHED, STATUS_CODE, STATUSES, EngineState,
                           row_view)
@@ -27,7 +27,7 @@ _RUNNING = STATUS_CODE["RUNNING"]
 _WAITING = STATUS_CODE["WAITING"]
 _MIN_CAPACITY = 64
 _REQUEST_ID = operator.attrgetter("request_id")
-_CACHE_KINDS = (BLOCKS_HIT, BLOCKS_CACHED, BLOCKS_EVICTED)
+_CACHE_KINDS = (BLOCKS_HIT, BLOCKS_CACHED, BLOCKS_EVICTED, BLOCKS_FORKED)   # FORKED shares as HIT
 
 
 class StateTimeline:
@@ -244,7 +244,8 @@ class StateTimeline:
             raise ValueError(f"unknown block event kind {ev.kind!r}")
 
     def _cache_event(self, i: int, ev: BlockEvent) -> None:
-        """A prefix-cache block event (hit, cached, evicted) for the request in row ``i``."""
+        """A prefix-cache block event (hit, cached, evicted) for the request in row ``i``, or a
+        parallel-sampling fork (shared into the table like a hit)."""
         ids = np.asarray(ev.block_ids, np.int64)
         if ev.kind == BLOCKS_CACHED:
             if len(ev.block_hashes) != len(ids):
@@ -253,7 +254,7 @@ class StateTimeline:
         elif ev.kind == BLOCKS_EVICTED:
             self.block_hash[ids] = 0
             self.block_pos[ids] = 0
-        else:                                           # hit: shared into the table's head
+        else:                                   # hit or forked: shared into the table's head
             self._shared = None
             nblocks = self._cols["num_blocks"]
             seq, start = int(self._cols["seq"][i]), int(nblocks[i])

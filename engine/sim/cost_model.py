@@ -188,6 +188,13 @@ class CostModel:
         host link (swap preemption), every layer's K and V."""
         return num_blocks * block_size * self.shape.kv_bytes_per_token / self.device.host_bandwidth
 
+    def copy_time_s(self, num_blocks: int, block_size: int) -> float:
+        """Seconds to copy ``num_blocks`` KV blocks of ``block_size`` tokens within device memory
+        (parallel sampling's copy-on-write), every layer's K and V: each byte read and written
+        once at the achievable memory bandwidth."""
+        nbytes = 2 * num_blocks * block_size * self.shape.kv_bytes_per_token
+        return nbytes / (self.device.mem_bandwidth * self.params.bw_efficiency)
+
     def step_time(self, scheduled: Iterable[Scheduled], num_sampled: int | None = None) -> float:
         """Predicted seconds of the step; 0.0 for an empty step (nothing runs)."""
         w = StepWork.of(scheduled, num_sampled)

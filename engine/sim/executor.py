@@ -42,7 +42,9 @@ class SimExecutor:
     A request whose scheduled chunk reaches the end of its known tokens
     (``num_computed_tokens + num_tokens == request.num_tokens``) gets a synthetic token; the step's
     duration is ``cost_model.step_time`` of the scheduled chunks with that many sampled rows, plus
-    the host-link time of the step's swap copies (``block_size`` tokens of KV per block).
+    the host-link time of the step's swap copies (``block_size`` tokens of KV per block) and the
+    device-memory time of its copy-on-write block copies (parallel sampling). The sequences a
+    step forks (``parallel_samples``) get their synthetic first token too.
     ``total_time_s`` and ``num_steps`` sum what it predicted (for reports).
     """
 
@@ -65,10 +67,15 @@ class SimExecutor:
                     key = self._keys[s.request_id] = request_key(self.seed, s.request_id)
                 sampled[s.request_id] = synthetic_token(self.seed, s.request_id, req.num_output_tokens,
                                                         self.vocab_size, key=key)
+        for _, rids in sched.parallel_samples:     # first tokens of forked sequences
+            for rid in rids:
+                sampled[rid] = synthetic_token(self.seed, rid, 0, self.vocab_size)
         duration = self.cost_model.step_time(sched.scheduled, len(sampled))
         num_swapped = len(sched.blocks_to_swap_out) + len(sched.blocks_to_swap_in)
         if num_swapped:                       # swap preemption's copies over the host link
             duration += self.cost_model.swap_time_s(num_swapped, self.block_size)
+        if sched.blocks_to_copy:               # copy-on-write within device memory
+            duration += self.cost_model.copy_time_s(len(sched.blocks_to_copy), self.block_size)
         self.total_time_s += duration
         self.num_steps += 1
         return ModelRunnerOutput(sampled_token_ids=sampled, step_duration_s=duration)

@@ -28,12 +28,13 @@ from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.preemption import FOR_PRIORITY, preemption_info
 from engine.outputs import (BLOCKS_ALLOCATED, BLOCKS_CACHED, BLOCKS_EVICTED, BLOCKS_FREED,
-                            BLOCKS_HIT, BLOCKS_SWAPPED_IN, BLOCKS_SWAPPED_OUT,
+                            BLOCKS_FORKED, BLOCKS_HIT, BLOCKS_SWAPPED_IN, BLOCKS_SWAPPED_OUT,
                             NOT_ADMITTED_SWAPPED_FIRST, NOT_ADMITTED_BEHIND, NOT_ADMITTED_LOWER_PRIORITY,
                             NOT_ADMITTED_STATIC_BATCH,
                             NOT_ADMITTED_NO_FREE_BLOCKS, NOT_ADMITTED_SEQ_CAP,
                             NOT_ADMITTED_TOKEN_BUDGET, NewToken, StepRecord)
 from engine.request import Request, RequestStatus, SamplingParams
+from engine.sequence_group import parent_id_of, sequence_ids, sequence_params
 from engine.state import NUM_RECENTLY_FINISHED, EngineState
 from engine.timeline import StateTimeline
 from fake_runner import FakeRunner, hash_next_token
@@ -63,10 +64,31 @@ def blocks_for(num_tokens: int, block_size: int) -> int:
     return -(-num_tokens // block_size)
 
 
-def is_impossible(config: EngineConfig, num_blocks: int, prompt_len: int, max_tokens: int) -> bool:
-    """The documented admission rule, restated independently of the scheduler's code."""
+def is_impossible(config: EngineConfig, num_blocks: int, prompt_len: int, max_tokens: int,
+                  n: int = 1) -> bool:
+    """The documented admission rule, restated independently of the scheduler's code; ``n`` > 1
+    adds the parallel-sampling rules of ``engine.group_scheduling`` (a slot per sequence, the
+    prompt prefilled in one step, the group's KV with the prompt's full blocks shared)."""
+    each = blocks_for(prompt_len + max_tokens, config.block_size)
+    thr = config.long_prefill_token_threshold if config.enable_chunked_prefill else 0
     return (prompt_len == 0 or max_tokens < 1 or prompt_len + max_tokens > config.max_model_len
-            or blocks_for(prompt_len + max_tokens, config.block_size) > num_blocks)
+            or each > num_blocks
+            or n > 1 and (n > config.max_num_seqs or prompt_len > config.max_num_batched_tokens
+                          or bool(thr) and prompt_len > thr
+                          or each + (n - 1) * (each - prompt_len // config.block_size) > num_blocks))
+
+
+def same_group(request_ids) -> bool:
+    """True when the ids are sequences of one parallel-sampling prompt (``<id>#k``)."""
+    parents = {parent_id_of(rid) for rid in request_ids}
+    return len(parents) == 1 and all(rid != parent_id_of(rid) for rid in request_ids)
+
+
+def solo_arrivals(arrivals: Sequence[Arrival]) -> list[Arrival]:
+    """Each parallel-sampling prompt (``n`` > 1) as ``n`` separate requests with its sequences'
+    ids and parameters (``engine.sequence_group``): the reference of a group's outputs."""
+    return [Arrival(rid, a.arrive_step, a.prompt, sequence_params(a.params, k) if a.params.n > 1 else a.params)
+            for a in arrivals for k, rid in enumerate(sequence_ids(a.request_id, a.params.n))]
 
 
 def without_wall_times(rec: StepRecord) -> StepRecord:
@@ -127,15 +149,18 @@ def check_state(st: EngineState, rec: StepRecord, config: Mapping, seen: dict) -
     assert all(len(set(t)) == len(t) for t in tables.values()), "G2: a table names a block twice"
     assert len(set(held)) == st.num_used_blocks, "G1: distinct held blocks vs owned blocks"
     assert all(0 <= b < total for b in held), held
-    # Prefix sharing: a block in k tables has reference count k; only cached blocks are shared.
+    # Prefix sharing: a block in k tables has reference count k; only cached blocks are shared,
+    # or the prompt blocks of a parallel-sampling group among its sequences.
     ref = st.block_ref_cnt()
     holders = np.bincount(np.asarray(held, np.int64), minlength=total) if held else np.zeros(total, np.int64)
     assert np.array_equal(ref, holders), "G2: reference counts vs the tables naming each block"
-    assert not np.any((ref > 1) & (st.block_hash == 0)), "a block is shared but caches no prefix"
+    for b in np.flatnonzero((ref > 1) & (st.block_hash == 0)).tolist():
+        assert same_group([rid for rid, t in tables.items() if b in t]), (
+            f"block {b} is shared but caches no prefix nor a group's prompt")
     cached_free = int(np.count_nonzero(st.cached_free_mask()))
     assert not np.any(st.cached_free_mask() & (ref > 0))
     if not config.get("enable_prefix_caching"):
-        assert len(held) == len(set(held)) and cached_free == 0, "G2: a block held twice"
+        assert cached_free == 0 and not np.any((ref > 1) & (st.block_hash != 0)), "G2: a block held twice"
     # G1: free (plain + cached-evictable) + distinct held == total
     assert st.num_used_blocks + rec.num_free_blocks == total, "G1 (state)"
     assert cached_free <= rec.num_free_blocks, "G1: more cached-free blocks than free ones"
@@ -151,8 +176,12 @@ def check_state(st: EngineState, rec: StepRecord, config: Mapping, seen: dict) -
     queues = [st.waiting, st.running, st.paused, st.queue("swapped")]
     ids = [v.request_id for q in queues for v in q]
     # G1 on the CPU swap pool: exactly the swapped-out requests hold CPU blocks
+    # (a swapped-out sequence of a parallel-sampling group whose KV is all in blocks shared
+    # with its group's head holds none)
     cpu_held = set(st.cpu_owner[st.cpu_owner >= 0].tolist())
-    assert cpu_held == {int(st.columns["seq"][st.row(v.request_id)]) for v in queues[3]}, (
+    swapped_seqs = {int(st.columns["seq"][st.row(v.request_id)]): v.request_id for v in queues[3]}
+    assert cpu_held <= set(swapped_seqs) and all(
+        parent_id_of(rid) != rid for q, rid in swapped_seqs.items() if q not in cpu_held), (
         "G1: CPU swap blocks vs swapped-out requests")
     assert sorted(ids) == sorted(live), ("G3: not in exactly one queue", ids, live)
     assert (len(st.waiting), len(st.running), len(st.paused)) == (
@@ -225,6 +254,7 @@ class InvariantChecker:
         self.config_dict = engine.config.to_dict() | {"num_gpu_blocks": engine.num_gpu_blocks}
         self.seen: dict = {}
         self.order: list[str] = []                       # every request id, arrival order
+        self.members: dict[str, list[str]] = {}          # arrival id -> its request ids (n > 1)
         self.objs: dict[str, Request] = {}               # every Request seen (live or finished)
         self.delivered: dict[str, Request] = {}          # handed to on_finished, in that order
         self.delivered_now: list[str] = []
@@ -251,13 +281,19 @@ class InvariantChecker:
 
     # --- around admissions and user actions -------------------------------------------------
     def after_add(self, a: Arrival) -> None:
-        rid = a.request_id
+        """After ``a`` was added (each of its sequences, with ``n`` > 1)."""
+        self.members[a.request_id] = sequence_ids(a.request_id, a.params.n)
+        for rid in self.members[a.request_id]:
+            self._after_add(rid, a)
+
+    def _after_add(self, rid: str, a: Arrival) -> None:
         self.order.append(rid)
         req = self.e.requests.get(rid)
         st = self.e.state()
         v = st.view(rid)
         if req is None:
-            assert is_impossible(self.c, self.e.num_gpu_blocks, len(a.prompt), a.params.max_tokens), rid
+            assert is_impossible(self.c, self.e.num_gpu_blocks, len(a.prompt), a.params.max_tokens,
+                                 a.params.n), rid
             # G5: a request that can never run is failed at once with an error, not left waiting.
             assert v.status == RequestStatus.FINISHED_ERROR.value and v.error, (rid, v)
             assert not self.e.scheduler.kv.block_ids(rid) and st.block_ids(rid) == ()
@@ -265,18 +301,21 @@ class InvariantChecker:
             self.finished[rid] = RequestStatus.FINISHED_ERROR
         else:
             assert not is_impossible(self.c, self.e.num_gpu_blocks, req.num_prompt_tokens,
-                                     req.sampling_params.max_tokens), rid
+                                     req.sampling_params.max_tokens, a.params.n), rid
             assert req.status is RequestStatus.WAITING and v.status == "WAITING", (rid, req.status, req.error)
             self.objs[rid] = req
         assert_state_matches_scheduler(self.e, st)
 
     def after_action(self, act: "Action", ok: bool) -> None:
-        if act.kind == "abort" and ok:
-            self.finished[act.request_id] = RequestStatus.FINISHED_ABORTED
-            assert act.request_id not in self.e.requests
-            v = self.e.state().view(act.request_id)
-            assert v.status == RequestStatus.FINISHED_ABORTED.value and v.slot is None
-            assert self.e.state().block_ids(act.request_id) == ()
+        if act.kind == "abort" and ok:          # (a group's id aborts its live sequences)
+            for rid in self.members.get(act.request_id, [act.request_id]):
+                if rid in self.finished:
+                    continue
+                self.finished[rid] = RequestStatus.FINISHED_ABORTED
+                assert rid not in self.e.requests
+                v = self.e.state().view(rid)
+                assert v.status == RequestStatus.FINISHED_ABORTED.value and v.slot is None
+                assert self.e.state().block_ids(rid) == ()
         assert_state_matches_scheduler(self.e, self.e.state())
 
     # --- around a step ----------------------------------------------------------------------
@@ -331,6 +370,12 @@ class InvariantChecker:
                 self.tables[ev.request_id] = list(ev.block_ids)
                 step_alloc[ev.request_id].extend(ev.block_ids)
                 step_hit[ev.request_id].extend(ev.block_ids)
+            elif ev.kind == BLOCKS_FORKED:    # a group's prompt blocks, held by another sequence
+                assert in_step and not self.tables.get(ev.request_id), ("a fork into a table that holds blocks", ev)
+                assert any(same_group([ev.request_id, rid]) and t[:len(ev.block_ids)] == list(ev.block_ids)
+                           for rid, t in self.tables.items()), ("forked blocks no sibling holds", ev)
+                self.tables[ev.request_id] = list(ev.block_ids)
+                step_alloc[ev.request_id].extend(ev.block_ids)
             elif ev.kind == BLOCKS_CACHED:
                 assert self.c.enable_prefix_caching and len(ev.block_hashes) == len(ev.block_ids), ev
                 table = self.tables.get(ev.request_id, [])
@@ -343,13 +388,18 @@ class InvariantChecker:
                 for b in ev.block_ids:
                     assert b not in held and self.tags.pop(b, None), ("evicted a held or untagged block", ev)
             elif ev.kind == BLOCKS_SWAPPED_OUT:          # right after the GPU table's free event
-                assert self.c.preemption_mode == "swap" and in_step, ev
+                # (or a group's head leaving while swapped out handed its copies of the shared
+                # prompt blocks to the next sequence: between steps, nothing copied)
+                handed = i and rec.block_events[i - 1].kind == BLOCKS_SWAPPED_IN and not in_step
+                assert self.c.preemption_mode == "swap" and (in_step or handed), ev
                 assert ev.request_id not in self.tables and ev.request_id not in self.cpu_tables, ev
                 assert not set(ev.block_ids) & {b for t in self.cpu_tables.values() for b in t}, (
                     "swapped out into a CPU block that is held", ev)
-                assert len(ev.block_ids) == blocks_for(self.pre["num_computed"][ev.request_id],
-                                                       self.c.block_size), (
-                    "a swap-out copies the blocks of the request's computed KV", ev)
+                req = self.objs[ev.request_id]
+                shared = 0 if handed or req.group is None or req.group.head() is req else (
+                    req.num_prompt_tokens // self.c.block_size)
+                assert len(ev.block_ids) == blocks_for(req.num_computed_tokens, self.c.block_size) - shared, (
+                    "a swap-out copies the blocks of the request's computed KV (but a group's shared ones)", ev)
                 self.cpu_tables[ev.request_id] = list(ev.block_ids)
             elif ev.kind == BLOCKS_SWAPPED_IN:
                 assert list(ev.block_ids) == self.cpu_tables.pop(ev.request_id, None), (
@@ -361,11 +411,13 @@ class InvariantChecker:
         if held_at_decision is None:
             held_at_decision = len({b for t in self.tables.values() for b in t})
         owners = [b for t in self.tables.values() for b in t]
-        if not self.c.enable_prefix_caching:
-            assert len(owners) == len(set(owners)), "block events hand one block to two requests"
+        if not self.c.enable_prefix_caching:     # (but a group's prompt blocks, checked below)
+            assert all(same_group([r for r, t in self.tables.items() if b in t])
+                       for b in set(owners) if owners.count(b) > 1), "block events hand one block to two requests"
         for b in set(owners):
             if owners.count(b) > 1:
-                assert self.tags.get(b), f"block {b} is shared but caches no prefix"
+                assert self.tags.get(b) or same_group([r for r, t in self.tables.items() if b in t]), (
+                    f"block {b} is shared but caches no prefix nor a group's prompt")
         return step_alloc, step_hit, held_at_decision
 
     def after_step(self, rec: StepRecord) -> None:
@@ -407,10 +459,13 @@ class InvariantChecker:
                 assert req.num_output_tokens == req.sampling_params.max_tokens
         for rid, req in e.requests.items():
             assert not req.is_finished and self.objs[rid] is req
-            # Each live request holds exactly the blocks its computed KV needs (no leak, no lack).
+            # Each live request holds exactly the blocks its computed KV needs (no leak, no lack;
+            # a swapped-out sequence of a group but its head not the prompt blocks they share).
             held = (kv.block_ids(rid) if req.status is not RequestStatus.SWAPPED
                     else e.scheduler.swap.tables[rid])
-            assert len(held) == blocks_for(req.num_computed_tokens, bs), (rid, req.num_computed_tokens, held)
+            shared = (req.num_prompt_tokens // bs if req.status is RequestStatus.SWAPPED
+                      and req.group is not None and req.group.head() is not req else 0)
+            assert len(held) == blocks_for(req.num_computed_tokens, bs) - shared, (rid, req.num_computed_tokens, held)
             assert req.num_output_tokens < req.sampling_params.max_tokens
 
         # G3: a finished request never comes back, and is never scheduled again.
@@ -435,9 +490,16 @@ class InvariantChecker:
         # its end, by the blocks the step's scheduled chunk needs.
         step_alloc, step_hit, held_at_decision = self._replay_block_events(rec)
         assert self.tables == {rid: t for rid, t in kv.block_tables.items() if t}, "block events vs tables"
-        # (a request preempted for priority may have been given this step's blocks first)
-        assert set(step_alloc) <= set(sched_ids) | set(rec.preempted_ids), (
+        # (a request preempted for priority may have been given this step's blocks first; a
+        # group's sequences forked onto its head's prompt get blocks without computing)
+        forked = {ev.request_id for ev in rec.events if ev.kind == "forked"}
+        assert set(step_alloc) <= set(sched_ids) | set(rec.preempted_ids) | forked, (
             "blocks allocated to an unscheduled request", step_alloc)
+        for rid in forked:       # forked with the prompt computed by its head in this step
+            head = next(ev.detail for ev in rec.events if ev.kind == "forked" and ev.request_id == rid)
+            assert same_group([rid, head]) and head in sched_ids and rid not in sched_ids, (rid, head)
+            if rid in e.requests:
+                assert e.requests[rid].num_computed_tokens == e.requests[rid].num_prompt_tokens
         for x in rec.scheduled:
             assert x.num_tokens >= 1
             if x.num_computed_tokens == pre["num_computed"][x.request_id]:
@@ -450,9 +512,13 @@ class InvariantChecker:
                 last_only = pre["num_output"][x.request_id] and x.num_computed_tokens == pre["num_tokens"][x.request_id] - 1
                 assert x.is_prefill == (not last_only), ("is_prefill", x)
             if not c.enable_chunked_prefill:
-                # the whole prompt (after its prefix-cache hit, if any) in one step
+                # the whole prompt (after its prefix-cache hit, if any) in one step; a group's
+                # sequence forked onto its head's prompt computes the rest in one step
+                req = self.objs[x.request_id]
+                start = (len(step_hit.get(x.request_id, ())) * bs, *(
+                    [req.num_prompt_tokens] if req.group is not None else []))
                 assert x.num_tokens == 1 or (
-                    x.num_computed_tokens == len(step_hit.get(x.request_id, ())) * bs
+                    x.num_computed_tokens in start
                     and x.num_computed_tokens + x.num_tokens == pre["num_tokens"][x.request_id]), (
                     "prefill split without chunked prefill", x)
             elif c.long_prefill_token_threshold and x.num_tokens > 1:
@@ -486,7 +552,10 @@ class InvariantChecker:
                 assert info.mode == ("recompute_fallback" if c.preemption_mode == "swap"
                                      and rid in pre["running"] and info.num_tokens else "recompute"), info
                 if info.mode == "recompute_fallback":   # only when the CPU pool had no room
-                    assert s.swap.pool.num_free_blocks < blocks_for(info.num_tokens, bs) + sum(
+                    # (for a group's sequence: for the whole group, at most all their blocks)
+                    group = [r for r in rec.preempted_ids if r == rid or same_group([r, rid])]
+                    need = sum(blocks_for(pre["num_computed"][r], bs) for r in group)
+                    assert s.swap.pool.num_free_blocks < need + sum(
                         len(t) for r, t in self.cpu_tables.items() if r in swapped_out), info
         # Swap-ins: the oldest swapped-out requests, in order, before any admission.
         swapped_in = [rid for rid in sched_ids if rid in pre["swapped"]]
@@ -494,7 +563,9 @@ class InvariantChecker:
         if swapped_in:
             assert not rec.preempted_ids, "swapped in during a step that preempted"
         admitted = [rid for rid in sched_ids if rid not in pre["running"] and rid not in pre["swapped"]]
-        assert admitted == pre["waiting"][:len(admitted)], ("FCFS admission order", admitted, pre["waiting"])
+        started = [rid for rid in pre["waiting"] if rid in admitted or rid in forked]
+        assert started == pre["waiting"][:len(started)] and admitted == [r for r in started if r in admitted], (
+            "FCFS admission order", admitted, pre["waiting"])
         reasons = {preemption_info(ev.detail).reason for ev in rec.events if ev.kind == "preempted"}
         if reasons - {FOR_PRIORITY}:
             assert not admitted, "admitted a request in a step that preempted one for memory"
@@ -518,7 +589,8 @@ class InvariantChecker:
         distinct_held = len({b for t in self.tables.values() for b in t})
         assert kv.num_free_blocks == e.num_gpu_blocks - distinct_held == rec.num_free_blocks, (
             "G1: blocks appeared or vanished")
-        if not c.enable_prefix_caching:     # no sharing: exact per-step accounting
+        sharing = c.enable_prefix_caching or any(r.group is not None for r in self.objs.values())
+        if not sharing:                     # no sharing: exact per-step accounting
             assert kv.num_free_blocks == pre["free"] - allocated + freed, "G1: blocks appeared or vanished"
 
         # Why waiting requests were not admitted: the first one is listed with a true reason,
@@ -552,16 +624,22 @@ class InvariantChecker:
             head, reason = rec.not_admitted[0]
             assert rec.not_admitted_reason(head) == reason
             running_at_decision = (len([r for r in pre["running"] if r not in rec.preempted_ids])
-                                   + len(admitted))
+                                   + len(admitted) + len(forked))
             left = c.max_num_batched_tokens - rec.num_scheduled_tokens
             free_at_decision = e.num_gpu_blocks - held_at_decision
+            # a parallel-sampling group starts as a whole: a slot for each waiting sequence, its
+            # whole prompt in the step, the blocks of its other sequences beyond the shared ones
+            h = e.requests[head]
+            group = [h] if h.group is None else h.group.live()
+            extra = sum(blocks_for(r.num_tokens, bs) - h.num_prompt_tokens // bs for r in group if r is not h)
             if reason == NOT_ADMITTED_SEQ_CAP:
-                assert running_at_decision == c.max_num_seqs
+                assert running_at_decision + len(group) > c.max_num_seqs >= running_at_decision
             elif reason == NOT_ADMITTED_TOKEN_BUDGET:
-                assert left == 0 or (not c.enable_chunked_prefill and left < e.requests[head].num_tokens)
+                assert left == 0 or (not c.enable_chunked_prefill and left < h.num_tokens) or (
+                    h.group is not None and left < h.num_prompt_tokens)
             elif reason == NOT_ADMITTED_NO_FREE_BLOCKS:
                 # (with prefix caching it may have needed fewer: at most all its blocks)
-                assert rec.preempted_ids or blocks_for(e.requests[head].num_tokens, bs) > free_at_decision
+                assert rec.preempted_ids or blocks_for(h.num_tokens, bs) + extra > free_at_decision
             elif reason == NOT_ADMITTED_LOWER_PRIORITY:      # displaced in this very step
                 assert c.policy == "priority" and head in rec.preempted_ids
             else:
@@ -574,7 +652,8 @@ class InvariantChecker:
             self.idle_steps = 0 if progress else self.idle_steps + 1
             assert self.idle_steps < 2, f"G5: no progress for {self.idle_steps} steps at step {rec.step}"
         for r in s.waiting:
-            assert not is_impossible(c, e.num_gpu_blocks, r.num_prompt_tokens, r.sampling_params.max_tokens)
+            assert not is_impossible(c, e.num_gpu_blocks, r.num_prompt_tokens, r.sampling_params.max_tokens,
+                                     1 if r.group is None else len(r.group.live()))
 
         # Streamed tokens: one per request per step, indexed in order.
         got = [t.request_id for t in rec.new_tokens]
@@ -584,8 +663,8 @@ class InvariantChecker:
             self.streamed[t.request_id].append(t)
         # A failed forward pass fails exactly the step's requests, with its error; nothing else fails.
         failed = {ev.request_id for ev in rec.events if ev.kind == "failed"}
-        if rec.error:
-            assert failed == set(sched_ids) and not rec.new_tokens, (rec.error, failed, sched_ids)
+        if rec.error:       # (and the sequences forked onto a failed head in the step)
+            assert failed == set(sched_ids) | forked and not rec.new_tokens, (rec.error, failed, sched_ids)
             assert all(self.delivered[rid].error == rec.error for rid in failed)
         else:
             assert not failed, failed
@@ -675,7 +754,8 @@ def _drive(engine: LLMEngine, runner, arrivals: Sequence[Arrival], actions: Sequ
             s = engine.scheduler
             if s.paused and not s.running and not s.waiting and resume_paused_at_end:
                 for r in list(s.paused):
-                    assert engine.resume_request(r.request_id)
+                    if r.status is RequestStatus.PAUSED:     # (a group resumes as a whole)
+                        assert engine.resume_request(r.request_id)
             if not engine.has_unfinished or (s.paused and not s.running and not s.waiting):
                 break
         assert step < max_steps, f"G5: not drained after {max_steps} steps"

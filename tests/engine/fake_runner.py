@@ -8,6 +8,9 @@ block table and returns ``next_token_fn(context, num_prompt_tokens)``. So the ou
 function of the request's token sequence *only if* the scheduler's block tables are right: a block
 shared between two live requests, reused while still held, or a chunk computed twice or skipped
 changes the context read back and therefore the tokens, which the reference comparison (G7) sees.
+A seeded request that is not greedy gets ``next_token_fn`` of its context followed by a marker of
+its seed, so the sequences of a parallel-sampling group (seeds ``seed + k``) differ from each
+other and each equals a run of its own with its seed.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from typing import Callable, Mapping, Sequence
 
 from engine.outputs import ModelRunnerOutput, SchedulerOutput
 from engine.request import Request
+from engine.sequence_group import parallel_sample_rows
 
 VOCAB_SIZE = 1000
 _MOD = (1 << 61) - 1
@@ -37,6 +41,13 @@ def reference_output(prompt: Sequence[int], max_tokens: int, fn: NextTokenFn = h
     for _ in range(max_tokens):
         seq.append(fn(seq, len(prompt)))
     return seq[len(prompt):]
+
+
+def seeded_context(context: Sequence[int], req: Request) -> Sequence[int]:
+    """What the fake "model" reads for ``req``: its context, plus a marker of its seed when it
+    samples (not greedy) with a seed."""
+    p = req.sampling_params
+    return context if p.is_greedy or p.seed is None else [*context, -1 - p.seed]
 
 
 def script_next_token(continuation: Sequence[int]) -> NextTokenFn:
@@ -66,6 +77,7 @@ class FakeRunner:
         # the CPU swap pool: swap-outs copy GPU rows here, swap-ins copy them back
         self.cpu_cache: list[list[int | None]] = [[None] * block_size for _ in range(num_cpu_blocks)]
         self.num_swapped_blocks = 0
+        self.num_copied_blocks = 0
         self.next_token_fn = next_token_fn
         self.fail_steps = set(fail_steps)
         self.violations: list[str] = []
@@ -81,15 +93,19 @@ class FakeRunner:
 
     def execute(self, sched: SchedulerOutput, requests: Mapping[str, Request]) -> ModelRunnerOutput:
         self.num_calls += 1
-        if sched.step in self.fail_steps:
-            raise RuntimeError(f"injected failure at step {sched.step}")
         bs = self.block_size
-        # Like a real runner: the step's swap copies land before its forward pass.
+        # Like a real runner: the step's copy-on-write and swap copies land before its forward
+        # pass (which may fail), in that order.
+        for src, dst in sched.blocks_to_copy:
+            self.cache[dst] = list(self.cache[src])
+        self.num_copied_blocks += len(sched.blocks_to_copy)
         for gpu, cpu in sched.blocks_to_swap_out:
             self.cpu_cache[cpu] = list(self.cache[gpu])
         for cpu, gpu in sched.blocks_to_swap_in:
             self.cache[gpu] = list(self.cpu_cache[cpu])
         self.num_swapped_blocks += len(sched.blocks_to_swap_out) + len(sched.blocks_to_swap_in)
+        if sched.step in self.fail_steps:
+            raise RuntimeError(f"injected failure at step {sched.step}")
         seen: set[str] = set()
         for s in sched.scheduled:
             req = requests[s.request_id]
@@ -111,13 +127,20 @@ class FakeRunner:
                 self.cache[b][off] = tokens[pos]
         # Like a real forward pass: every write of the step lands before anything is read.
         sampled: dict[str, int] = {}
+        contexts: list[list[int]] = []
+        rows: list[Request] = []
         for s in sched.scheduled:
             req = requests[s.request_id]
             end = s.num_computed_tokens + s.num_tokens
             if end != req.num_tokens:
                 continue
-            context = [self.cache[b][off] for b, off in (self._slot(s.block_ids, p) for p in range(end))]
-            sampled[s.request_id] = self.next_token_fn(context, req.num_prompt_tokens)
+            contexts.append([self.cache[b][off] for b, off in (self._slot(s.block_ids, p) for p in range(end))])
+            rows.append(req)
+        # parallel sampling: further sequences sample from their head's context (its last row)
+        extra = parallel_sample_rows(sched.parallel_samples, requests, rows)
+        for row, req in [*enumerate(rows), *extra]:
+            sampled[req.request_id] = self.next_token_fn(seeded_context(contexts[row], req),
+                                                         req.num_prompt_tokens)
         return ModelRunnerOutput(sampled_token_ids=sampled)
 
     def release(self, request_id: str) -> None:
@@ -144,6 +167,7 @@ class NullRunner:
         tok = self.token_id
         sampled = {s.request_id: tok for s in sched.scheduled
                    if s.num_computed_tokens + s.num_tokens == requests[s.request_id].num_tokens}
+        sampled.update((rid, tok) for _, rids in sched.parallel_samples for rid in rids)
         duration = None if self.step_duration is None else self.step_duration(sched)
         return ModelRunnerOutput(sampled_token_ids=sampled, step_duration_s=duration)
 

@@ -1,7 +1,9 @@
 """Random workloads through LLMEngine + the fake runner, with the global invariants G1-G6 of
 ``../shared/cases/README.md`` checked after every step (see ``engine_harness``) and G7 (outputs
 equal a reference run with 10x the KV blocks and no prefix cache) at the end. Prefix caching is
-drawn on or off, over prompts that may share prefixes."""
+drawn on or off, over prompts that may share prefixes. Some prompts sample ``n`` > 1 sequences
+(parallel sampling), seeded so that the fake runner's sequences differ: the reference runs each
+sequence as a request of its own with its seed (``solo_arrivals``)."""
 from __future__ import annotations
 
 from functools import partial
@@ -12,7 +14,7 @@ from hypothesis import strategies as st
 from engine.config import POLICIES, EngineConfig
 from engine.request import RequestStatus, SamplingParams
 from engine_harness import (ACTIONS, Action, Arrival, assert_outputs_match, distinct_prompt,
-                            reference_outputs, run_workload, without_wall_times)
+                            reference_outputs, run_workload, solo_arrivals, without_wall_times)
 from fake_runner import FakeRunner, ToyTokenizer, hash_next_token
 
 STOP_TOKEN = 5
@@ -50,8 +52,11 @@ def workloads(draw):
     for i in range(n):
         stop = (f"<{STOP_TOKEN}>",) if draw(st.integers(0, 4)) == 0 else ()
         priority = draw(st.integers(0, 3)) if policy == "priority" else 0
+        n = draw(st.sampled_from([1, 1, 1, 2, 3]))             # parallel sampling
+        seed = draw(st.one_of(st.none(), st.integers(0, 99))) if n > 1 else None
         params = SamplingParams(max_tokens=draw(st.integers(0, 32)), ignore_eos=draw(st.booleans()),
-                                stop=stop, priority=priority)
+                                stop=stop, priority=priority, n=n, seed=seed,
+                                temperature=0.0 if seed is None else 1.0)
         prompt_len = draw(st.integers(0, 64))              # 0 and the largest are rejected
         prompt = distinct_prompt(i, prompt_len)
         if num_prefixes:
@@ -73,7 +78,8 @@ def test_random_workloads_keep_invariants_and_outputs(w):
                         num_cpu_blocks=config.num_cpu_blocks)
     result = run_workload(config, arrivals, actions, runner=runner, tokenizer=TOKENIZER,
                           eos_token_id=eos, max_steps=3000)
-    reference = reference_outputs(config, arrivals, tokenizer=TOKENIZER, eos_token_id=eos, next_token_fn=fn)
+    reference = reference_outputs(config, solo_arrivals(arrivals), tokenizer=TOKENIZER, eos_token_id=eos,
+                                  next_token_fn=fn)
     assert_outputs_match(result, reference)
     kinds = {e.kind + (":paused" if "paused" in e.detail else "") for r in result.records for e in r.events}
     for kind in sorted(kinds - {"arrived", "scheduled"}):
@@ -89,10 +95,18 @@ def test_random_workloads_keep_invariants_and_outputs(w):
         event("prefix-cache hit")
     if any(len(st.shared_block) for st in result.states):
         event("block shared by live requests")
+    if any(ev.kind == "forked" for r in result.records for ev in r.events):
+        event("parallel sampling fork")
+    if runner.num_copied_blocks:
+        event("copy-on-write")
+    forks = [ev.request_id for r in result.records for ev in r.events if ev.kind == "forked"]
+    if len(forks) > len(set(forks)):
+        event("group forked again after a recompute")
 
     failed_steps = {r.step for r in result.records if r.error}
     assert failed_steps <= set(fail_steps)
     in_failed = {s.request_id for r in result.records if r.error for s in r.scheduled}
+    in_failed |= {ev.request_id for r in result.records if r.error for ev in r.events if ev.kind == "forked"}
     for rid, req in result.requests.items():
         sp = req.sampling_params
         if req.status is RequestStatus.FINISHED_ERROR:
