@@ -383,7 +383,8 @@ class LLMEngine:
             step=step, start_ns=t0 - self._t0_ns, end_ns=t3 - self._t0_ns, clock=clock,
             token_time=token_time,
             arrivals=tuple(self._arrivals),
-            scheduled=tuple([_new(BatchEntry, s[:5]) for s in sched.scheduled]),
+            scheduled=tuple([_new(BatchEntry, s[:5]) for s in
+                             (sched.scheduled + sched.forked if sched.forked else sched.scheduled)]),
             new_tokens=new_tokens, events=events,
             block_events=tuple(self.scheduler.kv.take_events()),
             transitions=tuple(self._transitions(touched)),

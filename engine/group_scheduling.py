@@ -62,6 +62,7 @@ class GroupScheduling:
         self._copies: list[tuple[int, int]] = []       # copy-on-write pairs of this step's forks
         self._copies_due: list[tuple[int, int]] = []   # ... of the last step's: copied in this one
         self._samples: list[tuple[str, tuple[str, ...]]] = []   # this step's first tokens
+        self._entries: list[ScheduledRequest] = []              # ... their batch entries
         self._forking: list[tuple[str, tuple[str, ...]]] = []   # (head, forked) of this step
         self.forks: list[tuple[str, tuple[str, ...]]] = []      # ... of the step scheduled last
         self._busy = False              # a group action is calling back into the scheduler
@@ -161,31 +162,32 @@ class GroupScheduling:
             forked.append(m.request_id)
             if not m.output_token_ids:
                 first.append(m.request_id)
+                table = kv.block_table(m.request_id)
+                self._entries.append(ScheduledRequest(m.request_id, m.slot, 0, p, False, table, table))
         if first:
             self._samples.append((head.request_id, tuple(first)))
         if forked:
             self._forking.append((head.request_id, tuple(forked)))
 
-    def take_step_outputs(self) -> tuple[tuple, tuple]:
-        """(``blocks_to_copy``, ``parallel_samples``) of the step being scheduled: the copies
-        of the forks made in the step before (the head wrote the source block in that step's
-        forward pass) and the first tokens of this step's forks. Call once at the end of every
-        ``schedule()``."""
+    def take_step_outputs(self) -> tuple[tuple, tuple, tuple]:
+        """(``blocks_to_copy``, ``parallel_samples``, ``forked``) of the step being scheduled:
+        the copies of the forks made in the step before (the head wrote the source block in
+        that step's forward pass), and the first tokens of this step's forks with their batch
+        entries. Call once at the end of every ``schedule()``."""
         copies, self._copies_due, self._copies = tuple(self._copies_due), self._copies, []
         samples, self._samples = tuple(self._samples), []
+        entries, self._entries = tuple(self._entries), []
         self.forks, self._forking = self._forking, []
-        return copies, samples
+        return copies, samples, entries
 
-    def forked_entries(self, out: SchedulerOutput, runner_out: ModelRunnerOutput) -> tuple[ScheduledRequest, ...]:
+    def check_forks(self, out: SchedulerOutput, runner_out: ModelRunnerOutput) -> tuple[ScheduledRequest, ...]:
         """For ``update_from_output`` of the step scheduled last (``out``, its :attr:`forks`):
-        an entry computing no token for each sequence that took its first token from its
-        head's logits (so the token is appended and checked like any other). A sequence forked
-        onto a head whose step failed (its prompt KV is not written) fails with that error, as
-        does one the runner gave no first token."""
+        a sequence forked onto a head whose step failed (its prompt KV is not written) fails
+        with that error, as does one the runner gave no first token. Returns the entries of
+        ``out.forked`` left, to update like any batch entry (their first token)."""
         s, errors, sampled = self.s, runner_out.errors, runner_out.sampled_token_ids
         forks, self.forks = self.forks, []
-        first = {rid for _, rids in out.parallel_samples for rid in rids}
-        entries = []
+        first = {x.request_id for x in out.forked}
         for head_id, rids in forks:
             for rid in rids:
                 m = s.requests.get(rid)
@@ -194,9 +196,7 @@ class GroupScheduling:
                 err = errors.get(head_id) or (NO_FIRST_TOKEN if rid in first and rid not in sampled else None)
                 if err is not None:
                     s._finish(m, RequestStatus.FINISHED_ERROR, error=err, kind="failed")
-                elif rid in first:
-                    entries.append(ScheduledRequest(rid, m.slot, 0, m.num_computed_tokens, False, (), ()))
-        return tuple(entries)
+        return tuple(x for x in out.forked if x.request_id in s.requests)
 
     # --- preemption -----------------------------------------------------------------------
     def preempt(self, req: Request, reason: str, for_request: str) -> list[str]:

@@ -77,7 +77,9 @@ class SchedulerOutput:
     copy-on-write of a prompt's last partial block for each further sequence of its group,
     forked in the step before), before the swap copies; ``parallel_samples`` pairs a request
     id with the ids of the sequences that take their first token from ITS last logits row in
-    this step (each sampled with its own parameters and random stream).
+    this step (each sampled with its own parameters and random stream). Those sequences are
+    also in ``forked``: their batch entries, computing nothing (``num_tokens`` 0) but sampling
+    in their batch slot (the engine records them after ``scheduled``).
     """
 
     step: int
@@ -89,6 +91,7 @@ class SchedulerOutput:
     blocks_to_swap_in: tuple[tuple[int, int], ...] = ()
     blocks_to_copy: tuple[tuple[int, int], ...] = ()
     parallel_samples: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    forked: tuple[ScheduledRequest, ...] = ()
 
     @property
     def num_scheduled_tokens(self) -> int:

@@ -59,6 +59,12 @@ Documented policy choices (see ``../shared/cases/README.md``):
 - ``long_prefill_token_threshold`` caps the prefill chunk of one request per step (only with chunked
   prefill). Without it, one long prompt takes the whole token budget until its prefill is done and
   a short request arriving behind it waits (running requests are scheduled before new admissions).
+- Parallel sampling (``SamplingParams.n`` > 1, ``engine.group_scheduling``): a group's sequences
+  are admitted together (a slot each; the head's whole prompt in the step: prefilled once) and
+  fork onto the prompt's blocks (copy-on-write of the partial one); preempted, swapped, paused
+  and resumed as a group; each finishes on its own. Without chunked prefill a running request's
+  remaining prefill (a forked sequence recomputing its output) waits for a step with the budget
+  for all of it rather than being split.
 - Why a waiting request is not admitted is given for every waiting request at O(1) cost per step:
   ``SchedulerOutput.not_admitted`` names the reason of the requests the step looked at (the first
   blocked one, and under ``static`` the waiting members of the batch), and ``waiting_reason`` is
@@ -241,11 +247,11 @@ class Scheduler:
         # swap copies of this step, and of swap-outs made between steps (live knobs)
         swap_out, swap_in = tuple(self._swap_out), tuple(self._swap_in)
         self._swap_out, self._swap_in = [], []
-        copies, samples = self.groups.take_step_outputs()       # parallel sampling
+        copies, samples, forked = self.groups.take_step_outputs()       # parallel sampling
         return SchedulerOutput(step=step, scheduled=tuple(scheduled), preempted_ids=tuple(preempted),
                                not_admitted=tuple(not_admitted), waiting_reason=waiting_reason,
                                blocks_to_swap_out=swap_out, blocks_to_swap_in=swap_in,
-                               blocks_to_copy=copies, parallel_samples=samples)
+                               blocks_to_copy=copies, parallel_samples=samples, forked=forked)
 
     def _resume_swapped(self, budget: int, scheduled: list[ScheduledRequest]) -> int:
         """Swap requests back in, oldest swap-out first, while a slot, budget and the GPU blocks
@@ -504,7 +510,7 @@ class Scheduler:
                                                 self.kv.cache_full_blocks)
         scheduled = out.scheduled
         if self.groups.forks:       # parallel sampling: sequences forked in this step
-            scheduled = scheduled + self.groups.forked_entries(out, runner_out)
+            scheduled = scheduled + self.groups.check_forks(out, runner_out)
         for s in scheduled:
             rid = s.request_id
             req = requests[rid]

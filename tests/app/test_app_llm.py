@@ -1,6 +1,8 @@
 """The offline Python API (``app.llm.LLM``) on the tiny random Llama, torch on one thread."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -98,6 +100,21 @@ def test_a_prompt_that_cannot_fit_is_an_error_output(llm):
     outs = llm.generate([list(range(10, 200)), [5, 6]], GREEDY, use_tqdm=False)
     assert outs[0].finish_reason == "error" and "KV blocks" in outs[0].error and outs[0].token_ids == []
     assert outs[1].finish_reason == "length" and len(outs[1].token_ids) == 6
+
+
+def test_parallel_sampling_returns_the_n_sequences_of_each_prompt(llm):
+    params = SamplingParams(max_tokens=6, n=3, temperature=1.0, seed=11, ignore_eos=True)
+    single, group = llm.generate([PROMPTS[0], PROMPTS[3]], [GREEDY, params], use_tqdm=False)
+    assert single.sequences == (dataclasses.replace(single, sequences=()),)
+    assert [s.request_id for s in group.sequences] == [f"{group.request_id}#{k}" for k in range(3)]
+    assert group.token_ids == group.sequences[0].token_ids and group.request_id == str(int(single.request_id) + 1)
+    # sequence k samples with seed + k: as a prompt of its own with that seed
+    solo = [llm.generate([PROMPTS[3]], dataclasses.replace(params, n=1, seed=11 + k), use_tqdm=False)[0]
+            for k in range(3)]
+    assert [s.token_ids for s in group.sequences] == [o.token_ids for o in solo]
+    assert len({tuple(s.token_ids) for s in group.sequences}) == 3
+    (rejected,) = llm.generate([PROMPTS[3]], SamplingParams(n=4), use_tqdm=False)
+    assert {s.error for s in rejected.sequences} == {"n=4 sequences take 4 batch slots but max_num_seqs is 3"}
 
 
 def test_progress_bar(llm, capsys):

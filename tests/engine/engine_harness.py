@@ -497,11 +497,18 @@ class InvariantChecker:
             "blocks allocated to an unscheduled request", step_alloc)
         for rid in forked:       # forked with the prompt computed by its head in this step
             head = next(ev.detail for ev in rec.events if ev.kind == "forked" and ev.request_id == rid)
-            assert same_group([rid, head]) and head in sched_ids and rid not in sched_ids, (rid, head)
+            assert same_group([rid, head]) and head in sched_ids, (rid, head)
             if rid in e.requests:
                 assert e.requests[rid].num_computed_tokens == e.requests[rid].num_prompt_tokens
+        # ... in the batch only to sample its first token, after the requests that compute
+        first = [x for x in rec.scheduled if x.num_tokens == 0]
+        assert list(rec.scheduled[len(rec.scheduled) - len(first):]) == first, "forked entries last"
+        for x in first:
+            assert x.request_id in forked and not x.is_prefill and not pre["num_output"][x.request_id]
+            assert x.num_computed_tokens == self.objs[x.request_id].num_prompt_tokens, x
         for x in rec.scheduled:
-            assert x.num_tokens >= 1
+            if x.num_tokens == 0:
+                continue                 # a forked sequence's first token (checked above)
             if x.num_computed_tokens == pre["num_computed"][x.request_id]:
                 assert x.is_prefill == pre["is_prefill"][x.request_id], ("is_prefill", x)
             else:   # admitted after a prefix-cache hit: a decode if only the last token is left
@@ -562,7 +569,8 @@ class InvariantChecker:
         assert swapped_in == pre["swapped"][:len(swapped_in)], ("swap-in out of FIFO order", swapped_in)
         if swapped_in:
             assert not rec.preempted_ids, "swapped in during a step that preempted"
-        admitted = [rid for rid in sched_ids if rid not in pre["running"] and rid not in pre["swapped"]]
+        admitted = [x.request_id for x in rec.scheduled if x.num_tokens
+                    and x.request_id not in pre["running"] and x.request_id not in pre["swapped"]]
         started = [rid for rid in pre["waiting"] if rid in admitted or rid in forked]
         assert started == pre["waiting"][:len(started)] and admitted == [r for r in started if r in admitted], (
             "FCFS admission order", admitted, pre["waiting"])

@@ -87,3 +87,23 @@ def test_swap_copies_cost_host_link_time():
     extra = runner.execute(swapping, {}).step_duration_s - runner.execute(base, {}).step_duration_s
     want = 3 * 16 * MODEL.shape.kv_bytes_per_token / MODEL.device.host_bandwidth
     assert extra == pytest.approx(want) and extra > 0
+
+
+def test_forked_sequences_get_first_tokens_and_copies_cost_device_memory_time():
+    """Parallel sampling: each sequence of ``parallel_samples`` gets its synthetic first token
+    (sampled rows count in the step's cost); copy-on-write copies add 2 x KV bytes (read and
+    write) over the achievable device memory bandwidth."""
+    import dataclasses
+
+    sched, reqs = _step()
+    reqs |= {f"q#{k}": Request(f"q#{k}", list(range(40)), SamplingParams(max_tokens=4)) for k in (1, 2)}
+    runner = SimExecutor(MODEL, seed=3, block_size=16)
+    forked = dataclasses.replace(sched, parallel_samples=(("q", ("q#1", "q#2")),))
+    out = runner.execute(forked, reqs)
+    assert set(out.sampled_token_ids) == {"q", "d", "q#1", "q#2"}
+    assert out.sampled_token_ids["q#2"] == synthetic_token(3, "q#2", 0, 128256)
+    assert out.step_duration_s == MODEL.step_time(sched.scheduled, num_sampled=4)
+    copying = dataclasses.replace(sched, blocks_to_copy=((0, 7), (0, 8)))
+    extra = runner.execute(copying, reqs).step_duration_s - runner.execute(sched, reqs).step_duration_s
+    want = 2 * 2 * 16 * MODEL.shape.kv_bytes_per_token / (MODEL.device.mem_bandwidth * MODEL.params.bw_efficiency)
+    assert extra == pytest.approx(want) and extra > 0
