@@ -174,6 +174,8 @@ class GroupScheduling:
         the copies of the forks made in the step before (the head wrote the source block in
         that step's forward pass), and the first tokens of this step's forks with their batch
         entries. Call once at the end of every ``schedule()``."""
+        if not (self._copies_due or self._copies or self._forking or self.forks):
+            return (), (), ()               # no fork in this step or the last (n = 1: always)
         copies, self._copies_due, self._copies = tuple(self._copies_due), self._copies, []
         samples, self._samples = tuple(self._samples), []
         entries, self._entries = tuple(self._entries), []

@@ -42,7 +42,8 @@ Documented policy choices (see ``../shared/cases/README.md``):
   step that began with swapped requests or swapped one out for memory (vLLM v0's rule), so a
   swapped request is never overtaken by a new prefill. A paused request's KV is never swapped
   (recompute), nor is a request with no computed KV. A priority preemption may swap its victim
-  out and still admit the request it made room for.
+  out and still admit the request it made room for. When nothing runs and the first swapped-out
+  request cannot come back, paused requests' KV is taken for it (as for a waiting one).
 - A user-paused request keeps its KV but no batch slot. Its KV is taken (it recomputes on resume)
   when a running request needs a block and no other running request is left to preempt, or when
   nothing runs and the oldest waiting request cannot fit otherwise; so parked requests never stall
@@ -234,6 +235,13 @@ class Scheduler:
             # Swapped-out requests resume (FIFO) before anyone is admitted, and not in a step
             # that preempted (the cache just ran out).
             budget = self._resume_swapped(budget, scheduled)
+            if self.swapped and not self.running and self.paused:
+                # liveness (G5): nothing runs and parked KV keeps the swapped-out requests out
+                first = self.swapped[0]
+                need = sum(max(self.swap.num_gpu_blocks_to_swap_in(r.request_id),
+                               kv.blocks_for(r.num_computed_tokens + 1))
+                           for r in (first.group.live() if first.group else (first,)))
+                preempted += self._evict_paused(need, first.request_id)
         if self.swapped or had_swapped:
             # Nobody is admitted in a step that began with swapped-out requests or swapped one
             # out (vLLM v0's rule: admissions only with an empty swapped queue).
@@ -425,9 +433,11 @@ class Scheduler:
 
     def _pick_victim(self, req: Request) -> Request | None:
         """Who loses its KV so that ``req`` can grow: the newest (lowest-priority) other running
-        request, else the most recently paused request holding KV, else ``req`` itself."""
-        if self.running and self.running[-1] is not req:
-            return self.running[-1]
+        request (not of ``req``'s parallel-sampling group), else the most recently paused
+        request holding KV, else ``req`` itself (with its group)."""
+        last = self.running[-1] if self.running else req
+        if last is not req and (last.group is None or last.group is not req.group):
+            return last
         for p in reversed(self.paused):
             if self.kv.block_ids(p.request_id):
                 return p

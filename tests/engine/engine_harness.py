@@ -551,7 +551,12 @@ class InvariantChecker:
             assert not kv.block_ids(rid)
             info = preemption_info(next(ev.detail for ev in rec.events
                                         if ev.kind == "preempted" and ev.request_id == rid))
-            if rid in swapped_out:      # swap keeps the progress; recompute starts over
+            if rid in swapped_out or info.mode == "swap":   # swap keeps the progress; recompute starts over
+                # (a group's sequence whose computed KV is all in blocks its head copies has
+                # no CPU block of its own: no swapped_out event)
+                req = e.requests[rid]
+                assert rid in swapped_out or (req.group is not None and blocks_for(
+                    req.num_computed_tokens, bs) == req.num_prompt_tokens // bs), (rid, info)
                 assert info.mode == "swap" and e.requests[rid].status is RequestStatus.SWAPPED
                 assert e.requests[rid].num_computed_tokens == pre["num_computed"][rid] == info.num_tokens
             else:
