@@ -71,6 +71,11 @@ class SequenceGroup:
         """The members not finished, in index order."""
         return [m for m in self.members if not m.is_finished]
 
+    @property
+    def is_finished(self) -> bool:
+        """True once every sequence finished (the prompt's parallel sampling is done)."""
+        return all(m.is_finished for m in self.members)
+
     def head(self) -> Request | None:
         """The first member not finished (None once all are)."""
         return next((m for m in self.members if not m.is_finished), None)

@@ -84,8 +84,8 @@ class EngineState:
 
     ``request_ids`` (live requests, arrival order) and ``columns`` (name -> array of the same
     length, see :data:`COLUMNS`) describe the live requests. ``block_owner[b]`` is the ``seq`` of
-    the request holding physical block ``b`` (-1 = free; for a block shared by prefix caching,
-    its oldest holder) and ``block_pos[b]`` its index in every holder's block table (a shared
+    the request holding physical block ``b`` (-1 = free; for a block shared by prefix caching
+    or by the sequences of a parallel-sampling group, its oldest holder) and ``block_pos[b]`` its index in every holder's block table (a shared
     block is the same prefix block for all; a cached-free block keeps it). The other holders of
     shared blocks are the pairs ``(shared_seq[k], shared_block[k])`` (sorted; empty without
     sharing). ``block_hash[b]`` is the prefix hash a cached block is tagged with (0 = none): a

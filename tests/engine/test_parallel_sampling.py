@@ -244,11 +244,12 @@ def test_sequences_finish_on_their_own_and_the_group_leaves_with_the_last():
     a0, a1 = add_group(s, "a", 6, 2, max_tokens=3)
     step(s, 0)
     s.finish_request("a#0", R.FINISHED_ABORTED)
-    assert s.groups.live_ids("a") == ["a#1"] and a1.status is R.RUNNING
+    assert s.groups.live_ids("a") == ["a#1"] and a1.status is R.RUNNING and not a0.group.is_finished
     assert s.kv.pool.ref_cnt[s.kv.block_ids("a#1")[0]] == 1     # the shared block stays held
     for k in (1, 2):
         step(s, k)
     assert a1.status is R.FINISHED_LENGTH and not s.groups and s.kv.num_free_blocks == 64
+    assert a0.group.is_finished
 
 
 def test_failed_prefill_fails_the_forked_sequences():
