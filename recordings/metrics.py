@@ -213,3 +213,46 @@ def _v1_latencies(reader: Reader, clock: str) -> tuple[list[float], list[float]]
             ttft.append(times[0] - arrival[request_id])
         itl.extend(b - a for a, b in zip(times, times[1:]))
     return ttft, itl
+
+
+# --- batching: slot occupancy and time per output token ---------------------------------------
+@dataclass(frozen=True)
+class BatchingSummary:
+    """How full the batch slots were and how fast each request streamed, from a recording's rows.
+
+    ``slot_occupancy`` is the mean over steps of ``num_running / max_num_seqs`` (running requests
+    after each step, so a request that finishes in a step is not counted in it), in [0, 1];
+    ``None`` without steps. ``tpot`` is vLLM's ``time_per_output_token`` per finished request
+    with at least two output tokens: (last token time - first token time) / (output tokens - 1),
+    the ``requests.mean_itl`` column, in ``time_unit`` (steps or s, as :class:`RunSummary`).
+    """
+
+    time_unit: str
+    slot_occupancy: float | None
+    tpot: Percentiles
+
+    def format_lines(self, width: int = 27) -> list[str]:
+        """Lines in :meth:`RunSummary.format_table`'s two-column style."""
+        p = self.tpot
+        num = lambda v: "-" if v is None else f"{v:.4f}"  # noqa: E731
+        occ = "-" if self.slot_occupancy is None else f"{self.slot_occupancy:.1%}"
+        return [f"{f'TPOT p50/p90/p99 ({self.time_unit})':<{width}}  {num(p.p50)} / {num(p.p90)} / "
+                f"{num(p.p99)}  (n={p.num_samples})",
+                f"{'slot occupancy':<{width}}  {occ} (running / max_num_seqs, mean over steps)"]
+
+
+def summarize_batching(reader: Reader) -> BatchingSummary:
+    """Slot occupancy and TPOT of the run in ``reader`` (see :class:`BatchingSummary`). Raises
+    :class:`recordings.RecordingError` if the file cannot be read or its config lacks
+    ``max_num_seqs``."""
+    config = reader.run_info().get("config", {})
+    max_num_seqs = config.get("max_num_seqs")
+    if not max_num_seqs:
+        raise RecordingError(f"{reader.path}: the run's config has no max_num_seqs")
+    (mean_running,), = reader.execute("SELECT avg(num_running) FROM steps")
+    tpot = [v for (v,) in reader.execute(
+        "SELECT mean_itl FROM requests WHERE mean_itl IS NOT NULL AND num_output_tokens >= 2")]
+    clock = str(config.get("clock", "virtual"))
+    return BatchingSummary(time_unit="steps" if clock == "virtual" else "s",
+                           slot_occupancy=None if mean_running is None else float(mean_running) / max_num_seqs,
+                           tpot=Percentiles.of(tpot))
