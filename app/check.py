@@ -7,16 +7,21 @@ from typing import TextIO
 
 def check_lines(path: str, *, max_problems: int = 100) -> tuple[list[str], int]:
     """(one line per invariant violated, steps checked) for the recording at ``path``, per
-    :func:`recordings.checks.check_recording`. Raises :class:`recordings.RecordingError` if the
+    :func:`recordings.checks.check_recording`, with a progress bar on stderr. Raises :class:`recordings.RecordingError` if the
     file cannot be read and ``ValueError`` if ``max_problems`` < 1."""
+    from tqdm import tqdm
+
     from recordings import Reader
     from recordings.checks import check_recording
 
     if max_problems < 1:
         raise ValueError(f"--max-problems must be >= 1, got {max_problems}")
     with Reader(path) as reader:
-        problems = check_recording(reader, max_problems=max_problems)
-        return [str(p) for p in problems], reader.latest_step() + 1
+        num_steps = reader.latest_step() + 1
+        with tqdm(total=num_steps, unit="step", desc="checking", dynamic_ncols=True, leave=False,
+                  mininterval=0.5) as bar:
+            problems = check_recording(reader, max_problems=max_problems, on_step=lambda _: bar.update())
+        return [str(p) for p in problems], num_steps
 
 
 def run_check(path: str, *, max_problems: int = 100, out: TextIO | None = None) -> int:

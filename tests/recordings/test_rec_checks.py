@@ -8,12 +8,14 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from app.cli import main
+from engine.state import EngineState
 from engine_runs import SMALL_SEED, run_engine
 from recordings import Reader
-from recordings.checks import check_recording
+from recordings.checks import StateChecker, check_recording
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -131,3 +133,34 @@ def test_a_record_the_state_cannot_take_ends_the_check_at_its_step(clean, owner,
     assert problems[-1].step == step and problems[-1].invariant == "record", problems
     assert message in problems[-1].message
     assert all(p.step < step for p in problems[:-1])
+
+
+def test_block_tables_named_twice_or_with_gaps_name_the_request(tmp_path):
+    """States edited by hand (one step of a prefix-caching run): a block in its owner's table twice
+    is G2, a table position skipped is G1; each names the request."""
+    run = run_engine(tmp_path / "run.sqlite", seed=3, num_prefixes=3, enable_prefix_caching=True)
+    k = next(i for i, s in enumerate(run.states) if len(s.shared_block) and s.num_used_blocks >= 2)
+    st, rec = run.states[k], run.records[k]
+
+    def checked(**arrays) -> list:
+        checker = StateChecker(run.run_info["config"])
+        for s, r in zip(run.states[:k], run.records[:k]):
+            assert checker.check_step(s, r) == []
+        fields = dict(block_owner=st.block_owner, block_pos=st.block_pos, block_hash=st.block_hash,
+                      shared_seq=st.shared_seq, shared_block=st.shared_block) | arrays
+        edited = EngineState(st.step, st.clock, st.num_total_blocks, st.block_size, st.max_num_seqs,
+                             next_seq=st.next_seq, request_ids=st.request_ids, columns=dict(st.columns),
+                             recently_finished=st.recently_finished, **fields)
+        return checker.check_step(edited, rec)
+
+    assert checked() == []
+    block = int(st.shared_block[0])
+    owner = st.block_holders(block)[0]
+    twice = checked(shared_seq=np.append(st.shared_seq, st.block_owner[block]),
+                    shared_block=np.append(st.shared_block, block))
+    assert any(p.invariant == "G2" and p.message == f"block tables name a block twice: {owner}" for p in twice), twice
+    rid = next(r for r in st.request_ids if len(st.block_ids(r)) >= 2)
+    pos = st.block_pos.copy()
+    pos[st.block_ids(rid)[-1]] += 1
+    gap = checked(block_pos=pos)
+    assert [(p.invariant, p.message) for p in gap] == [("G1", f"block tables with gaps or repeated positions: {rid}")]
