@@ -239,7 +239,7 @@ def table_b(args) -> None:
     print()
     s = off.summary
     print(f"- {s.num_requests:,} requests, {s.num_prompt_tokens:,} prompt and {s.num_output_tokens:,} output "
-          f"tokens; {MOONCAKE_ENGINE[1]} slots, {MOONCAKE_ENGINE[3]} tokens/step; ideal hit rate (infinite "
+          f"tokens; {MOONCAKE_ENGINE[1]} slots, {int(MOONCAKE_ENGINE[3]):,} tokens/step; ideal hit rate (infinite "
           f"cache, arrival order): {sharing['trace_ideal_hit_rate']:.1%} of the trace's "
           f"{sharing['trace_block_tokens']}-token hash blocks, {sharing['workload_ideal_hit_rate']:.1%} of the "
           f"prompt tokens in {sharing['block_size']}-token KV blocks")
