@@ -19,17 +19,17 @@ from typing import Callable
 from engine.outputs import (BLOCKS_HIT, NOT_ADMITTED_BEHIND, NOT_ADMITTED_LOWER_PRIORITY,
                             NOT_ADMITTED_STATIC_BATCH, RequestView)
 from engine.preemption import MODE_RECOMPUTE, PreemptionInfo, preemption_info
+from engine.prefix_explain import EVENT_KIND as PREFIX_EVENT
+from engine.prefix_explain import describe_detail as describe_prefix_match
 from engine.state import EngineState
 from ui.request_table import (PAUSED_TEXT, not_admitted, reason_text, reason_words,
                               state_priority_of)
 
-# HOOK for the prefix-cache explainer: timeline event kind -> function(detail) -> one line for
-# people. The engine will record, at a request's admission, an event saying where its prefix
-# match stopped and why (next block differs at token t, block evicted at step s, shared prefix
-# shorter than one block); register its kind here (e.g. ``PREFIX_EXPLAINERS["prefix_miss"] =
-# describe_prefix_miss``) and the inspector lists its lines under the prefix-cache hit, for live
-# runs and recordings alike. Nothing is registered until that event exists.
-PREFIX_EXPLAINERS: dict[str, Callable[[str], str]] = {}
+# The prefix-cache explainer: timeline event kind -> function(detail) -> one line for people.
+# The engine records, at each admission with prefix caching on, a ``prefix_cache`` event saying
+# how much hit and where the match stopped and why (engine.prefix_explain); the inspector lists
+# its lines under the prefix-cache hit, for live runs and recordings alike.
+PREFIX_EXPLAINERS: dict[str, Callable[[str], str]] = {PREFIX_EVENT: describe_prefix_match}
 
 
 def explain_waiting(record, view: RequestView, state: EngineState) -> str:

@@ -12,6 +12,7 @@ from engine.preemption import preemption_info
 from fakes import FakeControl, FakeSource
 from recordings import Reader
 from ui import MainWindow
+from engine.prefix_explain import describe_detail as describe_prefix
 from ui import request_explain, request_menu
 from ui.inject_dialog import InjectDialog
 from ui.request_table import NOT_ADMITTED_TEXT, PAUSED_TEXT, PRIORITY_COLUMN, REASON_COLUMN
@@ -174,8 +175,11 @@ def test_inspector_shows_preemptions_wasted_work_and_prefix_hits(qtbot):
     req = source.engine.scheduler.requests[victim]
     first, blocks = admissions[0]
     assert req.num_cached_tokens == blocks * bs > 0          # the engine's own count
-    assert shown["prefix cache"] == (
-        f"{req.num_cached_tokens} of {req.num_prompt_tokens} prompt tokens hit ({blocks} blocks)")
+    head, *why = shown["prefix cache"].split("\n")
+    assert head == f"{req.num_cached_tokens} of {req.num_prompt_tokens} prompt tokens hit ({blocks} blocks)"
+    # then the engine's explainer line of each admission up to step k (engine.prefix_explain)
+    assert why == [describe_prefix(e.detail) for e in source.request_timeline(victim)
+                   if e.kind == "prefix_cache" and e.step <= k] and why
     assert shown["priority"].startswith(str(req.priority))
     # before the preemption: none yet; before its admission: not admitted
     assert forensics_of(w, victim, first)["preemptions"] == "none"
@@ -206,8 +210,10 @@ def test_prefix_explainer_hook_lists_registered_events(qtbot, monkeypatch):
     monkeypatch.setitem(request_explain.PREFIX_EXPLAINERS, "scheduled", describe)
     w = make_window(qtbot, source)
     text = forensics_of(w, "req-1", source.latest_step())["prefix cache"]
-    n = sum(e.kind == "scheduled" for e in source.request_timeline("req-1"))
-    assert text.split("\n")[1:] == ["match stopped: "] * n and len(seen) == n
+    events = [e for e in source.request_timeline("req-1") if e.kind in ("scheduled", "prefix_cache")]
+    want = [f"match stopped: {e.detail}" if e.kind == "scheduled" else describe_prefix(e.detail)
+            for e in events]
+    assert text.split("\n")[1:] == want and len(seen) == sum(e.kind == "scheduled" for e in events)
 
 
 def test_replay_explains_the_same_as_live(qtbot, tmp_path):
