@@ -1,5 +1,7 @@
-"""Waiting / running / paused / finished tables: a QTableView over a virtual
+"""Running / waiting / swapped / paused / finished tables: a QTableView over a virtual
 ``ui.request_table.RequestTableModel`` each (10k waiting rows cost one array comparison a frame).
+The swapped tab (requests preempted to the CPU swap pool: vLLM's ``swapped`` queue, resumed
+before any admission) shows only in runs with a swap pool.
 
 Selecting a row emits ``requestSelected``; the selection follows its request through updates (a
 row is a position: when the queue changes the selection moves to the request's new row). A
@@ -23,7 +25,7 @@ from ui.request_table import (_ERROR_COLOR, _RIGHT, _SWATCHES, HEADERS, PRIORITY
 from ui.step_summary import StepSummary
 from ui.theme import dark_palette
 
-QUEUES = ("running", "waiting", "paused", "finished")
+QUEUES = ("running", "waiting", "swapped", "paused", "finished")
 # starting widths (user-resizable) in characters of content; ResizeToContents would re-query
 # every row on each frame
 WIDTH_CHARS = (7, 8, 4, 9, 7, 7, 3, 3)
@@ -222,6 +224,7 @@ class QueueTables(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.tabs)
         self.set_policy("")
+        self.tabs.bar.setTabVisible(QUEUES.index("swapped"), False)
 
     def set_control(self, control: EngineControl | None) -> None:
         self.control = control
@@ -246,6 +249,8 @@ class QueueTables(QWidget):
             if moved and (self.selected is not None or self.views[name].selectionModel().hasSelection()):
                 self._restore(name)
             title = f"{name.capitalize()} ({model.rowCount():,})"
+            if name == "swapped" and self.tabs.bar.isTabVisible(i) != bool(len(state.cpu_owner)):
+                self.tabs.bar.setTabVisible(i, bool(len(state.cpu_owner)))   # runs with a pool
             if self.tabs.tabText(i) != title:
                 self.tabs.setTabText(i, title)
 
