@@ -10,6 +10,7 @@ priority policy) when a live engine is attached.
 """
 from __future__ import annotations
 
+import numpy as np
 from PySide6.QtCore import QPoint, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QFontMetrics, QPalette, QPen
 from PySide6.QtWidgets import (QAbstractItemView, QHeaderView, QStackedWidget, QStyle,
@@ -26,6 +27,7 @@ from ui.step_summary import StepSummary
 from ui.theme import dark_palette
 
 QUEUES = ("running", "waiting", "swapped", "paused", "finished")
+_NO_ROWS = np.zeros(0, np.int64)
 # starting widths (user-resizable) in characters of content; ResizeToContents would re-query
 # every row on each frame
 WIDTH_CHARS = (7, 8, 4, 9, 7, 7, 3, 3)
@@ -245,7 +247,7 @@ class QueueTables(QWidget):
             if name == "finished":                  # newest first
                 moved = model.set_views(state.recently_finished[::-1])
             else:
-                moved = model.set_state_rows(state, state.queue_rows(name), record) or model.moved
+                moved = model.set_state_rows(state, self._rows(state, name), record) or model.moved
             if moved and (self.selected is not None or self.views[name].selectionModel().hasSelection()):
                 self._restore(name)
             title = f"{name.capitalize()} ({model.rowCount():,})"
@@ -253,6 +255,14 @@ class QueueTables(QWidget):
                 self.tabs.bar.setTabVisible(i, bool(len(state.cpu_owner)))   # runs with a pool
             if self.tabs.tabText(i) != title:
                 self.tabs.setTabText(i, title)
+
+    @staticmethod
+    def _rows(state: EngineState, name: str) -> np.ndarray:
+        """``state.queue_rows(name)``; the swapped queue is found without a pass over every
+        row when no CPU swap block is held (a swapped-out request always holds some)."""
+        if name == "swapped" and not (state.cpu_owner >= 0).any():
+            return _NO_ROWS
+        return state.queue_rows(name)
 
     def set_time_unit(self, unit: str) -> None:
         """``s`` or ``steps``: the unit of the run's clock, for the TTFT and ITL columns."""

@@ -25,6 +25,11 @@ def preemptions(source):
 def test_swapped_requests_have_their_own_table_with_the_reason(qtbot):
     source = swap_source()
     w = shown_window(qtbot, source)
+    for k in range(0, source.latest_step() + 1, 3):       # with and without swapped requests
+        w.show_step(k)
+        model = w.queues.models["swapped"]
+        assert [model.request_id(i) for i in range(model.rowCount())] == [
+            w.state.request_ids[r] for r in w.state.queue_rows("swapped")]
     k = next(s.step for s in source.states[1:] if len(s.queue_rows("swapped")))
     w.show_step(k)
     state, model = w.state, w.queues.models["swapped"]
