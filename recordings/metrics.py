@@ -200,8 +200,8 @@ def _summarize(reader: Reader) -> RunSummary:
 # A preempted event's detail is PreemptionInfo JSON (engine.preemption); older files hold free
 # text there, which json_extract would refuse: CASE evaluates it only for valid JSON.
 _REASON = "CASE WHEN json_valid(detail) THEN json_extract(detail, '$.reason') END"
-_RECOMPUTE = ("kind = 'preempted' AND "
-              "CASE WHEN json_valid(detail) THEN json_extract(detail, '$.mode') END = 'recompute'")
+_RECOMPUTE = ("kind = 'preempted' AND CASE WHEN json_valid(detail) THEN json_extract(detail, '$.mode') "
+              "END IN ('recompute', 'recompute_fallback')")     # a swap drops nothing
 # Per recompute preemption: the tokens it dropped, the step the request was admitted again
 # (NULL if never: aborted, or the run ended) and the prefix-cache blocks that admission hit.
 _DROPPED = f"""
