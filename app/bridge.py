@@ -14,11 +14,13 @@ import sys
 import threading
 import time
 import traceback
-from typing import Callable
+from dataclasses import fields
+from typing import Any, Callable
 
 from app.factory import BuiltEngine
 from app.live_source import LiveSource
 from engine.request import SamplingParams
+from engine.source import check_knobs, current_knobs
 from engine.state import EngineState
 
 log = logging.getLogger(__name__)
@@ -73,9 +75,13 @@ class EngineWorker(threading.Thread):
         return self._status
 
     def add_request(self, prompt: str, max_tokens: int, temperature: float = 0.0,
-                    top_p: float = 1.0, seed: int | None = None) -> str:
+                    top_p: float = 1.0, seed: int | None = None, **sampling: Any) -> str:
+        """Queue a text request; ``sampling``: further :class:`SamplingParams` fields by name
+        (``priority``, penalties...). Raises ``ValueError`` at once for an unknown field or a
+        value out of range; the prompt is encoded on the engine thread (errors: ``last_error``)."""
+        params = sampling_params(max_tokens=max_tokens, temperature=temperature, top_p=top_p,
+                                 seed=seed, **sampling)
         rid = f"inj-{next(self._ids)}"
-        params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed)
 
         def add() -> None:
             built = self.built
@@ -92,6 +98,26 @@ class EngineWorker(threading.Thread):
 
     def resume_request(self, request_id: str) -> None:
         self._commands.put(lambda: self.built.engine.resume_request(request_id))
+
+    def set_priority(self, request_id: str, priority: int) -> None:
+        """Change a live request's priority (``LLMEngine.set_priority``); under another policy
+        the engine's refusal shows in ``last_error``."""
+        value = int(priority)
+        self._commands.put(lambda: self.built.engine.set_priority(request_id, value))
+
+    def set_knobs(self, **changes: int) -> None:
+        """Change live knobs (``engine.source.LIVE_KNOBS``) on the engine thread, between steps
+        (``LLMEngine.set_knobs``). Raises ``ValueError`` at once for an unknown knob or a value
+        that is not an int; a value the engine refuses (``ConfigError`` / ``ValueError`` naming
+        the knob and its limit) shows in ``last_error``, and nothing changes."""
+        values = check_knobs(changes)
+        if values:
+            self._commands.put(lambda: self.built.engine.set_knobs(**values))
+
+    def knobs(self) -> dict[str, int]:
+        """The live knobs' current values by name ({} before the engine is built)."""
+        built = self.built
+        return {} if built is None else current_knobs(built.engine)
 
     def stop(self, timeout: float = 10.0) -> None:
         """End the loop, flush and close the recorder; waits up to ``timeout`` seconds."""
@@ -205,6 +231,19 @@ class EngineWorker(threading.Thread):
             except Exception as e:  # noqa: BLE001 - bad input must not kill the engine thread
                 log.warning("command failed: %s", e)
                 self._error = f"{type(e).__name__}: {e}"
+
+
+SAMPLING_FIELDS = frozenset(f.name for f in fields(SamplingParams))
+
+
+def sampling_params(**values: Any) -> SamplingParams:
+    """``SamplingParams(**values)``, with an unknown field name refused as ``ValueError`` naming
+    it and the known ones (out-of-range values: ``SamplingParams``' own ``ValueError``)."""
+    unknown = sorted(set(values) - SAMPLING_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown sampling parameter(s) {', '.join(unknown)}; known: "
+                         f"{', '.join(sorted(SAMPLING_FIELDS))}")
+    return SamplingParams(**values)
 
 
 def encode_prompt(tokenizer, prompt: str) -> list[int]:

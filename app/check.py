@@ -7,8 +7,9 @@ from typing import TextIO
 
 def check_lines(path: str, *, max_problems: int = 100) -> tuple[list[str], int]:
     """(one line per invariant violated, steps checked) for the recording at ``path``, per
-    :func:`recordings.checks.check_recording`, with a progress bar on stderr. Raises :class:`recordings.RecordingError` if the
-    file cannot be read and ``ValueError`` if ``max_problems`` < 1."""
+    :func:`recordings.checks.check_recording`, with a progress bar on stderr. Raises
+    :class:`recordings.RecordingError` if the file cannot be read and ``ValueError`` if
+    ``max_problems`` < 1."""
     from tqdm import tqdm
 
     from recordings import Reader

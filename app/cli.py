@@ -8,7 +8,7 @@ import time
 
 PROCESS_START = time.perf_counter()   # for "first token after N s" (import of torch etc. included)
 
-from engine.config import POLICIES, ConfigError, EngineConfig
+from engine.config import POLICIES, PREEMPTION_MODES, ConfigError, EngineConfig
 from engine.sim.hardware import known_devices
 from engine.sim.model_shapes import known_models
 
@@ -45,6 +45,14 @@ def _engine_args(p: argparse.ArgumentParser, *, num_gpu_blocks: int | None, cloc
                         "one (trace requests all have priority 0, so a replay runs as fcfs); static = the "
                         "baseline without continuous batching: a batch of up to --max-num-seqs requests is "
                         "admitted only when the whole previous batch finished (default: %(default)s)")
+    g.add_argument("--preemption-mode", choices=PREEMPTION_MODES, default="recompute",
+                   help="what happens to a request preempted when the KV cache runs out: recompute = its "
+                        "KV is dropped and computed again; swap = copied to a CPU pool of "
+                        "--num-cpu-blocks blocks and back (recompute when that pool is full) "
+                        "(default: %(default)s)")
+    g.add_argument("--num-cpu-blocks", type=int, default=0,
+                   help="KV blocks of the CPU swap pool (only with --preemption-mode swap; default: "
+                        "%(default)s)")
     g.add_argument("--check-invariants", action="store_true",
                    help="check the global invariants (block conservation, queue exclusivity, limits; "
                         "G1-G4 of the scheduler cases) after every step; the first violation stops the "
@@ -103,6 +111,7 @@ def engine_config(a: argparse.Namespace) -> EngineConfig:
                  max_num_seqs=a.max_num_seqs, max_num_batched_tokens=a.max_num_batched_tokens,
                  enable_chunked_prefill=not a.no_chunked_prefill,
                  enable_prefix_caching=a.enable_prefix_caching, policy=a.policy,
+                 preemption_mode=a.preemption_mode, num_cpu_blocks=a.num_cpu_blocks,
                  check_invariants=a.check_invariants,
                  long_prefill_token_threshold=a.long_prefill_token_threshold, clock=clock)
     sim_flags = {k: getattr(a, k, None) for k in ("sim_model", "sim_device", "sim_cost")}

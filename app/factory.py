@@ -80,7 +80,8 @@ def build_engine(config: EngineConfig, *, recorder_factory=None, trace: dict | N
     num_blocks = config.num_gpu_blocks or size_num_blocks(model.config, config, device, dtype)
     config = config.replace(num_gpu_blocks=num_blocks)
     torch.manual_seed(config.seed)
-    runner = ModelRunner(model, num_blocks, config.block_size, seed=config.seed)
+    runner = ModelRunner(model, num_blocks, config.block_size, seed=config.seed,
+                         num_cpu_blocks=config.num_cpu_blocks)
     run_info = {
         "config": config.to_dict(),
         "model": {"name": source.name, "path": str(source.folder), "weight_file_hash": source.weight_file_hash,
@@ -117,7 +118,7 @@ def build_sim_engine(config, *, recorder_factory=None, trace: dict | None = None
     shape, peaks = cost.shape, cost.device
     config = config.replace(device=f"sim:{peaks.name}", dtype=config.sim_dtype())
     config = config.replace(num_gpu_blocks=config.num_gpu_blocks or sim_num_blocks(config, shape, peaks))
-    runner = SimExecutor(cost, seed=config.seed)
+    runner = SimExecutor(cost, seed=config.seed, block_size=config.block_size)
     run_info = {
         "config": config.to_dict(),
         "executor": "sim",

@@ -41,7 +41,11 @@ def run_headless(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as e:          # TraceFormatError is a ValueError
         return _fail(str(e))
     try:
-        print(f"loading model {config.model!r}…", file=sys.stderr)
+        if getattr(config, "sim_device", None):
+            print(f"simulating {config.sim_model} on {config.sim_device} (no model is loaded)…",
+                  file=sys.stderr)
+        else:
+            print(f"loading model {config.model!r}…", file=sys.stderr)
         built = build_engine(config, recorder_factory=None)
         wl = load_workload(args, trace, built.tokenizer, built.vocab_size)
         built.run_info["trace"] = wl.trace_info

@@ -17,6 +17,7 @@ from typing import Any, Callable, Sequence
 from engine.outputs import StepRecord
 from engine.state import EngineState
 from engine.timeline import StateTimeline
+from recordings.info import timeline_events
 
 RING_STEPS = 1024           # newest records kept in memory
 PUBLISH_INTERVAL_S = 1 / 60  # the engine hands over a fresh state at most this often
@@ -128,6 +129,17 @@ class LiveSource:
         text = reader.request_text(request_id, min(step, committed)) if reader is not None else ""
         return text + "".join(t.text for r in ring if committed < r.step <= step
                               for t in r.new_tokens if t.request_id == request_id)
+
+    def request_timeline(self, request_id: str) -> list:
+        """Every lifecycle event of ``request_id`` (``recordings.info.TimelineEvent`` s): the
+        recording's up to its last committed step, then the ring's (without a recording, the
+        ring's only: the newest :data:`RING_STEPS` steps)."""
+        with self._lock:
+            ring = list(self._ring)
+        reader = self._history()
+        committed = reader.latest_step() if reader is not None else -1
+        older = [e for e in reader.request_timeline(request_id) if e.step <= committed] if reader else []
+        return older + timeline_events([r for r in ring if r.step > committed], request_id)
 
     def request_info(self, request_id: str):
         """The recorded arrival and outcome of ``request_id`` (None without a recording)."""

@@ -43,6 +43,8 @@ class BlockPool:
         self.block_hash = [0] * num_blocks
         self.block_parent = [0] * num_blocks
         self.cached_block: dict[int, int] = {}
+        self.reserved: set[int] = set()       # taken out of use (the user shrank the pool)
+        self.evicted_hashes: list[int] = []   # hashes evicted since the owner last took them
 
     @property
     def num_free_blocks(self) -> int:
@@ -78,6 +80,7 @@ class BlockPool:
         h = self.block_hash[b]
         if self.cached_block.get(h) == b:
             del self.cached_block[h]
+            self.evicted_hashes.append(h)
         self.block_hash[b] = 0
         self.block_parent[b] = 0
 
@@ -114,6 +117,28 @@ class BlockPool:
             if self.ref_cnt[b] == 0:
                 self._free[b] = None
 
+    def reserve(self, block_ids: Sequence[int]) -> None:
+        """Take free blocks out of use (a cached one loses its prefix). Raises ``ValueError``
+        for a block that is held or already reserved; then nothing changes."""
+        for b in block_ids:
+            if b not in self._free:
+                raise ValueError(f"block {b} is {'reserved' if b in self.reserved else 'held'}: "
+                                 "only free blocks can be taken out of use")
+        for b in block_ids:
+            del self._free[b]
+            if self.block_hash[b]:
+                self._evict(b)
+            self.reserved.add(b)
+
+    def unreserve(self, block_ids: Sequence[int]) -> None:
+        """Return reserved blocks to the free queue. Raises ``ValueError`` for one that is not
+        reserved; then nothing changes."""
+        if not set(block_ids) <= self.reserved:
+            raise ValueError(f"blocks {sorted(set(block_ids) - self.reserved)} are not reserved")
+        for b in block_ids:
+            self.reserved.discard(b)
+            self._free[b] = None
+
     # --- the prefix cache -----------------------------------------------------------------
     def cache_block(self, b: int, block_hash: int, parent_hash: int) -> bool:
         """Tag held block ``b`` as holding the full block whose chained hash is ``block_hash``
@@ -146,12 +171,15 @@ class BlockPool:
                 holders[b] += 1
         num_held = sum(1 for n in holders if n)
         cached_free = self.num_cached_free_blocks
-        assert (len(self._free) - cached_free) + cached_free + num_held == self.num_blocks, (
+        reserved = len(self.reserved)
+        assert (len(self._free) - cached_free) + cached_free + num_held + reserved == self.num_blocks, (
             f"G1: free {len(self._free) - cached_free} + cached-evictable {cached_free} + "
-            f"held {num_held} != total {self.num_blocks}")
+            f"held {num_held} + out of use {reserved} != total {self.num_blocks}")
         for b, c in enumerate(self.ref_cnt):
             assert c >= 0, f"G2: block {b} has negative count {c}"
-            assert (c == 0) == (b in self._free), f"G2: block {b} count {c} vs free queue"
+            assert (c == 0) == (b in self._free or b in self.reserved), (
+                f"G2: block {b} count {c} vs free queue")
+            assert not (b in self._free and b in self.reserved), f"G1: block {b} free and out of use"
             assert c == holders[b], f"G2: block {b} count {c} but held by {holders[b]} tables"
         for h, b in self.cached_block.items():
             assert self.block_hash[b] == h, f"hash map: {h} -> block {b} tagged {self.block_hash[b]}"

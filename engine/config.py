@@ -5,7 +5,7 @@ import dataclasses
 from dataclasses import dataclass
 
 POLICIES = ("fcfs", "priority", "static")
-PREEMPTION_MODES = ("recompute",)
+PREEMPTION_MODES = ("recompute", "swap")
 CLOCKS = ("virtual", "wall", "sim")
 
 
@@ -27,7 +27,9 @@ class EngineConfig:
     ``engine.kv_cache``), ``policy`` (``fcfs``: by arrival; ``priority``: by
     ``SamplingParams.priority``, lower first, a strictly higher priority may preempt; ``static``:
     the baseline without continuous batching, a new batch is admitted only when the whole
-    previous one finished), ``preemption_mode``. ``clock`` is ``virtual`` (arrivals counted in steps, reproducible) or
+    previous one finished), ``preemption_mode`` (``recompute``: a victim's KV is dropped and
+    computed again; ``swap``: copied into a CPU pool of ``num_cpu_blocks`` blocks and back, with
+    recompute as the fallback when that pool is full). ``clock`` is ``virtual`` (arrivals counted in steps, reproducible) or
     ``wall`` (live, seconds) or ``sim`` (simulated seconds from a simulated executor's step
     durations; idle gaps jump to the next arrival). ``kv_cache_memory_fraction`` bounds the automatic sizing.
     ``dtype`` ``auto`` means float32 on the CPU and bfloat16 on a GPU; ``device`` ``auto`` picks
@@ -49,6 +51,7 @@ class EngineConfig:
     long_prefill_token_threshold: int = 0
     policy: str = "fcfs"
     preemption_mode: str = "recompute"
+    num_cpu_blocks: int = 0
     clock: str = "virtual"
     check_invariants: bool = False
 
@@ -74,6 +77,13 @@ class EngineConfig:
         need(self.policy in POLICIES, f"policy must be one of {POLICIES}, got {self.policy!r}")
         need(self.preemption_mode in PREEMPTION_MODES,
              f"preemption_mode must be one of {PREEMPTION_MODES}, got {self.preemption_mode!r}")
+        need(self.num_cpu_blocks >= 0, f"num_cpu_blocks must be >= 0, got {self.num_cpu_blocks}")
+        need(self.preemption_mode != "swap" or self.num_cpu_blocks >= 1,
+             "preemption_mode='swap' needs num_cpu_blocks >= 1 (the CPU swap pool), got "
+             f"{self.num_cpu_blocks}")
+        need(self.preemption_mode == "swap" or self.num_cpu_blocks == 0,
+             f"num_cpu_blocks={self.num_cpu_blocks} is only used with preemption_mode='swap' "
+             f"(this config has preemption_mode={self.preemption_mode!r})")
         need(self.clock in CLOCKS, f"clock must be one of {CLOCKS}, got {self.clock!r}")
         need(self.dtype in ("auto", "float32", "bfloat16", "float16"),
              f"dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}")

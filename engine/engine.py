@@ -90,13 +90,15 @@ class LLMEngine:
         self._sim_time = 0.0
         self.on_finished = None
         self.recorder_error: str | None = None
-        self.timeline = StateTimeline(num_gpu_blocks, config.block_size, config.max_num_seqs)
+        self.timeline = StateTimeline(num_gpu_blocks, config.block_size, config.max_num_seqs,
+                                      config.num_cpu_blocks)
         self._state: EngineState | None = self.timeline.snapshot()
         # changes since the last step (recorded with the next step)
         self._arrivals: list[Arrival] = []
         self._arrival_index: dict[str, int] = {}
         self._touched: set[str] = set()
         self._finished_now: list[Request] = []
+        self._knobs: list[tuple[str, int]] = []
         self._recorder_wait_ns = 0
 
     # --- clock ----------------------------------------------------------------------------
@@ -214,6 +216,23 @@ class LLMEngine:
             self._state = None
         return ok
 
+    def set_knobs(self, *, max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
+                  num_usable_blocks: int | None = None) -> list[tuple[str, int]]:
+        """Change live knobs between steps (the window does it while paused): the batch slots,
+        the token budget, and the usable KV pool (its first ``num_usable_blocks`` blocks;
+        shrinking preempts the requests holding blocks above: a demo of memory pressure).
+        Recorded with the next step (``StepRecord.knobs``). Returns the changes. Raises
+        ``ConfigError`` / ``ValueError`` naming the knob and its limit (nothing changes)."""
+        changes = self.scheduler.set_limits(max_num_seqs=max_num_seqs,
+                                            max_num_batched_tokens=max_num_batched_tokens,
+                                            num_usable_blocks=num_usable_blocks)
+        self.config = self.scheduler.config
+        self._knobs += changes
+        self._touched.update(e.request_id for e in self.scheduler.events)
+        self._collect_finished()          # requests that can no longer ever fit failed
+        self._state = None
+        return changes
+
     def set_priority(self, request_id: str, priority: int) -> bool:
         """Change a live request's priority (``policy="priority"`` only; a waiting request moves
         in the queue at once). Returns False if it is not live; raises ``ValueError`` under
@@ -246,7 +265,7 @@ class LLMEngine:
             pending = self._pending_changes()
             if any(pending):
                 tl = StateTimeline.from_state(self.timeline.snapshot())
-                tl.apply_changes(*pending, events=tuple(self.scheduler.events))
+                tl.apply_changes(*pending, events=tuple(self.scheduler.events), knobs=tuple(self._knobs))
                 self._state = tl.snapshot()
             else:
                 self._state = self.timeline.snapshot()
@@ -297,7 +316,8 @@ class LLMEngine:
     @property
     def has_pending_changes(self) -> bool:
         """True when arrivals or user actions since the last step are not recorded yet."""
-        return bool(self._arrivals or self._touched or self._finished_now or self.scheduler.kv.events)
+        return bool(self._arrivals or self._touched or self._finished_now or self.scheduler.kv.events
+                    or self._knobs)
 
     def step(self, *, run_batch: bool = True) -> StepRecord:
         """Run one scheduler iteration: schedule, ONE forward pass, update. Returns its record.
@@ -347,7 +367,7 @@ class LLMEngine:
             block_events=tuple(self.scheduler.kv.take_events()),
             transitions=tuple(self._transitions(touched)),
             preempted_ids=sched.preempted_ids, not_admitted=sched.not_admitted,
-            waiting_reason=sched.waiting_reason,
+            waiting_reason=sched.waiting_reason, knobs=tuple(self._knobs),
             num_waiting=len(self.scheduler.waiting), num_running=len(self.scheduler.running),
             num_paused=len(self.scheduler.paused), num_finished=self.scheduler.num_finished,
             num_free_blocks=self.scheduler.kv.num_free_blocks,
@@ -358,6 +378,7 @@ class LLMEngine:
         self.timeline.apply(record)
         finished, self._finished_now = self._finished_now, []
         self._arrivals, self._arrival_index, self._touched = [], {}, set()
+        self._knobs = []
         self._state = None
         self.step_index += 1
         if self.recorder is not None:

@@ -28,7 +28,8 @@ class ModelRunner:
     ``[num_blocks, block_size, num_kv_heads, head_dim]`` in the model's dtype, allocated once.
     """
 
-    def __init__(self, model: torch.nn.Module, num_blocks: int, block_size: int, seed: int = 0) -> None:
+    def __init__(self, model: torch.nn.Module, num_blocks: int, block_size: int, seed: int = 0,
+                 num_cpu_blocks: int = 0) -> None:
         self.model = model
         cfg = model.config
         self.device = next(model.parameters()).device
@@ -40,6 +41,12 @@ class ModelRunner:
         self.kv_caches = [(torch.zeros(shape, dtype=self.dtype, device=self.device),
                            torch.zeros(shape, dtype=self.dtype, device=self.device))
                           for _ in range(cfg.num_hidden_layers)]
+        # The CPU swap pool of swap preemption: the same layout, in (pinned, on a GPU) host memory.
+        pin = self.device.type == "cuda"
+        cpu_shape = (num_cpu_blocks, *shape[1:])
+        self.cpu_caches = [(torch.zeros(cpu_shape, dtype=self.dtype, pin_memory=pin),
+                            torch.zeros(cpu_shape, dtype=self.dtype, pin_memory=pin))
+                           for _ in range(cfg.num_hidden_layers)] if num_cpu_blocks else []
         model.set_attn_implementation(register_paged_attention())
         assert model.config._attn_implementation == ATTN_IMPLEMENTATION
         self.sampler = Sampler(seed)
@@ -49,6 +56,8 @@ class ModelRunner:
         """Run the step ``sched``; returns the token sampled for each request whose chunk reached
         the end of its known tokens. Raises whatever the model raises (the engine fails the step's
         requests and keeps serving)."""
+        self.swap_blocks(sched.blocks_to_swap_out, to_cpu=True)
+        self.swap_blocks(sched.blocks_to_swap_in, to_cpu=False)
         if sched.is_empty:
             return ModelRunnerOutput()
         ids: list[int] = []
@@ -81,6 +90,23 @@ class ModelRunner:
                                    [r.prompt_token_ids for r in sample_reqs],
                                    [r.output_token_ids for r in sample_reqs])
         return ModelRunnerOutput(sampled_token_ids={r.request_id: t for r, t in zip(sample_reqs, toks)})
+
+    def swap_blocks(self, pairs, to_cpu: bool) -> None:
+        """Copy KV blocks between the GPU cache and the CPU swap pool, every layer: ``pairs`` of
+        (GPU block, CPU block) when ``to_cpu``, else (CPU block, GPU block). One indexed copy per
+        layer and tensor (K and V)."""
+        if not pairs:
+            return
+        src, dst = (torch.tensor(x, dtype=torch.long) for x in zip(*pairs))
+        for (gk, gv), (ck, cv) in zip(self.kv_caches, self.cpu_caches):
+            if to_cpu:
+                gpu_idx = src.to(self.device)
+                ck[dst] = gk[gpu_idx].to("cpu")
+                cv[dst] = gv[gpu_idx].to("cpu")
+            else:
+                gpu_idx = dst.to(self.device)
+                gk[gpu_idx] = ck[src].to(self.device, non_blocking=True)
+                gv[gpu_idx] = cv[src].to(self.device, non_blocking=True)
 
     def release(self, request_id: str) -> None:
         """Drop per-request state (the sampling generator) once a request finished."""

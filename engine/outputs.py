@@ -22,6 +22,7 @@ NOT_ADMITTED_SEQ_CAP = "seq_cap"                # max_num_seqs requests already 
 NOT_ADMITTED_BEHIND = "behind_older"            # FCFS: an older waiting request is blocked
 NOT_ADMITTED_LOWER_PRIORITY = "lower_priority"  # priority: a higher-priority request is blocked
 NOT_ADMITTED_STATIC_BATCH = "static_batch"      # static: the current batch has not finished
+NOT_ADMITTED_SWAPPED_FIRST = "swapped_first"    # swap: swapped-out requests resume first
 
 # Block events (kind of BlockEvent).
 BLOCKS_ALLOCATED = "allocated"   # taken off the free queue, appended to the request's table
@@ -29,7 +30,12 @@ BLOCKS_FREED = "freed"           # the request's whole table released (each bloc
 BLOCKS_HIT = "hit"               # cached blocks shared into a request's table (prefix-cache hit)
 BLOCKS_CACHED = "cached"         # full, written blocks tagged with their prefix hash
 BLOCKS_EVICTED = "evicted"       # cached-free blocks handed out again: their hash is dropped
-BLOCK_EVENT_KINDS = (BLOCKS_ALLOCATED, BLOCKS_FREED, BLOCKS_HIT, BLOCKS_CACHED, BLOCKS_EVICTED)
+BLOCKS_SWAPPED_OUT = "swapped_out"  # CPU swap blocks given to a request (its KV copied out)
+BLOCKS_SWAPPED_IN = "swapped_in"    # a request's CPU swap blocks released (its KV copied back)
+BLOCKS_RESERVED = "reserved"        # free blocks taken out of use (pool shrunk; no request: '')
+BLOCKS_UNRESERVED = "unreserved"    # blocks given back to use (pool grown; no request: '')
+BLOCK_EVENT_KINDS = (BLOCKS_ALLOCATED, BLOCKS_FREED, BLOCKS_HIT, BLOCKS_CACHED, BLOCKS_EVICTED,
+                     BLOCKS_SWAPPED_OUT, BLOCKS_SWAPPED_IN, BLOCKS_RESERVED, BLOCKS_UNRESERVED)
 
 
 class ScheduledRequest(NamedTuple):
@@ -61,7 +67,10 @@ class SchedulerOutput:
     ``preempted_ids`` lost their blocks this step (recompute preemption).
     ``not_admitted`` pairs waiting request ids with the reason they did not start
     (``NOT_ADMITTED_*``) for the requests the step looked at; every other waiting request has
-    ``waiting_reason`` (so a step costs O(1), not O(waiting)).
+    ``waiting_reason`` (so a step costs O(1), not O(waiting)). Swap preemption: the runner copies
+    ``blocks_to_swap_out`` (GPU block, CPU block) pairs, then ``blocks_to_swap_in`` (CPU block,
+    GPU block) pairs, before the forward pass (a GPU block a swap-out freed may be written by
+    this very step).
     """
 
     step: int
@@ -69,6 +78,8 @@ class SchedulerOutput:
     preempted_ids: tuple[str, ...] = ()
     not_admitted: tuple[tuple[str, str], ...] = ()
     waiting_reason: str = NOT_ADMITTED_BEHIND
+    blocks_to_swap_out: tuple[tuple[int, int], ...] = ()
+    blocks_to_swap_in: tuple[tuple[int, int], ...] = ()
 
     @property
     def num_scheduled_tokens(self) -> int:
@@ -203,7 +214,9 @@ class StepRecord:
     What changed: ``arrivals`` (entered the queues since the last step), ``scheduled`` (batch
     order), ``new_tokens``, ``events``, ``block_events`` (in the order they happened) and
     ``transitions``. Counts are after the step. ``error`` is set when the step's forward pass
-    raised; the affected requests are failed. ``prefix_cache_queries`` / ``prefix_cache_hits``
+    raised; the affected requests are failed. ``knobs`` are the live knob changes
+    (``max_num_seqs``, ``max_num_batched_tokens``, ``num_usable_blocks``: name, new value) made
+    since the previous step, in order; they hold from this step on. ``prefix_cache_queries`` / ``prefix_cache_hits``
     are the prompt (+ output, on a recompute) tokens of the requests admitted in the step and
     those found in the prefix cache (vLLM's counters, in tokens; 0 with caching off).
     """
@@ -233,6 +246,7 @@ class StepRecord:
     recorder_wait_ns: int = 0
     error: str | None = None
     waiting_reason: str = NOT_ADMITTED_BEHIND
+    knobs: tuple[tuple[str, int], ...] = ()
     prefix_cache_queries: int = 0
     prefix_cache_hits: int = 0
 

@@ -15,14 +15,18 @@ NEEDED_BLOCKS = "no_free_blocks"     # a running request needed a block and none
 FOR_PRIORITY = "priority"            # made room for a waiting request of strictly higher priority
 PAUSED_KV = "paused_kv_taken"        # a user-paused request's KV was taken so others can run
 POOL_SHRUNK = "kv_pool_shrunk"       # the user shrank the usable KV pool
+SLOTS_CUT = "max_num_seqs_lowered"   # the user lowered max_num_seqs below its batch slot
 
 MODE_RECOMPUTE = "recompute"
+MODE_SWAP = "swap"
+MODE_SWAP_FALLBACK = "recompute_fallback"   # swap mode, but the CPU swap pool had no room
 
 
 class PreemptionInfo(NamedTuple):
-    """One preemption: ``mode`` (``recompute``), ``reason`` (one of the constants above),
+    """One preemption: ``mode`` (``recompute``, ``swap``, or ``recompute_fallback`` when swap
+    mode found the CPU pool full), ``reason`` (one of the constants above),
     ``for_request`` (the request it made room for, '' if none), ``num_tokens`` (tokens of KV
-    dropped, which a recompute computes again) and ``count`` (this request's preemptions so far,
+    dropped, which a recompute computes again, or copied to the CPU by a swap) and ``count`` (this request's preemptions so far,
     this one included)."""
 
     mode: str
@@ -39,11 +43,15 @@ class PreemptionInfo(NamedTuple):
     def describe(self) -> str:
         """One line for people: 'recompute 120 tokens (no free blocks for R3), 2nd time'."""
         why = {NEEDED_BLOCKS: "no free KV blocks", FOR_PRIORITY: "higher priority",
-               PAUSED_KV: "KV of a paused request taken", POOL_SHRUNK: "KV pool shrunk"}.get(
+               PAUSED_KV: "KV of a paused request taken", POOL_SHRUNK: "KV pool shrunk",
+               SLOTS_CUT: "max_num_seqs lowered"}.get(
                    self.reason, self.reason)
         who = f" for {self.for_request}" if self.for_request else ""
         nth = "" if self.count <= 1 else f", preemption #{self.count}"
-        return f"{self.mode} {self.num_tokens} tokens ({why}{who}){nth}"
+        if self.mode == MODE_SWAP_FALLBACK:
+            return f"recompute {self.num_tokens} tokens (CPU swap pool full; {why}{who}){nth}"
+        mode = "swap out" if self.mode == MODE_SWAP else self.mode
+        return f"{mode} {self.num_tokens} tokens ({why}{who}){nth}"
 
 
 def preemption_info(detail: str) -> PreemptionInfo | None:

@@ -17,6 +17,7 @@ class RequestStatus(str, enum.Enum):
     RUNNING = "RUNNING"                  # admitted: holds a batch slot and KV blocks
     PREEMPTED = "PREEMPTED"              # evicted by recompute preemption, waiting to recompute
     PAUSED = "PAUSED"                    # held by the user: keeps its KV, holds no batch slot
+    SWAPPED = "SWAPPED"                  # preempted by swap: its KV waits in the CPU swap pool
     FINISHED_STOPPED = "FINISHED_STOPPED"  # EOS, stop token or stop string
     FINISHED_LENGTH = "FINISHED_LENGTH"    # max_tokens reached
     FINISHED_ABORTED = "FINISHED_ABORTED"  # aborted by the user

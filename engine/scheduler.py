@@ -1,5 +1,5 @@
 """The continuous-batching scheduler: FCFS, priority and static policies, chunked prefill,
-recompute preemption. Pure Python.
+recompute and swap preemption, prefix caching. Pure Python.
 
 Follows vLLM v1's scheduler (vllm/v1/core/sched/scheduler.py) in its essentials: one rule for
 prefill and decode (each request's ``num_computed_tokens`` catches up to ``num_tokens`` under a per
@@ -34,6 +34,15 @@ Documented policy choices (see ``../shared/cases/README.md``):
   lowest-priority) other running request is preempted (recompute: its KV is dropped and it goes
   back to the waiting queue). Every preemption is an event with a :class:`PreemptionInfo` (reason,
   for whom, tokens to recompute, how many times so far).
+- ``preemption_mode="swap"``: a victim's computed KV blocks are copied into the CPU pool of
+  ``num_cpu_blocks`` (``engine.swap``; the runner copies, ``SchedulerOutput.blocks_to_swap_*``)
+  and it waits in ``swapped`` with its progress; when the pool lacks room the preemption falls
+  back to recompute (``PreemptionInfo.mode == "recompute_fallback"``). Swapped requests resume
+  oldest first, before any admission and not in a step that preempted; nobody is admitted in a
+  step that began with swapped requests or swapped one out for memory (vLLM v0's rule), so a
+  swapped request is never overtaken by a new prefill. A paused request's KV is never swapped
+  (recompute), nor is a request with no computed KV. A priority preemption may swap its victim
+  out and still admit the request it made room for.
 - A user-paused request keeps its KV but no batch slot. Its KV is taken (it recomputes on resume)
   when a running request needs a block and no other running request is left to preempt, or when
   nothing runs and the oldest waiting request cannot fit otherwise; so parked requests never stall
@@ -62,18 +71,22 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
+from collections import deque
 from typing import Callable, Iterable
 
 from engine.config import EngineConfig
 from engine.kv_cache import NO_HIT, KVCacheManager
 from engine.outputs import (NOT_ADMITTED_BEHIND, NOT_ADMITTED_LOWER_PRIORITY,
                             NOT_ADMITTED_NO_FREE_BLOCKS, NOT_ADMITTED_SEQ_CAP,
+                            NOT_ADMITTED_SWAPPED_FIRST,
                             NOT_ADMITTED_STATIC_BATCH, NOT_ADMITTED_TOKEN_BUDGET, ModelRunnerOutput,
                             RequestEvent, ScheduledRequest, SchedulerOutput)
-from engine.preemption import (FOR_PRIORITY, MODE_RECOMPUTE, NEEDED_BLOCKS, PAUSED_KV,
-                               PreemptionInfo)
+from engine.preemption import (FOR_PRIORITY, MODE_RECOMPUTE, MODE_SWAP, MODE_SWAP_FALLBACK,
+                               NEEDED_BLOCKS, PAUSED_KV, POOL_SHRUNK, SLOTS_CUT, PreemptionInfo)
+from engine.prefix_explain import EVENT_KIND as PREFIX_EVENT
 from engine.request import Request, RequestStatus
 from engine.request_queue import make_queue
+from engine.swap import SwapSpace
 
 
 class Scheduler:
@@ -101,6 +114,11 @@ class Scheduler:
         self._free_slots = list(range(config.max_num_seqs))   # a heap: lowest free slot first
         self._seq = itertools.count()
         self.static_batch: set[str] = set()     # policy static: ids of the current batch
+        # preemption_mode swap: the CPU pool and the swapped-out requests, resumed FIFO
+        self.swap = SwapSpace(config.num_cpu_blocks, self.kv) if config.preemption_mode == "swap" else None
+        self.swapped: deque[Request] = deque()
+        self._swap_out: list[tuple[int, int]] = []
+        self._swap_in: list[tuple[int, int]] = []
 
     # --- admission ----------------------------------------------------------------------
     def admission_error(self, req: Request) -> str | None:
@@ -116,10 +134,11 @@ class Scheduler:
                     f"policy={self.policy!r}, where every request has priority 0)")
         if p + m > c.max_model_len:
             return f"prompt ({p}) + max_tokens ({m}) = {p + m} tokens exceeds max_model_len {c.max_model_len}"
-        cap = self.kv.num_blocks * self.kv.block_size
+        usable = self.kv.num_usable_blocks
+        cap = usable * self.kv.block_size
         if p + m > cap:
             return (f"prompt ({p}) + max_tokens ({m}) = {p + m} tokens needs {self.kv.blocks_for(p + m)} "
-                    f"KV blocks but the whole cache has {self.kv.num_blocks} blocks ({cap} tokens)")
+                    f"KV blocks but the whole cache has {usable} blocks ({cap} tokens)")
         return None
 
     def add_request(self, req: Request) -> bool:
@@ -156,7 +175,9 @@ class Scheduler:
         budget = self.config.max_num_batched_tokens
         scheduled: list[ScheduledRequest] = []
         preempted: list[str] = []
+        had_swapped = bool(self.swapped)
         kv = self.kv
+        kv.step = step
         table = kv.block_table
 
         # The hot loop (every running request, every step): locals, _chunk and is_prefill inlined.
@@ -195,20 +216,73 @@ class Scheduler:
 
         not_admitted: list[tuple[str, str]] = []
         waiting_reason = NOT_ADMITTED_BEHIND
-        if self.policy == "static" and self.waiting:
+        if self.swapped and not preempted:
+            # Swapped-out requests resume (FIFO) before anyone is admitted, and not in a step
+            # that preempted (the cache just ran out).
+            budget = self._resume_swapped(budget, scheduled)
+        if self.swapped or had_swapped:
+            # Nobody is admitted in a step that began with swapped-out requests or swapped one
+            # out (vLLM v0's rule: admissions only with an empty swapped queue).
+            waiting_reason = NOT_ADMITTED_SWAPPED_FIRST
+            if self.waiting:
+                not_admitted.append((self.waiting.peek().request_id, NOT_ADMITTED_SWAPPED_FIRST))
+        else:
+            waiting_reason = self._admission(step, budget, scheduled, preempted, not_admitted,
+                                             memory_preempted)
+
+        # swap copies of this step, and of swap-outs made between steps (live knobs)
+        swap_out, swap_in = tuple(self._swap_out), tuple(self._swap_in)
+        self._swap_out, self._swap_in = [], []
+        return SchedulerOutput(step=step, scheduled=tuple(scheduled), preempted_ids=tuple(preempted),
+                               not_admitted=tuple(not_admitted), waiting_reason=waiting_reason,
+                               blocks_to_swap_out=swap_out, blocks_to_swap_in=swap_in)
+
+    def _resume_swapped(self, budget: int, scheduled: list[ScheduledRequest]) -> int:
+        """Swap requests back in, oldest swap-out first, while a slot, budget and the GPU blocks
+        for their KV plus this step's chunk are free; each is scheduled in this step. Returns
+        the budget left."""
+        kv, swap, c = self.kv, self.swap, self.config
+        while self.swapped and len(self.running) < c.max_num_seqs and budget > 0:
+            req = self.swapped[0]
+            computed = req.num_computed_tokens
+            n = self._chunk(req, budget, computed)
+            if not c.enable_chunked_prefill and computed + n < req.num_tokens:
+                break
+            held = swap.num_gpu_blocks_to_swap_in(req.request_id)
+            if max(held, kv.blocks_for(computed + n)) > kv.num_free_blocks:
+                break
+            self.swapped.popleft()
+            self._swap_in += swap.swap_in(req.request_id)
+            grown = kv.allocate_slots(req.request_id, computed + n)
+            assert grown is not None          # counted above
+            self._start_running(req)
+            table = kv.block_table(req.request_id)
+            scheduled.append(ScheduledRequest(req.request_id, req.slot, n, computed, req.is_prefill,
+                                              table, table))
+            budget -= n
+        return budget
+
+    def _admission(self, step: int, budget: int, scheduled: list, preempted: list,
+                   not_admitted: list, memory_preempted: bool) -> str:
+        """The admission phase of a step (no swapped request waits): admit by the policy, or,
+        after a preemption for memory, nobody. Fills ``not_admitted``; returns the step's
+        ``waiting_reason``."""
+        waiting_reason = NOT_ADMITTED_BEHIND
+        static = self.policy == "static"
+        if static and self.waiting:
             waiting_reason = self._static_admission_open()
         if memory_preempted:
             # After a preemption for memory nobody is admitted: the cache is what ran out.
             if self.waiting:
                 head = self.waiting.peek().request_id
                 not_admitted.append((head, NOT_ADMITTED_STATIC_BATCH
-                                     if self.policy == "static" and head not in self.static_batch
+                                     if static and head not in self.static_batch
                                      else NOT_ADMITTED_NO_FREE_BLOCKS))
         elif waiting_reason == NOT_ADMITTED_BEHIND:
-            budget = self._admit(step, budget, scheduled, preempted, not_admitted)
+            self._admit(step, budget, scheduled, preempted, not_admitted)
             if self.waiting and not not_admitted:     # static: the rest waits for the next batch
                 not_admitted.append((self.waiting.peek().request_id, NOT_ADMITTED_STATIC_BATCH))
-        if self.policy == "static" and self.static_batch and self.waiting:
+        if static and self.static_batch and self.waiting:
             # waiting members of the batch (at most max_num_seqs) are behind the blocked one;
             # everyone else waits for the batch to finish
             listed = {rid for rid, _ in not_admitted}
@@ -216,9 +290,7 @@ class Scheduler:
                              for r in itertools.islice(self.waiting, self.config.max_num_seqs)
                              if r.request_id in self.static_batch and r.request_id not in listed]
             waiting_reason = NOT_ADMITTED_STATIC_BATCH
-
-        return SchedulerOutput(step=step, scheduled=tuple(scheduled), preempted_ids=tuple(preempted),
-                               not_admitted=tuple(not_admitted), waiting_reason=waiting_reason)
+        return waiting_reason
 
     def _admit(self, step: int, budget: int, scheduled: list, preempted: list,
                not_admitted: list) -> int:
@@ -269,6 +341,8 @@ class Scheduler:
             req.num_computed_tokens = num_cached
             if req.num_cached_tokens < 0:
                 req.num_cached_tokens = num_cached
+            if kv.enable_caching:         # how much hit, and why the match stopped there
+                self.events.append(RequestEvent(req.request_id, PREFIX_EVENT, kv.explain(req, hit).to_detail()))
             self._start_running(req)
             scheduled.append(ScheduledRequest(req.request_id, req.slot, n, req.num_computed_tokens,
                                               req.is_prefill, tuple(new_blocks), table(req.request_id)))
@@ -357,17 +431,28 @@ class Scheduler:
             req.slot = None
 
     def _preempt(self, req: Request, reason: str, for_request: str = "") -> None:
-        """Recompute preemption: drop the KV, go back to the waiting queue (its front under
-        FCFS). The event's detail is the :class:`PreemptionInfo`."""
+        """Preempt ``req``. Swap mode (a running request, room in the CPU pool): its KV is copied
+        to the CPU and it waits in ``swapped`` with its progress kept. Otherwise recompute: drop
+        the KV, go back to the waiting queue (its front under FCFS); in swap mode that is the
+        fallback, recorded as such. The event's detail is the :class:`PreemptionInfo`."""
         was_paused = req.status is RequestStatus.PAUSED
-        lost = req.num_computed_tokens
+        tokens = req.num_computed_tokens
         self._leave_running(req)
-        self.kv.free(req.request_id)
-        req.num_computed_tokens = 0
         req.num_preemptions += 1
-        info = PreemptionInfo(MODE_RECOMPUTE, reason, for_request, lost, req.num_preemptions)
+        mode = MODE_RECOMPUTE                       # (also when no KV was computed: nothing to keep)
+        num_blocks = self.kv.blocks_for(tokens)
+        if self.swap is not None and not was_paused and num_blocks:
+            mode = MODE_SWAP if self.swap.can_swap_out(num_blocks) else MODE_SWAP_FALLBACK
+        if mode == MODE_SWAP:
+            self._swap_out += self.swap.swap_out(req.request_id, num_blocks)
+            req.status = RequestStatus.SWAPPED
+            self.swapped.append(req)
+        else:
+            self.kv.free(req.request_id)
+            req.num_computed_tokens = 0
+        info = PreemptionInfo(mode, reason, for_request, tokens, req.num_preemptions)
         self.events.append(RequestEvent(req.request_id, "preempted", info.to_detail()))
-        if not was_paused:
+        if mode != MODE_SWAP and not was_paused:
             req.status = RequestStatus.PREEMPTED
             self.waiting.prepend(req)
 
@@ -468,6 +553,39 @@ class Scheduler:
             self.waiting.prepend(req)
         return True
 
+    def set_limits(self, *, max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
+                   num_usable_blocks: int | None = None) -> list[tuple[str, int]]:
+        """Change knobs between steps (the window's live knobs while paused). Lowering
+        ``max_num_seqs`` preempts the running requests whose batch slot is gone; shrinking the
+        usable KV pool to its first ``num_usable_blocks`` blocks preempts every request holding a
+        block above (swap mode: swapped out if the CPU pool has room) and takes those blocks out
+        of use; a live request that can then never fit fails with an error naming the limit.
+        Returns the (knob, value) changes made. Raises ``ConfigError`` / ``ValueError`` naming
+        the knob and its limit; then nothing changes."""
+        changes = {k: v for k, v in (("max_num_seqs", max_num_seqs),
+                                     ("max_num_batched_tokens", max_num_batched_tokens)) if v is not None}
+        new = self.config.replace(**changes)                # validated (raises ConfigError)
+        if num_usable_blocks is not None and not 1 <= num_usable_blocks <= self.kv.num_blocks:
+            raise ValueError(f"num_usable_blocks must be in [1, {self.kv.num_blocks}] (the KV cache "
+                             f"has {self.kv.num_blocks} blocks), got {num_usable_blocks}")
+        cap = new.max_num_seqs
+        for r in [r for r in self.running if r.slot >= cap]:
+            self._preempt(r, SLOTS_CUT)
+        self._free_slots = sorted(set(range(cap)) - {r.slot for r in self.running})
+        self.config = new
+        if num_usable_blocks is not None:
+            changes["num_usable_blocks"] = num_usable_blocks
+            outside = self.kv.blocks_held_outside(num_usable_blocks)
+            for r in [r for r in self.live_requests() if r.request_id in outside]:
+                self._preempt(r, POOL_SHRUNK)
+            self.kv.set_usable_blocks(num_usable_blocks)
+            for r in list(self.live_requests()):
+                err = self.admission_error(r)
+                if err is not None:
+                    self._finish(r, RequestStatus.FINISHED_ERROR, kind="failed",
+                                 error=f"{err} (num_usable_blocks was lowered to {num_usable_blocks})")
+        return list(changes.items())
+
     def set_priority(self, request_id: str, priority: int) -> bool:
         """Change a live request's priority (policy ``priority`` only): a waiting request moves
         in the queue at once; a running one keeps running and is ordered by it for later
@@ -495,6 +613,9 @@ class Scheduler:
             self.waiting.remove(req)
         elif req in self.paused:
             self.paused.remove(req)
+        elif req.status is RequestStatus.SWAPPED:
+            self.swapped.remove(req)
+            self.swap.drop(req.request_id)
         self.static_batch.discard(req.request_id)
         self.kv.free(req.request_id)
         req.status = status
@@ -518,18 +639,20 @@ class Scheduler:
 
     @property
     def has_unfinished(self) -> bool:
-        return bool(self.waiting or self.running or self.paused)
+        return bool(self.waiting or self.running or self.paused or self.swapped)
 
     def live_requests(self) -> Iterable[Request]:
         yield from self.running
         yield from self.waiting
         yield from self.paused
+        yield from self.swapped
 
     def check_invariants(self) -> None:
         """Assert G1, G2, G3 and G4 (raises ``AssertionError`` naming the invariant)."""
         self.kv.check_invariants()
         seen: dict[str, str] = {}
-        for name, reqs in (("waiting", list(self.waiting)), ("running", self.running), ("paused", self.paused)):
+        for name, reqs in (("waiting", list(self.waiting)), ("running", self.running),
+                           ("paused", self.paused), ("swapped", self.swapped)):
             for r in reqs:
                 assert r.request_id not in seen, f"G3: {r.request_id} in {seen[r.request_id]} and {name}"
                 assert not r.is_finished, f"G3: finished {r.request_id} back in {name}"
@@ -540,6 +663,12 @@ class Scheduler:
         assert len(seen) == len(self.requests), "G3: a queued request is not in requests"
         for rid in self.kv.block_tables:
             assert rid in self.requests, f"G1: {rid} holds blocks but is not live"
+        if self.swap is not None:
+            self.swap.check_invariants()
+            assert set(self.swap.tables) == {r.request_id for r in self.swapped}, (
+                "G1: CPU swap blocks held by requests that are not swapped out")
+            for r in self.swapped:
+                assert not self.kv.block_ids(r.request_id), f"G1: swapped {r.request_id} holds GPU blocks"
         assert len(self.running) <= self.config.max_num_seqs, "G4: running > max_num_seqs"
         slots = [r.slot for r in self.running]
         assert None not in slots and len(set(slots)) == len(slots), f"slots not unique: {slots}"

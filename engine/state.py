@@ -18,12 +18,13 @@ from engine.outputs import RequestView
 
 # Request status <-> int8 code in the ``status`` column.
 STATUSES = ("WAITING", "RUNNING", "PREEMPTED", "PAUSED", "FINISHED_STOPPED", "FINISHED_LENGTH",
-            "FINISHED_ABORTED", "FINISHED_ERROR")
+            "FINISHED_ABORTED", "FINISHED_ERROR", "SWAPPED")   # new codes only ever appended
 STATUS_CODE = {name: i for i, name in enumerate(STATUSES)}
 FINISH_REASON = {"FINISHED_STOPPED": "stop", "FINISHED_LENGTH": "length",
                  "FINISHED_ABORTED": "abort", "FINISHED_ERROR": "error"}
 _QUEUE_CODES = {"waiting": (STATUS_CODE["WAITING"], STATUS_CODE["PREEMPTED"]),
-                "running": (STATUS_CODE["RUNNING"],), "paused": (STATUS_CODE["PAUSED"],)}
+                "running": (STATUS_CODE["RUNNING"],), "paused": (STATUS_CODE["PAUSED"],),
+                "swapped": (STATUS_CODE["SWAPPED"],)}
 
 # Column name -> dtype. Times are on the engine clock; NaN = not yet; slot -1 = none.
 COLUMNS: dict[str, np.dtype] = {
@@ -42,6 +43,7 @@ COLUMNS: dict[str, np.dtype] = {
     "first_token_time": np.dtype(np.float64),
     "last_token_time": np.dtype(np.float64),
 }
+RESERVED = -2                # block_owner of a block taken out of use (the user shrank the pool)
 NUM_RECENTLY_FINISHED = 64   # finished requests a state keeps for the window's "finished" table
 
 
@@ -88,6 +90,9 @@ class EngineState:
     shared blocks are the pairs ``(shared_seq[k], shared_block[k])`` (sorted; empty without
     sharing). ``block_hash[b]`` is the prefix hash a cached block is tagged with (0 = none): a
     block with ``block_owner`` -1 and a hash is cached-free (evictable, reusable on a hit).
+    ``cpu_owner[c]`` is the ``seq`` of the swapped-out request whose KV CPU swap block ``c``
+    holds (-1 = free; empty without a swap pool). A block the user took out of use (live knob
+    ``num_usable_blocks``) has ``block_owner`` :data:`RESERVED` (-2).
     ``recently_finished`` keeps the final views of the last
     :data:`NUM_RECENTLY_FINISHED` finished requests, oldest first. ``next_seq`` is the arrival
     number the next request gets.
@@ -95,14 +100,15 @@ class EngineState:
 
     __slots__ = ("step", "clock", "num_total_blocks", "block_size", "max_num_seqs", "next_seq",
                  "request_ids", "columns", "block_owner", "block_pos", "recently_finished",
-                 "block_hash", "shared_seq", "shared_block", "_rows", "_fill")
+                 "block_hash", "shared_seq", "shared_block", "cpu_owner", "_rows", "_fill")
 
     def __init__(self, step: int, clock: float, num_total_blocks: int, block_size: int,
                  max_num_seqs: int, *, next_seq: int = 0, request_ids: tuple[str, ...] = (),
                  columns: Mapping[str, np.ndarray] | None = None,
                  block_owner: np.ndarray | None = None, block_pos: np.ndarray | None = None,
                  recently_finished: tuple[RequestView, ...] = (), block_hash: np.ndarray | None = None,
-                 shared_seq: np.ndarray | None = None, shared_block: np.ndarray | None = None) -> None:
+                 shared_seq: np.ndarray | None = None, shared_block: np.ndarray | None = None,
+                 cpu_owner: np.ndarray | None = None) -> None:
         n = len(request_ids)
         self.step, self.clock = int(step), float(clock)
         self.num_total_blocks, self.block_size = int(num_total_blocks), int(block_size)
@@ -130,6 +136,8 @@ class EngineState:
         if self.shared_seq.shape != self.shared_block.shape or self.shared_seq.ndim != 1:
             raise ValueError(f"shared holdings of shapes {self.shared_seq.shape} and {self.shared_block.shape}")
         self.shared_seq.flags.writeable = self.shared_block.flags.writeable = False
+        self.cpu_owner = empty if cpu_owner is None else np.asarray(cpu_owner, np.int64)
+        self.cpu_owner.flags.writeable = False
         self.recently_finished = tuple(recently_finished)
         self._rows: dict[str, int] | None = None
         self._fill: np.ndarray | None = None
@@ -286,7 +294,8 @@ class EngineState:
                 and np.array_equal(self.block_pos, other.block_pos)
                 and np.array_equal(self.block_hash, other.block_hash)
                 and np.array_equal(self.shared_seq, other.shared_seq)
-                and np.array_equal(self.shared_block, other.shared_block))
+                and np.array_equal(self.shared_block, other.shared_block)
+                and np.array_equal(self.cpu_owner, other.cpu_owner))
 
     __hash__ = None  # type: ignore[assignment]
 

@@ -18,8 +18,9 @@ from typing import Iterable
 import numpy as np
 
 from engine.outputs import (BLOCKS_ALLOCATED, BLOCKS_CACHED, BLOCKS_EVICTED, BLOCKS_FREED,
-                            BLOCKS_HIT, Arrival, BlockEvent, RequestEvent, StepRecord, Transition)
-from engine.state import (COLUMNS, NUM_RECENTLY_FINISHED, STATUS_CODE, STATUSES, EngineState,
+                            BLOCKS_HIT, BLOCKS_RESERVED, BLOCKS_SWAPPED_IN, BLOCKS_SWAPPED_OUT,
+                            BLOCKS_UNRESERVED, Arrival, BlockEvent, RequestEvent, StepRecord, Transition)
+from engine.state import (COLUMNS, RESERVED, NUM_RECENTLY_FINISHED, STATUS_CODE, STATUSES, EngineState,
                           row_view)
 
 _RUNNING = STATUS_CODE["RUNNING"]
@@ -37,8 +38,10 @@ class StateTimeline:
     or out-of-order record) and ``ValueError`` for a block event of an unknown kind.
     """
 
-    def __init__(self, num_total_blocks: int, block_size: int, max_num_seqs: int) -> None:
-        self.start(EngineState(-1, 0.0, num_total_blocks, block_size, max_num_seqs))
+    def __init__(self, num_total_blocks: int, block_size: int, max_num_seqs: int,
+                 num_cpu_blocks: int = 0) -> None:
+        self.start(EngineState(-1, 0.0, num_total_blocks, block_size, max_num_seqs,
+                               cpu_owner=np.full(num_cpu_blocks, -1, np.int64)))
 
     @classmethod
     def from_state(cls, state: EngineState) -> "StateTimeline":
@@ -65,6 +68,7 @@ class StateTimeline:
         self.block_owner = state.block_owner.copy()
         self.block_pos = state.block_pos.copy()
         self.block_hash = state.block_hash.copy()
+        self.cpu_owner = state.cpu_owner.copy()
         # Prefix-shared blocks: holders other than block_owner, by request and by block.
         self._extra: dict[int, dict[int, None]] = {}
         self._extra_by_block: dict[int, list[int]] = {}
@@ -100,7 +104,8 @@ class StateTimeline:
                            block_owner=self.block_owner.copy(), block_pos=self.block_pos.copy(),
                            recently_finished=tuple(self.finished),
                            block_hash=self.block_hash.copy(),
-                           shared_seq=shared_seq, shared_block=shared_block)
+                           shared_seq=shared_seq, shared_block=shared_block,
+                           cpu_owner=self.cpu_owner.copy())
 
     def _shared_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """The further holders of shared blocks as sorted (seq, block) int64 arrays, rebuilt only
@@ -132,17 +137,22 @@ class StateTimeline:
     def apply(self, record: StepRecord) -> None:
         """Advance to the state after ``record``'s step."""
         self.apply_changes(record.arrivals, record.block_events, record.transitions,
-                           record.scheduled, record.new_tokens, record.token_time, record.events)
+                           record.scheduled, record.new_tokens, record.token_time, record.events,
+                           record.knobs)
         self.step, self.clock = record.step, record.clock
 
     def apply_changes(self, arrivals: Iterable[Arrival], block_events: Iterable[BlockEvent],
                       transitions: Iterable[Transition], scheduled=(), new_tokens=(),
-                      token_time: float = math.nan, events: Iterable[RequestEvent] = ()) -> None:
+                      token_time: float = math.nan, events: Iterable[RequestEvent] = (),
+                      knobs: Iterable[tuple[str, int]] = ()) -> None:
         """Apply a step's changes in their fixed order: arrivals, priority changes (``priority``
         events), batch entries, tokens, block events, transitions (last, so they are the values
         after the step). Also used for the changes a user makes between steps (they are
         recorded with the next step)."""
         self.last_finished = []
+        for name, value in knobs:
+            if name == "max_num_seqs":            # the batch slots a state shows
+                self.layout = (self.layout[0], self.layout[1], int(value))
         for a in arrivals:
             self._add(a)
         for ev in events:
@@ -193,6 +203,12 @@ class StateTimeline:
         self._row[a.request_id] = i
 
     def _blocks(self, ev: BlockEvent) -> None:
+        if ev.kind in (BLOCKS_RESERVED, BLOCKS_UNRESERVED):     # the usable pool changed
+            ids = np.asarray(ev.block_ids, np.int64)
+            self.block_owner[ids] = RESERVED if ev.kind == BLOCKS_RESERVED else -1
+            self.block_hash[ids] = 0
+            self.block_pos[ids] = 0
+            return
         i = self._row[ev.request_id]
         nblocks = self._cols["num_blocks"]
         ids, n = ev.block_ids, len(ev.block_ids)
@@ -203,6 +219,12 @@ class StateTimeline:
             return
         if ev.kind in _CACHE_KINDS:
             self._cache_event(i, ev)
+            return
+        if ev.kind == BLOCKS_SWAPPED_OUT:       # the CPU side; the GPU table was freed before
+            self.cpu_owner[np.asarray(ids, np.int64)] = self._cols["seq"][i]
+            return
+        if ev.kind == BLOCKS_SWAPPED_IN:
+            self.cpu_owner[np.asarray(ids, np.int64)] = -1
             return
         if n == 1:              # the common case (a decode crossing a block boundary): scalars
             ids = ids[0]

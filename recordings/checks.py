@@ -8,14 +8,16 @@ states and :func:`check_recording` on the states replayed from a recording's row
   == ``num_gpu_blocks``; only live requests hold blocks; each request's block table has exactly
   its block count, at positions 0..n-1; no more cached-free blocks than free ones; and, from the
   step's block events in order, an allocation takes only blocks nobody holds and a free releases
-  only blocks its request holds.
+  only blocks its request holds; blocks taken out of use (live knob) are free and counted apart;
+  on the CPU swap pool, exactly the swapped-out requests hold blocks.
 - G2 (what a state shows of it): no block twice in one table; a block held by two requests is a
   prefix-cached block (it has a hash) with an owner; without prefix caching nothing is shared or
   cached.
-- G3 queue exclusivity: every live request is in exactly one queue (waiting, running, paused), the
+- G3 queue exclusivity: every live request is in exactly one queue (waiting, running, paused,
+  swapped), the
   queue sizes are the step's counts, a request leaves the live set only by finishing, and a
   finished request never comes back.
-- G4 limits, from the run's config: running <= ``max_num_seqs`` in distinct slots below it,
+- G4 limits, from the run's config and the live knob changes recorded since: running <= ``max_num_seqs`` in distinct slots below it,
   scheduled requests <= ``max_num_seqs`` and scheduled tokens <= ``max_num_batched_tokens``.
 - G6 drain (:meth:`StateChecker.check_drained`, on the last state of a run whose requests all
   finished): nothing live, every block free.
@@ -33,14 +35,16 @@ from typing import Callable, Iterator, Mapping
 
 import numpy as np
 
-from engine.outputs import BLOCKS_ALLOCATED, BLOCKS_FREED, BLOCKS_HIT, StepRecord
-from engine.state import NUM_RECENTLY_FINISHED, STATUS_CODE, STATUSES, EngineState
+from engine.outputs import (BLOCKS_ALLOCATED, BLOCKS_FREED, BLOCKS_HIT, BLOCKS_RESERVED,
+                            BLOCKS_UNRESERVED, StepRecord)
+from engine.state import NUM_RECENTLY_FINISHED, RESERVED, STATUS_CODE, STATUSES, EngineState
 
 MAX_NAMED = 5          # ids named in one problem's message before "and N more"
 CHUNK_STEPS = 512      # steps read from a recording per query
 # Request events that end a request (schema-1 records carry these, not transitions)
 FINISH_EVENT_KINDS = ("finished", "aborted", "failed", "rejected")
-_LIVE_CODES = tuple(STATUS_CODE[s] for s in ("WAITING", "PREEMPTED", "RUNNING", "PAUSED"))
+_LIVE_CODES = tuple(STATUS_CODE[s] for s in ("WAITING", "PREEMPTED", "RUNNING", "PAUSED", "SWAPPED"))
+_POOL_KINDS = (BLOCKS_RESERVED, BLOCKS_UNRESERVED)        # the usable pool resized (no request)
 
 
 @dataclass(frozen=True)
@@ -99,8 +103,12 @@ class StateChecker:
         if np.any(np.diff(seq) <= 0) or (len(seq) and seq[-1] >= st.next_seq):
             bad("record", "live requests are not in arrival order")
             return out
+        for name, value in rec.knobs:          # live knobs hold from this step on
+            if name in ("max_num_seqs", "max_num_batched_tokens"):
+                setattr(self, name, int(value))
         self._check_block_events(rec, bad)
         self._check_blocks(st, rec, bad)
+        self._check_cpu_pool(st, bad)
         self._check_queues(st, rec, bad)
         self._check_limits(st, rec, bad)
         return out
@@ -110,7 +118,11 @@ class StateChecker:
         out = []
         if len(st):
             out.append(Problem(rec.step, "G6", f"unfinished requests at the end: {_names(st.request_ids)}"))
-        if st.num_used_blocks or rec.num_free_blocks != rec.num_total_blocks:
+        if np.count_nonzero(st.cpu_owner >= 0):
+            out.append(Problem(rec.step, "G6", f"{np.count_nonzero(st.cpu_owner >= 0)} CPU swap blocks "
+                                               "still held at the end"))
+        reserved = int(np.count_nonzero(st.block_owner == RESERVED))
+        if st.num_used_blocks or rec.num_free_blocks + reserved != rec.num_total_blocks:
             out.append(Problem(rec.step, "G6", f"{st.num_used_blocks} blocks still held, "
                                                f"{rec.num_free_blocks} of {rec.num_total_blocks} free at the end"))
         return out
@@ -122,6 +134,11 @@ class StateChecker:
         holders = self._holders
         for ev in rec.block_events:
             rid = ev.request_id
+            if ev.kind in _POOL_KINDS:
+                held = [b for b in ev.block_ids if holders.get(b)]
+                if held:
+                    bad("G1", f"blocks taken out of use while held: {_names(held)}")
+                continue
             if ev.kind == BLOCKS_ALLOCATED:
                 taken = [f"block {b} to {rid} while {_names(holders[b])} holds it" for b in ev.block_ids
                          if holders.get(b)]
@@ -183,9 +200,10 @@ class StateChecker:
         cell = (np.cumsum(counts) - counts)[rows] + pos
         if not inside.all() or np.any(np.bincount(cell[inside], minlength=len(rows)) != 1):
             self._explain_tables(ids, rows, blocks, pos, bad)
-        used = len(held)
-        if used + rec.num_free_blocks != total:
-            bad("G1", f"{used} blocks held + {rec.num_free_blocks} free != {total} blocks")
+        used, reserved = len(held), int(np.count_nonzero(owner == RESERVED))
+        if used + rec.num_free_blocks + reserved != total:
+            bad("G1", f"{used} blocks held + {rec.num_free_blocks} free + {reserved} out of use "
+                      f"!= {total} blocks")
         if cached_free > rec.num_free_blocks:
             bad("G1", f"{cached_free} cached-free blocks but only {rec.num_free_blocks} free ones")
 
@@ -202,6 +220,16 @@ class StateChecker:
         gaps = np.setdiff1d(np.unique(r[p != expected]), twice)
         if len(gaps):
             bad("G1", f"block tables with gaps or repeated positions: {_names(ids[i] for i in gaps.tolist())}")
+
+    # --- G1 on the CPU swap pool ---------------------------------------------------------------
+    def _check_cpu_pool(self, st: EngineState, bad) -> None:
+        """Exactly the swapped-out requests hold CPU swap blocks."""
+        seq = st.columns["seq"]
+        holders = set(st.cpu_owner[st.cpu_owner >= 0].tolist())
+        swapped = set(seq[st.queue_rows("swapped")].tolist())
+        if holders != swapped:
+            bad("G1", f"CPU swap blocks held by {_names(sorted(holders - swapped))} (not swapped out); "
+                      f"swapped out without CPU blocks: {_names(sorted(swapped - holders))}")
 
     # --- G3: queues -----------------------------------------------------------------------------
     def _check_queues(self, st: EngineState, rec: StepRecord, bad) -> None:

@@ -140,6 +140,7 @@ def step_rows(record: StepRecord, seq_of: SeqOf,
         "preempted_json": strict_dumps([seq_of(r) for r in record.preempted_ids]),
         "not_admitted_json": strict_dumps([[seq_of(r), why] for r, why in record.not_admitted]),
         "waiting_reason": None if record.waiting_reason == NOT_ADMITTED_BEHIND else record.waiting_reason,
+        "knobs_json": strict_dumps(record.knobs) if record.knobs else None,
         "prefix_cache_queries": record.prefix_cache_queries,
         "prefix_cache_hits": record.prefix_cache_hits,
     }
@@ -147,7 +148,8 @@ def step_rows(record: StepRecord, seq_of: SeqOf,
         "steps": [steps_row],
         "events": [{"step": step, "ord": i, "seq": seq_of(e.request_id), "kind": e.kind,
                     "detail": e.detail} for i, e in enumerate(record.events)],
-        "block_events": [{"step": step, "ord": i, "kind": b.kind, "seq": seq_of(b.request_id),
+        "block_events": [{"step": step, "ord": i, "kind": b.kind,
+                          "seq": seq_of(b.request_id) if b.request_id else NO_REQUEST,
                           "block_ids_json": strict_dumps(b.block_ids),
                           "block_hashes_json": strict_dumps(b.block_hashes) if b.block_hashes else None}
                          for i, b in enumerate(record.block_events)],
@@ -165,12 +167,13 @@ STEP_COLUMNS = ("step", "start_ns", "end_ns", "clock", "token_time", "num_waitin
                 "batch_seq_json", "batch_slot_json", "batch_num_tokens_json",
                 "batch_num_computed_json", "batch_prefill_json", "token_index_json",
                 "token_id_json", "token_text_json", "preempted_json", "not_admitted_json",
-                "waiting_reason", "prefix_cache_queries", "prefix_cache_hits")
+                "waiting_reason", "prefix_cache_queries", "prefix_cache_hits", "knobs_json")
 EVENT_COLUMNS = ("step", "seq", "kind", "detail")
 BLOCK_EVENT_COLUMNS = ("step", "kind", "seq", "block_ids_json", "block_hashes_json")
 # What a version-2 file is read as, for the columns version 3 added.
 V2_DEFAULTS = {"prefix_cache_queries": "0", "prefix_cache_hits": "0", "block_hashes_json": "NULL",
-               "waiting_reason": "NULL"}
+               "waiting_reason": "NULL", "knobs_json": "NULL"}
+NO_REQUEST = -1     # the seq of a block event that belongs to no request (the pool resized)
 TRANSITION_COLUMNS = ("step", "seq", "status", "slot", "num_computed_tokens", "num_preemptions",
                       "error")
 
@@ -183,7 +186,7 @@ def record_from_rows(row: Sequence[Any], arrivals: Sequence[Arrival], events: Se
     (step, start_ns, end_ns, clock, token_time, num_waiting, num_running, num_paused,
      num_finished, num_free, num_total, schedule_ns, forward_ns, update_ns, wait_ns, error,
      b_seq, b_slot, b_n, b_nc, b_pre, t_idx, t_id, t_text, preempted, not_admitted,
-     waiting_reason, prefix_cache_queries, prefix_cache_hits) = row
+     waiting_reason, prefix_cache_queries, prefix_cache_hits, knobs) = row
     seqs, slots, ncs, ids = (json.loads(x) for x in (b_seq, b_slot, b_nc, t_id))
     prefill_rows = json.loads(b_pre)  # [[index, num_tokens], ...] (a plain index: legacy)
     prefill = {p[0] if isinstance(p, list) else p for p in prefill_rows}
@@ -210,7 +213,8 @@ def record_from_rows(row: Sequence[Any], arrivals: Sequence[Arrival], events: Se
         new_tokens=tuple(NewToken(rid, idx, tid, text or "")
                          for rid, idx, tid, text in zip(rids, idxs, ids, texts) if idx >= 0),
         events=tuple(RequestEvent(id_of(seq), kind, detail or "") for _, seq, kind, detail in events),
-        block_events=tuple(BlockEvent(kind, id_of(seq), tuple(json.loads(blocks)),
+        block_events=tuple(BlockEvent(kind, "" if seq == NO_REQUEST else id_of(seq),
+                                      tuple(json.loads(blocks)),
                                       tuple(json.loads(hashes)) if hashes else ())
                            for _, kind, seq, blocks, hashes in block_events),
         transitions=tuple(Transition(id_of(seq), status, slot, nc, npre, err)
@@ -221,7 +225,13 @@ def record_from_rows(row: Sequence[Any], arrivals: Sequence[Arrival], events: Se
         num_finished=num_finished, num_free_blocks=num_free, num_total_blocks=num_total,
         schedule_ns=schedule_ns, forward_ns=forward_ns, update_ns=update_ns,
         recorder_wait_ns=wait_ns, error=error, waiting_reason=waiting_reason or NOT_ADMITTED_BEHIND,
-        prefix_cache_queries=prefix_cache_queries, prefix_cache_hits=prefix_cache_hits)
+        prefix_cache_queries=prefix_cache_queries, prefix_cache_hits=prefix_cache_hits,
+        knobs=knobs_from_json(knobs))
+
+
+def knobs_from_json(text: str | None) -> tuple[tuple[str, int], ...]:
+    """``StepRecord.knobs`` from a ``steps.knobs_json`` value (NULL: no change)."""
+    return () if text is None else tuple((str(k), int(v)) for k, v in json.loads(text))
 
 
 # --- keyframes ---------------------------------------------------------------------------------
@@ -244,7 +254,7 @@ def state_blob(state: EngineState) -> tuple[bytes, str]:
         seq_delta=_narrow(np.diff(seq, prepend=0)),
         block_owner=_narrow(state.block_owner), block_pos=_narrow(state.block_pos),
         block_hash=state.block_hash, shared_seq=_narrow(state.shared_seq),
-        shared_block=_narrow(state.shared_block),
+        shared_block=_narrow(state.shared_block), cpu_owner=_narrow(state.cpu_owner),
         **{f"col_{k}": _narrow(v) for k, v in state.columns.items()
            if k != "seq" and k not in STATIC_COLUMNS})
     finished = [[v.request_id, v.status, v.arrival_step, v.arrival_time, v.num_prompt_tokens,
@@ -285,8 +295,9 @@ def state_from_blob(blob: bytes, finished_json: str, static_of: StaticOf) -> Eng
                 block_owner=z["block_owner"].astype(np.int64),
                 block_pos=z["block_pos"].astype(np.int64),
                 recently_finished=tuple(RequestView(*v) for v in json.loads(finished_json)),
-                # prefix caching (keyframes written before it have none of these)
-                **{k: z[k].astype(np.int64) for k in ("block_hash", "shared_seq", "shared_block")
+                # prefix caching and swap (keyframes written before them have none of these)
+                **{k: z[k].astype(np.int64)
+                   for k in ("block_hash", "shared_seq", "shared_block", "cpu_owner")
                    if k in z.files})
     except (zipfile.BadZipFile, zlib.error, EOFError, RuntimeError, OverflowError) as exc:
         # a damaged zip or deflate stream (bad header, unknown method, "encrypted" flag...)

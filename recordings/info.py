@@ -46,3 +46,11 @@ class RequestInfo:
     def is_finished(self) -> bool:
         """True once the request reached a FINISHED_* status."""
         return self.status is not None and self.status.startswith("FINISHED")
+
+
+def timeline_events(records, request_id: str) -> list[TimelineEvent]:
+    """The :class:`TimelineEvent` s of ``request_id`` in ``records`` (``StepRecord`` s in step
+    order), as ``Reader.request_timeline`` reads them from a file: for sources that hold records
+    (a live engine's newest steps)."""
+    return [TimelineEvent(r.step, e.kind, e.detail, r.clock, r.end_ns)
+            for r in records for e in r.events if e.request_id == request_id]

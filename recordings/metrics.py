@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import array
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Sequence
 
@@ -51,6 +51,15 @@ class RunSummary:
     highest fraction of KV blocks in use after any step. ``prefix_cache_queries`` /
     ``prefix_cache_hits`` are vLLM's prefix-cache counters summed over the steps (tokens of the
     admitted requests looked up, and found cached; 0 without prefix caching).
+
+    Preemption forensics, from the ``preempted`` events' ``PreemptionInfo`` JSON:
+    ``num_preempted_requests`` (requests preempted at least once), ``max_preemptions_per_request``,
+    ``preemptions_by_reason`` (``engine.preemption`` reasons; ``unknown`` for a recording made
+    before forensics). The wasted work: ``num_preempted_tokens``, tokens of KV dropped by
+    recompute preemptions (computed, then thrown away), and ``num_recomputed_tokens``, those of
+    them computed again when the request was admitted again (the rest came back from the prefix
+    cache, or the request never came back), out of ``num_computed_tokens`` (all tokens scheduled
+    in the run).
     """
 
     clock: str
@@ -69,6 +78,12 @@ class RunSummary:
     peak_kv_cache_usage: float
     prefix_cache_queries: int = 0
     prefix_cache_hits: int = 0
+    num_preempted_requests: int = 0
+    max_preemptions_per_request: int = 0
+    preemptions_by_reason: dict[str, int] = field(default_factory=dict)
+    num_preempted_tokens: int = 0
+    num_recomputed_tokens: int = 0
+    num_computed_tokens: int = 0
 
     @property
     def prefix_cache_hit_rate(self) -> float | None:
@@ -104,16 +119,30 @@ class RunSummary:
             rows.append((f"{name} p50/p90/p99 ({unit})",
                          f"{num(p.p50)} / {num(p.p90)} / {num(p.p99)}  (n={p.num_samples})"))
         rows += [
-            ("preemptions", str(self.num_preemptions)),
+            ("preemptions", self._preemption_text()),
             ("mean batch size", num(self.mean_batch_size, ".2f")),
             ("peak KV cache usage", f"{self.peak_kv_cache_usage:.1%}"),
         ]
+        if self.num_preemptions:
+            share = (f" ({self.num_recomputed_tokens / self.num_computed_tokens:.1%} of the "
+                     f"{self.num_computed_tokens} computed)" if self.num_computed_tokens else "")
+            rows.append(("wasted by preemption", f"{self.num_preempted_tokens} KV tokens dropped, "
+                                                 f"{self.num_recomputed_tokens} computed again{share}"))
         rate = self.prefix_cache_hit_rate
         if rate is not None:
             rows.append(("prefix cache hits / queries",
                          f"{self.prefix_cache_hits} / {self.prefix_cache_queries} tokens ({rate:.1%})"))
         width = max(len(name) for name, _ in rows)
         return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+    def _preemption_text(self) -> str:
+        """'5 of 3 requests (priority=4, no_free_blocks=1), at most 2 per request'."""
+        if not self.num_preemptions:
+            return "0"
+        why = ", ".join(f"{k}={v}" for k, v in sorted(self.preemptions_by_reason.items()))
+        return (f"{self.num_preemptions} of {self.num_preempted_requests} requests"
+                + (f" ({why})" if why else "")
+                + f", at most {self.max_preemptions_per_request} per request")
 
 
 def summarize(reader: Reader) -> RunSummary:
@@ -147,6 +176,8 @@ def _summarize(reader: Reader) -> RunSummary:
     if version >= 3:       # the prefix-cache counters came with schema version 3
         (queries, hits), = reader.execute("SELECT coalesce(sum(prefix_cache_queries), 0), "
                                           "coalesce(sum(prefix_cache_hits), 0) FROM steps")
+    preemptions = _preemptions(reader, "request_id" if v1 else "seq")
+    (num_computed,), = reader.execute("SELECT coalesce(sum(num_scheduled_tokens), 0) FROM steps")
     ttft, itl = _v1_latencies(reader, clock) if v1 else _latencies(reader)
     num_output_tokens = reader.execute("SELECT count(*) FROM tokens" if v1 else
                                        "SELECT coalesce(sum(num_new_tokens), 0) FROM steps")[0][0]
@@ -162,7 +193,47 @@ def _summarize(reader: Reader) -> RunSummary:
         ttft=Percentiles.of(ttft), itl=Percentiles.of(itl), num_preemptions=num_preemptions,
         mean_batch_size=float(mean_batch or 0.0), peak_kv_cache_usage=float(peak_kv),
         prefix_cache_queries=int(queries), prefix_cache_hits=int(hits),
+        num_computed_tokens=int(num_computed), **preemptions,
     )
+
+
+# A preempted event's detail is PreemptionInfo JSON (engine.preemption); older files hold free
+# text there, which json_extract would refuse: CASE evaluates it only for valid JSON.
+_REASON = "CASE WHEN json_valid(detail) THEN json_extract(detail, '$.reason') END"
+_RECOMPUTE = ("kind = 'preempted' AND CASE WHEN json_valid(detail) THEN json_extract(detail, '$.mode') "
+              "END IN ('recompute', 'recompute_fallback')")     # a swap drops nothing
+# Per recompute preemption: the tokens it dropped, the step the request was admitted again
+# (NULL if never: aborted, or the run ended) and the prefix-cache blocks that admission hit.
+_DROPPED = f"""
+SELECT dropped, back, coalesce((SELECT sum(json_array_length(b.block_ids_json)) FROM block_events b
+                                WHERE b.seq = p.seq AND b.step = p.back AND b.kind = 'hit'), 0) AS hit
+FROM (SELECT e.seq, json_extract(e.detail, '$.tokens') AS dropped,
+             (SELECT min(s.step) FROM events s WHERE s.seq = e.seq AND s.kind = 'scheduled'
+              AND s.step > e.step) AS back
+      FROM events e WHERE {_RECOMPUTE}) p"""
+
+
+def _preemptions(reader: Reader, who: str) -> dict:
+    """The preemption totals of :class:`RunSummary` from the ``events`` and ``block_events``
+    tables (``who``: the column naming the request, ``seq`` or, in schema 1, ``request_id``)."""
+    (requests, most), = reader.execute(
+        f"SELECT count(*), coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM events "
+        f"WHERE kind = 'preempted' GROUP BY {who})")
+    by_reason = {str(reason or "unknown"): n for reason, n in reader.execute(
+        f"SELECT {_REASON} AS reason, count(*) FROM events WHERE kind = 'preempted' "
+        "GROUP BY reason ORDER BY reason")}
+    if who == "seq":
+        block_size = int(reader.run_info().get("config", {}).get("block_size", 16))
+        (dropped, recomputed), = reader.execute(
+            f"SELECT coalesce(sum(dropped), 0), coalesce(sum(CASE WHEN back IS NULL THEN 0 "
+            f"ELSE max(dropped - hit * ?, 0) END), 0) FROM ({_DROPPED})", (block_size,))
+    else:   # schema 1 has no block events (nor prefix caching, nor PreemptionInfo details)
+        (dropped,), = reader.execute("SELECT coalesce(sum(json_extract(detail, '$.tokens')), 0) "
+                                     f"FROM events WHERE {_RECOMPUTE}")
+        recomputed = dropped
+    return {"num_preempted_requests": int(requests), "max_preemptions_per_request": int(most),
+            "preemptions_by_reason": by_reason, "num_preempted_tokens": int(dropped),
+            "num_recomputed_tokens": int(recomputed)}
 
 
 STEPS_PER_QUERY = 2048   # steps decoded per query: memory stays flat on a 100k-step file

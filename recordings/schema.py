@@ -159,11 +159,14 @@ def _v3_columns(db: sqlite_utils.Database) -> None:
     ``block_events.block_hashes_json`` (the prefix hashes of a ``cached`` event's blocks, aligned
     with ``block_ids_json``; NULL for other kinds). Policies: ``steps.waiting_reason``, why every
     waiting request not named in ``not_admitted_json`` waited (NULL = ``behind_older``;
-    ``static_batch`` while a static batch runs). Only adds columns: a version-2 file still opens
+    ``static_batch`` while a static batch runs); ``steps.knobs_json``, live knob changes made
+    before the step (``[[name, value], ...]``, NULL = none; a block event of the pool's own,
+    such as ``reserved``, has ``seq`` -1). Only adds columns: a version-2 file still opens
     (read-only) as it is."""
     for column in ("prefix_cache_queries", "prefix_cache_hits"):
         db.execute(f"ALTER TABLE steps ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
     db.execute("ALTER TABLE steps ADD COLUMN waiting_reason TEXT")
+    db.execute("ALTER TABLE steps ADD COLUMN knobs_json TEXT")
     db.execute("ALTER TABLE block_events ADD COLUMN block_hashes_json TEXT")
 
 

@@ -83,7 +83,7 @@ class RecordingWriter:
         self._close_reported = False
         self._last_step = -1
         self._timeline = StateTimeline(config["num_gpu_blocks"], config["block_size"],
-                                       config["max_num_seqs"])
+                                       config["max_num_seqs"], config.get("num_cpu_blocks", 0))
         self._seq: dict[str, int] = {}      # live request id -> arrival number
         self._num_prompt: dict[str, int] = {}  # live request id -> prompt length
         self._next_seq = 0

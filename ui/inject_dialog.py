@@ -1,7 +1,9 @@
 """Dialog to add a request to a live engine (running or paused).
 
 Validates before calling ``control.add_request``; a refused or failing request keeps the dialog
-open with the reason in red. After ``accept`` the new id is in ``request_id``.
+open with the reason in red. After ``accept`` the new id is in ``request_id``. The priority field
+is enabled under the run's ``priority`` policy only (any other policy refuses a nonzero
+priority); the penalties are passed only when they change the logits.
 """
 from __future__ import annotations
 
@@ -9,12 +11,29 @@ from PySide6.QtWidgets import (QCheckBox, QDialog, QDialogButtonBox, QDoubleSpin
                                QFormLayout, QHBoxLayout, QLabel, QPlainTextEdit, QSpinBox,
                                QVBoxLayout, QWidget)
 
+from engine.request import MAX_PENALTY
 from engine.source import EngineControl
 from ui.colors import ERROR, css
+from ui.request_menu import PRIORITY_RANGE
+
+
+PENALTY_DEFAULTS = {"repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0}
+
+
+def _spin(low: float, high: float, value: float, step: float = 0.1) -> QDoubleSpinBox:
+    box = QDoubleSpinBox()
+    box.setRange(low, high)
+    box.setSingleStep(step)
+    box.setDecimals(2)
+    box.setValue(value)
+    return box
 
 
 class InjectDialog(QDialog):
-    def __init__(self, control: EngineControl, parent: QWidget | None = None):
+    """``InjectDialog(control, parent=None, policy="")``: ``policy`` is the run's scheduling
+    policy (``priority`` enables the priority field)."""
+
+    def __init__(self, control: EngineControl, parent: QWidget | None = None, policy: str = ""):
         super().__init__(parent)
         self.control = control
         self.request_id: str | None = None
@@ -26,16 +45,9 @@ class InjectDialog(QDialog):
         self.max_tokens = QSpinBox()
         self.max_tokens.setRange(0, 1_000_000)
         self.max_tokens.setValue(64)
-        self.temperature = QDoubleSpinBox()
-        self.temperature.setRange(0.0, 5.0)
-        self.temperature.setSingleStep(0.1)
-        self.temperature.setDecimals(2)
+        self.temperature = _spin(0.0, 5.0, 0.0)
         self.temperature.setToolTip("0 = greedy")
-        self.top_p = QDoubleSpinBox()
-        self.top_p.setRange(0.0, 1.0)
-        self.top_p.setSingleStep(0.05)
-        self.top_p.setDecimals(2)
-        self.top_p.setValue(1.0)
+        self.top_p = _spin(0.0, 1.0, 1.0, 0.05)
         self.use_seed = QCheckBox("fixed seed")
         self.seed = QSpinBox()
         self.seed.setRange(0, 2**31 - 1)
@@ -44,12 +56,28 @@ class InjectDialog(QDialog):
         seed_row = QHBoxLayout()
         seed_row.addWidget(self.use_seed)
         seed_row.addWidget(self.seed, 1)
+        self.priority = QSpinBox()
+        self.priority.setRange(*PRIORITY_RANGE)
+        self.priority.setEnabled(policy == "priority")
+        self.priority.setToolTip("lower value runs first; may preempt running requests of lower "
+                                 "priority" if policy == "priority" else
+                                 f"needs the priority policy (this run: {policy or 'unknown'})")
+        self.penalties = {"repetition_penalty": _spin(0.01, 10.0, 1.0),
+                          "frequency_penalty": _spin(-MAX_PENALTY, MAX_PENALTY, 0.0),
+                          "presence_penalty": _spin(-MAX_PENALTY, MAX_PENALTY, 0.0)}
+        penalty_row = QHBoxLayout()
+        for name, box in self.penalties.items():
+            box.setToolTip(f"{name} (off at {PENALTY_DEFAULTS[name]:g})")
+            penalty_row.addWidget(QLabel(name.split("_")[0]))
+            penalty_row.addWidget(box, 1)
         form = QFormLayout()
         form.addRow("Prompt", self.prompt)
         form.addRow("max_tokens", self.max_tokens)
         form.addRow("temperature", self.temperature)
         form.addRow("top_p", self.top_p)
         form.addRow("seed", seed_row)
+        form.addRow("priority", self.priority)
+        form.addRow("penalties", penalty_row)
         self.message = QLabel("")
         self.message.setWordWrap(True)
         self.message.setStyleSheet(f"color: {css(ERROR)};")
@@ -63,10 +91,16 @@ class InjectDialog(QDialog):
         lay.addWidget(self.buttons)
 
     def values(self) -> dict:
-        """The request as keyword arguments of ``EngineControl.add_request``."""
-        return {"prompt": self.prompt.toPlainText(), "max_tokens": self.max_tokens.value(),
-                "temperature": self.temperature.value(), "top_p": self.top_p.value(),
-                "seed": self.seed.value() if self.use_seed.isChecked() else None}
+        """The request as keyword arguments of ``EngineControl.add_request``: ``priority`` when
+        the field is enabled, each penalty when it is not off."""
+        values = {"prompt": self.prompt.toPlainText(), "max_tokens": self.max_tokens.value(),
+                  "temperature": self.temperature.value(), "top_p": self.top_p.value(),
+                  "seed": self.seed.value() if self.use_seed.isChecked() else None}
+        if self.priority.isEnabled():
+            values["priority"] = self.priority.value()
+        values.update({name: box.value() for name, box in self.penalties.items()
+                       if box.value() != PENALTY_DEFAULTS[name]})
+        return values
 
     def validate(self) -> str | None:
         """The first problem with the inputs, or None when they are fine."""

@@ -1,13 +1,16 @@
-"""Waiting / running / paused / finished tables: a QTableView over a virtual
+"""Running / waiting / swapped / paused / finished tables: a QTableView over a virtual
 ``ui.request_table.RequestTableModel`` each (10k waiting rows cost one array comparison a frame).
+The swapped tab (requests preempted to the CPU swap pool: vLLM's ``swapped`` queue, resumed
+before any admission) shows only in runs with a swap pool.
 
 Selecting a row emits ``requestSelected``; the selection follows its request through updates (a
 row is a position: when the queue changes the selection moves to the request's new row). A
-right-click on a row opens the request menu (pause / resume / abort) when a live engine is
-attached.
+right-click on a row opens the request menu (pause / resume / abort; set priority under the
+priority policy) when a live engine is attached.
 """
 from __future__ import annotations
 
+import numpy as np
 from PySide6.QtCore import QPoint, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QFontMetrics, QPalette, QPen
 from PySide6.QtWidgets import (QAbstractItemView, QHeaderView, QStackedWidget, QStyle,
@@ -18,14 +21,16 @@ from engine.source import EngineControl
 from engine.state import EngineState
 from ui.request_menu import request_menu
 from ui.colors import color_index
-from ui.request_table import _ERROR_COLOR, _RIGHT, _SWATCHES, COLUMNS, RequestTableModel
+from ui.request_table import (_ERROR_COLOR, _RIGHT, _SWATCHES, HEADERS, PRIORITY_COLUMN,
+                              REASON_COLUMN, RequestTableModel)
 from ui.step_summary import StepSummary
 from ui.theme import dark_palette
 
-QUEUES = ("running", "waiting", "paused", "finished")
+QUEUES = ("running", "waiting", "swapped", "paused", "finished")
+_NO_ROWS = np.zeros(0, np.int64)
 # starting widths (user-resizable) in characters of content; ResizeToContents would re-query
 # every row on each frame
-WIDTH_CHARS = (7, 8, 4, 9, 7, 7, 3)
+WIDTH_CHARS = (7, 8, 4, 9, 7, 7, 3, 3)
 
 
 def visible_rows(view: QTableView) -> tuple[int, int]:
@@ -79,8 +84,9 @@ class CellDelegate(QStyledItemDelegate):
             width = self._widths[text] = self.metrics.horizontalAdvance(text)
         if width > w:
             text = self.metrics.elidedText(text, Qt.TextElideMode.ElideRight, max(w, 0))
-        painter.setPen(self.error_pen if col == 7 and self.model.view(row).error else self.pen)
-        painter.drawText(QRect(x, r.y(), max(w, 0), r.height()), _RIGHT if 2 <= col <= 6 else _LEFT, text)
+        painter.setPen(self.error_pen if col == REASON_COLUMN and self.model.view(row).error else self.pen)
+        painter.drawText(QRect(x, r.y(), max(w, 0), r.height()),
+                         _RIGHT if 2 <= col < REASON_COLUMN else _LEFT, text)
 
 
 class QueueView(QTableView):
@@ -182,6 +188,7 @@ class QueueTables(QWidget):
     def __init__(self, control: EngineControl | None = None, parent: QWidget | None = None):
         super().__init__(parent)
         self.control = control
+        self.policy = ""                          # the run's scheduling policy (set_policy)
         self.selected: str | None = None
         self._restoring = False                   # selecting rows for the model, not the user
         self.models: dict[str, RequestTableModel] = {}
@@ -207,7 +214,7 @@ class QueueTables(QWidget):
             for col, chars in enumerate(WIDTH_CHARS):
                 swatch = 22 if col == 0 else 0
                 view.setColumnWidth(col, max(fm.horizontalAdvance("0" * chars) + 14 + swatch,
-                                             hfm.horizontalAdvance(COLUMNS[col]) + 20))
+                                             hfm.horizontalAdvance(HEADERS[col]) + 20))
             view.setContextMenuPolicy(Qt.CustomContextMenu)
             view.customContextMenuRequested.connect(lambda p, n=name: self._menu(n, p))
             view.selectionModel().selectionChanged.connect(lambda *_a, n=name: self._picked(n))
@@ -218,9 +225,19 @@ class QueueTables(QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.tabs)
+        self.set_policy("")
+        self.tabs.bar.setTabVisible(QUEUES.index("swapped"), False)
 
     def set_control(self, control: EngineControl | None) -> None:
         self.control = control
+
+    def set_policy(self, policy: str) -> None:
+        """The run's scheduling policy: the priority column shows only under ``priority`` (any
+        other policy rejects nonzero priorities, so there it would be a column of zeros taking
+        the reason column's width), and so does the request menu's "Set priority…"."""
+        self.policy = policy
+        for view in self.views.values():
+            view.setColumnHidden(PRIORITY_COLUMN, policy != "priority")
 
     def set_state(self, state: EngineState, record: StepRecord | StepSummary | None = None) -> None:
         """Show ``state``'s queues; ``record`` (the shown step's record or summary) says why
@@ -230,12 +247,22 @@ class QueueTables(QWidget):
             if name == "finished":                  # newest first
                 moved = model.set_views(state.recently_finished[::-1])
             else:
-                moved = model.set_state_rows(state, state.queue_rows(name), record) or model.moved
+                moved = model.set_state_rows(state, self._rows(state, name), record) or model.moved
             if moved and (self.selected is not None or self.views[name].selectionModel().hasSelection()):
                 self._restore(name)
             title = f"{name.capitalize()} ({model.rowCount():,})"
+            if name == "swapped" and self.tabs.bar.isTabVisible(i) != bool(len(state.cpu_owner)):
+                self.tabs.bar.setTabVisible(i, bool(len(state.cpu_owner)))   # runs with a pool
             if self.tabs.tabText(i) != title:
                 self.tabs.setTabText(i, title)
+
+    @staticmethod
+    def _rows(state: EngineState, name: str) -> np.ndarray:
+        """``state.queue_rows(name)``; the swapped queue is found without a pass over every
+        row when no CPU swap block is held (a swapped-out request always holds some)."""
+        if name == "swapped" and not (state.cpu_owner >= 0).any():
+            return _NO_ROWS
+        return state.queue_rows(name)
 
     def set_time_unit(self, unit: str) -> None:
         """``s`` or ``steps``: the unit of the run's clock, for the TTFT and ITL columns."""
@@ -289,5 +316,7 @@ class QueueTables(QWidget):
         index = view.indexAt(pos)
         if self.control is None or not index.isValid():
             return
-        menu = request_menu(self.control, self.models[name].view(index.row()), view)
+        model = self.models[name]
+        priority = model.priority(index.row()) if self.policy == "priority" else None
+        menu = request_menu(self.control, model.view(index.row()), view, priority=priority)
         menu.exec(view.viewport().mapToGlobal(pos))

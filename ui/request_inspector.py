@@ -1,6 +1,7 @@
-"""The selected request: identity, state, counts, latencies, error, and its generated text as it
-streams (``source.request_text(id, shown_step)``). Pause / resume / abort buttons act on a live
-engine and are hidden in replay."""
+"""The selected request: identity, state, counts, latencies, why it waits or how it ended, its
+priority, prefix-cache hits and preemptions (``ui.request_forensics``), and its generated text
+as it streams (``source.request_text(id, shown_step)``). Pause / resume / abort buttons act on a
+live engine and are hidden in replay."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
@@ -12,8 +13,10 @@ from engine.outputs import RequestView, StepRecord
 from engine.source import EngineControl, StepSource
 from engine.state import EngineState
 from ui.colors import ERROR, css, request_rgb
+from ui.request_explain import explain_waiting
+from ui.request_forensics import RequestForensics
 from ui.request_menu import allowed_actions, run_action
-from ui.request_table import cell_text, not_admitted, reason_text
+from ui.request_table import cell_text
 from ui.state_lookup import block_ids, find_view
 
 FIELDS = ("state", "arrival", "tokens", "KV", "latency", "reason")
@@ -32,6 +35,7 @@ class RequestInspector(QWidget):
         self.view: RequestView | None = None
         self.block_ids: tuple[int, ...] = ()
         self.step = -1
+        self.state: EngineState | None = None
         self.record: StepRecord | None = None
         self._text_key: tuple | None = None
         self._shown_text = ""
@@ -47,6 +51,7 @@ class RequestInspector(QWidget):
             lab.setTextInteractionFlags(Qt.TextSelectableByMouse)
             lab.setWordWrap(True)
             form.addRow(f + ":", lab)
+        self.forensics = RequestForensics(form)      # priority, prefix-cache hit, preemptions
         self.text = QPlainTextEdit()
         self.text.setReadOnly(True)
         self.text.setPlaceholderText("generated text appears here as it streams")
@@ -88,7 +93,7 @@ class RequestInspector(QWidget):
     def set_state(self, state: EngineState, step: int, record: StepRecord | None = None) -> None:
         """Show the selected request in ``state`` (after ``step``); ``record`` (that step's)
         says why a waiting request was not admitted."""
-        self.step = step
+        self.step, self.state = step, state
         self.record = record
         self.view = find_view(state, self.selected)
         self.block_ids = block_ids(state, self.selected) if self.view is not None else ()
@@ -104,6 +109,7 @@ class RequestInspector(QWidget):
                 lab.setText("–")
             self.text.setPlainText("")
             self._text_key = None
+            self.forensics.show_request(self.source, None, self.state, self.step)
             self._update_buttons()
             return
         sw = css(request_rgb(v.request_id))
@@ -120,9 +126,9 @@ class RequestInspector(QWidget):
         self.values["KV"].setText(f"{len(blocks)} blocks [{ids}]" if blocks else "no blocks")
         self.values["latency"].setText(f"TTFT {cell_text(v, 4)} · mean ITL {cell_text(v, 5)}"
                                        f" ({self.time_unit or 'engine clock units'})")
-        reason = reason_text(v, not_admitted(self.record, v))
-        self.values["reason"].setText(reason or "–")
+        self.values["reason"].setText(explain_waiting(self.record, v, self.state) or "–")
         self.values["reason"].setStyleSheet(f"color: {css(ERROR)};" if v.error else "")
+        self.forensics.show_request(self.source, v, self.state, self.step)
         key = (v.request_id, self.step, v.num_output_tokens)
         if key != self._text_key:
             same_request = self._text_key is not None and self._text_key[0] == v.request_id

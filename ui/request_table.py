@@ -13,28 +13,38 @@ import numpy as np
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
 from PySide6.QtGui import QColor
 
-from engine.outputs import (NOT_ADMITTED_BEHIND, NOT_ADMITTED_NO_FREE_BLOCKS, NOT_ADMITTED_SEQ_CAP,
+from engine.outputs import (NOT_ADMITTED_BEHIND, NOT_ADMITTED_LOWER_PRIORITY,
+                            NOT_ADMITTED_NO_FREE_BLOCKS, NOT_ADMITTED_SEQ_CAP,
+                            NOT_ADMITTED_STATIC_BATCH, NOT_ADMITTED_SWAPPED_FIRST,
                             NOT_ADMITTED_TOKEN_BUDGET, RequestView, StepRecord)
 from engine.state import EngineState, row_view
 from ui.colors import ERROR, PALETTE, color_index
 from ui.state_lookup import find_row
 from ui.step_summary import StepSummary
 
-COLUMNS = ("id", "state", "prompt", "output", "TTFT", "ITL", "preempt", "reason")
-# why a waiting request was not admitted in the shown step (StepRecord.not_admitted_reason)
+COLUMNS = ("id", "state", "prompt", "output", "TTFT", "ITL", "preempt", "priority", "reason")
+PRIORITY_COLUMN, REASON_COLUMN = COLUMNS.index("priority"), COLUMNS.index("reason")
+HEADERS = tuple("prio" if c == "priority" else c for c in COLUMNS)   # as the header shows them
+# why a waiting request was not admitted in the shown step (StepRecord.not_admitted_reason);
+# a reason without an entry (one added to the engine later) shows as its words
 NOT_ADMITTED_TEXT = {
     NOT_ADMITTED_TOKEN_BUDGET: "token budget spent",
     NOT_ADMITTED_NO_FREE_BLOCKS: "no free KV blocks",
     NOT_ADMITTED_SEQ_CAP: "batch slots full",
     NOT_ADMITTED_BEHIND: "behind older request",
+    NOT_ADMITTED_LOWER_PRIORITY: "lower priority",
+    NOT_ADMITTED_STATIC_BATCH: "static batch still running",
+    NOT_ADMITTED_SWAPPED_FIRST: "swapped-out requests resume first",
 }
 PREEMPTED_TEXT = "preempted in this step"
+PAUSED_TEXT = "paused by user"
+SWAPPED_TEXT = "swapped out to the CPU: resumes before new admissions"
 # the state columns each table column (COLUMNS) is made of: a cell whose columns did not
 # change needs no repaint
 CELL_SOURCES = ((), ("status",), ("num_prompt_tokens",), ("num_output_tokens", "max_tokens"),
                 ("first_token_time", "arrival_time"),
                 ("first_token_time", "last_token_time", "num_output_tokens"),
-                ("num_preemptions",), ("status",))
+                ("num_preemptions",), ("priority",), ("status", "priority"))
 
 
 def _position(state: EngineState, rows: np.ndarray, request_id: str) -> int | None:
@@ -50,25 +60,55 @@ def _num(x: float | None, unit: str = "") -> str:
     return "–" if x is None else f"{x:.3g}{unit}"
 
 
-def not_admitted(record: StepRecord | StepSummary | None, v: RequestView) -> str | None:
+def not_admitted(record: StepRecord | StepSummary | None, v: RequestView,
+                 priority_of: Callable[[str], int | None] | None = None) -> str | None:
     """Why waiting ``v`` was not admitted in ``record``'s step (a ``NOT_ADMITTED_*`` reason, or
-    :data:`PREEMPTED_TEXT`); None when it is not waiting or arrived after that step."""
+    :data:`PREEMPTED_TEXT`); None when it is not waiting or arrived after that step.
+    ``priority_of`` (request id -> priority, e.g. :func:`state_priority_of`) tells a request of
+    lower priority than the blocked one from one merely behind it."""
     if record is None or v.status not in ("WAITING", "PREEMPTED") or v.arrival_step > record.step:
         return None
     if v.request_id in record.preempted_ids:
         return PREEMPTED_TEXT
-    return record.not_admitted_reason(v.request_id)
+    return record.not_admitted_reason(v.request_id, priority_of)
+
+
+def state_priority_of(state: EngineState) -> Callable[[str], int | None]:
+    """``priority_of(request_id)``: the ``priority`` column of a live request of ``state`` (None
+    if it is not live). Each id is looked up once (a scan of the ids), so the rows of a frame
+    share one lookup of the blocked request."""
+    found: dict[str, int | None] = {}
+    priority = state.columns["priority"]
+
+    def priority_of(request_id: str) -> int | None:
+        if request_id not in found:
+            row = find_row(state, request_id)
+            found[request_id] = None if row is None else int(priority[row])
+        return found[request_id]
+    return priority_of
 
 
 def reason_text(r: RequestView, reason: str | None = None) -> str:
-    """The error, the finish reason, or why the request still waits ('' if none)."""
+    """The error, the finish reason, :data:`PAUSED_TEXT`, :data:`SWAPPED_TEXT`, or why the
+    request still waits in words ('' if none)."""
     if r.error or r.finish_reason:
         return r.error or f"finished: {r.finish_reason}"
-    return NOT_ADMITTED_TEXT.get(reason, reason or "")
+    if r.status == "PAUSED":
+        return PAUSED_TEXT
+    if r.status == "SWAPPED":
+        return SWAPPED_TEXT
+    return "" if reason is None else reason_words(reason)
 
 
-def cell_text(r: RequestView, column: int, reason: str | None = None) -> str:
-    """Text of ``column`` (see :data:`COLUMNS`) for request ``r`` (times in engine clock units)."""
+def reason_words(reason: str) -> str:
+    """A ``NOT_ADMITTED_*`` reason in words (one added to the engine later shows as its words)."""
+    return NOT_ADMITTED_TEXT.get(reason) or reason.replace("_", " ")
+
+
+def cell_text(r: RequestView, column: int, reason: str | None = None,
+              priority: int | None = None) -> str:
+    """Text of ``column`` (see :data:`COLUMNS`) for request ``r`` (times in engine clock units);
+    ``priority`` from the state's column ("–" when unknown: a finished request's view)."""
     if column == 0:
         return r.request_id
     if column == 1:
@@ -83,6 +123,8 @@ def cell_text(r: RequestView, column: int, reason: str | None = None) -> str:
         return _num(r.mean_itl)
     if column == 6:
         return str(r.num_preemptions)
+    if column == PRIORITY_COLUMN:
+        return "–" if priority is None else str(priority)
     return reason_text(r, reason)
 
 
@@ -121,6 +163,7 @@ class RequestTableModel(QAbstractTableModel):
         self._key: object = ()
         self._cache: dict[int, RequestView] = {}
         self._texts: dict[int, list[str]] = {}
+        self._priority_of: Callable[[str], int | None] | None = None   # of the shown state
         # (first, last) table rows on screen, set by the view's owner; None = all rows
         self.visible_rows: Callable[[], tuple[int, int]] | None = None
         # lays the view out at once after rows were added or removed (set by the view's owner):
@@ -204,7 +247,7 @@ class RequestTableModel(QAbstractTableModel):
             self.beginResetModel()
         for name, value in attrs.items():
             setattr(self, name, value)
-        self._key, self._cache, self._texts = key, {}, {}
+        self._key, self._cache, self._texts, self._priority_of = key, {}, {}, None
         if not same:
             self.endResetModel()
             if self.lay_out is not None:      # repaint in this frame, not when the timer fires
@@ -248,8 +291,18 @@ class RequestTableModel(QAbstractTableModel):
             return next((i for i, v in enumerate(self.views) if v.request_id == request_id), None)
         return _position(self.state, self.rows, request_id) if self.state is not None else None
 
+    def priority(self, i: int) -> int | None:
+        """The priority of table row ``i`` (None for a finished request's view)."""
+        return None if self.views is not None else int(self.state.columns["priority"][self.rows[i]])
+
     def reason(self, i: int) -> str | None:
-        return not_admitted(self.record, self.view(i)) if self.reasons else None
+        if not self.reasons or self.record is None:
+            return None
+        v, own = self.view(i), self.priority(i)
+        if self._priority_of is None:
+            self._priority_of = state_priority_of(self.state)
+        lookup = self._priority_of
+        return not_admitted(self.record, v, lambda rid: own if rid == v.request_id else lookup(rid))
 
     # --- QAbstractTableModel ---------------------------------------------------------------
     def rowCount(self, parent=QModelIndex()) -> int:
@@ -264,7 +317,9 @@ class RequestTableModel(QAbstractTableModel):
         if role == DISPLAY and orientation == _HORIZONTAL:
             if COLUMNS[section] in ("TTFT", "ITL") and self.time_unit:
                 return f"{COLUMNS[section]} ({self.time_unit})"
-            return COLUMNS[section]
+            return HEADERS[section]
+        if role == TOOLTIP and orientation == _HORIZONTAL and section == PRIORITY_COLUMN:
+            return "priority: lower value runs first (policy priority)"
         return None
 
     def set_time_unit(self, unit: str) -> None:
@@ -277,8 +332,8 @@ class RequestTableModel(QAbstractTableModel):
         """The cell texts of table row ``i`` (computed once per row and frame)."""
         t = self._texts.get(i)
         if t is None:
-            v, reason = self.view(i), self.reason(i)
-            t = self._texts[i] = [cell_text(v, c, reason) for c in range(len(COLUMNS))]
+            v, reason, priority = self.view(i), self.reason(i), self.priority(i)
+            t = self._texts[i] = [cell_text(v, c, reason, priority) for c in range(len(COLUMNS))]
         return t
 
     def data(self, index: QModelIndex, role=DISPLAY):
@@ -290,13 +345,13 @@ class RequestTableModel(QAbstractTableModel):
             return None
         i, col = index.row(), index.column()
         if role == ALIGN:
-            return _RIGHT if 2 <= col <= 6 else None
+            return _RIGHT if 2 <= col < REASON_COLUMN else None
         if role == DECORATION:
             return _SWATCHES[color_index(self.request_id(i))] if col == 0 else None
         if role == USER:
             return self.request_id(i)
-        if col == 7 and role == TOOLTIP:
+        if col == REASON_COLUMN and role == TOOLTIP:
             return reason_text(self.view(i), self.reason(i)) or None
-        if col == 7 and role == FOREGROUND and self.view(i).error:
+        if col == REASON_COLUMN and role == FOREGROUND and self.view(i).error:
             return _ERROR_COLOR
         return None

@@ -183,6 +183,11 @@ class CostModel:
             out[name] = OpCost(float(flops), nbytes, flops / peak, nbytes / bw)
         return out
 
+    def swap_time_s(self, num_blocks: int, block_size: int) -> float:
+        """Seconds to copy ``num_blocks`` KV blocks of ``block_size`` tokens over the device's
+        host link (swap preemption), every layer's K and V."""
+        return num_blocks * block_size * self.shape.kv_bytes_per_token / self.device.host_bandwidth
+
     def step_time(self, scheduled: Iterable[Scheduled], num_sampled: int | None = None) -> float:
         """Predicted seconds of the step; 0.0 for an empty step (nothing runs)."""
         w = StepWork.of(scheduled, num_sampled)

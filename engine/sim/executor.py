@@ -41,12 +41,14 @@ class SimExecutor:
 
     A request whose scheduled chunk reaches the end of its known tokens
     (``num_computed_tokens + num_tokens == request.num_tokens``) gets a synthetic token; the step's
-    duration is ``cost_model.step_time`` of the scheduled chunks with that many sampled rows.
+    duration is ``cost_model.step_time`` of the scheduled chunks with that many sampled rows, plus
+    the host-link time of the step's swap copies (``block_size`` tokens of KV per block).
     ``total_time_s`` and ``num_steps`` sum what it predicted (for reports).
     """
 
-    def __init__(self, cost_model: CostModel, *, seed: int = 0) -> None:
+    def __init__(self, cost_model: CostModel, *, seed: int = 0, block_size: int = 16) -> None:
         self.cost_model = cost_model
+        self.block_size = block_size
         self.seed = seed
         self.vocab_size = cost_model.shape.vocab_size
         self.total_time_s = 0.0
@@ -64,6 +66,9 @@ class SimExecutor:
                 sampled[s.request_id] = synthetic_token(self.seed, s.request_id, req.num_output_tokens,
                                                         self.vocab_size, key=key)
         duration = self.cost_model.step_time(sched.scheduled, len(sampled))
+        num_swapped = len(sched.blocks_to_swap_out) + len(sched.blocks_to_swap_in)
+        if num_swapped:                       # swap preemption's copies over the host link
+            duration += self.cost_model.swap_time_s(num_swapped, self.block_size)
         self.total_time_s += duration
         self.num_steps += 1
         return ModelRunnerOutput(sampled_token_ids=sampled, step_duration_s=duration)

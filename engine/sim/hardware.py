@@ -27,13 +27,16 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class DevicePeaks:
-    """``peak_flops`` in FLOP/s, ``mem_bandwidth`` in bytes/s, ``memory_bytes`` in bytes."""
+    """``peak_flops`` in FLOP/s, ``mem_bandwidth`` in bytes/s, ``memory_bytes`` in bytes,
+    ``host_bandwidth`` the device <-> host link in bytes/s one way (what swap preemption's copies
+    move over: the PCIe x16 generation's nominal rate; for the CPU itself its memory bandwidth)."""
 
     name: str
     peak_flops: float
     mem_bandwidth: float
     memory_bytes: int
     description: str = ""
+    host_bandwidth: float = 32e9
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -41,10 +44,10 @@ class DevicePeaks:
 
 _GB = 10**9
 DEVICES: dict[str, DevicePeaks] = {d.name: d for d in (
-    DevicePeaks("a100", 312e12, 2039e9, 80 * _GB, "NVIDIA A100 80GB SXM (datasheet)"),
-    DevicePeaks("h100", 989.4e12, 3350e9, 80 * _GB, "NVIDIA H100 SXM 80GB (datasheet)"),
-    DevicePeaks("h200", 989.4e12, 4800e9, 141 * _GB, "NVIDIA H200 SXM 141GB (datasheet)"),
-    DevicePeaks("l40s", 362.05e12, 864e9, 48 * _GB, "NVIDIA L40S 48GB (datasheet)"),
+    DevicePeaks("a100", 312e12, 2039e9, 80 * _GB, "NVIDIA A100 80GB SXM (datasheet)", 32e9),   # PCIe 4
+    DevicePeaks("h100", 989.4e12, 3350e9, 80 * _GB, "NVIDIA H100 SXM 80GB (datasheet)", 64e9),  # PCIe 5
+    DevicePeaks("h200", 989.4e12, 4800e9, 141 * _GB, "NVIDIA H200 SXM 141GB (datasheet)", 64e9),
+    DevicePeaks("l40s", 362.05e12, 864e9, 48 * _GB, "NVIDIA L40S 48GB (datasheet)", 32e9),
 )}
 CPU = "cpu"
 
@@ -87,7 +90,8 @@ def measure_cpu(matmul_n: int = 1024, copy_mib: int = 64, repeats: int = 3) -> D
     best = min(_timed(lambda: np.copyto(dst, src)) for _ in range(repeats + 2))
     bandwidth = 2.0 * src.nbytes / best
     return DevicePeaks(CPU, flops, bandwidth, host_memory_bytes(),
-                       f"this CPU, measured: {flops / 1e9:.0f} GFLOP/s fp32, {bandwidth / 1e9:.1f} GB/s")
+                       f"this CPU, measured: {flops / 1e9:.0f} GFLOP/s fp32, {bandwidth / 1e9:.1f} GB/s",
+                       bandwidth)
 
 
 def host_memory_bytes() -> int:

@@ -120,3 +120,24 @@ def test_replay_check_invariants_reports_before_the_window_opens(tmp_path, capsy
     assert "no invariant violated" in capsys.readouterr().err
     assert main(["replay", str(path)]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_swap_flags_reach_the_config_and_a_sim_run_swaps(tmp_path, capsys):
+    c = engine_config(parse("demo", "--preemption-mode", "swap", "--num-cpu-blocks", "64"))
+    assert (c.preemption_mode, c.num_cpu_blocks) == ("swap", 64)
+    rec = tmp_path / "swap.sqlite"
+    # 40 GPU blocks for up to 8 running requests of the demo trace: the cache runs out
+    argv = [*SIM_RUN, "--record", str(rec), "--preemption-mode", "swap", "--num-cpu-blocks", "200"]
+    argv[argv.index("--num-gpu-blocks") + 1] = "40"
+    assert main(argv) == 0
+    with Reader(rec) as reader:
+        (swaps,), = reader.execute("SELECT count(*) FROM events WHERE kind = 'preempted' "
+                                   "AND json_extract(detail, '$.mode') = 'swap'")
+        (outs,), = reader.execute("SELECT count(*) FROM block_events WHERE kind = 'swapped_out'")
+    assert swaps == outs > 0
+
+
+def test_num_cpu_blocks_without_swap_names_the_knob(tmp_path, capsys):
+    code = main([*SIM_RUN, "--record", str(tmp_path / "x.sqlite"), "--num-cpu-blocks", "8"])
+    assert code != 0
+    assert "num_cpu_blocks=8 is only used with preemption_mode='swap'" in capsys.readouterr().err

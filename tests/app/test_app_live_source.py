@@ -18,6 +18,7 @@ from engine.engine import LLMEngine  # noqa: E402
 from engine.request import SamplingParams  # noqa: E402
 from fake_runner import FakeRunner, ToyTokenizer  # noqa: E402
 from recordings import Reader, RecordingWriter  # noqa: E402
+from recordings.info import timeline_events  # noqa: E402
 
 
 @pytest.fixture
@@ -77,3 +78,15 @@ def test_text_comes_from_the_file_and_the_ring(run):
 def test_memory_holds_the_ring_not_the_run(run):
     source, _, records, _ = run
     assert len(source._ring) == live_source.RING_STEPS < len(records)
+
+
+def test_request_timeline_comes_from_the_file_and_the_ring(run):
+    source, _, records, writer = run
+    every = sorted({e.request_id for r in records for e in r.events})
+    assert len(every) == 16
+    for flushed in (False, True):      # whatever the file holds yet, then all of it
+        if flushed:
+            writer.flush()
+        for rid in every:
+            assert source.request_timeline(rid) == timeline_events(records, rid), (rid, flushed)
+    assert source.request_timeline("nobody") == []

@@ -1,11 +1,14 @@
 """The engine worker thread (app.bridge.EngineWorker) on the real engine with the fake runner:
 a recorder failure is shown through last_error while the engine serves on, and user actions
-made after the last step reach the recording when the worker stops."""
+made after the last step reach the recording when the worker stops; extra sampling fields and
+priority changes reach the engine, and a refused priority change comes back in last_error."""
 from __future__ import annotations
 
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 
@@ -75,3 +78,85 @@ def test_actions_after_the_last_step_reach_the_recording(tmp_path):
     assert reader.records(1, 2)[0].scheduled == ()
     assert reader.request_info("r5").status == "FINISHED_ABORTED"
     assert reader.state_at(1).view("r0").status == "PAUSED"
+
+
+class WordTokenizer:
+    """Token ids of whitespace-separated words (what ``encode_prompt`` needs of a tokenizer)."""
+
+    chat_template = None
+
+    def encode(self, text: str) -> list[int]:
+        return [1 + len(w) for w in text.split()]
+
+
+def start_policy(policy: str) -> EngineWorker:
+    config = EngineConfig(block_size=4, num_gpu_blocks=32, max_model_len=64, max_num_seqs=4,
+                          max_num_batched_tokens=16, policy=policy)
+
+    def build() -> BuiltEngine:
+        engine = LLMEngine(config, FakeRunner(32, 4), 32)
+        return BuiltEngine(engine, config, {"config": config.to_dict()}, WordTokenizer(), 1000)
+
+    worker = EngineWorker(build, LiveSource(), start_paused=True, idle_wait_s=0.01)
+    worker.start()
+    wait_for(lambda: worker.built is not None)
+    return worker
+
+
+def priority_of(worker: EngineWorker, rid: str):
+    state = worker.source.latest_state()
+    row = state.row(rid)
+    return None if row is None else int(state.columns["priority"][row])
+
+
+def test_sampling_fields_and_set_priority_reach_the_engine():
+    worker = start_policy("priority")
+    try:
+        rid = worker.add_request("a few words here", 4, priority=-1, presence_penalty=0.5)
+        wait_for(lambda: priority_of(worker, rid) == -1)
+        req = worker.built.engine.scheduler.requests[rid]
+        assert req.sampling_params.presence_penalty == 0.5
+        worker.set_priority(rid, 3)
+        wait_for(lambda: priority_of(worker, rid) == 3)
+        assert worker.last_error() is None
+        with pytest.raises(ValueError, match="unknown sampling parameter.*bogus"):
+            worker.add_request("x", 4, bogus=1)
+        with pytest.raises(ValueError, match="presence_penalty"):
+            worker.add_request("x", 4, presence_penalty=9.0)
+    finally:
+        worker.stop()
+
+
+def test_set_priority_under_fcfs_is_refused_in_last_error_not_raised():
+    worker = start_policy("fcfs")
+    try:
+        rid = worker.add_request("some words", 4)
+        wait_for(lambda: priority_of(worker, rid) == 0)
+        worker.set_priority(rid, 2)                   # returns at once, raises nothing
+        wait_for(lambda: worker.last_error() is not None)
+        assert "policy='priority'" in worker.last_error() and priority_of(worker, rid) == 0
+    finally:
+        worker.stop()
+
+
+def test_set_knobs_reach_the_engine_and_a_refused_value_is_in_last_error():
+    worker = start_policy("fcfs")
+    try:
+        assert worker.knobs() == {"max_num_seqs": 4, "max_num_batched_tokens": 16,
+                                  "num_usable_blocks": 32}
+        worker.set_knobs(max_num_seqs=2, num_usable_blocks=20)          # returns at once
+        wait_for(lambda: worker.source.latest_state().max_num_seqs == 2)
+        assert worker.knobs() == {"max_num_seqs": 2, "max_num_batched_tokens": 16,
+                                  "num_usable_blocks": 20}
+        assert int((worker.source.latest_state().block_owner == -2).sum()) == 12
+        assert worker.last_error() is None
+        worker.set_knobs(num_usable_blocks=33)                          # over the cache's 32
+        wait_for(lambda: worker.last_error() is not None)
+        assert "num_usable_blocks must be in [1, 32]" in worker.last_error()
+        assert worker.knobs()["num_usable_blocks"] == 20                # nothing changed
+        with pytest.raises(ValueError, match="unknown live knob.*block_size"):
+            worker.set_knobs(block_size=8)
+        with pytest.raises(ValueError, match="max_num_seqs must be an int"):
+            worker.set_knobs(max_num_seqs=2.5)
+    finally:
+        worker.stop()

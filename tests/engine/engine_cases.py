@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.config import ConfigError, EngineConfig
+from engine.config import EngineConfig
 from engine.request import SamplingParams
 from engine_harness import Action, Arrival, distinct_prompt
 
@@ -33,32 +33,13 @@ def case(case_id: str) -> dict:
     return c
 
 
-def missing_features(cfg: dict) -> list[str]:
-    """Features a case's config asks for that the engine does not implement."""
-    out = []
-    if cfg.get("preemption_mode", "recompute") != "recompute" or "num_cpu_blocks" in cfg:
-        out.append("swap preemption (CPU swap pool)")
-    return out
-
-
 def knobs(cfg: dict) -> dict:
     """The case's engine knobs as EngineConfig keywords."""
     return {k: v for k, v in cfg.items() if k not in NOT_KNOBS}
 
 
-def xfail_missing(case_id: str, cfg: dict) -> None:
-    """Report a case (variant) we cannot run: the engine must refuse its knobs, then xfail."""
-    missing = missing_features(cfg)
-    assert missing, f"{case_id} needs no missing feature: it must get a real test"
-    with pytest.raises((ConfigError, TypeError)):
-        EngineConfig(**knobs(cfg))
-    pytest.xfail(f"{case_id}: needs {', '.join(missing)}, which the engine does not implement")
-
-
 def engine_config(c: dict, **overrides) -> EngineConfig:
     cfg = {**c["config"], **overrides}
-    if missing_features(cfg):
-        xfail_missing(c["id"], cfg)
     k = knobs(cfg)
     assert set(k) <= ENGINE_FIELDS, set(k) - ENGINE_FIELDS
     return EngineConfig(**k)

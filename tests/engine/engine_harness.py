@@ -28,7 +28,8 @@ from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.preemption import FOR_PRIORITY, preemption_info
 from engine.outputs import (BLOCKS_ALLOCATED, BLOCKS_CACHED, BLOCKS_EVICTED, BLOCKS_FREED,
-                            BLOCKS_HIT, NOT_ADMITTED_BEHIND, NOT_ADMITTED_LOWER_PRIORITY,
+                            BLOCKS_HIT, BLOCKS_SWAPPED_IN, BLOCKS_SWAPPED_OUT,
+                            NOT_ADMITTED_SWAPPED_FIRST, NOT_ADMITTED_BEHIND, NOT_ADMITTED_LOWER_PRIORITY,
                             NOT_ADMITTED_STATIC_BATCH,
                             NOT_ADMITTED_NO_FREE_BLOCKS, NOT_ADMITTED_SEQ_CAP,
                             NOT_ADMITTED_TOKEN_BUDGET, NewToken, StepRecord)
@@ -160,9 +161,10 @@ class InvariantChecker:
         self.delivered: dict[str, Request] = {}          # handed to on_finished, in that order
         self.delivered_now: list[str] = []
         self.tables: dict[str, list[int]] = {}           # block tables rebuilt from block events
+        self.cpu_tables: dict[str, list[int]] = {}       # CPU swap tables rebuilt from block events
         self.tags: dict[int, tuple[int, int]] = {}       # block -> (prefix hash, step it was cached)
         c = engine.config
-        self.replay = StateTimeline(engine.num_gpu_blocks, c.block_size, c.max_num_seqs)
+        self.replay = StateTimeline(engine.num_gpu_blocks, c.block_size, c.max_num_seqs, c.num_cpu_blocks)
         assert engine.timeline.snapshot() == self.replay.snapshot()
         assert engine.on_finished is None
         engine.on_finished = self.on_finished
@@ -217,6 +219,7 @@ class InvariantChecker:
             running=[r.request_id for r in s.running],
             waiting=[r.request_id for r in s.waiting],
             paused=[r.request_id for r in s.paused],
+            swapped=[r.request_id for r in s.swapped],
             blocks={r.request_id: list(kv.block_ids(r.request_id)) for r in s.live_requests()},
             free=kv.num_free_blocks,
             num_tokens={r.request_id: r.num_tokens for r in s.live_requests()},
@@ -271,6 +274,18 @@ class InvariantChecker:
             elif ev.kind == BLOCKS_EVICTED:
                 for b in ev.block_ids:
                     assert b not in held and self.tags.pop(b, None), ("evicted a held or untagged block", ev)
+            elif ev.kind == BLOCKS_SWAPPED_OUT:          # right after the GPU table's free event
+                assert self.c.preemption_mode == "swap" and in_step, ev
+                assert ev.request_id not in self.tables and ev.request_id not in self.cpu_tables, ev
+                assert not set(ev.block_ids) & {b for t in self.cpu_tables.values() for b in t}, (
+                    "swapped out into a CPU block that is held", ev)
+                assert len(ev.block_ids) == blocks_for(self.pre["num_computed"][ev.request_id],
+                                                       self.c.block_size), (
+                    "a swap-out copies the blocks of the request's computed KV", ev)
+                self.cpu_tables[ev.request_id] = list(ev.block_ids)
+            elif ev.kind == BLOCKS_SWAPPED_IN:
+                assert list(ev.block_ids) == self.cpu_tables.pop(ev.request_id, None), (
+                    "a swap-in names other CPU blocks than the request's", ev)
             else:
                 assert ev.kind == BLOCKS_FREED, ev
                 assert list(ev.block_ids) == self.tables.pop(ev.request_id, None), (
@@ -325,8 +340,9 @@ class InvariantChecker:
         for rid, req in e.requests.items():
             assert not req.is_finished and self.objs[rid] is req
             # Each live request holds exactly the blocks its computed KV needs (no leak, no lack).
-            assert len(kv.block_ids(rid)) == blocks_for(req.num_computed_tokens, bs), (
-                rid, req.num_computed_tokens, kv.block_ids(rid))
+            held = (kv.block_ids(rid) if req.status is not RequestStatus.SWAPPED
+                    else e.scheduler.swap.tables[rid])
+            assert len(held) == blocks_for(req.num_computed_tokens, bs), (rid, req.num_computed_tokens, held)
             assert req.num_output_tokens < req.sampling_params.max_tokens
 
         # G3: a finished request never comes back, and is never scheduled again.
@@ -386,16 +402,42 @@ class InvariantChecker:
         pre_ids = set(pre["running"]) | set(pre["paused"])
         assert len(set(rec.preempted_ids)) == len(rec.preempted_ids), rec.preempted_ids
         assert sorted(rec.preempted_ids) == sorted(ev.request_id for ev in rec.events if ev.kind == "preempted")
+        swapped_out = {ev.request_id for ev in rec.block_events if ev.kind == BLOCKS_SWAPPED_OUT}
         for rid in rec.preempted_ids:
             assert rid in pre_ids, f"preempted {rid} was not running at the start of step {rec.step}"
             assert pre["blocks"][rid], f"preempted {rid} held no KV"
             assert rid not in sched_ids
-            assert not kv.block_ids(rid) and e.requests[rid].num_computed_tokens == 0
-        admitted = [rid for rid in sched_ids if rid not in pre["running"]]
+            assert not kv.block_ids(rid)
+            info = preemption_info(next(ev.detail for ev in rec.events
+                                        if ev.kind == "preempted" and ev.request_id == rid))
+            if rid in swapped_out:      # swap keeps the progress; recompute starts over
+                assert info.mode == "swap" and e.requests[rid].status is RequestStatus.SWAPPED
+                assert e.requests[rid].num_computed_tokens == pre["num_computed"][rid] == info.num_tokens
+            else:
+                assert e.requests[rid].num_computed_tokens == 0
+                assert info.mode == ("recompute_fallback" if c.preemption_mode == "swap"
+                                     and rid in pre["running"] and info.num_tokens else "recompute"), info
+                if info.mode == "recompute_fallback":   # only when the CPU pool had no room
+                    assert s.swap.pool.num_free_blocks < blocks_for(info.num_tokens, bs) + sum(
+                        len(t) for r, t in self.cpu_tables.items() if r in swapped_out), info
+        # Swap-ins: the oldest swapped-out requests, in order, before any admission.
+        swapped_in = [rid for rid in sched_ids if rid in pre["swapped"]]
+        assert swapped_in == pre["swapped"][:len(swapped_in)], ("swap-in out of FIFO order", swapped_in)
+        if swapped_in:
+            assert not rec.preempted_ids, "swapped in during a step that preempted"
+        admitted = [rid for rid in sched_ids if rid not in pre["running"] and rid not in pre["swapped"]]
         assert admitted == pre["waiting"][:len(admitted)], ("FCFS admission order", admitted, pre["waiting"])
         reasons = {preemption_info(ev.detail).reason for ev in rec.events if ev.kind == "preempted"}
         if reasons - {FOR_PRIORITY}:
             assert not admitted, "admitted a request in a step that preempted one for memory"
+        # swapped-out requests first: no admission in a step that began with some or swapped
+        # one out for memory (a priority preemption swaps out to admit)
+        swapped_first = bool(pre["swapped"]) or any(
+            reason != FOR_PRIORITY for rid in swapped_out
+            for reason in [preemption_info(next(ev.detail for ev in rec.events if ev.kind == "preempted"
+                                                and ev.request_id == rid)).reason])
+        if swapped_first:
+            assert not admitted, "admitted a request in a step that began with swapped-out ones"
         if FOR_PRIORITY in reasons:       # made room for the first waiting request, which started
             assert c.policy == "priority" and admitted, ("priority preemption admitted nobody", rec)
 
@@ -415,7 +457,11 @@ class InvariantChecker:
         # everyone behind it is implicitly behind an older request.
         waiting_now = [r.request_id for r in s.waiting]
         prio = {rid: r.priority for rid, r in e.requests.items()}.get
-        if c.policy == "static":
+        if swapped_first:
+            assert rec.waiting_reason == NOT_ADMITTED_SWAPPED_FIRST
+            assert rec.not_admitted == tuple((r, NOT_ADMITTED_SWAPPED_FIRST) for r in waiting_now[:1])
+            assert all(rec.not_admitted_reason(r) == NOT_ADMITTED_SWAPPED_FIRST for r in waiting_now)
+        elif c.policy == "static":
             # The blocked head and the batch's other waiting members are listed; everyone else
             # waits for the static batch to finish.
             listed = dict(rec.not_admitted)
@@ -433,8 +479,8 @@ class InvariantChecker:
                 lower = c.policy == "priority" and prio(rid) > prio(waiting_now[0])
                 assert rec.not_admitted_reason(rid, prio) == (
                     NOT_ADMITTED_LOWER_PRIORITY if lower else NOT_ADMITTED_BEHIND), rid
-        if rec.not_admitted and rec.not_admitted[0][1] not in (NOT_ADMITTED_STATIC_BATCH,
-                                                               NOT_ADMITTED_BEHIND):
+        if rec.not_admitted and rec.not_admitted[0][1] not in (
+                NOT_ADMITTED_STATIC_BATCH, NOT_ADMITTED_BEHIND, NOT_ADMITTED_SWAPPED_FIRST):
             head, reason = rec.not_admitted[0]
             assert rec.not_admitted_reason(head) == reason
             running_at_decision = (len([r for r in pre["running"] if r not in rec.preempted_ids])
@@ -485,6 +531,10 @@ class InvariantChecker:
         for rid, req in self.delivered.items():
             assert [t.token_id for t in self.streamed[rid]] == req.output_token_ids, f"{rid}: streamed tokens"
         assert kv.num_free_blocks == kv.num_blocks, "G6: blocks still held after every request finished"
+        swap = e.scheduler.swap
+        if swap is not None:
+            assert swap.pool.num_free_blocks == swap.pool.num_blocks and not swap.tables and not self.cpu_tables, (
+                "G6: CPU swap blocks still held after every request finished")
         if self.states:
             assert_no_problems(self.state_checker.check_drained(self.states[-1], self.last_rec))
         assert not kv.block_tables and not self.tables, kv.block_tables
@@ -512,7 +562,8 @@ def run_workload(config: EngineConfig, arrivals: Sequence[Arrival], actions: Seq
     num_blocks = config.num_gpu_blocks
     assert num_blocks is not None
     if runner is None:
-        runner = FakeRunner(num_blocks, config.block_size, next_token_fn)
+        runner = FakeRunner(num_blocks, config.block_size, next_token_fn,
+                            num_cpu_blocks=config.num_cpu_blocks)
     writer = None
     if record_to is not None:
         from recordings import RecordingWriter
@@ -637,7 +688,8 @@ def replay_states(result: RunResult) -> list[EngineState]:
     :class:`StateTimeline` started empty, fed one record at a time. The last one equals the live
     engine's state."""
     e = result.engine
-    tl = StateTimeline(e.num_gpu_blocks, e.config.block_size, e.config.max_num_seqs)
+    tl = StateTimeline(e.num_gpu_blocks, e.config.block_size, e.config.max_num_seqs,
+                       e.config.num_cpu_blocks)
     out = []
     for rec in result.records:
         tl.apply(rec)

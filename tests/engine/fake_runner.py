@@ -59,10 +59,13 @@ class FakeRunner:
     """
 
     def __init__(self, num_blocks: int, block_size: int, next_token_fn: NextTokenFn = hash_next_token,
-                 fail_steps: Sequence[int] = ()) -> None:
+                 fail_steps: Sequence[int] = (), num_cpu_blocks: int = 0) -> None:
         self.block_size = block_size
         self.num_blocks = num_blocks
         self.cache: list[list[int | None]] = [[None] * block_size for _ in range(num_blocks)]
+        # the CPU swap pool: swap-outs copy GPU rows here, swap-ins copy them back
+        self.cpu_cache: list[list[int | None]] = [[None] * block_size for _ in range(num_cpu_blocks)]
+        self.num_swapped_blocks = 0
         self.next_token_fn = next_token_fn
         self.fail_steps = set(fail_steps)
         self.violations: list[str] = []
@@ -81,6 +84,12 @@ class FakeRunner:
         if sched.step in self.fail_steps:
             raise RuntimeError(f"injected failure at step {sched.step}")
         bs = self.block_size
+        # Like a real runner: the step's swap copies land before its forward pass.
+        for gpu, cpu in sched.blocks_to_swap_out:
+            self.cpu_cache[cpu] = list(self.cache[gpu])
+        for cpu, gpu in sched.blocks_to_swap_in:
+            self.cache[gpu] = list(self.cpu_cache[cpu])
+        self.num_swapped_blocks += len(sched.blocks_to_swap_out) + len(sched.blocks_to_swap_in)
         seen: set[str] = set()
         for s in sched.scheduled:
             req = requests[s.request_id]

@@ -13,10 +13,8 @@ ceil(T / block_size) blocks.
 The case with sampling penalties (``recompute-keeps-output-split``) also runs on the tiny random
 Llama through the real model runner, since penalties act on logits the fake runner does not have.
 
-Cases (or variants) that need a feature the engine does not have -- priority scheduling, swap
-preemption with a CPU pool -- are reported as xfail with a reason naming the feature; each such
-test also checks that the engine refuses the
-case's knob instead of silently ignoring it.
+Every case runs as a real test (no xfail): ``test_every_case_is_handled`` fails when the cases
+file gains one this file does not run.
 """
 from __future__ import annotations
 
@@ -28,18 +26,19 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from engine.config import EngineConfig
-from engine.outputs import (BLOCKS_CACHED, BLOCKS_EVICTED, BLOCKS_HIT, NOT_ADMITTED_NO_FREE_BLOCKS,
+from engine.config import ConfigError, EngineConfig
+from engine.outputs import (BLOCKS_CACHED, BLOCKS_EVICTED, BLOCKS_HIT, BLOCKS_SWAPPED_IN,
+                            BLOCKS_SWAPPED_OUT, NOT_ADMITTED_NO_FREE_BLOCKS,
                             NOT_ADMITTED_SEQ_CAP, NOT_ADMITTED_TOKEN_BUDGET)
 from engine.preemption import FOR_PRIORITY, preemption_info
 from engine.request import RequestStatus, SamplingParams
 from engine.scheduler import __doc__ as SCHEDULER_DOC
-from engine_cases import (CASES, arrivals_and_actions, case, case_prompts, engine_config,
-                          xfail_missing)
+from engine_cases import CASES, arrivals_and_actions, case, case_prompts, engine_config
 from engine_harness import (Action, Arrival, RunResult, assert_outputs_match, assert_recording_matches,
                             blocks_for, distinct_prompt, reference_outputs, replay_states,
                             run_workload)
 from fake_runner import ToyTokenizer, script_next_token
+from preemption_totals import live_preemption_totals
 from recordings.metrics import Percentiles
 
 @dataclass(frozen=True)
@@ -583,7 +582,9 @@ def live_summary(result):
         mean_batch_size=sum(batches) / len(batches) if batches else 0.0,
         peak_kv_cache_usage=max(x.kv_cache_usage for x in recs),
         prefix_cache_queries=sum(x.prefix_cache_queries for x in recs),
-        prefix_cache_hits=sum(x.prefix_cache_hits for x in recs))
+        prefix_cache_hits=sum(x.prefix_cache_hits for x in recs),
+        num_computed_tokens=sum(x.num_scheduled_tokens for x in recs),
+        **live_preemption_totals(recs, reqs, result.engine.config.block_size))
 
 
 @pytest.mark.parametrize("prefix_caching", [False, True], ids=["no-prefix-cache", "prefix-cache"])
@@ -904,6 +905,56 @@ def test_priority_queue_wait_from_recording(tmp_path):
     assert scheduled[0] - info.arrival_step == first_scheduled(result, "H") - 5 <= 1
 
 
+# --- swap ---------------------------------------------------------------------------------------
+def wl_swap() -> Workload:
+    return case_workload("swap-before-new-prefills")
+
+
+def test_swap_before_new_prefills():
+    c = case("swap-before-new-prefills")
+    result = wl_swap().run_with_reference()         # all finish, outputs equal the reference, G6
+    assert all(result.requests[r["id"]].num_output_tokens == r["max_tokens"] for r in c["requests"])
+    outs, ins, cpu_used = [], [], []
+    swapped_before: list[str] = []
+    for rec, st in zip(result.records, result.states):
+        out_now = [e.request_id for e in rec.block_events if e.kind == BLOCKS_SWAPPED_OUT]
+        in_now = [e.request_id for e in rec.block_events if e.kind == BLOCKS_SWAPPED_IN]
+        started = [x.request_id for x in rec.scheduled if x.num_computed_tokens == 0]
+        if swapped_before or out_now:       # no new request starts prefill in such a step
+            assert not started, (rec.step, started, swapped_before, out_now)
+        outs += out_now
+        ins += in_now
+        swapped_before = [v.request_id for v in st.queue("swapped")]
+        cpu_used.append(int(np.count_nonzero(st.cpu_owner >= 0)))
+    assert outs and ins == outs, "swapped requests come back in FIFO order"
+    assert max(cpu_used) <= c["config"]["num_cpu_blocks"]
+    modes = collections.Counter(preemption_info(e.detail).mode for rec in result.records
+                                for e in rec.events if e.kind == "preempted")
+    assert modes["swap"] == len(outs)
+    # a recompute here is only ever the fallback of a swap that would overflow the CPU pool
+    assert set(modes) <= {"swap", "recompute_fallback"}
+    assert result.runner.num_swapped_blocks == 2 * sum(
+        len(e.block_ids) for rec in result.records for e in rec.block_events if e.kind == BLOCKS_SWAPPED_OUT)
+
+
+def test_swap_falls_back_to_recompute_when_the_cpu_pool_is_full():
+    """The same workload with a CPU pool of 2 blocks (a victim holds 3 or more once its prompt
+    is in): preemptions fall back to recompute, recorded as such (the harness checks each one
+    found the pool too full), and outputs still equal the reference."""
+    w = case_workload("swap-before-new-prefills", num_cpu_blocks=2)
+    result = w.run_with_reference()
+    modes = collections.Counter(preemption_info(e.detail).mode for rec in result.records
+                                for e in rec.events if e.kind == "preempted")
+    assert modes["recompute_fallback"] > modes["swap"]
+
+
+def test_swap_knobs_are_checked():
+    with pytest.raises(ConfigError, match="num_cpu_blocks >= 1"):
+        EngineConfig(preemption_mode="swap")
+    with pytest.raises(ConfigError, match="num_cpu_blocks=4 is only used with preemption_mode='swap'"):
+        EngineConfig(num_cpu_blocks=4)
+
+
 # --- every case's run, again from its recording -------------------------------------------------
 WORKLOADS = {
     "capacity-never-fits": lambda: wl_capacity_never_fits(False),
@@ -929,6 +980,7 @@ WORKLOADS = {
     "metrics-after-preemption": wl_metrics,
     "priority-at-seq-cap": wl_priority,
     "priority-at-seq-cap/equal": lambda: wl_priority(10),
+    "swap-before-new-prefills": wl_swap,
 }
 
 
@@ -940,22 +992,21 @@ def test_recording_replays_the_live_run(name, tmp_path):
     assert_recording_matches(result)
 
 
-# --- cases whose whole workload needs a missing feature -----------------------------------------
+# --- every case has a test ---------------------------------------------------------------------
 HANDLED = {"capacity-never-fits", "lone-request-outgrows-cache", "parked-requests-hold-slots",
            "readmit-preempt-loop", "pressure-many-small", "prefill-flood-vs-decode", "edge-inputs",
            "stop-string-across-tokens", "recompute-keeps-output-split", "metrics-after-preemption",
            "stale-hash-after-reuse", "same-step-shared-prefix", "full-hit-at-block-boundary",
-           "abort-shared-blocks", "priority-at-seq-cap"}
+           "abort-shared-blocks", "priority-at-seq-cap", "swap-before-new-prefills"}
 
 
 def test_every_handled_case_is_re_checked_from_a_recording():
     assert {name.split("/")[0] for name in WORKLOADS} == HANDLED
 
 
-@pytest.mark.parametrize("case_id", sorted(set(CASES) - HANDLED) or ["<cases file missing>"])
-def test_case_needing_missing_feature(case_id):
-    c = case(case_id)
-    xfail_missing(case_id, c["config"])
+def test_every_case_is_handled():
+    case("capacity-never-fits")                # skips when the cases file is missing
+    assert set(CASES) == HANDLED, f"cases without a test: {sorted(set(CASES) - HANDLED)}"
 
 
 def test_abort_shared_blocks_unit_part():

@@ -68,7 +68,8 @@ def references(model, arrivals) -> dict[str, list[int]]:
 def run_real(hf_model, config: EngineConfig, arrivals, actions=(), seed: int = 0, model=None):
     model = model if model is not None else copy.deepcopy(hf_model)
     assert model is not hf_model       # the engine switches its model's attention implementation
-    runner = ModelRunner(model, config.num_gpu_blocks, config.block_size, seed=seed)
+    runner = ModelRunner(model, config.num_gpu_blocks, config.block_size, seed=seed,
+                         num_cpu_blocks=config.num_cpu_blocks)
     return run_workload(config, arrivals, actions, runner=runner)
 
 
@@ -101,6 +102,29 @@ def test_greedy_batch_with_chunked_prefill_and_preemption_equals_generate(hf_mod
     assert any({s.is_prefill for s in r.scheduled} == {True, False} for r in result.records)
     assert max(len(r.scheduled) for r in result.records) >= 4
     assert len({tuple(v) for v in refs.values()}) == len(refs)
+
+
+@pytest.mark.parametrize("device", [
+    "cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"))])
+def test_swap_preemption_copies_kv_and_outputs_equal_generate(hf_model, device):
+    """Swap preemption with the real model: victims' KV goes to the CPU pool tensors and back
+    (runner copies), nothing is recomputed, and every greedy output equals ``generate()``."""
+    model = copy.deepcopy(hf_model).to(device)
+    arrivals = mixed_workload()
+    refs = references(model, arrivals)
+    config = EngineConfig(block_size=8, num_gpu_blocks=24, max_model_len=256, max_num_seqs=8,
+                          max_num_batched_tokens=64, preemption_mode="swap", num_cpu_blocks=32)
+    result = run_real(model, config, arrivals, model=copy.deepcopy(model))
+    for a in arrivals:
+        req = result.requests[a.request_id]
+        assert req.status is RequestStatus.FINISHED_LENGTH, (a.request_id, req.error)
+        assert req.output_token_ids == refs[a.request_id], a.request_id
+    swaps = [(r.step, e.request_id) for r in result.records for e in r.events
+             if e.kind == "preempted" and '"mode":"swap"' in e.detail]
+    assert swaps, "the run never swapped"
+    for step, rid in swaps:        # it resumes where it stopped: no chunk from 0 again
+        resumed = next(s for r in result.records[step + 1:] for s in r.scheduled if s.request_id == rid)
+        assert resumed.num_computed_tokens > 0, (step, rid, resumed)
 
 
 @pytest.mark.parametrize("device", [

@@ -23,6 +23,7 @@ TOKENIZER = ToyTokenizer({})            # token i decodes to "<i>"
 def workloads(draw):
     chunked = draw(st.booleans())
     policy = draw(st.sampled_from(POLICIES))
+    swap = draw(st.booleans())
     max_model_len = draw(st.integers(16, 160))
     block_size = draw(st.sampled_from([1, 2, 4, 8, 16]))
     # A cache of roughly 16..160 tokens: tight enough to preempt, big enough to serve most requests.
@@ -38,6 +39,8 @@ def workloads(draw):
         long_prefill_token_threshold=draw(st.one_of(st.just(0), st.integers(1, 48))),
         policy=policy,
         enable_prefix_caching=draw(st.booleans()),
+        preemption_mode=swap and "swap" or "recompute",
+        num_cpu_blocks=draw(st.integers(1, 40 // block_size + 1)) if swap else 0,
     )
     num_prefixes = draw(st.sampled_from([0, 1, 2]))       # prompts starting with shared prefixes
     vocab = draw(st.sampled_from([20, 1000]))             # small vocab: EOS and stops fire often
@@ -66,7 +69,8 @@ def workloads(draw):
 def test_random_workloads_keep_invariants_and_outputs(w):
     config, vocab, eos, arrivals, actions, fail_steps = w
     fn = partial(hash_next_token, vocab_size=vocab)
-    runner = FakeRunner(config.num_gpu_blocks, config.block_size, fn, fail_steps=fail_steps)
+    runner = FakeRunner(config.num_gpu_blocks, config.block_size, fn, fail_steps=fail_steps,
+                        num_cpu_blocks=config.num_cpu_blocks)
     result = run_workload(config, arrivals, actions, runner=runner, tokenizer=TOKENIZER,
                           eos_token_id=eos, max_steps=3000)
     reference = reference_outputs(config, arrivals, tokenizer=TOKENIZER, eos_token_id=eos, next_token_fn=fn)
@@ -75,6 +79,10 @@ def test_random_workloads_keep_invariants_and_outputs(w):
     for kind in sorted(kinds - {"arrived", "scheduled"}):
         event(f"event {kind}")
     event(f"policy {config.policy}")
+    modes = {e.detail.split('"mode":"')[1].split('"')[0] for r in result.records for e in r.events
+             if e.kind == "preempted" and '"mode":"' in e.detail}
+    for mode in sorted(modes):
+        event(f"preemption {mode}")
     if any(s.is_prefill and s.num_computed_tokens for r in result.records for s in r.scheduled):
         event("continued prefill chunk")
     if any(r.prefix_cache_hits for r in result.records):

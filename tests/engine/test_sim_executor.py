@@ -2,6 +2,8 @@
 determinism (alone and driving the real engine)."""
 from __future__ import annotations
 
+import pytest
+
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.outputs import ScheduledRequest, SchedulerOutput
@@ -70,3 +72,18 @@ def test_the_engine_on_the_sim_executor_is_deterministic():
     assert not first[-1] or totals["num_steps"] == len(first)
     assert sum(len(tokens) for *_, tokens in first) == sum(3 + i for i in range(8))
     assert _engine_run(seed=0) == (first, totals)
+
+
+def test_swap_copies_cost_host_link_time():
+    """A step that swaps blocks takes longer by exactly blocks * block_size * KV bytes per token
+    / the device's host bandwidth (PCIe 5 on an H100: 64 GB/s)."""
+    import dataclasses
+
+    from engine.outputs import SchedulerOutput
+
+    runner = SimExecutor(MODEL, seed=0, block_size=16)
+    base = SchedulerOutput(step=0, scheduled=())
+    swapping = dataclasses.replace(base, blocks_to_swap_out=((0, 0), (1, 1)), blocks_to_swap_in=((2, 5),))
+    extra = runner.execute(swapping, {}).step_duration_s - runner.execute(base, {}).step_duration_s
+    want = 3 * 16 * MODEL.shape.kv_bytes_per_token / MODEL.device.host_bandwidth
+    assert extra == pytest.approx(want) and extra > 0

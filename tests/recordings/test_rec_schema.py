@@ -117,7 +117,8 @@ def test_a_version_2_file_opens_as_it_is_without_the_version_3_columns(recorded,
     shutil.copy(recorded.path, path)
     db = sqlite_utils.Database(path)
     for table, column in (("steps", "prefix_cache_queries"), ("steps", "prefix_cache_hits"),
-                          ("steps", "waiting_reason"), ("block_events", "block_hashes_json")):
+                          ("steps", "waiting_reason"), ("steps", "knobs_json"),
+                          ("block_events", "block_hashes_json")):
         db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
     db.execute("PRAGMA user_version = 2")
     db.conn.commit()

@@ -20,8 +20,10 @@ from engine.config import EngineConfig  # noqa: E402
 from engine.engine import LLMEngine  # noqa: E402
 from engine.outputs import StepRecord  # noqa: E402
 from engine.request import SamplingParams  # noqa: E402
+from engine.source import check_knobs, current_knobs  # noqa: E402
 from engine.state import EngineState  # noqa: E402
 from fake_runner import VOCAB_SIZE, FakeRunner, ToyTokenizer, hash_next_token  # noqa: E402
+from recordings.info import TimelineEvent, timeline_events  # noqa: E402
 
 WORDS = ("the", " cache", " fills", " one", " block", " at", " a", " time", " while", " new",
          " requests", " wait", " their", " turn", ",", " and", " tokens", " stream", " out", ".")
@@ -32,9 +34,10 @@ TOKENIZER = ToyTokenizer({i: WORDS[i % len(WORDS)] for i in range(VOCAB_SIZE)})
 WORKLOAD = ((120, 18, 0), (260, 14, 0), (64, 30, 2), (150, 20, 5), (230, 16, 8), (180, 22, 11))
 
 
-def prompt_ids(n: int, salt: int) -> list[int]:
-    """``n`` deterministic prompt token ids (different per ``salt``)."""
-    return [(7 * i + 13 * salt) % VOCAB_SIZE for i in range(n)]
+def prompt_ids(n: int, salt: int, shared_prefix: int = 0) -> list[int]:
+    """``n`` deterministic prompt token ids (different per ``salt`` after the first
+    ``shared_prefix``, which every prompt shares)."""
+    return [(7 * i + (0 if i < shared_prefix else 13 * salt)) % VOCAB_SIZE for i in range(n)]
 
 
 class FakeSource:
@@ -42,16 +45,21 @@ class FakeSource:
 
     ``states`` (kept unless ``keep_states=False``) and ``history`` hold every step; the state of
     the newest step is ``engine.state()`` itself, so changes made between steps (an injected
-    request, an abort) show up at once, as with a live engine."""
+    request, an abort) show up at once, as with a live engine. ``workload`` entries are
+    ``(prompt tokens, max_tokens, arrival step[, priority])``; every prompt starts with the same
+    ``shared_prefix`` tokens; ``config`` are further ``EngineConfig`` knobs (``policy``,
+    ``enable_prefix_caching``...)."""
 
     def __init__(self, num_steps: int = 40, *, num_blocks: int = 64, block_size: int = 16,
                  max_num_seqs: int = 4, budget: int = 96, workload=WORKLOAD, fail_steps=(),
                  max_model_len: int = 2048, keep_states: bool = True, tokenizer=TOKENIZER,
-                 next_token_fn=hash_next_token, record_to=None):
+                 next_token_fn=hash_next_token, record_to=None, shared_prefix: int = 0, **config):
         self.config = EngineConfig(block_size=block_size, num_gpu_blocks=num_blocks,
                                    max_num_seqs=max_num_seqs, max_num_batched_tokens=budget,
-                                   max_model_len=max_model_len, clock="virtual")
-        self.runner = FakeRunner(num_blocks, block_size, next_token_fn, fail_steps=fail_steps)
+                                   max_model_len=max_model_len, clock="virtual", **config)
+        self.shared_prefix = shared_prefix
+        self.runner = FakeRunner(num_blocks, block_size, next_token_fn, fail_steps=fail_steps,
+                                 num_cpu_blocks=self.config.num_cpu_blocks)
         self.writer = None
         if record_to is not None:
             from recordings import RecordingWriter
@@ -60,18 +68,20 @@ class FakeSource:
                                 recorder=self.writer)
         self.keep_states = keep_states
         self.num_added = 0
-        for prompt, max_tokens, at in workload:
-            self.add(prompt, max_tokens, float(at))
+        for prompt, max_tokens, at, *priority in workload:
+            self.add(prompt, max_tokens, float(at), *priority)
         self.history: list[StepRecord] = []
         self.states: list[EngineState] = [self.engine.state()]
         self._text: dict[str, list[tuple[int, str]]] = {}
         self.advance(num_steps)
 
-    def add(self, num_prompt_tokens: int, max_tokens: int, arrival_time: float | None = None) -> str:
+    def add(self, num_prompt_tokens: int, max_tokens: int, arrival_time: float | None = None,
+            priority: int = 0) -> str:
         """Add ``req-<n>`` (n = requests added so far); arrival on the virtual clock."""
         rid = f"req-{self.num_added}"
-        self.engine.add_request(prompt_ids(num_prompt_tokens, self.num_added),
-                                SamplingParams(max_tokens=max_tokens, ignore_eos=True),
+        self.engine.add_request(prompt_ids(num_prompt_tokens, self.num_added, self.shared_prefix),
+                                SamplingParams(max_tokens=max_tokens, ignore_eos=True,
+                                               priority=priority),
                                 request_id=rid, arrival_time=arrival_time)
         self.num_added += 1
         return rid
@@ -111,6 +121,9 @@ class FakeSource:
     def request_text(self, request_id: str, step: int) -> str:
         return "".join(t for s, t in self._text.get(request_id, ()) if s <= step)
 
+    def request_timeline(self, request_id: str) -> list[TimelineEvent]:
+        return timeline_events(self.history, request_id)
+
 
 def big_source(num_blocks: int = 16_384, running: int = 256, waiting: int = 10_000,
                 output: int = 192) -> FakeSource:
@@ -125,6 +138,31 @@ def big_source(num_blocks: int = 16_384, running: int = 256, waiting: int = 10_0
     while src.latest_step() < 0 or any(e.is_prefill for e in src.history[-1].scheduled):
         src.advance(1)
     return src
+
+
+# (prompt tokens, max_tokens, arrival step): four requests grow over 20 blocks of 16 until the
+# cache runs out; with swap preemption and 6 CPU blocks, req-3 is swapped out at step 21 (5
+# blocks), and at step 38 req-2 needs 6 while req-3 still holds 5: a recompute fallback
+SWAP_WORKLOAD = ((60, 40, 0), (60, 40, 0), (60, 40, 0), (60, 40, 0), (50, 30, 3), (40, 20, 6))
+
+
+def swap_source(num_steps: int = 70, num_cpu_blocks: int = 6, **config) -> FakeSource:
+    """A run with swap preemption under memory pressure (:data:`SWAP_WORKLOAD`): 20 GPU blocks,
+    4 slots, ``num_cpu_blocks`` CPU blocks."""
+    return FakeSource(num_steps, num_blocks=20, max_num_seqs=4, budget=96, workload=SWAP_WORKLOAD,
+                      preemption_mode="swap", num_cpu_blocks=num_cpu_blocks, **config)
+
+
+def shown_window(qtbot, source, control=None):
+    """A ``ui.MainWindow`` on ``source`` (live with ``control``), shown, its frame timer
+    stopped: tests draw frames with ``refresh()`` / ``show_step()``."""
+    from ui import MainWindow
+    w = MainWindow(source, control)
+    w.timer.stop()
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitExposed(w)
+    return w
 
 
 class FakeControl:
@@ -152,9 +190,10 @@ class FakeControl:
         return self.paused
 
     def add_request(self, prompt: str, max_tokens: int, temperature: float = 0.0,
-                    top_p: float = 1.0, seed: int | None = None) -> str:
-        self.calls.append(("add_request", prompt, max_tokens, temperature, top_p, seed))
-        return self.source.add(max(1, len(prompt.split())), max_tokens)
+                    top_p: float = 1.0, seed: int | None = None, **sampling) -> str:
+        self.calls.append(("add_request", prompt, max_tokens, temperature, top_p, seed, sampling))
+        return self.source.add(max(1, len(prompt.split())), max_tokens,
+                               priority=sampling.get("priority", 0))
 
     def abort_request(self, request_id: str) -> None:
         self.calls.append(("abort_request", request_id))
@@ -167,6 +206,27 @@ class FakeControl:
     def resume_request(self, request_id: str) -> None:
         self.calls.append(("resume_request", request_id))
         self.source.engine.resume_request(request_id)
+
+    def set_priority(self, request_id: str, priority: int) -> None:
+        """As the engine worker: a refusal goes to ``last_error``, never raised."""
+        self.calls.append(("set_priority", request_id, priority))
+        try:
+            self.source.engine.set_priority(request_id, priority)
+        except ValueError as e:
+            self.error = f"{type(e).__name__}: {e}"
+
+    def set_knobs(self, **changes: int) -> None:
+        """As the engine worker: bad names or types raise at once, a refusal goes to
+        ``last_error``."""
+        self.calls.append(("set_knobs", changes))
+        values = check_knobs(changes)
+        try:
+            self.source.engine.set_knobs(**values)
+        except ValueError as e:                          # ConfigError is a ValueError
+            self.error = f"{type(e).__name__}: {e}"
+
+    def knobs(self) -> dict[str, int]:
+        return current_knobs(self.source.engine)
 
     def last_error(self) -> str | None:
         return self.error

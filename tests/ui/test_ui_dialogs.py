@@ -40,13 +40,13 @@ def test_accept_calls_add_request_with_the_values(dialog, control):
     dialog.use_seed.setChecked(True)
     dialog.seed.setValue(42)
     assert submit(dialog, "Explain paged attention", max_tokens=5)
-    assert control.calls == [("add_request", "Explain paged attention", 5, 0.7, 0.9, 42)]
+    assert control.calls == [("add_request", "Explain paged attention", 5, 0.7, 0.9, 42, {})]
     assert dialog.request_id == "req-6"
 
 
 def test_seed_is_optional(dialog, control):
     assert submit(dialog, "hi")
-    assert control.calls[-1][-1] is None
+    assert control.calls[-1][5] is None
 
 
 def test_engine_refusal_keeps_the_dialog_open(dialog, control, monkeypatch):

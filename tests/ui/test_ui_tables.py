@@ -10,11 +10,11 @@ from PySide6.QtCore import Qt
 from engine.state import STATUSES
 from ui.colors import request_qcolor
 from ui.queue_tables import QueueTables, visible_rows
-from ui.request_table import COLUMNS, NOT_ADMITTED_TEXT, RequestTableModel
+from ui.request_table import COLUMNS, NOT_ADMITTED_TEXT, REASON_COLUMN, RequestTableModel
 
 
 def expected_cells(state, row: int) -> list[str]:
-    """The 8 cell texts of state row ``row``, straight from the columns."""
+    """The cell texts before the reason of state row ``row``, straight from the columns."""
     c = state.columns
     first, last, arrival = (float(c[k][row]) for k in ("first_token_time", "last_token_time", "arrival_time"))
     n_out = int(c["num_output_tokens"][row])
@@ -22,7 +22,7 @@ def expected_cells(state, row: int) -> list[str]:
     itl = f"{(last - first) / (n_out - 1):.3g}" if n_out >= 2 else "–"
     return [state.request_ids[row], STATUSES[int(c["status"][row])].lower(),
             str(int(c["num_prompt_tokens"][row])), f"{n_out} / {int(c['max_tokens'][row])}",
-            ttft, itl, str(int(c["num_preemptions"][row]))]
+            ttft, itl, str(int(c["num_preemptions"][row])), str(int(c["priority"][row]))]
 
 
 def cells(model: RequestTableModel, i: int) -> list[str]:
@@ -41,16 +41,16 @@ def test_models_are_the_state_columns_at_scale(qtbot, big):
         rows = np.flatnonzero(np.isin(status, [STATUSES.index(s) for s in codes]))
         assert m.rowCount() == len(rows)
         for i in {0, len(rows) // 2, len(rows) - 1} if len(rows) else ():
-            assert cells(m, i)[:7] == expected_cells(state, int(rows[i]))
+            assert cells(m, i)[:REASON_COLUMN] == expected_cells(state, int(rows[i]))
             assert m.data(m.index(i, 0), Qt.UserRole) == state.request_ids[rows[i]]
             assert m.data(m.index(i, 0), Qt.DecorationRole) == request_qcolor(state.request_ids[rows[i]])
-    assert w.row_counts() == {"running": 256, "waiting": 10_000, "paused": 0,
+    assert w.row_counts() == {"running": 256, "waiting": 10_000, "swapped": 0, "paused": 0,
                               "finished": len(state.recently_finished)}
     waiting = w.models["waiting"]
     # FCFS: the oldest waiting request found the batch slots full, every other one waits behind it
     assert [rid for rid, _ in record.not_admitted] == [waiting.request_id(0)]
-    assert waiting.data(waiting.index(0, 7)) == NOT_ADMITTED_TEXT[record.not_admitted[0][1]]
-    assert waiting.data(waiting.index(9_999, 7)) == "behind older request"
+    assert waiting.data(waiting.index(0, REASON_COLUMN)) == NOT_ADMITTED_TEXT[record.not_admitted[0][1]]
+    assert waiting.data(waiting.index(9_999, REASON_COLUMN)) == "behind older request"
     assert w.tabs.tabText(1) == "Waiting (10,000)"
 
 
@@ -82,7 +82,7 @@ def test_same_rows_update_without_reset_and_repaint_only_changed_cells(qtbot, bi
     w.tabs.setCurrentWidget(w.views["waiting"])
     changed["waiting"].clear()
     w.set_state(big.state_at(k - 1), big.records(k - 1, k)[0])
-    assert set(changed["waiting"]) <= {(0, 0, 7, 7)}   # idle queue: the oldest one's reason at most
+    assert set(changed["waiting"]) <= {(0, 0, REASON_COLUMN, REASON_COLUMN)}   # idle queue: the oldest one's reason at most
 
 
 def test_a_changing_queue_moves_rows_without_a_reset(qtbot, source):
@@ -114,7 +114,7 @@ def test_a_changing_queue_moves_rows_without_a_reset(qtbot, source):
                 moves += 1
                 assert {c for a, b, c in changed if a <= i <= b} == set(range(len(COLUMNS))), (k, i)
         for i in range(model.rowCount()):
-            assert cells(model, i)[:7] == expected_cells(source.state_at(k), int(model.rows[i])), (k, i)
+            assert cells(model, i)[:REASON_COLUMN] == expected_cells(source.state_at(k), int(model.rows[i])), (k, i)
     assert moves and inserted and removed and not resets
 
 
@@ -146,4 +146,4 @@ def test_finished_table_shows_the_recently_finished_newest_first(qtbot, source):
     views = list(reversed(state.recently_finished))
     assert m.rowCount() == len(views) >= 4
     for i, v in enumerate(views):
-        assert cells(m, i)[0] == v.request_id and cells(m, i)[7] == f"finished: {v.finish_reason}"
+        assert cells(m, i)[0] == v.request_id and cells(m, i)[REASON_COLUMN] == f"finished: {v.finish_reason}"

@@ -9,6 +9,7 @@ from fakes import FakeControl, FakeSource
 from screenshot import grab_window
 from ui import MainWindow
 from ui.colors import request_rgb
+from ui.request_table import REASON_COLUMN
 from ui.transport import SPEEDS
 
 
@@ -42,7 +43,8 @@ def test_scrubbing_shows_exactly_state_at_k(window, source):
         assert (window.block_map.fill == state.block_fill()).all()
         assert window.queues.row_counts() == {
             "running": len(state.running), "waiting": len(state.waiting),
-            "paused": len(state.paused), "finished": len(state.finished)}
+            "swapped": len(state.queue("swapped")), "paused": len(state.paused),
+            "finished": len(state.finished)}
         assert [r.step for r in window.records] == list(range(max(0, k - window.window), k + 1))
         assert window.transport.spin.value() == k and window.transport.slider.value() == k
     window.transport.slider.setValue(7)            # the scrubber itself
@@ -196,7 +198,7 @@ def test_waiting_requests_say_why_they_were_not_admitted(window, source):
     window.show_step(10)                           # req-4 waits: all four slots are busy
     model = window.queues.models["waiting"]
     row = model.row_of("req-4")
-    assert model.data(model.index(row, 7)) == "batch slots full"
+    assert model.data(model.index(row, REASON_COLUMN)) == "batch slots full"
     window.select_request("req-4")
     assert window.inspector.values["reason"].text() == "batch slots full"
     window.show_step(38)
