@@ -122,7 +122,9 @@ class RequestInspector(QWidget):
                                        f" ({self.time_unit or 'engine clock units'})")
         reason = reason_text(v, not_admitted(self.record, v))
         self.values["reason"].setText(reason or "–")
-        self.values["reason"].setStyleSheet(f"color: {css(ERROR)};" if v.error else "")
+        style = f"color: {css(ERROR)};" if v.error else ""
+        if self.values["reason"].styleSheet() != style:     # a new style sheet re-polishes
+            self.values["reason"].setStyleSheet(style)
         key = (v.request_id, self.step, v.num_output_tokens)
         if key != self._text_key:
             same_request = self._text_key is not None and self._text_key[0] == v.request_id
