@@ -153,6 +153,8 @@ class MetricsPlots(QWidget):
         if span != self._span:
             self._span = span
             self.plots["throughput"].setXRange(-span + 0.5, 0.5, padding=0)
+            for p in self.plots.values():   # now, not while painting (a second repaint)
+                p.getViewBox().updateMatrix()
 
     def set_simulated(self, simulated: bool) -> None:
         """Plot a simulated run's step times and tokens/s in simulated seconds."""
