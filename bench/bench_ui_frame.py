@@ -217,6 +217,10 @@ def bench_recording(args) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--frames", type=int, default=40, help="frames per scenario")
+    ap.add_argument("--fast-frames", type=int, default=None,
+                    help="frames of the 7-steps-a-frame scenario (default: a third of --frames; "
+                    "it starts at step ~107, so the first ~13 frames are the run's first 200 "
+                    "steps, while the step axes still grow, and the rest pages every 50 steps)")
     ap.add_argument("--blocks", type=int, default=16_384)
     ap.add_argument("--running", type=int, default=256)
     ap.add_argument("--waiting", type=int, default=10_000)
@@ -232,7 +236,7 @@ def main() -> None:
     if args.recording:
         bench_recording(args)
         return
-    fast = max(1, args.frames // 3)          # frames of the 7-steps-a-frame scenario
+    fast = args.fast_frames or max(1, args.frames // 3)     # of the 7-steps-a-frame scenario
     # enough output tokens that no request finishes while frames are measured
     src = build_source(args.blocks, args.running, args.waiting, 2 * args.frames + 7 * fast + 16)
 
