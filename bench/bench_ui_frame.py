@@ -11,7 +11,9 @@ step arrived (``MainWindow.refresh()``) plus the repaint it triggers (``processE
 
 Prints wall and CPU time p50 / p95 / max per scenario (live: one new step a frame with the
 waiting or the running table shown, or 7 steps a frame as at 200 steps/s; scrub: the previous
-step every frame), with a running request selected, and a per-view CPU breakdown. On a shared machine read the CPU times: wall
+step every frame), with a running request selected, and a per-view CPU breakdown; then (unless
+``--no-churn``) 7 steps a frame of a second run in steady churn, as a production engine serves:
+requests finish and waiting ones are admitted at nearly every step (``churn_source``). On a shared machine read the CPU times: wall
 time there includes waiting for other processes. Frames in which Python ran a full garbage
 collection are counted apart (with their times): it scans the whole heap, the benchmark's own
 engine and its kept history included, and lands in whichever frame allocates at the wrong moment.
@@ -53,6 +55,27 @@ def build_source(num_blocks: int, running: int, waiting: int, output: int):
     print(f"built in {time.perf_counter() - t0:.1f} s: step {st.step}, {len(st.queue_rows('running'))} "
           f"running, {len(st.queue_rows('waiting')):,} waiting, {st.num_used_blocks:,}/"
           f"{st.num_total_blocks:,} blocks used", flush=True)
+    return src
+
+
+def churn_source(num_blocks: int, running: int, waiting: int, warmup: int = 150):
+    """A run in steady churn, as a production engine serves: ``running`` requests with
+    staggered outputs (prompts filling about half of ``num_blocks``, outputs 100, 101, ...
+    tokens), so from about step 100 one finishes and a waiting one is admitted (prefill) at
+    nearly every step, behind ``waiting`` more of mixed lengths; ``warmup`` steps run first."""
+    from fakes import FakeSource
+    t0 = time.perf_counter()
+    prompt = max(16, num_blocks * 16 // (2 * running))
+    workload = ([(prompt, 100 + i, 0) for i in range(running)]
+                + [(200 + (37 * i) % 800, 50 + (53 * i) % 250, 0) for i in range(waiting)])
+    src = FakeSource(0, num_blocks=num_blocks, block_size=16, max_num_seqs=running, budget=8192,
+                     workload=workload, max_model_len=4096, tokenizer=None,
+                     next_token_fn=lambda ctx, n: 1)
+    src.advance(warmup)
+    st = src.state_at(src.latest_step())
+    print(f"churn run built in {time.perf_counter() - t0:.1f} s: step {st.step}, "
+          f"{len(st.queue_rows('running'))} running, {len(st.queue_rows('waiting')):,} waiting, "
+          f"{st.num_used_blocks:,}/{st.num_total_blocks:,} blocks used", flush=True)
     return src
 
 
@@ -238,6 +261,9 @@ def main() -> None:
                     "at step ~107: its first ~13 frames are the run's first 200 steps, while the "
                     "step axes still grow, the later ones page the timeline every 50 steps. (It "
                     "had a third of --frames before: 13 frames, whose p95 is nearly their max.)")
+    ap.add_argument("--no-churn", dest="churn", action="store_false",
+                    help="skip the scenario of a run in steady churn (requests finishing and "
+                    "admitted every step, 7 steps a frame; its run takes ~10 s to build)")
     ap.add_argument("--blocks", type=int, default=16_384)
     ap.add_argument("--running", type=int, default=256)
     ap.add_argument("--waiting", type=int, default=10_000)
@@ -293,7 +319,6 @@ def main() -> None:
     for (tab, steps), timer in live.items():
         timer.report(f"live, {tab} table, {steps} step{'s' if steps > 1 else ''}/frame")
     scrub.report("scrub back, running table shown")
-
     state, records, k = w.state, w.records, w.shown_step
     parts = {
         "block map": lambda: w.block_map.set_state(state),
@@ -310,6 +335,30 @@ def main() -> None:
             with t:
                 fn()
         print(f"  {name:14s} {stats(t.cpu)}")
+    if args.churn:
+        churn = Timer()
+        # requests finish and are admitted every step: the queues, block map and timeline change
+        # everywhere, not only in the decoding requests' last blocks and rows
+        src = live = None                   # only the churn run in memory (a full GC scans it all)
+        gc.collect()
+        csrc = churn_source(args.blocks, args.running, args.waiting)
+        w.set_source(csrc, FakeControl(csrc))
+        st = csrc.state_at(csrc.latest_step())
+        w.select_request(st.request_ids[int(st.queue_rows("running")[len(st.queue_rows("running")) // 2])])
+        w.queues.tabs.setCurrentWidget(w.queues.views["running"])
+        app.processEvents()
+        for _ in range(fast):
+            csrc.advance(7)
+            with churn:
+                w.refresh()
+                app.processEvents()
+        st = w.state
+        churn.report("live churn, running table, 7 steps/fr.")
+        print(f"{'':38s} (steps {st.step - 7 * fast + 1}..{st.step}: "
+              f"{csrc.history[-1].num_finished - csrc.history[-7 * fast - 1].num_finished} requests "
+              f"finished; at the end {len(st.queue_rows('running'))} running, "
+              f"{len(st.queue_rows('waiting')):,} waiting)")
+
     w.close()
 
 
