@@ -107,8 +107,10 @@ def test_selection_fades_other_requests(qtbot, source):
 
 
 def test_window_pages_a_quarter_at_a_time():
-    assert step_span(10, 20, 200) == (0, 32)                 # short run: the whole run
-    assert step_span(150, 150, 200) == (0, 175)               # ... in 25-step grains
+    assert step_span(10, 20, 200) == (0, 50)                 # short run: the whole run
+    assert step_span(60, 60, 200) == (0, 100)                 # ... in quarter-window grains
+    assert step_span(150, 150, 200) == (0, 200)
+    assert step_span(3, 5, 32) == (0, 32)                     # at least 32 steps
     spans = {step_span(k, 5000, 200) for k in range(1000, 1050)}
     assert spans == {(850, 200)}                              # one axis for 50 steps
     for k in range(200, 2000, 7):
