@@ -25,6 +25,7 @@ from ui.inject_dialog import InjectDialog
 from ui.jump import parse_jump, resolve_jump
 from ui.knobs_dialog import KnobsDialog
 from ui.kv_block_map import KVBlockMap
+from ui.layout_fence import LayoutFence
 from ui.metrics_plots import MetricsPlots
 from ui.queue_tables import QueueTables
 from ui.record_cache import RecordCache, step_span
@@ -106,7 +107,7 @@ class MainWindow(QMainWindow):
         bottom = QSplitter(Qt.Horizontal)
         bottom.addWidget(_group("Requests", self.queues))
         bottom.addWidget(_group("Metrics", self.metrics))
-        bottom.addWidget(_group("Selected request", self.inspector))
+        bottom.addWidget(_group("Selected request", LayoutFence(self.inspector)))
         bottom.setSizes([640, 560, 400])
         main = QSplitter(Qt.Vertical)
         main.addWidget(top)

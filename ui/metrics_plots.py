@@ -4,7 +4,11 @@ scheduled tokens, step time and the engine's wait for the recorder.
 Six pyqtgraph plots in a 2x3 grid of one layout widget with linked step axes; every curve is a
 long-lived PlotCurveItem updated with ``setData``. The x axis counts steps back from the shown
 step (0 = the shown step, at the right edge), so it stays put while the run advances: moving
-axes cost more to paint than the curves. Each step's numbers come from its light summary
+axes cost more to paint than the curves. While the run is shorter than the window the plotted
+span grows with the slot timeline's; the views' x range stays ``[-window, 0]`` all along and the
+curves are stretched to it (x = steps back x window / span) with the step axes' scale set to
+match (``AxisItem.setScale``: ticks placed and labelled in steps), so a growing span relabels
+two axes instead of moving six linked views (which re-lays out and repaints every plot). Each step's numbers come from its light summary
 (:class:`ui.step_summary.StepSummary`: counts and times, no record decoded) and are computed once
 (:class:`ui.record_cache.StepMemo`), so a frame costs one array per series, not a pass over
 every step. A step where the user changed live knobs (``StepRecord.knobs``, recorded with the
@@ -153,9 +157,12 @@ class MetricsPlots(QWidget):
             cache_decorations(p)
             if first is None:
                 first = p
+                p.setXRange(-window + 0.5, 0.5, padding=0)
             else:
                 p.setXLink(first)
             self.plots[key] = p
+        self._step_axes = [self.plots[key].getAxis("bottom")       # the ones shown
+                           for i, (key, *_) in enumerate(PLOTS) if i // 2 == rows - 1]
 
     def set_records(self, records: Sequence[StepSummary | StepRecord], shown_step: int,
                     latest_step: int | None = None) -> None:
@@ -165,7 +172,7 @@ class MetricsPlots(QWidget):
         _first, span = step_span(shown_step, latest, self.window)
         recs = as_summaries([r for r in records if shown_step - span < r.step <= shown_step])
         m = self.metrics = step_metrics(recs, self._memo.get(recs))
-        x = m["step"] - shown_step
+        x = (m["step"] - shown_step) * (self.window / span)
         for name, curve in self.curves.items():
             curve.setData(x, m[name])
         for key, _t, _l, _u, series in PLOTS:
@@ -176,13 +183,15 @@ class MetricsPlots(QWidget):
                     self.plots[key].setYRange(0, top * 1.05, padding=0)
         if span != self._span:
             self._span = span
-            self.plots["throughput"].setXRange(-span + 0.5, 0.5, padding=0)
+            for axis in self._step_axes:
+                axis.setScale(span / self.window)
         self._show_knobs([(s.step, s.knobs) for s in recs if s.knobs], shown_step)
 
     def _show_knobs(self, changes: list[tuple[int, tuple]], shown_step: int) -> None:
         """Dashed lines at the steps of ``changes`` (``(step, knobs)``) in every plot, and their
         text under the plots; nothing to do in the common frame without any."""
-        xs = [step - shown_step for step, _ in changes]
+        stretch = self.window / self._span if self._span else 1.0    # as the curves are
+        xs = [(step - shown_step) * stretch for step, _ in changes]
         if xs == self._knob_x:
             return
         self._knob_x, self.knob_steps = xs, [step for step, _ in changes]

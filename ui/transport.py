@@ -77,7 +77,10 @@ class TransportBar(QWidget):
         self.spin.setRange(-1, -1)
         self.spin.setPrefix("step ")
         self.spin.setKeyboardTracking(False)
-        self.spin.setFixedWidth(self.spin.fontMetrics().horizontalAdvance("step 88888888") + 40)
+        # a fixed size (both ways): its range grows every step, and a spin box's new range
+        # re-lays out the window unless its size is fixed (see ui.theme.fix_size)
+        self.spin.setFixedSize(self.spin.fontMetrics().horizontalAdvance("step 88888888") + 40,
+                               self.spin.sizeHint().height())
         self.latest_label = fix_size(QLabel("of –"), "of 88888888")
         self.live_btn = _button("● Live", "Follow the newest step", checkable=True)
         self.live_btn.setChecked(True)
