@@ -31,11 +31,16 @@ a. Continuous (``--policy fcfs``) vs static batching (``--policy static``), firs
    admission. What is left is the idle-slot effect: a static batch runs until its longest output,
    so its slots are busy (sum of outputs) / (batch size x longest output) of the decode steps. For
    Azure conv's outputs (mean 235, std 153, max 594 in these 200) that bound is printed with the
-   table (about 0.5: at most ~2x from batching alone). Less than that shows up in output tokens/s
-   because a decode step is memory-bound: it reads all weights whatever the batch size, so a half
-   empty batch costs nearly the time of a full one but not quite, and static also never mixes
-   prefill chunks into decode steps (its TPOT is lower). On the CPU the same bound holds, but a
-   step's time grows with the batch (compute-bound), so the ratio there is smaller still.
+   table (about 0.55: at most ~1.8x from batching alone). Output tokens/s gains less, because only
+   the decode steps get fuller: prefill is the same work under both policies and dilutes the ratio
+   (the time in steps with prefill chunks and in decode-only steps is printed under the table; the
+   sim's Azure prompts are long, 180,697 prompt tokens for 47,050 output tokens), and static's
+   emptier decode steps are a little cheaper (no prefill chunks mixed in, fewer rows: lower TPOT),
+   though a memory-bound decode step reads all the weights whatever the batch size. On the CPU
+   prompt and output tokens are about as many (the demo's scaling) and the model is compute-bound,
+   so a prompt token costs about what an output token does: prefill dilutes the ratio more, and the
+   wall-clock figures move with the load of this shared machine (1.2x-1.6x in three runs at load
+   2-4.7).
 
 b. Automatic prefix caching on the Mooncake synthetic trace (all 3,993 requests, their
    ``hash_ids`` turned into shared 512-token blocks by ``recordings.prefix_blocks``), simulated
@@ -172,6 +177,23 @@ def static_slot_bound(outputs: list[int], batch: int) -> float:
     return sum(outputs) / sum(len(c) * max(c) for c in chunks)
 
 
+def step_time_split(path: Path) -> tuple[float, float]:
+    """(time in steps that ran a prefill chunk, time in decode-only steps) on the run's clock."""
+    with Reader(path) as reader:
+        (prefill, decode), = reader.execute(
+            "SELECT coalesce(sum(CASE WHEN batch_prefill_json != '[]' THEN token_time - clock END), 0), "
+            "coalesce(sum(CASE WHEN batch_prefill_json = '[]' THEN token_time - clock END), 0) FROM steps")
+    return float(prefill), float(decode)
+
+
+def split_note(label: str, runs: dict[str, Measured]) -> str:
+    """Where each policy's time went: steps with prefill chunks vs decode-only steps."""
+    parts = {p: step_time_split(m.path) for p, m in runs.items()}
+    return (f"{label}: time in steps with prefill chunks / decode-only steps: "
+            + ", ".join(f"{p} {a:.1f} / {b:.1f} s" for p, (a, b) in parts.items())
+            + f" (static spends {parts['static'][1] / parts['fcfs'][1]:.2f}x fcfs's time in decode-only steps)")
+
+
 def table_a(args) -> None:
     print("\n## a. continuous (fcfs) vs static batching: Azure conv, first 200 requests, arrivals x0.1\n")
     common = ["--trace", str(AZURE), "--time-scale", "0.1"]
@@ -181,7 +203,8 @@ def table_a(args) -> None:
     outputs = output_lengths(runs["fcfs"].path)
     notes = [f"sim: 200 requests, real lengths ({sum(outputs):,} output tokens, mean {np.mean(outputs):.0f}, "
              f"std {np.std(outputs):.0f}, max {max(outputs)}); 32 slots, 8,192 tokens/step; static batches of 32 "
-             f"in arrival order keep {static_slot_bound(outputs, 32):.0%} of their decode slot-steps busy"]
+             f"in arrival order keep {static_slot_bound(outputs, 32):.0%} of their decode slot-steps busy",
+             split_note("sim", runs)]
     if not args.skip_cpu:
         import torch
 
@@ -201,6 +224,7 @@ def table_a(args) -> None:
                      f"load average "
                      + ", ".join(f"{p} {m.loads[0]:.1f}->{m.loads[1]:.1f}" for p, m in cpu.items())
                      + f"; static batches of 16 keep {static_slot_bound(out_cpu, 16):.0%} of decode slot-steps busy")
+        notes.append(split_note("CPU", cpu))
     print(md_table(POLICY_HEADER, rows, num_text_columns=2))
     print()
     for n in notes:
