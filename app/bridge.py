@@ -20,6 +20,7 @@ from typing import Any, Callable
 from app.factory import BuiltEngine
 from app.live_source import LiveSource
 from engine.request import SamplingParams
+from engine.source import check_knobs, current_knobs
 from engine.state import EngineState
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,20 @@ class EngineWorker(threading.Thread):
         the engine's refusal shows in ``last_error``."""
         value = int(priority)
         self._commands.put(lambda: self.built.engine.set_priority(request_id, value))
+
+    def set_knobs(self, **changes: int) -> None:
+        """Change live knobs (``engine.source.LIVE_KNOBS``) on the engine thread, between steps
+        (``LLMEngine.set_knobs``). Raises ``ValueError`` at once for an unknown knob or a value
+        that is not an int; a value the engine refuses (``ConfigError`` / ``ValueError`` naming
+        the knob and its limit) shows in ``last_error``, and nothing changes."""
+        values = check_knobs(changes)
+        if values:
+            self._commands.put(lambda: self.built.engine.set_knobs(**values))
+
+    def knobs(self) -> dict[str, int]:
+        """The live knobs' current values by name ({} before the engine is built)."""
+        built = self.built
+        return {} if built is None else current_knobs(built.engine)
 
     def stop(self, timeout: float = 10.0) -> None:
         """End the loop, flush and close the recorder; waits up to ``timeout`` seconds."""

@@ -8,7 +8,7 @@ import time
 
 PROCESS_START = time.perf_counter()   # for "first token after N s" (import of torch etc. included)
 
-from engine.config import ConfigError, EngineConfig
+from engine.config import POLICIES, PREEMPTION_MODES, ConfigError, EngineConfig
 from engine.sim.hardware import known_devices
 from engine.sim.model_shapes import known_models
 
@@ -38,6 +38,25 @@ def _engine_args(p: argparse.ArgumentParser, *, num_gpu_blocks: int | None, cloc
     g.add_argument("--enable-prefix-caching", action="store_true",
                    help="reuse the KV of full blocks whose whole prefix an earlier step computed "
                         "(automatic prefix caching, vLLM v1 style; off by default)")
+    g.add_argument("--policy", choices=POLICIES, default="fcfs",
+                   help="which waiting request gets a batch slot: fcfs = by arrival (continuous batching); "
+                        "priority = by the request's priority, lower value first, ties by arrival, and a "
+                        "strictly higher-priority waiting request may preempt the lowest-priority running "
+                        "one (trace requests all have priority 0, so a replay runs as fcfs); static = the "
+                        "baseline without continuous batching: a batch of up to --max-num-seqs requests is "
+                        "admitted only when the whole previous batch finished (default: %(default)s)")
+    g.add_argument("--preemption-mode", choices=PREEMPTION_MODES, default="recompute",
+                   help="what happens to a request preempted when the KV cache runs out: recompute = its "
+                        "KV is dropped and computed again; swap = copied to a CPU pool of "
+                        "--num-cpu-blocks blocks and back (recompute when that pool is full) "
+                        "(default: %(default)s)")
+    g.add_argument("--num-cpu-blocks", type=int, default=0,
+                   help="KV blocks of the CPU swap pool (only with --preemption-mode swap; default: "
+                        "%(default)s)")
+    g.add_argument("--check-invariants", action="store_true",
+                   help="check the global invariants (block conservation, queue exclusivity, limits; "
+                        "G1-G4 of the scheduler cases) after every step; the first violation stops the "
+                        "run with its step and invariant (slower; the recording keeps the steps so far)")
     g.add_argument("--clock", choices=["wall", "virtual", "sim"], default=clock,
                    help="wall: arrivals in real seconds; virtual: arrivals in steps, reproducible "
                         "schedules; sim: simulated seconds from --executor sim's step times, idle gaps "
@@ -91,7 +110,9 @@ def engine_config(a: argparse.Namespace) -> EngineConfig:
                  num_gpu_blocks=a.num_gpu_blocks, max_model_len=a.max_model_len,
                  max_num_seqs=a.max_num_seqs, max_num_batched_tokens=a.max_num_batched_tokens,
                  enable_chunked_prefill=not a.no_chunked_prefill,
-                 enable_prefix_caching=a.enable_prefix_caching,
+                 enable_prefix_caching=a.enable_prefix_caching, policy=a.policy,
+                 preemption_mode=a.preemption_mode, num_cpu_blocks=a.num_cpu_blocks,
+                 check_invariants=a.check_invariants,
                  long_prefill_token_threshold=a.long_prefill_token_threshold, clock=clock)
     sim_flags = {k: getattr(a, k, None) for k in ("sim_model", "sim_device", "sim_cost")}
     if not sim:
@@ -116,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
                "  batchscope run --trace conv.csv --limit 64 --record run.sqlite\n"
                "  batchscope replay run.sqlite                step through a recording\n"
                "  batchscope summary run.sqlite               print a recording's metrics\n"
+               "  batchscope check run.sqlite                 check a recording's invariants step by step\n"
+               "  batchscope run --trace conv.csv --limit 64 --record static.sqlite --policy static\n"
+               "                                              the static-batching baseline\n"
                "  batchscope run --trace conv.csv --record sim.sqlite --executor sim --sim-model llama-3.1-8b "
                "--sim-device h100\n"
                "                                              simulated replay (no model, roofline step times)\n"
@@ -143,6 +167,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("replay", help="open a recording in the window, step by step")
     rep.add_argument("recording")
+    rep.add_argument("--check-invariants", action="store_true",
+                     help="first replay every step and check the invariants (G1 blocks, G3 queues, G4 "
+                          "limits, G6 drain), print each violation with its step, then open the window")
+    check_help = ("replay a recording's steps and check the global invariants on each: G1 block "
+                  "conservation, G3 queue exclusivity, G4 limits of the run's config, G6 drain at the end "
+                  "of a finished run; exit 0 when clean, 1 with one line per problem (step and invariant)")
+    chk = sub.add_parser("check", help=check_help, description=check_help)
+    chk.add_argument("recording", help="a recording (.sqlite)")
+    chk.add_argument("--max-problems", type=int, default=100,
+                     help="stop after this many problems (default: %(default)s)")
     summ = sub.add_parser("summary", help="print the metrics of a recording, recomputed from its rows")
     summ.add_argument("recording")
     fit = sub.add_parser("fit", help="fit the simulated executor's overheads and efficiency factors to a real "
@@ -176,6 +210,12 @@ def main(argv: list[str] | None = None) -> int:
         if command == "summary":
             from app.headless import print_summary
             return print_summary(args.recording)
+        if command == "check":
+            from app.check import run_check
+            return run_check(args.recording, max_problems=args.max_problems)
+        if command == "replay" and args.check_invariants:
+            from app.check import warn_before_replay
+            warn_before_replay(args.recording)          # the window opens on a bad file too
         from app.gui import launch
         return launch(args, command)
     except ConfigError as e:

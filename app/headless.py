@@ -41,7 +41,11 @@ def run_headless(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as e:          # TraceFormatError is a ValueError
         return _fail(str(e))
     try:
-        print(f"loading model {config.model!r}…", file=sys.stderr)
+        if getattr(config, "sim_device", None):
+            print(f"simulating {config.sim_model} on {config.sim_device} (no model is loaded)…",
+                  file=sys.stderr)
+        else:
+            print(f"loading model {config.model!r}…", file=sys.stderr)
         built = build_engine(config, recorder_factory=None)
         wl = load_workload(args, trace, built.tokenizer, built.vocab_size)
         built.run_info["trace"] = wl.trace_info
@@ -64,12 +68,15 @@ def run_headless(args: argparse.Namespace) -> int:
         for line in wl.notes:
             print(f"  - {line}", file=sys.stderr)
     interrupted = False
+    violation: InvariantViolation | None = None
     try:
         _replay(eng, len(wl.requests), built.config.clock)
     except KeyboardInterrupt:
         interrupted = True
+    except InvariantViolation as e:
+        violation = e
     finally:
-        if eng.recorder is not None and eng.has_pending_changes:
+        if violation is None and eng.recorder is not None and eng.has_pending_changes:
             eng.step(run_batch=False)            # arrivals and aborts after the last step
         try:
             writer.close()
@@ -86,6 +93,9 @@ def run_headless(args: argparse.Namespace) -> int:
         print(f"interrupted: {unfinished} of {len(wl.requests)} requests did not finish; the recording "
               f"keeps every step so far")
     print(f"recording: {out}  (open it with: batchscope replay {out})")
+    if violation is not None:
+        print(f"batchscope: the run stopped: {violation}", file=sys.stderr)
+        return 1
     if interrupted:
         return 130
     if eng.recorder_error:
@@ -93,8 +103,40 @@ def run_headless(args: argparse.Namespace) -> int:
     return 1 if rejected and len(rejected) == len(wl.requests) else 0
 
 
+class InvariantViolation(Exception):
+    """``--check-invariants`` found a violated invariant; the message names the step and it."""
+
+
+def _checked_step(eng, checker):
+    """``eng.step()``; with ``--check-invariants`` (``checker``, a ``recordings.checks.StateChecker``)
+    also the state-level checks that ``batchscope check`` runs on the recording. Raises
+    :class:`InvariantViolation` naming the step and the invariant (the engine's own checks
+    raise ``AssertionError`` with the invariant's name)."""
+    if checker is None:
+        return eng.step()
+    before = eng.step_index
+    try:
+        rec = eng.step()
+    except AssertionError as e:
+        step = eng.step_index - 1 if eng.step_index > before else before
+        raise InvariantViolation(f"invariant violated at step {step}: {e}") from e
+    _stop_on(checker.check_step(eng.state(), rec))
+    return rec
+
+
+def _stop_on(problems: list) -> None:
+    """Raise :class:`InvariantViolation` listing ``problems`` (``recordings.checks.Problem``), if any."""
+    if problems:
+        raise InvariantViolation("invariant violated at " + "; ".join(map(str, problems)))
+
+
 def _replay(eng, total: int, clock: str) -> None:
-    """Step until every request finished, sleeping through idle gaps under the wall clock."""
+    """Step until every request finished, sleeping through idle gaps under the wall clock.
+    Raises :class:`InvariantViolation` under ``check_invariants``."""
+    checker = None
+    if eng.config.check_invariants:
+        from recordings.checks import StateChecker
+        checker = StateChecker(eng.config.to_dict() | {"num_gpu_blocks": eng.num_gpu_blocks})
     with tqdm(total=total, unit="req", desc="replaying", dynamic_ncols=True) as bar:
         done = 0
         while eng.has_unfinished:
@@ -103,12 +145,14 @@ def _replay(eng, total: int, clock: str) -> None:
             if not (s.waiting or s.running) and clock == "wall" and eng.next_arrival_time is not None:
                 time.sleep(max(0.0, min(0.05, eng.next_arrival_time - eng.now())))
                 continue
-            rec = eng.step()
+            rec = _checked_step(eng, checker)
             if rec.num_finished != done:
                 bar.update(rec.num_finished - done)
                 done = rec.num_finished
             bar.set_postfix(step=rec.step, running=rec.num_running, waiting=rec.num_waiting,
                             kv=f"{rec.kv_cache_usage:.0%}", refresh=False)
+    if checker is not None and eng.step_index:              # G6: every request finished
+        _stop_on(checker.check_drained(eng.state(), rec))
 
 
 def rejection_report(rejected: list, total: int) -> str:
@@ -152,7 +196,10 @@ def _rate(value: float | None) -> str:
 def print_report(reader) -> None:
     """The metrics table recomputed from ``reader``'s rows, then the run's provenance."""
     from recordings import summarize
-    print(summarize(reader).format_table())
+    from recordings.metrics import summarize_batching
+    table = summarize(reader).format_table()
+    first = table.splitlines()[0]                    # "clock<padding>  <clock>": the name column's width
+    print(table, *summarize_batching(reader).format_lines(len(first) - len(first.split()[-1]) - 2), sep="\n")
     for line in describe_run(reader.run_info()):
         print(line)
 

@@ -14,10 +14,13 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from engine.outputs import StepRecord
 from engine.state import EngineState
 from engine.timeline import StateTimeline
 from recordings.info import timeline_events
+from recordings.reader import batch_columns
 
 RING_STEPS = 1024           # newest records kept in memory
 PUBLISH_INTERVAL_S = 1 / 60  # the engine hands over a fresh state at most this often
@@ -121,6 +124,23 @@ class LiveSource:
                 older = list(reader.records(start, min(stop, first)))
         return older + [r for r in ring if start <= r.step < stop]
 
+    def step_batches(self, start: int, stop: int) -> dict[str, Any]:
+        """The steps ``start <= step < stop`` as the window's step views need them (the columns
+        of ``recordings.Reader.step_batches``): older steps through the recording's light query
+        (no record decoded: a jump to an old step of a long live run), the ring's from its
+        records (:func:`recordings.reader.batch_columns`). Equal to ``batch_columns`` of
+        :meth:`records`."""
+        with self._lock:
+            ring = list(self._ring)
+        first = ring[0].step if ring else stop
+        parts = []
+        if start < first:
+            reader = self._history()
+            if reader is not None:
+                parts.append(reader.step_batches(start, min(stop, first)))
+        parts.append(batch_columns([r for r in ring if start <= r.step < stop]))
+        return parts[0] if len(parts) == 1 else _joined(*parts)
+
     def request_text(self, request_id: str, step: int) -> str:
         with self._lock:
             ring = list(self._ring)
@@ -156,3 +176,18 @@ class LiveSource:
                 except Exception:  # noqa: BLE001 - not yet readable: try again later
                     return None
         return self._reader
+
+
+def _joined(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Step-batch columns of the steps of ``a`` then those of ``b`` (``batch_start`` offsets
+    moved past ``a``'s entries; arrays concatenated, lists added)."""
+    out: dict[str, Any] = {}
+    for name, va in a.items():
+        vb = b[name]
+        if name == "batch_start":
+            out[name] = np.concatenate([va, vb[1:] + va[-1]])
+        elif isinstance(va, np.ndarray):
+            out[name] = np.concatenate([va, vb])
+        else:
+            out[name] = list(va) + list(vb)
+    return out

@@ -11,8 +11,13 @@ step arrived (``MainWindow.refresh()``) plus the repaint it triggers (``processE
 
 Prints wall and CPU time p50 / p95 / max per scenario (live: one new step a frame with the
 waiting or the running table shown, or 7 steps a frame as at 200 steps/s; scrub: the previous
-step every frame), with a running request selected, and a per-view CPU breakdown. On a shared machine read the CPU times: wall
-time there includes waiting for other processes. No assertion: the target (a whole frame <= 16 ms p95) is read off the table.
+step every frame), with a running request selected, and a per-view CPU breakdown; then (unless
+``--no-churn``) 7 steps a frame of a second run in steady churn, as a production engine serves:
+requests finish and waiting ones are admitted at nearly every step (``churn_source``). On a shared machine read the CPU times: wall
+time there includes waiting for other processes. Frames in which Python ran a full garbage
+collection are counted apart (with their times): it scans the whole heap, the benchmark's own
+engine and its kept history included, and lands in whichever frame allocates at the wrong moment.
+No assertion: the target (a whole frame <= 16 ms p95) is read off the table.
 
 ``--recording PATH`` replays a recording instead (``ui.MainWindow(recordings.Reader(path), None)``,
 1600x1000 offscreen): ``--steps`` consecutive steps one frame each from a start drawn with
@@ -24,6 +29,7 @@ update at the last step; ``--profile OUT`` writes a cProfile of the consecutive 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import random
 import subprocess
@@ -52,27 +58,60 @@ def build_source(num_blocks: int, running: int, waiting: int, output: int):
     return src
 
 
+def churn_source(num_blocks: int, running: int, waiting: int, warmup: int = 150):
+    """A run in steady churn, as a production engine serves: ``running`` requests with
+    staggered outputs (prompts filling about half of ``num_blocks``, outputs 100, 101, ...
+    tokens), so from about step 100 one finishes and a waiting one is admitted (prefill) at
+    nearly every step, behind ``waiting`` more of mixed lengths; ``warmup`` steps run first."""
+    from fakes import FakeSource
+    t0 = time.perf_counter()
+    prompt = max(16, num_blocks * 16 // (2 * running))
+    workload = ([(prompt, 100 + i, 0) for i in range(running)]
+                + [(200 + (37 * i) % 800, 50 + (53 * i) % 250, 0) for i in range(waiting)])
+    src = FakeSource(0, num_blocks=num_blocks, block_size=16, max_num_seqs=running, budget=8192,
+                     workload=workload, max_model_len=4096, tokenizer=None,
+                     next_token_fn=lambda ctx, n: 1)
+    src.advance(warmup)
+    st = src.state_at(src.latest_step())
+    print(f"churn run built in {time.perf_counter() - t0:.1f} s: step {st.step}, "
+          f"{len(st.queue_rows('running'))} running, {len(st.queue_rows('waiting')):,} waiting, "
+          f"{st.num_used_blocks:,}/{st.num_total_blocks:,} blocks used", flush=True)
+    return src
+
+
 def stats(ms: list[float]) -> str:
     a = np.array(ms)
     return f"p50 {np.percentile(a, 50):6.2f}  p95 {np.percentile(a, 95):6.2f}  max {a.max():6.2f} ms"
 
 
+_FULL_GCS = [0]      # full (generation 2) garbage collections so far
+gc.callbacks.append(lambda phase, info: phase == "start" and info["generation"] == 2
+                    and _FULL_GCS.__setitem__(0, _FULL_GCS[0] + 1))
+
+
 class Timer:
-    """Wall and CPU time (this process) of what runs inside ``with``, appended in ms."""
+    """Wall and CPU time (this process) of what runs inside ``with``, appended in ms, and the
+    times of the frames in which Python ran a full garbage collection (it scans the whole heap,
+    the benchmark's engine and its history included: tens of ms, in whichever frame it falls)."""
 
     def __init__(self):
         self.wall: list[float] = []
         self.cpu: list[float] = []
+        self.gc_cpu: list[float] = []
 
     def __enter__(self):
-        self._t = (time.perf_counter(), time.process_time())
+        self._t = (time.perf_counter(), time.process_time(), _FULL_GCS[0])
 
     def __exit__(self, *exc):
         self.wall.append((time.perf_counter() - self._t[0]) * 1e3)
         self.cpu.append((time.process_time() - self._t[1]) * 1e3)
+        if _FULL_GCS[0] != self._t[2]:
+            self.gc_cpu.append(self.cpu[-1])
 
     def report(self, label: str) -> None:
-        print(f"{label:38s} wall {stats(self.wall)}\n{'':38s} cpu  {stats(self.cpu)}")
+        gcs = (f"; {len(self.gc_cpu)} of {len(self.cpu)} frames ran a full GC "
+               f"({', '.join(f'{c:.0f}' for c in self.gc_cpu)} ms CPU)" if self.gc_cpu else "")
+        print(f"{label:38s} wall {stats(self.wall)}\n{'':38s} cpu  {stats(self.cpu)}{gcs}")
 
 
 def load() -> str:
@@ -217,6 +256,14 @@ def bench_recording(args) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--frames", type=int, default=40, help="frames per scenario")
+    ap.add_argument("--fast-frames", type=int, default=None,
+                    help="frames of the 7-steps-a-frame scenario (default: --frames). It starts "
+                    "at step ~107: its first ~13 frames are the run's first 200 steps, while the "
+                    "step axes still grow, the later ones page the timeline every 50 steps. (It "
+                    "had a third of --frames before: 13 frames, whose p95 is nearly their max.)")
+    ap.add_argument("--no-churn", dest="churn", action="store_false",
+                    help="skip the scenario of a run in steady churn (requests finishing and "
+                    "admitted every step, 7 steps a frame; its run takes ~10 s to build)")
     ap.add_argument("--blocks", type=int, default=16_384)
     ap.add_argument("--running", type=int, default=256)
     ap.add_argument("--waiting", type=int, default=10_000)
@@ -232,7 +279,7 @@ def main() -> None:
     if args.recording:
         bench_recording(args)
         return
-    fast = max(1, args.frames // 3)          # frames of the 7-steps-a-frame scenario
+    fast = args.fast_frames or args.frames          # frames of the 7-steps-a-frame scenario
     # enough output tokens that no request finishes while frames are measured
     src = build_source(args.blocks, args.running, args.waiting, 2 * args.frames + 7 * fast + 16)
 
@@ -272,7 +319,6 @@ def main() -> None:
     for (tab, steps), timer in live.items():
         timer.report(f"live, {tab} table, {steps} step{'s' if steps > 1 else ''}/frame")
     scrub.report("scrub back, running table shown")
-
     state, records, k = w.state, w.records, w.shown_step
     parts = {
         "block map": lambda: w.block_map.set_state(state),
@@ -289,6 +335,30 @@ def main() -> None:
             with t:
                 fn()
         print(f"  {name:14s} {stats(t.cpu)}")
+    if args.churn:
+        churn = Timer()
+        # requests finish and are admitted every step: the queues, block map and timeline change
+        # everywhere, not only in the decoding requests' last blocks and rows
+        src = live = None                   # only the churn run in memory (a full GC scans it all)
+        gc.collect()
+        csrc = churn_source(args.blocks, args.running, args.waiting)
+        w.set_source(csrc, FakeControl(csrc))
+        st = csrc.state_at(csrc.latest_step())
+        w.select_request(st.request_ids[int(st.queue_rows("running")[len(st.queue_rows("running")) // 2])])
+        w.queues.tabs.setCurrentWidget(w.queues.views["running"])
+        app.processEvents()
+        for _ in range(fast):
+            csrc.advance(7)
+            with churn:
+                w.refresh()
+                app.processEvents()
+        st = w.state
+        churn.report("live churn, running table, 7 steps/fr.")
+        print(f"{'':38s} (steps {st.step - 7 * fast + 1}..{st.step}: "
+              f"{csrc.history[-1].num_finished - csrc.history[-7 * fast - 1].num_finished} requests "
+              f"finished; at the end {len(st.queue_rows('running'))} running, "
+              f"{len(st.queue_rows('waiting')):,} waiting)")
+
     w.close()
 
 

@@ -44,6 +44,7 @@ class BlockPool:
         self.block_parent = [0] * num_blocks
         self.cached_block: dict[int, int] = {}
         self.reserved: set[int] = set()       # taken out of use (the user shrank the pool)
+        self.evicted_hashes: list[int] = []   # hashes evicted since the owner last took them
 
     @property
     def num_free_blocks(self) -> int:
@@ -79,6 +80,7 @@ class BlockPool:
         h = self.block_hash[b]
         if self.cached_block.get(h) == b:
             del self.cached_block[h]
+            self.evicted_hashes.append(h)
         self.block_hash[b] = 0
         self.block_parent[b] = 0
 

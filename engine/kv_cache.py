@@ -12,12 +12,16 @@ become hits for others (their KV is written).
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import NamedTuple
 
 from engine.block_pool import BlockPool, NoFreeBlocksError
 from engine.outputs import (BLOCKS_ALLOCATED, BLOCKS_CACHED, BLOCKS_EVICTED, BLOCKS_FORKED,
                             BLOCKS_FREED, BLOCKS_HIT, BLOCKS_RESERVED, BLOCKS_UNRESERVED, BlockEvent)
+from engine.prefix_explain import STOP_ALL, STOP_DIFFERS, STOP_EVICTED, STOP_SHORT, PrefixMatch
 from engine.prefix_hash import ROOT_HASH, extend_block_hashes, hash_block
+
+EVICTION_LOG_SIZE = 1 << 16   # evicted prefix hashes remembered for the explainer
 
 __all__ = ["BlockPool", "ComputedBlocks", "KVCacheManager", "NO_HIT", "NoFreeBlocksError"]
 
@@ -59,6 +63,9 @@ class KVCacheManager:
         self.cache_at: dict[str, int] = {}
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
+        # For the explainer: the step each recently evicted prefix hash left the cache (bounded).
+        self.step = -1
+        self.evicted_at: OrderedDict[int, int] = OrderedDict()
 
     def take_events(self) -> list[BlockEvent]:
         """The block events since the last call, in order."""
@@ -124,6 +131,28 @@ class KVCacheManager:
             blocks.append(b)
         return ComputedBlocks(tuple(blocks), len(blocks) * bs, num_tokens)
 
+    def _note_evictions(self) -> None:
+        log = self.evicted_at
+        for h in self.pool.evicted_hashes:
+            log[h] = self.step
+            log.move_to_end(h)
+        self.pool.evicted_hashes.clear()
+        while len(log) > EVICTION_LOG_SIZE:
+            log.popitem(last=False)
+
+    def explain(self, request, computed: ComputedBlocks) -> PrefixMatch:
+        """Why the lookup ``computed`` (:meth:`get_computed_blocks` of ``request``) stopped
+        where it did (see :mod:`engine.prefix_explain`). O(1)."""
+        bs = self.block_size
+        lookup = (request.num_tokens - 1) // bs
+        k = len(computed.block_ids)
+        if lookup == 0:
+            return PrefixMatch(0, 0, 0, STOP_SHORT)
+        if k >= lookup:
+            return PrefixMatch(k, lookup, k * bs, STOP_ALL)
+        step = self.evicted_at.get(request.block_hashes[k], -1)
+        return PrefixMatch(k, lookup, k * bs, STOP_EVICTED if step >= 0 else STOP_DIFFERS, k * bs, step)
+
     def num_blocks_to_admit(self, num_tokens: int, computed: ComputedBlocks = NO_HIT) -> int:
         """Free-queue blocks a request holding nothing takes to hold ``num_tokens`` tokens when
         it starts with the cached blocks ``computed``: the new ones, plus the cached-free ones
@@ -155,6 +184,7 @@ class KVCacheManager:
         if out:
             pool.reserve(out)
             self.events.append(BlockEvent(BLOCKS_RESERVED, "", tuple(out)))
+            self._note_evictions()
         if back:
             pool.unreserve(back)
             self.events.append(BlockEvent(BLOCKS_UNRESERVED, "", tuple(back)))
@@ -236,6 +266,7 @@ class KVCacheManager:
         new = self.pool.allocate(n, evicted)
         if evicted:
             self.events.append(BlockEvent(BLOCKS_EVICTED, request_id, tuple(evicted)))
+            self._note_evictions()
         self.events.append(BlockEvent(BLOCKS_ALLOCATED, request_id, tuple(new)))
         return new
 

@@ -48,8 +48,9 @@ class PreemptionInfo(NamedTuple):
                    self.reason, self.reason)
         who = f" for {self.for_request}" if self.for_request else ""
         nth = "" if self.count <= 1 else f", preemption #{self.count}"
-        mode = {MODE_SWAP: "swap out", MODE_SWAP_FALLBACK: "recompute (CPU swap pool full)"}.get(
-            self.mode, self.mode)
+        if self.mode == MODE_SWAP_FALLBACK:
+            return f"recompute {self.num_tokens} tokens (CPU swap pool full; {why}{who}){nth}"
+        mode = "swap out" if self.mode == MODE_SWAP else self.mode
         return f"{mode} {self.num_tokens} tokens ({why}{who}){nth}"
 
 

@@ -91,6 +91,7 @@ from engine.outputs import (NOT_ADMITTED_BEHIND, NOT_ADMITTED_LOWER_PRIORITY,
                             RequestEvent, ScheduledRequest, SchedulerOutput)
 from engine.preemption import (FOR_PRIORITY, MODE_RECOMPUTE, MODE_SWAP, MODE_SWAP_FALLBACK,
                                NEEDED_BLOCKS, PAUSED_KV, POOL_SHRUNK, SLOTS_CUT, PreemptionInfo)
+from engine.prefix_explain import EVENT_KIND as PREFIX_EVENT
 from engine.request import Request, RequestStatus
 from engine.request_queue import make_queue
 from engine.swap import SwapSpace
@@ -187,6 +188,7 @@ class Scheduler:
         preempted: list[str] = []
         had_swapped = bool(self.swapped)
         kv = self.kv
+        kv.step = step
         table = kv.block_table
 
         # The hot loop (every running request, every step): locals, _chunk and is_prefill inlined.
@@ -375,6 +377,8 @@ class Scheduler:
             req.num_computed_tokens = num_cached
             if req.num_cached_tokens < 0:
                 req.num_cached_tokens = num_cached
+            if kv.enable_caching:         # how much hit, and why the match stopped there
+                self.events.append(RequestEvent(req.request_id, PREFIX_EVENT, kv.explain(req, hit).to_detail()))
             self._start_running(req)
             scheduled.append(ScheduledRequest(req.request_id, req.slot, n, req.num_computed_tokens,
                                               req.is_prefill, tuple(new_blocks), table(req.request_id)))

@@ -7,10 +7,40 @@ live engine; a replay has none.
 """
 from __future__ import annotations
 
+import operator
 from typing import Any, Protocol, Sequence
 
 from engine.outputs import StepRecord
 from engine.state import EngineState
+
+# the knobs a live engine changes between steps (``LLMEngine.set_knobs``), vLLM's names
+LIVE_KNOBS = ("max_num_seqs", "max_num_batched_tokens", "num_usable_blocks")
+
+
+def check_knobs(changes: dict[str, Any]) -> dict[str, int]:
+    """``changes`` as ints, after checking each name is one of :data:`LIVE_KNOBS` and each value
+    an int (not a bool). Raises ``ValueError`` naming the knob (limits are the engine's to check)."""
+    unknown = sorted(set(changes) - set(LIVE_KNOBS))
+    if unknown:
+        raise ValueError(f"unknown live knob(s) {', '.join(unknown)}; live knobs: {', '.join(LIVE_KNOBS)}")
+    out = {}
+    for name, value in changes.items():
+        try:
+            if isinstance(value, bool):
+                raise TypeError
+            out[name] = operator.index(value)          # ints, numpy ints; not floats or text
+        except TypeError:
+            raise ValueError(f"{name} must be an int, got {value!r}") from None
+    return out
+
+
+def current_knobs(engine) -> dict[str, int]:
+    """The :data:`LIVE_KNOBS` of ``engine`` (an ``engine.engine.LLMEngine``) by name: what an
+    ``EngineControl.knobs()`` answers. Read it between steps (the engine's thread, or while
+    it is paused)."""
+    return {"max_num_seqs": engine.config.max_num_seqs,
+            "max_num_batched_tokens": engine.config.max_num_batched_tokens,
+            "num_usable_blocks": engine.scheduler.kv.num_usable_blocks}
 
 
 class StepSource(Protocol):
@@ -47,7 +77,13 @@ class EngineControl(Protocol):
     ``add_request`` returns the new request id; ``sampling`` are further
     ``engine.request.SamplingParams`` fields by name (``priority``, ``repetition_penalty``,
     ``frequency_penalty``, ``presence_penalty``, ``top_k``, ``stop``...). It raises
-    ``ValueError`` at once for an unknown field or an out-of-range value (naming it)."""
+    ``ValueError`` at once for an unknown field or an out-of-range value (naming it).
+
+    ``set_knobs(**changes)`` changes live knobs between steps (:data:`LIVE_KNOBS`, ints;
+    ``LLMEngine.set_knobs``: lowering ``max_num_seqs`` or ``num_usable_blocks`` preempts): it
+    raises ``ValueError`` at once for an unknown knob or a value that is not an int, and a
+    value the engine refuses (``ConfigError`` / ``ValueError`` naming the knob and its limit)
+    shows up in ``last_error()``. ``knobs()`` gives their current values by name."""
 
     def pause(self) -> None: ...
     def resume(self) -> None: ...
@@ -59,4 +95,6 @@ class EngineControl(Protocol):
     def pause_request(self, request_id: str) -> None: ...
     def resume_request(self, request_id: str) -> None: ...
     def set_priority(self, request_id: str, priority: int) -> None: ...
+    def set_knobs(self, **changes: int) -> None: ...
+    def knobs(self) -> dict[str, int]: ...
     def last_error(self) -> str | None: ...

@@ -226,7 +226,12 @@ def record_from_rows(row: Sequence[Any], arrivals: Sequence[Arrival], events: Se
         schedule_ns=schedule_ns, forward_ns=forward_ns, update_ns=update_ns,
         recorder_wait_ns=wait_ns, error=error, waiting_reason=waiting_reason or NOT_ADMITTED_BEHIND,
         prefix_cache_queries=prefix_cache_queries, prefix_cache_hits=prefix_cache_hits,
-        knobs=() if knobs is None else tuple((str(k), int(v)) for k, v in json.loads(knobs)))
+        knobs=knobs_from_json(knobs))
+
+
+def knobs_from_json(text: str | None) -> tuple[tuple[str, int], ...]:
+    """``StepRecord.knobs`` from a ``steps.knobs_json`` value (NULL: no change)."""
+    return () if text is None else tuple((str(k), int(v)) for k, v in json.loads(text))
 
 
 # --- keyframes ---------------------------------------------------------------------------------

@@ -200,8 +200,8 @@ def _summarize(reader: Reader) -> RunSummary:
 # A preempted event's detail is PreemptionInfo JSON (engine.preemption); older files hold free
 # text there, which json_extract would refuse: CASE evaluates it only for valid JSON.
 _REASON = "CASE WHEN json_valid(detail) THEN json_extract(detail, '$.reason') END"
-_RECOMPUTE = ("kind = 'preempted' AND "
-              "CASE WHEN json_valid(detail) THEN json_extract(detail, '$.mode') END = 'recompute'")
+_RECOMPUTE = ("kind = 'preempted' AND CASE WHEN json_valid(detail) THEN json_extract(detail, '$.mode') "
+              "END IN ('recompute', 'recompute_fallback')")     # a swap drops nothing
 # Per recompute preemption: the tokens it dropped, the step the request was admitted again
 # (NULL if never: aborted, or the run ended) and the prefix-cache blocks that admission hit.
 _DROPPED = f"""
@@ -284,3 +284,57 @@ def _v1_latencies(reader: Reader, clock: str) -> tuple[list[float], list[float]]
             ttft.append(times[0] - arrival[request_id])
         itl.extend(b - a for a, b in zip(times, times[1:]))
     return ttft, itl
+
+
+# --- batching: slot occupancy, time per output token, prefill work -----------------------------
+@dataclass(frozen=True)
+class BatchingSummary:
+    """How full the batch slots were, how fast each request streamed and how much prefill the
+    run computed, from a recording's rows.
+
+    ``slot_occupancy`` is the mean over steps of ``num_running / max_num_seqs`` (running requests
+    after each step, so a request that finishes in a step is not counted in it), in [0, 1];
+    ``None`` without steps. ``tpot`` is vLLM's ``time_per_output_token`` per finished request
+    with at least two output tokens: (last token time - first token time) / (output tokens - 1),
+    the ``requests.mean_itl`` column, in ``time_unit`` (steps or s, as :class:`RunSummary`).
+    ``num_prefill_tokens`` counts the tokens computed by prefill chunks (prompt tokens not found
+    in the prefix cache, plus what preempted requests recomputed); ``None`` for a schema-1 file.
+    """
+
+    time_unit: str
+    slot_occupancy: float | None
+    tpot: Percentiles
+    num_prefill_tokens: int | None = None
+
+    def format_lines(self, width: int = 27) -> list[str]:
+        """Lines in :meth:`RunSummary.format_table`'s two-column style."""
+        p = self.tpot
+        num = lambda v: "-" if v is None else f"{v:.4f}"  # noqa: E731
+        occ = "-" if self.slot_occupancy is None else f"{self.slot_occupancy:.1%}"
+        lines = [f"{f'TPOT p50/p90/p99 ({self.time_unit})':<{width}}  {num(p.p50)} / {num(p.p90)} / "
+                 f"{num(p.p99)}  (n={p.num_samples})",
+                 f"{'slot occupancy':<{width}}  {occ} (running / max_num_seqs, mean over steps)"]
+        if self.num_prefill_tokens is not None:
+            lines.append(f"{'prefill tokens computed':<{width}}  {self.num_prefill_tokens}")
+        return lines
+
+
+def summarize_batching(reader: Reader) -> BatchingSummary:
+    """Slot occupancy, TPOT and prefill tokens of the run in ``reader`` (see
+    :class:`BatchingSummary`). Raises :class:`recordings.RecordingError` if the file cannot be
+    read or its config lacks ``max_num_seqs``."""
+    config = reader.run_info().get("config", {})
+    max_num_seqs = config.get("max_num_seqs")
+    if not max_num_seqs:
+        raise RecordingError(f"{reader.path}: the run's config has no max_num_seqs")
+    (mean_running,), = reader.execute("SELECT avg(num_running) FROM steps")
+    tpot = [v for (v,) in reader.execute(
+        "SELECT mean_itl FROM requests WHERE mean_itl IS NOT NULL AND num_output_tokens >= 2")]
+    prefill = None
+    if reader.execute("PRAGMA user_version")[0][0] >= 2:     # [[batch index, num_tokens], ...] per step
+        (prefill,), = reader.execute("SELECT coalesce(sum(json_extract(p.value, '$[1]')), 0) "
+                                     "FROM steps, json_each(steps.batch_prefill_json) p")
+    clock = str(config.get("clock", "virtual"))
+    return BatchingSummary(time_unit="steps" if clock == "virtual" else "s",
+                           slot_occupancy=None if mean_running is None else float(mean_running) / max_num_seqs,
+                           tpot=Percentiles.of(tpot), num_prefill_tokens=None if prefill is None else int(prefill))

@@ -133,8 +133,8 @@ class Reader:
         ``num_waiting``, ``num_running``, ``num_paused``, ``num_finished``, ``num_free_blocks``,
         ``num_total_blocks``, ``schedule_ns``, ``forward_ns``, ``update_ns``,
         ``recorder_wait_ns``, ``num_scheduled_tokens``, ``num_new_tokens`` (numpy int64 or
-        float64), ``error``, ``preempted_ids``, ``not_admitted``, ``waiting_reason`` (lists, as in
-        :class:`StepRecord`) and ``batch_start`` (int64, one more: step ``i``'s batch entries
+        float64), ``error``, ``preempted_ids``, ``not_admitted``, ``waiting_reason``, ``knobs``
+        (lists, as in :class:`StepRecord`) and ``batch_start`` (int64, one more: step ``i``'s batch entries
         are ``batch_start[i]:batch_start[i + 1]``). Per batch entry, in batch order:
         ``request_id`` (object), ``slot``, ``num_tokens``, ``num_computed_tokens`` (int64) and
         ``is_prefill`` (bool), as in ``StepRecord.scheduled``."""
@@ -148,7 +148,7 @@ class Reader:
             out: dict[str, Any] = {name: np.array(cols[i], dtype).reshape(n)
                                    for i, (name, dtype) in enumerate(_STEP_FIELDS)}
             (error, counts, seq_json, slot_json, n_json, nc_json, prefill_json, preempted_json,
-             not_admitted_json, waiting_reason) = cols[len(_STEP_FIELDS):]
+             not_admitted_json, waiting_reason, knobs_json) = cols[len(_STEP_FIELDS):]
             first = np.zeros(n + 1, np.int64)
             np.cumsum(np.array(counts, np.int64).reshape(n), out=first[1:])
             seq, slot, computed = (_joined_ints(c) for c in (seq_json, slot_json, nc_json))
@@ -176,6 +176,7 @@ class Reader:
                 not_admitted=[() if p == "[]" else tuple((id_of(s), why) for s, why in json.loads(p))
                               for p in not_admitted_json],
                 waiting_reason=[w or NOT_ADMITTED_BEHIND for w in waiting_reason],
+                knobs=[codec.knobs_from_json(k) for k in knobs_json],
                 request_id=_names(seq, id_of), slot=slot, num_tokens=num_tokens,
                 num_computed_tokens=computed, is_prefill=prefill)
             return out
@@ -383,7 +384,7 @@ _STEP_FIELDS = (("step", np.int64), ("start_ns", np.int64), ("end_ns", np.int64)
 _BATCH_FIELDS = tuple(n for n, _ in _STEP_FIELDS) + (
     "error", "num_scheduled_requests", "batch_seq_json", "batch_slot_json",
     "batch_num_tokens_json", "batch_num_computed_json", "batch_prefill_json", "preempted_json",
-    "not_admitted_json", "waiting_reason")
+    "not_admitted_json", "waiting_reason", "knobs_json")
 _ENTRY_FIELDS = (("request_id", object), ("slot", np.int64), ("num_tokens", np.int64),
                  ("num_computed_tokens", np.int64), ("is_prefill", bool))
 
@@ -423,6 +424,7 @@ def batch_columns(records: Sequence[StepRecord]) -> dict[str, Any]:
     out["preempted_ids"] = [tuple(r.preempted_ids) for r in records]
     out["not_admitted"] = [tuple(r.not_admitted) for r in records]
     out["waiting_reason"] = [r.waiting_reason for r in records]
+    out["knobs"] = [tuple(r.knobs) for r in records]
     first = np.zeros(n + 1, np.int64)
     np.cumsum([len(r.scheduled) for r in records], out=first[1:])
     out["batch_start"] = first

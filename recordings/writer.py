@@ -8,9 +8,13 @@ always share the transaction of its ``steps`` row, so a killed process leaves a 
 every committed step whole and nothing of the others.
 
 Keyframes: the writer keeps its own :class:`engine.timeline.StateTimeline` (the one
-implementation of state + record) and stores a snapshot when the deltas written since the last
-keyframe outweigh it (at least ``MIN_KEYFRAME_GAP`` steps apart) or every ``keyframe_interval``
-steps, so seeking replays a bounded number of steps and keyframes stay a bounded share of the file.
+implementation of state + record) and stores a snapshot when :func:`keyframe_due` says so: once
+the bytes of the steps written since the last keyframe reach ``KEYFRAME_COST_RATIO`` times that
+keyframe's size, or ``MAX_REPLAY_BYTES`` if less (at least ``MIN_KEYFRAME_GAP`` steps apart), and
+at the latest every ``keyframe_interval`` steps. A seek loads one keyframe and replays the steps
+after it, whose cost grows with their bytes, so the byte cap bounds a seek's replay; the ratio
+keeps keyframes at most about 1 / (ratio + 1) of the file however big the state is (a waiting
+queue of 10k requests makes a keyframe several times a decode step's rows).
 """
 from __future__ import annotations
 
@@ -36,6 +40,8 @@ from recordings.schema import migrate
 BATCH_ITEMS = 256       # commit at the latest after this many queued items
 MAX_QUEUE_ITEMS = 4096  # the engine waits when this many items are queued
 MIN_KEYFRAME_GAP = 32   # steps between two keyframes at least
+KEYFRAME_COST_RATIO = 6   # a keyframe once the steps since the last one weigh this many of it ...
+MAX_REPLAY_BYTES = 384_000  # ... or this many bytes if less (a seek replays at most about this)
 _LIVE_WRITERS: "weakref.WeakSet[RecordingWriter]" = weakref.WeakSet()
 
 
@@ -290,18 +296,15 @@ class RecordingWriter:
         rows_of_step = codec.step_rows(record, seq.__getitem__, self._num_prompt.__getitem__)
         for table, table_rows in rows_of_step.items():
             rows[table].extend(table_rows)
-        step_row = rows["steps"][-1]
-        self._bytes_since_keyframe += sum(len(v) for k, v in step_row.items()
-                                          if k.endswith("_json") and v) + 200
+        self._bytes_since_keyframe += _rows_bytes(rows_of_step)
         self._timeline.apply(record)
         for view in self._timeline.last_finished:
             outcomes.append(codec.outcome_row(view, record.step))
             seq.pop(view.request_id, None)
             self._num_prompt.pop(view.request_id, None)
         kf_step, kf_bytes = self._last_keyframe
-        gap = record.step - kf_step
-        if gap >= self._keyframe_interval or (
-                gap >= MIN_KEYFRAME_GAP and self._bytes_since_keyframe >= 2 * kf_bytes):
+        if keyframe_due(record.step - kf_step, self._bytes_since_keyframe, kf_bytes,
+                        self._keyframe_interval):
             blob, finished = codec.state_blob(self._timeline.snapshot())
             rows["keyframes"].append({"step": record.step, "state_npz": blob,
                                       "finished_json": finished})
@@ -323,6 +326,28 @@ class RecordingWriter:
             self._error = exc
         finally:
             db.close()
+
+
+def keyframe_due(gap: int, bytes_since: int, keyframe_bytes: int, interval: int) -> bool:
+    """Whether to store a keyframe after a step ``gap`` steps past the last keyframe
+    (``keyframe_bytes`` long), the steps since then weighing ``bytes_since`` (about what they add
+    to the file): at ``interval`` steps (the run's ``keyframe_interval``) always; from
+    ``MIN_KEYFRAME_GAP`` steps once ``bytes_since`` reaches ``KEYFRAME_COST_RATIO`` keyframes or
+    ``MAX_REPLAY_BYTES``, whichever is less. Keyframes so stay at most about
+    1 / (``KEYFRAME_COST_RATIO`` + 1) of a file's bytes, and a seek replays at most about
+    ``MAX_REPLAY_BYTES`` of steps (or ``interval`` steps)."""
+    if gap >= interval:
+        return True
+    return gap >= MIN_KEYFRAME_GAP and bytes_since >= min(KEYFRAME_COST_RATIO * keyframe_bytes,
+                                                          MAX_REPLAY_BYTES)
+
+
+def _rows_bytes(rows: Mapping[str, list[dict[str, Any]]]) -> int:
+    """About how many bytes ``rows`` (one step's rows of every table) add to the file: the
+    length of each text value, 8 per other value, 16 per row (SQLite's record and page
+    overhead, roughly)."""
+    return sum(16 + sum(len(v) if isinstance(v, str) else 8 for v in row.values())
+               for table_rows in rows.values() for row in table_rows)
 
 
 def _text(value: Any) -> str | None:

@@ -5,8 +5,11 @@ the bottom like a glass: the owner's colour up to ``fill / block_size`` of its h
 tint of that colour above, the free colour when nobody owns the block; selected blocks get a
 white edge. Prefix caching adds two marks (``marks``): a block shared by several requests
 (reference count > 1) gets a gold top row, a cached-free block (held by nobody, still caching a
-prefix: evictable, reusable on a hit) is painted in the cached colour instead of the free one. :class:`BlockImage` keeps the image up to date by repainting only the cells whose
-look changed (a decode step changes the last block of each running request, not 16k cells).
+prefix: evictable, reusable on a hit) is painted in the cached colour instead of the free one.
+A block taken out of use (the user shrank the usable pool: ``MARK_RESERVED``) is dark with
+light diagonal hatching. :class:`BlockImage` keeps the image up to date by repainting only the
+cells whose look changed (a decode step changes the last block of each running request, not
+16k cells).
 """
 from __future__ import annotations
 
@@ -21,7 +24,9 @@ TINT = 0.70            # how far the empty part of an owned block fades towards 
 SELECTED = (255, 255, 255)
 SHARED = (242, 183, 5)                                  # top row of a prefix-shared block
 CACHED_FREE = mix(FREE, (96, 125, 139), 0.55)           # a free block that still caches a prefix
-MARK_SHARED, MARK_CACHED_FREE = 1, 2                    # values of ``marks``
+RESERVED_BG = mix(BACKGROUND, FREE, 0.25)               # a block out of use: dark ...
+RESERVED_HATCH = mix(FREE, (255, 255, 255), 0.12)       # ... with light diagonal hatching
+MARK_SHARED, MARK_CACHED_FREE, MARK_RESERVED = 1, 2, 3  # values of ``marks`` (< 4)
 _FULL = palette_lut()                                   # [21] packed; index -1 = free
 _TINT = palette_lut(lambda c: mix(c, FREE, TINT))
 
@@ -60,6 +65,14 @@ def _edge(px: int) -> np.ndarray:
     return edge
 
 
+def _hatch(px: int) -> np.ndarray:
+    """bool (px, px): the hatching of a block out of use (diagonal stripes two pixels wide,
+    four apart, over its painted square)."""
+    inner = px - 1
+    y, x = np.indices((px, px))
+    return (y < inner) & (x < inner) & ((x + y) % 4 < 2)
+
+
 def _strips(palette_index: np.ndarray, level: np.ndarray, inner: int,
             marks: np.ndarray | None = None) -> np.ndarray:
     """uint32 (n, inner): the painted column of each cell, top to bottom."""
@@ -69,6 +82,7 @@ def _strips(palette_index: np.ndarray, level: np.ndarray, inner: int,
     if marks is not None and marks.any():
         out[marks == MARK_CACHED_FREE] = packed(CACHED_FREE)
         out[marks == MARK_SHARED, 0] = packed(SHARED)
+        out[marks == MARK_RESERVED] = packed(RESERVED_BG)
     return out
 
 
@@ -79,7 +93,8 @@ def render(palette_index: np.ndarray, fill: np.ndarray, block_size: int, columns
 
     ``palette_index``: int [n] palette entry of each block's owner, -1 = free; ``fill``: int [n]
     tokens written; ``framed``: bool [n] blocks to frame in white (the selection), or None;
-    ``marks``: int [n] prefix-cache marks (``MARK_SHARED``, ``MARK_CACHED_FREE``, 0 none) or None."""
+    ``marks``: int [n] block marks (``MARK_SHARED``, ``MARK_CACHED_FREE``, ``MARK_RESERVED``,
+    0 none) or None."""
     return _render(palette_index, fill_rows(np.asarray(fill), block_size, px - 1), columns, px,
                    framed, marks)
 
@@ -99,6 +114,10 @@ def _render(palette_index: np.ndarray, level: np.ndarray, columns: int, px: int,
         sel = np.zeros(rows * columns, bool)
         sel[:n] = framed
         out[sel.reshape(rows, 1, columns, 1) & _edge(px)[None, :, None, :]] = packed(SELECTED)
+    if marks is not None and (reserved := marks == MARK_RESERVED).any():
+        hatched = np.zeros(rows * columns, bool)
+        hatched[:n] = reserved
+        out[hatched.reshape(rows, 1, columns, 1) & _hatch(px)[None, :, None, :]] = packed(RESERVED_HATCH)
     return out.reshape(rows * px, columns * px)
 
 
@@ -141,6 +160,8 @@ class BlockImage:
         framed = sel[blocks]
         if framed.any():
             tiles[framed] = np.where(_edge(px), packed(SELECTED), tiles[framed])
+        if marks is not None and (hatched := marks[blocks] == MARK_RESERVED).any():
+            tiles[hatched] = np.where(_hatch(px), packed(RESERVED_HATCH), tiles[hatched])
         rows, cols = np.divmod(blocks, columns)
         grid = self.image.reshape(-1, px, columns, px)                  # [row, y, col, x]
         grid[rows, :, cols, :] = tiles

@@ -9,8 +9,10 @@ above, dark grey when free; the selected request's blocks get a white frame.
 Mouse wheel zooms (pan by dragging, double-click fits the whole cache again); hover names the
 exact block under the pointer at any zoom (block id, owners, reference count, prefix hash, fill,
 token range and position in the block table), a click selects the (oldest) owner. With prefix
-caching, shared blocks (reference count > 1) and cached-free blocks are marked
-(``ui.block_image``).
+caching, shared blocks (reference count > 1) and cached-free blocks are marked; blocks the user
+took out of use (live knob ``num_usable_blocks``) are hatched (``ui.block_image``). With swap
+preemption the CPU swap pool is drawn under the GPU blocks, in the same cells and colours
+(``ui.cpu_pool``).
 """
 from __future__ import annotations
 
@@ -21,10 +23,12 @@ import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Signal
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
-from engine.state import EngineState
-from ui.block_image import (CACHED_FREE, MARK_CACHED_FREE, MARK_SHARED, SHARED, TINT, BlockImage,
-                            cell_px, grid_columns)
+from engine.state import RESERVED, EngineState
+from ui.block_image import (CACHED_FREE, MARK_CACHED_FREE, MARK_RESERVED, MARK_SHARED,
+                            RESERVED_BG, RESERVED_HATCH, SHARED, TINT, BlockImage, cell_px,
+                            grid_columns)
 from ui.colors import BACKGROUND, FREE, MUTED, color_indices, css, mix
+from ui.cpu_pool import CpuPoolLayer
 from ui.packed_image import PackedImageItem
 from ui.pointer import track_pointer
 from ui.theme import title_row
@@ -38,7 +42,8 @@ class KVBlockMap(QWidget):
     After a draw: ``owner_rows`` int64 [blocks] (row of each block's owner in the state's
     columns, -1 free; worked out when first asked for: hover, click), ``fill`` int64 [blocks]
     (tokens written), ``columns``, ``px`` (image pixels per block side) and ``image`` (the
-    packed uint32 array on screen)."""
+    packed uint32 array on screen); ``cpu`` the CPU swap pool under it (:class:`CpuPoolLayer`),
+    ``num_reserved`` the blocks out of use."""
 
     requestSelected = Signal(str)
 
@@ -54,20 +59,26 @@ class KVBlockMap(QWidget):
         self.selected: str | None = None
         self.zoomed = False                     # the user zoomed or panned: keep their range
         self.image = np.zeros((self.px, self.px), np.uint32)
+        self._shape: tuple[int, int] = (0, 0)     # (height, width) of both grids, image pixels
         self._painter = BlockImage()
         head, self.title, self.title_numbers = title_row(
             "KV cache blocks", "  ·  8,888,888 / 8,888,888 used (100%)  ·  block size 8888 tokens")
         head.addStretch(1)
+        self.num_reserved = 0
+        self._legend_key: tuple | None = None
         self.legend = QLabel(self._legend_html())
+        self.legend.setWordWrap(True)
         self.legend.setStyleSheet(f"color: {css(MUTED)};")
         self.plot = pg.GraphicsLayoutWidget(border=False)
         self.plot.setBackground(css(BACKGROUND))
         self.plot.ci.setContentsMargins(2, 2, 2, 2)
         self.view = self.plot.addViewBox(lockAspect=True, invertY=True, enableMenu=False)
         self.view.sigRangeChangedManually.connect(self._user_zoomed)
+        self.view.sigResized.connect(self._view_resized)
         self.item = PackedImageItem()
         self.view.addItem(self.item)
-        track_pointer(self.plot, self._block_at_scene, self.describe, self._clicked)
+        self.cpu = CpuPoolLayer(self.view)
+        track_pointer(self.plot, self._key_at_scene, self._describe_key, self._clicked)
         self.plot.scene().sigMouseClicked.connect(self._double_clicked)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
@@ -79,15 +90,25 @@ class KVBlockMap(QWidget):
             self.set_state(state)
 
     @staticmethod
-    def _legend_html() -> str:
-        sw = "<span style='color:{}'>&#9632;</span>"
-        return (f"{sw.format(css(FREE))} free &nbsp; {sw.format('#4e79a7')} tokens written "
-                f"(request colour, fills upward) &nbsp; "
-                f"{sw.format(css(mix((78, 121, 167), FREE, TINT)))} reserved &nbsp; "
-                f"{sw.format(css(SHARED))} top: shared prefix &nbsp; "
-                f"{sw.format(css(CACHED_FREE))} cached-free &nbsp; "
-                "<span style='color:white'>&#9633;</span> selected &nbsp; wheel: zoom, "
-                "double-click: fit")
+    def _legend_html(num_reserved: int = 0, cpu: bool = False) -> str:
+        """The legend; ``num_reserved`` > 0 adds the out-of-use mark with that count, ``cpu``
+        the CPU swap pool. Lines break between entries only."""
+        square = "<span style='color:{}'>&#9632;</span>"
+        entries = [(square.format(css(FREE)), "free"),
+                   (square.format("#4e79a7"), "tokens written (request colour, fills upward)"),
+                   (square.format(css(mix((78, 121, 167), FREE, TINT))), "allocated, not written"),
+                   (square.format(css(SHARED)), "top: shared prefix"),
+                   (square.format(css(CACHED_FREE)), "cached-free")]
+        if num_reserved:
+            entries.append((f"<span style='background:{css(RESERVED_BG)}; "
+                            f"color:{css(RESERVED_HATCH)}'>&#9641;</span>",
+                            f"out of use ({num_reserved:,} blocks: pool shrunk)"))
+        if cpu:
+            entries.append(("", "lower grid: CPU swap pool (swapped-out KV)"))
+        entries += [("<span style='color:white'>&#9633;</span>", "selected"), ("", "wheel: zoom"),
+                    ("", "double-click: fit")]
+        return " &nbsp; ".join(f"{mark}&nbsp;{text.replace(' ', '&nbsp;')}" if mark else
+                               text.replace(" ", "&nbsp;") for mark, text in entries)
 
     # --- data in -------------------------------------------------------------------------
     def set_state(self, state: EngineState) -> None:
@@ -99,7 +120,18 @@ class KVBlockMap(QWidget):
         self.title_numbers.setText(f"  ·  {used:,} / {state.num_total_blocks:,} used "
                            f"({100.0 * state.kv_cache_usage:.0f}%)  ·  block size "
                            f"{state.block_size} tokens")
+        self.num_reserved = int(np.count_nonzero(state.block_owner == RESERVED))
+        self._show_pools()
         self._redraw()
+
+    def _show_pools(self) -> None:
+        """The legend entries the blocks out of use and the CPU pool need (set only when they
+        change: the legend's height may change, a relayout). The CPU pool's numbers are on its
+        label in the view (``ui.cpu_pool``: no relayout when they change)."""
+        key = (self.num_reserved, len(self.state.cpu_owner) > 0)
+        if key != self._legend_key:
+            self._legend_key = key
+            self.legend.setText(self._legend_html(*key))
 
     def set_selected(self, request_id: str | None) -> None:
         if request_id != self.selected:
@@ -122,14 +154,17 @@ class KVBlockMap(QWidget):
         return np.append(colours, np.int16(-1))[self._at]
 
     def marks(self) -> np.ndarray | None:
-        """Prefix-cache mark of each block (int8 [blocks]: ``MARK_SHARED`` for a reference
-        count > 1, ``MARK_CACHED_FREE``, 0), or None when no block is shared or cached."""
+        """Mark of each block (int8 [blocks]: ``MARK_SHARED`` for a reference count > 1,
+        ``MARK_CACHED_FREE``, ``MARK_RESERVED`` for a block out of use, 0), or None when no
+        block is shared, cached or out of use."""
         st = self.state
-        if not len(st.shared_block) and not st.block_hash.any():
+        if not len(st.shared_block) and not self.num_reserved and not st.block_hash.any():
             return None
         marks = np.where(st.cached_free_mask(), MARK_CACHED_FREE, 0).astype(np.int8)
         if len(st.shared_block):
             marks[np.unique(st.shared_block)] = MARK_SHARED
+        if self.num_reserved:
+            marks[st.block_owner == RESERVED] = MARK_RESERVED
         return marks
 
     def _framed(self) -> np.ndarray | None:
@@ -142,7 +177,7 @@ class KVBlockMap(QWidget):
     def resizeEvent(self, ev) -> None:
         super().resizeEvent(ev)
         if self.state is not None and not self._fixed_columns:
-            if grid_columns(len(self.fill), self._aspect()) != self.columns:
+            if grid_columns(len(self.fill) + len(self.state.cpu_owner), self._aspect()) != self.columns:
                 self._redraw()
             elif not self.zoomed:
                 self.fit()
@@ -150,25 +185,38 @@ class KVBlockMap(QWidget):
     def _redraw(self) -> None:
         if self.state is None:
             return
-        n = len(self.fill)
-        cols = self._fixed_columns or grid_columns(n, self._aspect())
-        px = cell_px(n)
-        shape = (max(1, math.ceil(n / cols)) * px, cols * px)
-        relayout = (cols, px) != (self.columns, self.px) or self.image.shape[:2] != shape
-        self.columns, self.px = cols, px
+        n, num_cpu = len(self.fill), len(self.state.cpu_owner)
+        # the CPU pool's rows, and two rows of gap for its label, count in the grid's shape
+        cols = self._fixed_columns or grid_columns(n + num_cpu, self._aspect())
+        px = cell_px(n + num_cpu)
+        gpu_h = max(1, math.ceil(n / cols)) * px
+        cpu_top = gpu_h + 2 * px if num_cpu else gpu_h
+        shape = (cpu_top + math.ceil(num_cpu / cols) * px, cols * px)
+        relayout = (cols, px) != (self.columns, self.px) or shape != self._shape
+        self.columns, self.px, self._shape = cols, px, shape
         self.image = self._painter.update(self.palette_index(), self.fill, self.state.block_size,
                                           cols, px, self._framed(), self.marks())
         self.item.set_packed(self.image)
+        self.cpu.update(self.state, cols, px, cpu_top, self.selected)
         if relayout:
-            h, w = shape
-            self.view.setLimits(xMin=-0.05 * w, xMax=1.05 * w, yMin=-0.05 * h, yMax=1.05 * h,
-                                minXRange=2 * px, minYRange=2 * px)
             self.fit()
 
     def fit(self) -> None:
-        """Show the whole cache (undo the user's zoom)."""
+        """Show the whole cache, CPU pool included (undo the user's zoom). Panning stops 5%
+        beyond the grids, widened to the view's aspect so that the whole of them fits."""
         self.zoomed = False
+        h, w = self._shape
+        a = self._aspect()
+        span_x, span_y = 1.1 * max(w, a * h), 1.1 * max(h, w / a)
+        self.view.setLimits(xMin=(w - span_x) / 2, xMax=(w + span_x) / 2, yMin=(h - span_y) / 2,
+                            yMax=(h + span_y) / 2, minXRange=2 * self.px, minYRange=2 * self.px)
         self.view.autoRange(padding=0.01)
+
+    def _view_resized(self, *_args) -> None:
+        """The view box got its new size (after the widget's resize event): fit again unless
+        the user zoomed."""
+        if self.state is not None and not self.zoomed:
+            self.fit()
 
     def _user_zoomed(self, *_args) -> None:
         self.zoomed = True
@@ -205,6 +253,10 @@ class KVBlockMap(QWidget):
         cached = [f"prefix hash {h & (2**64 - 1):016x}"] if h else []
         rid = self.owner_of(block_id)
         if rid is None:
+            if st.block_owner[block_id] == RESERVED:
+                return (f"block {block_id}\nout of use: the usable KV pool was shrunk to "
+                        f"{st.num_total_blocks - self.num_reserved:,} blocks (live knob "
+                        "num_usable_blocks)")
             if h:
                 return "\n".join([f"block {block_id}", "cached-free (evictable, reusable on a hit)",
                                    f"tokens {pos * bs}-{pos * bs + bs - 1} of its prefix", *cached])
@@ -221,13 +273,23 @@ class KVBlockMap(QWidget):
             lines.append(f"shared: reference count {len(owners)} ({', '.join(owners[:6])}{more})")
         return "\n".join(lines + cached)
 
-    def _block_at_scene(self, pos: QPointF) -> int | None:
+    def _key_at_scene(self, pos: QPointF) -> tuple[str, int] | None:
+        """``("gpu", block)`` or ``("cpu", block)`` under scene point ``pos``, or None."""
         if not self.view.sceneBoundingRect().contains(pos):
             return None
         p = self.view.mapSceneToView(pos)
-        return self.block_at(p.x(), p.y())
+        b = self.block_at(p.x(), p.y())
+        if b is not None:
+            return "gpu", b
+        c = self.cpu.block_at(p.x(), p.y())
+        return None if c is None else ("cpu", c)
 
-    def _clicked(self, block_id: int) -> None:
-        rid = self.owner_of(block_id)
+    def _describe_key(self, key: tuple[str, int]) -> str:
+        pool, b = key
+        return self.describe(b) if pool == "gpu" else self.cpu.describe(b)
+
+    def _clicked(self, key: tuple[str, int]) -> None:
+        pool, b = key
+        rid = self.owner_of(b) if pool == "gpu" else self.cpu.owner_of(b)
         if rid is not None:
             self.requestSelected.emit(rid)

@@ -23,7 +23,9 @@ from engine.state import EngineState
 from ui.error_banner import ErrorBanner
 from ui.inject_dialog import InjectDialog
 from ui.jump import parse_jump, resolve_jump
+from ui.knobs_dialog import KnobsDialog
 from ui.kv_block_map import KVBlockMap
+from ui.layout_fence import LayoutFence
 from ui.metrics_plots import MetricsPlots
 from ui.queue_tables import QueueTables
 from ui.record_cache import RecordCache, step_span
@@ -97,6 +99,7 @@ class MainWindow(QMainWindow):
         self.transport.jumpRequested.connect(self.jump_to)
         self.transport.followToggled.connect(self.set_following)
         self.transport.engineStepped.connect(lambda: self.set_following(True))
+        self.transport.knobsRequested.connect(self.edit_knobs)
         top = QSplitter(Qt.Horizontal)
         top.addWidget(self.block_map)
         top.addWidget(self.timeline)
@@ -104,7 +107,7 @@ class MainWindow(QMainWindow):
         bottom = QSplitter(Qt.Horizontal)
         bottom.addWidget(_group("Requests", self.queues))
         bottom.addWidget(_group("Metrics", self.metrics))
-        bottom.addWidget(_group("Selected request", self.inspector))
+        bottom.addWidget(_group("Selected request", LayoutFence(self.inspector)))
         bottom.setSizes([640, 560, 400])
         main = QSplitter(Qt.Vertical)
         main.addWidget(top)
@@ -136,6 +139,7 @@ class MainWindow(QMainWindow):
             "quit": self._action(f, "&Quit", self.close, "Ctrl+Q"),
             "inject": self._action(e, "&Inject request…", self.inject_request, "Ctrl+I"),
             "pause": self._action(e, "&Pause / Resume", self.transport.toggle_pause, "Space"),
+            "knobs": self._action(e, "Live &knobs…", self.edit_knobs, "Ctrl+K"),
             "step": self._action(e, "&Step", self.transport.step, "S", "Right"),
             "back": self._action(v, "Step &back", self.transport.step_back, "Left"),
             "forward": self._action(v, "Step &forward", self.transport.step_forward, "Shift+Right"),
@@ -163,7 +167,8 @@ class MainWindow(QMainWindow):
         self.inspector.set_source(source, control)
         self.queues.set_control(control)
         self.transport.set_control(control)
-        self.actions["inject"].setEnabled(control is not None)
+        for name in ("inject", "knobs"):
+            self.actions[name].setEnabled(control is not None)
         self.status["mode"].setText("<b>LIVE</b>" if control is not None else "<b>REPLAY</b>")
         self._run_info: dict | None = None
         self.time_unit = ""                  # "s" or "steps", from the run's clock
@@ -328,6 +333,17 @@ class MainWindow(QMainWindow):
         dialog = InjectDialog(self.control, self, policy=self.policy)
         if dialog.exec() and dialog.request_id:
             self.select_request(dialog.request_id)
+        return dialog
+
+    def edit_knobs(self) -> KnobsDialog | None:
+        """Engine > Live knobs… (a live engine, paused): the knobs dialog, open (window-modal);
+        on Apply the window follows the newest state, which shows the change at once."""
+        if self.control is None or self.state is None or not self.control.is_paused():
+            self.statusBar().showMessage("Pause the live engine to change its knobs", 5000)
+            return None
+        dialog = KnobsDialog(self.control, self.state.num_total_blocks, self)
+        dialog.accepted.connect(lambda: self.set_following(True))
+        dialog.open()
         return dialog
 
     def closeEvent(self, event) -> None:

@@ -4,10 +4,16 @@ scheduled tokens, step time and the engine's wait for the recorder.
 Six pyqtgraph plots in a 2x3 grid of one layout widget with linked step axes; every curve is a
 long-lived PlotCurveItem updated with ``setData``. The x axis counts steps back from the shown
 step (0 = the shown step, at the right edge), so it stays put while the run advances: moving
-axes cost more to paint than the curves. Each step's numbers come from its light summary
+axes cost more to paint than the curves. While the run is shorter than the window the plotted
+span grows with the slot timeline's; the views' x range stays ``[-window, 0]`` all along and the
+curves are stretched to it (x = steps back x window / span) with the step axes' scale set to
+match (``AxisItem.setScale``: ticks placed and labelled in steps), so a growing span relabels
+two axes instead of moving six linked views (which re-lays out and repaints every plot). Each step's numbers come from its light summary
 (:class:`ui.step_summary.StepSummary`: counts and times, no record decoded) and are computed once
 (:class:`ui.record_cache.StepMemo`), so a frame costs one array per series, not a pass over
-every step.
+every step. A step where the user changed live knobs (``StepRecord.knobs``, recorded with the
+step they first hold in) gets a dashed vertical line in every plot, and the changes in view are
+listed in a line under the plots.
 """
 from __future__ import annotations
 
@@ -17,7 +23,8 @@ from typing import Sequence
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtWidgets import QVBoxLayout, QWidget
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from engine.outputs import StepRecord
 from ui.colors import PALETTE, css
@@ -39,6 +46,19 @@ PLOTS = (
 # step_metrics keys, in the order of metric_row's tuple
 FIELDS = ("step", "seconds", "new", "scheduled", "tokens", "kv", "waiting", "running", "paused",
           "step_ms", "recorder_wait_ms")
+KNOB_COLOR = (237, 201, 72)       # the knob-change markers and their line
+MAX_KNOB_LINES = 3                # knob changes listed under the plots (the newest)
+
+
+def knobs_text(changes: Sequence[tuple[int, Sequence[tuple[str, int]]]]) -> str:
+    """'knobs changed: step 30: max_num_seqs → 2, num_usable_blocks → 40' for ``(step,
+    StepRecord.knobs)`` pairs in step order (the newest :data:`MAX_KNOB_LINES`); '' if none."""
+    if not changes:
+        return ""
+    more = f"{len(changes) - MAX_KNOB_LINES} earlier, " if len(changes) > MAX_KNOB_LINES else ""
+    return "knobs changed: " + more + "; ".join(
+        f"step {step}: " + ", ".join(f"{name} → {value:,}" for name, value in knobs)
+        for step, knobs in changes[-MAX_KNOB_LINES:])
 
 
 def _label(key: str) -> str:
@@ -95,6 +115,14 @@ class MetricsPlots(QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.layout_widget)
+        self.knob_label = QLabel("")
+        self.knob_label.setStyleSheet(f"color: {css(KNOB_COLOR)};")
+        self.knob_label.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Fixed)   # long text: cut
+        self.knob_label.setVisible(False)
+        lay.addWidget(self.knob_label)
+        self._knob_lines: dict[str, list[pg.InfiniteLine]] = {}
+        self._knob_x: list[int] = []
+        self.knob_steps: list[int] = []        # steps in view where knobs changed
         self.plots: dict[str, pg.PlotItem] = {}
         self.curves: dict[str, pg.PlotCurveItem] = {}
         self._span = 0
@@ -129,9 +157,12 @@ class MetricsPlots(QWidget):
             cache_decorations(p)
             if first is None:
                 first = p
+                p.setXRange(-window + 0.5, 0.5, padding=0)
             else:
                 p.setXLink(first)
             self.plots[key] = p
+        self._step_axes = [self.plots[key].getAxis("bottom")       # the ones shown
+                           for i, (key, *_) in enumerate(PLOTS) if i // 2 == rows - 1]
 
     def set_records(self, records: Sequence[StepSummary | StepRecord], shown_step: int,
                     latest_step: int | None = None) -> None:
@@ -141,7 +172,7 @@ class MetricsPlots(QWidget):
         _first, span = step_span(shown_step, latest, self.window)
         recs = as_summaries([r for r in records if shown_step - span < r.step <= shown_step])
         m = self.metrics = step_metrics(recs, self._memo.get(recs))
-        x = m["step"] - shown_step
+        x = (m["step"] - shown_step) * (self.window / span)
         for name, curve in self.curves.items():
             curve.setData(x, m[name])
         for key, _t, _l, _u, series in PLOTS:
@@ -152,7 +183,32 @@ class MetricsPlots(QWidget):
                     self.plots[key].setYRange(0, top * 1.05, padding=0)
         if span != self._span:
             self._span = span
-            self.plots["throughput"].setXRange(-span + 0.5, 0.5, padding=0)
+            for axis in self._step_axes:
+                axis.setScale(span / self.window)
+        self._show_knobs([(s.step, s.knobs) for s in recs if s.knobs], shown_step)
+
+    def _show_knobs(self, changes: list[tuple[int, tuple]], shown_step: int) -> None:
+        """Dashed lines at the steps of ``changes`` (``(step, knobs)``) in every plot, and their
+        text under the plots; nothing to do in the common frame without any."""
+        stretch = self.window / self._span if self._span else 1.0    # as the curves are
+        xs = [(step - shown_step) * stretch for step, _ in changes]
+        if xs == self._knob_x:
+            return
+        self._knob_x, self.knob_steps = xs, [step for step, _ in changes]
+        pen = pg.mkPen(KNOB_COLOR, width=1, style=Qt.DashLine)
+        for key, plot in self.plots.items():
+            lines = self._knob_lines.setdefault(key, [])
+            while len(lines) < len(xs):
+                lines.append(pg.InfiniteLine(angle=90, movable=False, pen=pen))
+                plot.addItem(lines[-1])
+            for i, line in enumerate(lines):
+                line.setVisible(i < len(xs))
+                if i < len(xs):
+                    line.setPos(xs[i])
+        text = knobs_text(changes)
+        self.knob_label.setText(text)
+        self.knob_label.setToolTip(text)
+        self.knob_label.setVisible(bool(text))
 
     def set_simulated(self, simulated: bool) -> None:
         """Plot a simulated run's step times and tokens/s in simulated seconds."""

@@ -1,5 +1,7 @@
-"""Waiting / running / paused / finished tables: a QTableView over a virtual
+"""Running / waiting / swapped / paused / finished tables: a QTableView over a virtual
 ``ui.request_table.RequestTableModel`` each (10k waiting rows cost one array comparison a frame).
+The swapped tab (requests preempted to the CPU swap pool: vLLM's ``swapped`` queue, resumed
+before any admission) shows only in runs with a swap pool.
 
 Selecting a row emits ``requestSelected``; the selection follows its request through updates (a
 row is a position: when the queue changes the selection moves to the request's new row). A
@@ -8,6 +10,7 @@ priority policy) when a live engine is attached.
 """
 from __future__ import annotations
 
+import numpy as np
 from PySide6.QtCore import QPoint, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QFontMetrics, QPalette, QPen
 from PySide6.QtWidgets import (QAbstractItemView, QHeaderView, QStackedWidget, QStyle,
@@ -23,7 +26,8 @@ from ui.request_table import (_ERROR_COLOR, _RIGHT, _SWATCHES, HEADERS, PRIORITY
 from ui.step_summary import StepSummary
 from ui.theme import dark_palette
 
-QUEUES = ("running", "waiting", "paused", "finished")
+QUEUES = ("running", "waiting", "swapped", "paused", "finished")
+_NO_ROWS = np.zeros(0, np.int64)
 # starting widths (user-resizable) in characters of content; ResizeToContents would re-query
 # every row on each frame
 WIDTH_CHARS = (7, 8, 4, 9, 7, 7, 3, 3)
@@ -222,6 +226,7 @@ class QueueTables(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.tabs)
         self.set_policy("")
+        self.tabs.bar.setTabVisible(QUEUES.index("swapped"), False)
 
     def set_control(self, control: EngineControl | None) -> None:
         self.control = control
@@ -242,12 +247,22 @@ class QueueTables(QWidget):
             if name == "finished":                  # newest first
                 moved = model.set_views(state.recently_finished[::-1])
             else:
-                moved = model.set_state_rows(state, state.queue_rows(name), record) or model.moved
+                moved = model.set_state_rows(state, self._rows(state, name), record) or model.moved
             if moved and (self.selected is not None or self.views[name].selectionModel().hasSelection()):
                 self._restore(name)
             title = f"{name.capitalize()} ({model.rowCount():,})"
+            if name == "swapped" and self.tabs.bar.isTabVisible(i) != bool(len(state.cpu_owner)):
+                self.tabs.bar.setTabVisible(i, bool(len(state.cpu_owner)))   # runs with a pool
             if self.tabs.tabText(i) != title:
                 self.tabs.setTabText(i, title)
+
+    @staticmethod
+    def _rows(state: EngineState, name: str) -> np.ndarray:
+        """``state.queue_rows(name)``; the swapped queue is found without a pass over every
+        row when no CPU swap block is held (a swapped-out request always holds some)."""
+        if name == "swapped" and not (state.cpu_owner >= 0).any():
+            return _NO_ROWS
+        return state.queue_rows(name)
 
     def set_time_unit(self, unit: str) -> None:
         """``s`` or ``steps``: the unit of the run's clock, for the TTFT and ITL columns."""

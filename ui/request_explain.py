@@ -18,18 +18,26 @@ from typing import Callable
 
 from engine.outputs import (BLOCKS_HIT, NOT_ADMITTED_BEHIND, NOT_ADMITTED_LOWER_PRIORITY,
                             NOT_ADMITTED_STATIC_BATCH, RequestView)
-from engine.preemption import MODE_RECOMPUTE, PreemptionInfo, preemption_info
+from engine.preemption import (MODE_RECOMPUTE, MODE_SWAP, MODE_SWAP_FALLBACK, PreemptionInfo,
+                               preemption_info)
+from engine.prefix_explain import EVENT_KIND as PREFIX_EVENT
+from engine.prefix_explain import describe_detail as describe_prefix_match
 from engine.state import EngineState
-from ui.request_table import (PAUSED_TEXT, not_admitted, reason_text, reason_words,
-                              state_priority_of)
+from ui.request_table import (PAUSED_TEXT, SWAPPED_TEXT, not_admitted, reason_text,
+                              reason_words, state_priority_of)
+from ui.state_lookup import find_row
 
-# HOOK for the prefix-cache explainer: timeline event kind -> function(detail) -> one line for
-# people. The engine will record, at a request's admission, an event saying where its prefix
-# match stopped and why (next block differs at token t, block evicted at step s, shared prefix
-# shorter than one block); register its kind here (e.g. ``PREFIX_EXPLAINERS["prefix_miss"] =
-# describe_prefix_miss``) and the inspector lists its lines under the prefix-cache hit, for live
-# runs and recordings alike. Nothing is registered until that event exists.
-PREFIX_EXPLAINERS: dict[str, Callable[[str], str]] = {}
+# what each preemption mode did with the victim's KV, after the engine's one-line description
+MODE_NOTES = {
+    MODE_SWAP: "KV kept in the CPU swap pool, copied back on resume",
+    MODE_SWAP_FALLBACK: "recompute fallback: the CPU swap pool had no room, so its KV was dropped",
+}
+
+# The prefix-cache explainer: timeline event kind -> function(detail) -> one line for people.
+# The engine records, at each admission with prefix caching on, a ``prefix_cache`` event saying
+# how much hit and where the match stopped and why (engine.prefix_explain); the inspector lists
+# its lines under the prefix-cache hit, for live runs and recordings alike.
+PREFIX_EXPLAINERS: dict[str, Callable[[str], str]] = {PREFIX_EVENT: describe_prefix_match}
 
 
 def explain_waiting(record, view: RequestView, state: EngineState) -> str:
@@ -43,7 +51,13 @@ def explain_waiting(record, view: RequestView, state: EngineState) -> str:
     if view.status == "PAUSED" and text == PAUSED_TEXT:
         return text + (f" (keeps its KV, {view.num_computed_tokens} tokens, but no batch slot)"
                        if view.num_computed_tokens else " (its KV was taken: it recomputes on resume)")
-    if view.error or view.finish_reason or view.status == "PAUSED":
+    if view.status == "SWAPPED" and text == SWAPPED_TEXT:
+        row = find_row(state, view.request_id)
+        cpu = 0 if row is None else int((state.cpu_owner == state.columns["seq"][row]).sum())
+        return (f"{text} ({cpu} CPU blocks hold its {view.num_computed_tokens} tokens of KV; "
+                "it is copied back, nothing recomputed, once a batch slot, the token budget and "
+                "enough free GPU blocks allow, oldest swap-out first)")
+    if view.error or view.finish_reason or view.status in ("PAUSED", "SWAPPED"):
         return text
     if reason == NOT_ADMITTED_STATIC_BATCH:
         return f"{text}: the next batch starts when every running request has finished"
@@ -89,8 +103,15 @@ class Preemption:
 
     @property
     def num_dropped_tokens(self) -> int:
-        """Tokens of KV a recompute preemption dropped (computed, then thrown away)."""
-        return self.info.num_tokens if self.info is not None and self.info.mode == MODE_RECOMPUTE else 0
+        """Tokens of KV a recompute preemption (or a swap that fell back to recompute) dropped:
+        computed, then thrown away."""
+        dropping = (MODE_RECOMPUTE, MODE_SWAP_FALLBACK)
+        return self.info.num_tokens if self.info is not None and self.info.mode in dropping else 0
+
+    @property
+    def num_swapped_tokens(self) -> int:
+        """Tokens of KV a swap preemption copied to the CPU (kept: not recomputed)."""
+        return self.info.num_tokens if self.info is not None and self.info.mode == MODE_SWAP else 0
 
     @property
     def num_recomputed_tokens(self) -> int:
@@ -102,9 +123,13 @@ class Preemption:
 
     def describe(self) -> str:
         """'step 12: recompute 120 tokens (higher priority for req-7), preemption #2; back at
-        step 20, 96 from the prefix cache'."""
+        step 20, 96 from the prefix cache'; a swap mode's preemption adds what happened to the
+        KV (:data:`MODE_NOTES`)."""
         text = f"step {self.step}: " + (self.info.describe() if self.info is not None
                                         else f"preempted {self.detail}".strip())
+        note = MODE_NOTES.get(self.info.mode) if self.info is not None else None
+        if note:
+            text += f" — {note}"
         if self.back is not None:
             text += f"; back at step {self.back.step}"
             if self.back.num_cached_tokens:
@@ -130,6 +155,11 @@ class RequestHistory:
     def num_recomputed_tokens(self) -> int:
         """Of :attr:`num_dropped_tokens`, those computed again after re-admission."""
         return sum(p.num_recomputed_tokens for p in self.preemptions)
+
+    @property
+    def num_swapped_tokens(self) -> int:
+        """Tokens of KV its swap preemptions copied to the CPU (kept, not wasted)."""
+        return sum(p.num_swapped_tokens for p in self.preemptions)
 
 
 def load_history(source, request_id: str, step: int, block_size: int) -> RequestHistory:
@@ -180,7 +210,9 @@ def preemption_text(history: RequestHistory) -> str:
     if not history.preemptions:
         return "none"
     lines = [p.describe() for p in history.preemptions]
+    swapped = history.num_swapped_tokens
     lines.append(f"wasted: {history.num_dropped_tokens} KV tokens dropped, "
                  f"{history.num_recomputed_tokens} computed again "
-                 f"({_plural(len(history.preemptions), 'preemption')})")
+                 f"({_plural(len(history.preemptions), 'preemption')})"
+                 + (f"; {swapped} swapped to the CPU (kept, not recomputed)" if swapped else ""))
     return "\n".join(lines)

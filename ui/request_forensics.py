@@ -47,14 +47,24 @@ class RequestForensics:
             for label in self.values.values():
                 label.setText("–")
             return
-        key = (id(source), view.request_id, view.status, view.num_preemptions)
+        # a preemption made between steps (a live knob) is in the state before its event is
+        # recorded with the next step: read the history again each step until it is there
+        pending = view.num_preemptions - len(self.history.preemptions)
+        key = (id(source), view.request_id, view.status, view.num_preemptions,
+               step if pending > 0 else None)
         if key != self._key or not self.config:
             self._key = key
             self.config = (source.run_info() or {}).get("config") or {}
             self._set_rows(self.config.get("policy", "fcfs"), bool(self.config.get("enable_prefix_caching")))
             self.history = load_history(source, view.request_id, step, state.block_size)
             self.values["prefix cache"].setText(prefix_text(self.history, view))
-            self.values["preemptions"].setText(preemption_text(self.history))
+            text = preemption_text(self.history)
+            pending = view.num_preemptions - len(self.history.preemptions)
+            if pending > 0:
+                more = (f"{pending} preemption{'s' * (pending != 1)} between steps (a live knob "
+                        "change): its details come with the next step's record")
+                text = more if text == "none" else f"{text}\n{more}"
+            self.values["preemptions"].setText(text)
         row = find_row(state, view.request_id)
         self.values["priority"].setText(
             "– (finished)" if row is None else

@@ -127,7 +127,9 @@ class RequestInspector(QWidget):
         self.values["latency"].setText(f"TTFT {cell_text(v, 4)} · mean ITL {cell_text(v, 5)}"
                                        f" ({self.time_unit or 'engine clock units'})")
         self.values["reason"].setText(explain_waiting(self.record, v, self.state) or "–")
-        self.values["reason"].setStyleSheet(f"color: {css(ERROR)};" if v.error else "")
+        style = f"color: {css(ERROR)};" if v.error else ""
+        if self.values["reason"].styleSheet() != style:     # a new style sheet re-polishes
+            self.values["reason"].setStyleSheet(style)
         self.forensics.show_request(self.source, v, self.state, self.step)
         key = (v.request_id, self.step, v.num_output_tokens)
         if key != self._text_key:

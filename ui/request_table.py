@@ -15,8 +15,8 @@ from PySide6.QtGui import QColor
 
 from engine.outputs import (NOT_ADMITTED_BEHIND, NOT_ADMITTED_LOWER_PRIORITY,
                             NOT_ADMITTED_NO_FREE_BLOCKS, NOT_ADMITTED_SEQ_CAP,
-                            NOT_ADMITTED_STATIC_BATCH, NOT_ADMITTED_TOKEN_BUDGET, RequestView,
-                            StepRecord)
+                            NOT_ADMITTED_STATIC_BATCH, NOT_ADMITTED_SWAPPED_FIRST,
+                            NOT_ADMITTED_TOKEN_BUDGET, RequestView, StepRecord)
 from engine.state import EngineState, row_view
 from ui.colors import ERROR, PALETTE, color_index
 from ui.state_lookup import find_row
@@ -34,9 +34,11 @@ NOT_ADMITTED_TEXT = {
     NOT_ADMITTED_BEHIND: "behind older request",
     NOT_ADMITTED_LOWER_PRIORITY: "lower priority",
     NOT_ADMITTED_STATIC_BATCH: "static batch still running",
+    NOT_ADMITTED_SWAPPED_FIRST: "swapped-out requests resume first",
 }
 PREEMPTED_TEXT = "preempted in this step"
 PAUSED_TEXT = "paused by user"
+SWAPPED_TEXT = "swapped out to the CPU: resumes before new admissions"
 # the state columns each table column (COLUMNS) is made of: a cell whose columns did not
 # change needs no repaint
 CELL_SOURCES = ((), ("status",), ("num_prompt_tokens",), ("num_output_tokens", "max_tokens"),
@@ -87,12 +89,14 @@ def state_priority_of(state: EngineState) -> Callable[[str], int | None]:
 
 
 def reason_text(r: RequestView, reason: str | None = None) -> str:
-    """The error, the finish reason, :data:`PAUSED_TEXT`, or why the request still waits in words
-    ('' if none)."""
+    """The error, the finish reason, :data:`PAUSED_TEXT`, :data:`SWAPPED_TEXT`, or why the
+    request still waits in words ('' if none)."""
     if r.error or r.finish_reason:
         return r.error or f"finished: {r.finish_reason}"
     if r.status == "PAUSED":
         return PAUSED_TEXT
+    if r.status == "SWAPPED":
+        return SWAPPED_TEXT
     return "" if reason is None else reason_words(reason)
 
 

@@ -193,19 +193,31 @@ class SlotTimeline(QWidget):
 
     def _move_grid(self, x0: int, w: int, s: int, keep: bool) -> None:
         """A grid for the steps ``x0 .. x0 + w - 1``, keeping the columns of the steps it shares
-        with the old grid (``keep``): the span pages forward without redrawing those."""
-        old, old_at, old_drawn = self._grid, self._grid_at, self._drawn
+        with the old grid (``keep``), and their pixels: the span pages forward (or grows) with
+        only the new columns painted (by :meth:`set_records`, as any changed column)."""
+        old, old_at, old_drawn, old_image = self._grid, self._grid_at, self._drawn, self.image
         self._grid_at, self._drawn = (x0, w, s), [None] * w
         self._grid = (np.full((s, w), -1, np.int16), np.zeros((s, w), bool),
                       np.full((s, w), -1, np.int32))
         self.image = None
-        if keep and old is not None and old_at[2] == s:
-            ox0, ow = old_at[0], old_at[1]
-            lo, hi = max(x0, ox0), min(x0 + w, ox0 + ow)
-            if lo < hi:
-                for new, prev in zip(self._grid, old):
-                    new[:, lo - x0:hi - x0] = prev[:, lo - ox0:hi - ox0]
-                self._drawn[lo - x0:hi - x0] = old_drawn[lo - ox0:hi - ox0]
+        if not (keep and old is not None and old_at[2] == s):
+            return
+        ox0, ow = old_at[0], old_at[1]
+        lo, hi = max(x0, ox0), min(x0 + w, ox0 + ow)
+        if lo >= hi:
+            return
+        for new, prev in zip(self._grid, old):
+            new[:, lo - x0:hi - x0] = prev[:, lo - ox0:hi - ox0]
+        self._drawn[lo - x0:hi - x0] = old_drawn[lo - ox0:hi - ox0]
+        if old_image is not None and old_image.shape[1] == ow:
+            # the kept columns' pixels move with them; the others are idle until drawn
+            image = np.empty((s * self.row_px, w), np.uint32)
+            image[:, lo - x0:hi - x0] = old_image[:, lo - ox0:hi - ox0]
+            rest = [j for j in range(w) if not lo - x0 <= j < hi - x0]
+            if rest:                                        # idle columns, all alike
+                image[:, rest] = self._pixels(rest[:1])
+            self.image = image
+            self.item.set_packed(image)
 
     def set_selected(self, request_id: str | None) -> None:
         if request_id != self.selected:

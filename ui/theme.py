@@ -116,11 +116,19 @@ def plot_widget(**kwargs) -> pg.PlotWidget:
 
 
 def style_axis(axis: pg.AxisItem, label: str = "", units: str | None = None) -> None:
+    """Theme ``axis``: colours, a 9-point font, two levels of ticks, text on the major ones,
+    ``label`` and ``units``. pyqtgraph's default third tick level (a tick every few pixels) and
+    its trial of text on minor ticks (which fits only on wide axes) make laying the axis out
+    again ~3x slower: 1 ms instead of 0.35 each time the range moves (the step axes, as the run
+    advances). Without ``units`` no SI prefix: pyqtgraph would set the label's HTML again (a
+    text layout) on every change of the range to find one."""
     axis.setPen(pg.mkPen(css(MUTED)))
     axis.setTextPen(pg.mkPen(PLOT_FG))
     f = QFont()
     f.setPointSize(9)
-    axis.setStyle(tickFont=f)
+    axis.setStyle(tickFont=f, maxTickLevel=1, maxTextLevel=0)
+    if units is None:
+        axis.enableAutoSIPrefix(False)
     if label:
         axis.setLabel(label, units=units, **{"color": PLOT_FG, "font-size": "9pt"})
 
@@ -129,7 +137,13 @@ def cache_decorations(plot: pg.PlotItem) -> None:
     """Keep the plot's axes and title as pixmaps (``DeviceCoordinateCache``), drawn again only
     when their ticks or text change. A plot scene repaints every item inside the bounding box of
     what changed: with several plots in one scene, or a curve next to an axis, every axis
-    would replay its text each frame (~50 us each) although none of it changed."""
+    would replay its text each frame (~50 us each) although none of it changed. Axes that are
+    not shown (pyqtgraph makes all four and hides two) still follow the view's range: without
+    an SI prefix to look for, that is all they do (with one, each range change sets their
+    label's HTML again, unseen)."""
     for name in ("left", "bottom", "right", "top"):
-        plot.getAxis(name).setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+        axis = plot.getAxis(name)
+        axis.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+        if not axis.isVisible() and not axis.labelUnits:
+            axis.enableAutoSIPrefix(False)
     plot.titleLabel.item.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)

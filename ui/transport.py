@@ -44,6 +44,7 @@ class TransportBar(QWidget):
     jumpRequested = Signal(str)
     followToggled = Signal(bool)
     engineStepped = Signal()
+    knobsRequested = Signal()
 
     def __init__(self, control: EngineControl | None = None, parent: QWidget | None = None):
         super().__init__(parent)
@@ -51,6 +52,9 @@ class TransportBar(QWidget):
         self.shown, self.latest, self.following = -1, -1, True
         self.pause_btn = _button("Pause", "Pause or resume the engine (Space)")
         self.step_btn = _button("Step ▸", "Run exactly one engine step while paused (S)")
+        self.knobs_btn = _button("Knobs…", "Change max_num_seqs, max_num_batched_tokens and the "
+                                 "usable KV pool while paused (Ctrl+K)")
+        self.knobs_btn.clicked.connect(self.knobsRequested)
         self.back_btn = _button("◂ Back", "Show the previous step (Left)")
         self.play_btn = _button("▶ Play", "Play the recording (Space)", checkable=True)
         self.fwd_btn = _button("Fwd ▸", "Show the next step")
@@ -73,15 +77,18 @@ class TransportBar(QWidget):
         self.spin.setRange(-1, -1)
         self.spin.setPrefix("step ")
         self.spin.setKeyboardTracking(False)
-        self.spin.setFixedWidth(self.spin.fontMetrics().horizontalAdvance("step 88888888") + 40)
+        # a fixed size (both ways): its range grows every step, and a spin box's new range
+        # re-lays out the window unless its size is fixed (see ui.theme.fix_size)
+        self.spin.setFixedSize(self.spin.fontMetrics().horizontalAdvance("step 88888888") + 40,
+                               self.spin.sizeHint().height())
         self.latest_label = fix_size(QLabel("of –"), "of 88888888")
         self.live_btn = _button("● Live", "Follow the newest step", checkable=True)
         self.live_btn.setChecked(True)
         self.engine_label = QLabel("")
         lay = QHBoxLayout(self)
         lay.setContentsMargins(6, 3, 6, 3)
-        self.engine_widgets = [self.pause_btn, self.step_btn]
-        for w in (self.pause_btn, self.step_btn, self.engine_label):
+        self.engine_widgets = [self.pause_btn, self.step_btn, self.knobs_btn]
+        for w in (self.pause_btn, self.step_btn, self.knobs_btn, self.engine_label):
             lay.addWidget(w)
         self.engine_sep = _separator()
         lay.addWidget(self.engine_sep)
@@ -138,6 +145,7 @@ class TransportBar(QWidget):
         paused = self.control is not None and self.control.is_paused()
         self.pause_btn.setText("Resume" if paused else "Pause")
         self.step_btn.setEnabled(paused)
+        self.knobs_btn.setEnabled(paused)
         status = getattr(self.control, "status", None)
         text = str(status()) if callable(status) else ("paused" if paused else "running")
         color = "#edc948" if paused else "#e15759" if "fail" in text.lower() else "#59a14f"

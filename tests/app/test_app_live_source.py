@@ -90,3 +90,20 @@ def test_request_timeline_comes_from_the_file_and_the_ring(run):
         for rid in every:
             assert source.request_timeline(rid) == timeline_events(records, rid), (rid, flushed)
     assert source.request_timeline("nobody") == []
+
+
+def test_step_batches_read_the_file_and_the_ring(run):
+    """What the window's step views fetch (without decoding old records) equals the columns of
+    the records, for ranges in the file, in the ring and across the two."""
+    from recordings.reader import batch_columns
+
+    source, _, records, _ = run
+    last = source.latest_step()
+    first_in_ring = source._ring[0].step
+    for start, stop in ((0, 5), (first_in_ring - 4, first_in_ring + 3), (first_in_ring, last + 1),
+                        (0, last + 1), (last - 1, last + 5)):
+        got, want = source.step_batches(start, stop), batch_columns(source.records(start, stop))
+        assert set(got) == set(want)
+        for name, value in want.items():
+            assert list(got[name]) == list(value), (start, stop, name)
+        assert list(got["step"]) == [r.step for r in records if start <= r.step < stop]

@@ -137,3 +137,26 @@ def test_set_priority_under_fcfs_is_refused_in_last_error_not_raised():
         assert "policy='priority'" in worker.last_error() and priority_of(worker, rid) == 0
     finally:
         worker.stop()
+
+
+def test_set_knobs_reach_the_engine_and_a_refused_value_is_in_last_error():
+    worker = start_policy("fcfs")
+    try:
+        assert worker.knobs() == {"max_num_seqs": 4, "max_num_batched_tokens": 16,
+                                  "num_usable_blocks": 32}
+        worker.set_knobs(max_num_seqs=2, num_usable_blocks=20)          # returns at once
+        wait_for(lambda: worker.source.latest_state().max_num_seqs == 2)
+        assert worker.knobs() == {"max_num_seqs": 2, "max_num_batched_tokens": 16,
+                                  "num_usable_blocks": 20}
+        assert int((worker.source.latest_state().block_owner == -2).sum()) == 12
+        assert worker.last_error() is None
+        worker.set_knobs(num_usable_blocks=33)                          # over the cache's 32
+        wait_for(lambda: worker.last_error() is not None)
+        assert "num_usable_blocks must be in [1, 32]" in worker.last_error()
+        assert worker.knobs()["num_usable_blocks"] == 20                # nothing changed
+        with pytest.raises(ValueError, match="unknown live knob.*block_size"):
+            worker.set_knobs(block_size=8)
+        with pytest.raises(ValueError, match="max_num_seqs must be an int"):
+            worker.set_knobs(max_num_seqs=2.5)
+    finally:
+        worker.stop()

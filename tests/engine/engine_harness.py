@@ -22,7 +22,7 @@ import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Sequence
 
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
@@ -35,10 +35,10 @@ from engine.outputs import (BLOCKS_ALLOCATED, BLOCKS_CACHED, BLOCKS_EVICTED, BLO
                             NOT_ADMITTED_TOKEN_BUDGET, NewToken, StepRecord)
 from engine.request import Request, RequestStatus, SamplingParams
 from engine.sequence_group import parent_id_of, sequence_ids, sequence_params
-from engine.state import NUM_RECENTLY_FINISHED, EngineState
+from engine.state import EngineState
 from engine.timeline import StateTimeline
+from recordings.checks import StateChecker, check_recording
 from fake_runner import FakeRunner, hash_next_token
-import numpy as np
 
 ACTIONS = ("abort", "pause", "resume")
 FINISH_EVENTS = ("finished", "aborted", "failed", "rejected")
@@ -133,83 +133,9 @@ class RunResult:
         return sum(r.num_preemptions for r in self.records)
 
 
-def check_state(st: EngineState, rec: StepRecord, config: Mapping, seen: dict) -> None:
-    """G1, G3 and G4 as one state shows them (the live state after a step or the same state read
-    back from a recording), with ``rec`` that step's record and ``config`` the run's config as a
-    dict. ``seen`` carries what earlier states showed (``finished`` ids, ``live`` ids) and is
-    updated: start every run with an empty dict."""
-    total = config["num_gpu_blocks"]
-    assert st.step == rec.step and st.num_total_blocks == rec.num_total_blocks == total, (st.step, rec.step)
-    live = list(st.request_ids)
-    assert len(set(live)) == len(live), "a live request twice in the state"
-    # G1 / G2: live requests hold distinct, valid blocks; free + held == total; only live requests
-    # own blocks, and the block arrays agree with each request's block count.
-    tables = {rid: st.block_ids(rid) for rid in live}
-    held = [b for t in tables.values() for b in t]
-    assert all(len(set(t)) == len(t) for t in tables.values()), "G2: a table names a block twice"
-    assert len(set(held)) == st.num_used_blocks, "G1: distinct held blocks vs owned blocks"
-    assert all(0 <= b < total for b in held), held
-    # Prefix sharing: a block in k tables has reference count k; only cached blocks are shared,
-    # or the prompt blocks of a parallel-sampling group among its sequences.
-    ref = st.block_ref_cnt()
-    holders = np.bincount(np.asarray(held, np.int64), minlength=total) if held else np.zeros(total, np.int64)
-    assert np.array_equal(ref, holders), "G2: reference counts vs the tables naming each block"
-    for b in np.flatnonzero((ref > 1) & (st.block_hash == 0)).tolist():
-        assert same_group([rid for rid, t in tables.items() if b in t]), (
-            f"block {b} is shared but caches no prefix nor a group's prompt")
-    cached_free = int(np.count_nonzero(st.cached_free_mask()))
-    assert not np.any(st.cached_free_mask() & (ref > 0))
-    if not config.get("enable_prefix_caching"):
-        assert cached_free == 0 and not np.any((ref > 1) & (st.block_hash != 0)), "G2: a block held twice"
-    # G1: free (plain + cached-evictable) + distinct held == total
-    assert st.num_used_blocks + rec.num_free_blocks == total, "G1 (state)"
-    assert cached_free <= rec.num_free_blocks, "G1: more cached-free blocks than free ones"
-    seqs = st.columns["seq"]
-    assert set(st.block_owner[st.block_owner >= 0].tolist()) <= set(seqs.tolist()), (
-        "G1: a block is owned by a request that is not live")
-    for i, rid in enumerate(live):
-        assert len(tables[rid]) == int(st.columns["num_blocks"][i]), (rid, tables[rid])
-        assert [int(st.block_pos[b]) for b in tables[rid]] == list(range(len(tables[rid]))), rid
-    assert list(seqs) == sorted(seqs) and (not len(seqs) or seqs[-1] < st.next_seq), "seq not arrival order"
-    # G3: every live request in exactly one queue, counts as the step reports them; a finished
-    # request never comes back, and a request leaves the live set only by finishing.
-    queues = [st.waiting, st.running, st.paused, st.queue("swapped")]
-    ids = [v.request_id for q in queues for v in q]
-    # G1 on the CPU swap pool: exactly the swapped-out requests hold CPU blocks
-    # (a swapped-out sequence of a parallel-sampling group whose KV is all in blocks shared
-    # with its group's head holds none)
-    cpu_held = set(st.cpu_owner[st.cpu_owner >= 0].tolist())
-    swapped_seqs = {int(st.columns["seq"][st.row(v.request_id)]): v.request_id for v in queues[3]}
-    assert cpu_held <= set(swapped_seqs) and all(
-        parent_id_of(rid) != rid for q, rid in swapped_seqs.items() if q not in cpu_held), (
-        "G1: CPU swap blocks vs swapped-out requests")
-    assert sorted(ids) == sorted(live), ("G3: not in exactly one queue", ids, live)
-    assert (len(st.waiting), len(st.running), len(st.paused)) == (
-        rec.num_waiting, rec.num_running, rec.num_paused), "G3 (state)"
-    recent = st.finished
-    assert len(recent) <= NUM_RECENTLY_FINISHED and all(v.is_finished and v.slot is None for v in recent)
-    now_finished = {v.request_id for v in recent}
-    assert not now_finished & set(live), "G3: a request both finished and live"
-    finished, before = seen.setdefault("finished", set()), seen.get("live", set())
-    finished |= {t.request_id for t in rec.transitions if t.status.startswith("FINISHED")}
-    assert now_finished <= finished, now_finished - finished
-    assert not finished & set(live), f"G3: finished {finished & set(live)} came back"
-    gone = before - set(live)
-    assert gone <= finished, f"G3: {gone - finished} left the state without finishing"
-    seen["live"] = set(live)
-    # G4: limits, from the state and from the step's schedule.
-    slots = [v.slot for v in st.running]
-    assert len(slots) <= config["max_num_seqs"], "G4: running > max_num_seqs"
-    assert len(set(slots)) == len(slots) and all(s is not None and 0 <= s < config["max_num_seqs"]
-                                                 for s in slots), slots
-    assert len(rec.scheduled) <= config["max_num_seqs"], "G4: scheduled > max_num_seqs"
-    assert rec.num_scheduled_tokens <= config["max_num_batched_tokens"], "G4: token budget exceeded"
-
-
-def check_drained(st: EngineState, rec: StepRecord) -> None:
-    """G6 on the final state: no request left live and every block free."""
-    assert len(st) == 0, f"G6: unfinished requests at the end: {st.request_ids}"
-    assert st.num_used_blocks == 0 and rec.num_free_blocks == rec.num_total_blocks, "G6: blocks still held"
+def assert_no_problems(problems) -> None:
+    """Fail with one line per invariant violated (``recordings.checks.Problem``)."""
+    assert not problems, "\n".join(map(str, problems))
 
 
 def view_values(v) -> tuple:
@@ -251,8 +177,7 @@ class InvariantChecker:
         self.pre: dict = {}
         self.states: list[EngineState] = []
         self.last_rec: StepRecord | None = None
-        self.config_dict = engine.config.to_dict() | {"num_gpu_blocks": engine.num_gpu_blocks}
-        self.seen: dict = {}
+        self.state_checker = StateChecker(engine.config.to_dict() | {"num_gpu_blocks": engine.num_gpu_blocks})
         self.order: list[str] = []                       # every request id, arrival order
         self.members: dict[str, list[str]] = {}          # arrival id -> its request ids (n > 1)
         self.objs: dict[str, Request] = {}               # every Request seen (live or finished)
@@ -435,7 +360,7 @@ class InvariantChecker:
         e.check_state()
         # ... and again from what the UI and the recording see (EngineState, StepRecord).
         st = e.state()
-        check_state(st, rec, self.config_dict, self.seen)
+        assert_no_problems(self.state_checker.check_step(st, rec))
         assert_state_matches_scheduler(e, st)
         self.states.append(st)
         self.last_rec = rec
@@ -696,7 +621,7 @@ class InvariantChecker:
             assert swap.pool.num_free_blocks == swap.pool.num_blocks and not swap.tables and not self.cpu_tables, (
                 "G6: CPU swap blocks still held after every request finished")
         if self.states:
-            check_drained(self.states[-1], self.last_rec)
+            assert_no_problems(self.state_checker.check_drained(self.states[-1], self.last_rec))
         assert not kv.block_tables and not self.tables, kv.block_tables
         kv.check_invariants()
         assert not e.scheduler.has_unfinished and e.timeline.num_live == 0
@@ -803,14 +728,16 @@ def assert_recording_matches(result: RunResult) -> None:
     assert len(states) == len(result.states) == n
     for k, (got, live) in enumerate(zip(states, result.states)):
         assert got == live, f"state read back at step {k} differs from the live state"
-    seen: dict = {}
+    checker = StateChecker(config | {"num_gpu_blocks": result.engine.num_gpu_blocks})
     for st, rec in zip(states, records):
-        check_state(st, rec, config | {"num_gpu_blocks": result.engine.num_gpu_blocks}, seen)
+        assert_no_problems(checker.check_step(st, rec))
     assert announced == list(result.requests)                    # arrival order
     if n:
         assert list(states[-1].request_ids) == list(result.engine.requests)
         if not result.engine.scheduler.paused:
-            check_drained(states[-1], records[-1])
+            assert_no_problems(checker.check_drained(states[-1], records[-1]))
+    with Reader(result.recording) as reader:         # the same checks as `batchscope check`
+        assert_no_problems(check_recording(reader))
 
 
 def reference_outputs(config: EngineConfig, arrivals: Sequence[Arrival], **kw) -> dict[str, list[int]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from engine.outputs import BLOCKS_HIT
-from engine.preemption import MODE_RECOMPUTE, preemption_info
+from engine.preemption import MODE_RECOMPUTE, MODE_SWAP_FALLBACK, preemption_info
 
 
 def live_preemption_totals(records, requests, block_size: int) -> dict:
@@ -24,7 +24,7 @@ def live_preemption_totals(records, requests, block_size: int) -> dict:
                 continue
             info = preemption_info(e.detail)
             reasons[info.reason] += 1
-            if info.mode != MODE_RECOMPUTE:
+            if info.mode not in (MODE_RECOMPUTE, MODE_SWAP_FALLBACK):
                 continue
             dropped += info.num_tokens
             back = next((later for later in records[i + 1:] if any(

@@ -119,3 +119,27 @@ def test_live_knobs_that_make_a_group_impossible_fail_it():
     engine.step(run_batch=False)
     assert {done[f"a#{k}"].error for k in range(3)} == {
         "n=3 sequences take 3 batch slots but max_num_seqs is 2 (max_num_seqs was set to 2)"}
+
+
+def test_a_recording_checks_group_sharing_and_flags_other_sharing(tmp_path):
+    """``recordings.checks`` accepts a group's shared prompt blocks (no prefix caching, no hash)
+    and reports the same fork handed to a request outside the group (G2)."""
+    import sqlite3
+
+    from recordings import Reader
+    from recordings.checks import check_recording
+
+    path = tmp_path / "run.sqlite"
+    run_workload(CONFIGS["swap"], workload(SEEDED), record_to=path)
+    with Reader(path) as reader:
+        assert check_recording(reader) == []
+    db = sqlite3.connect(path)
+    step, ord_ = db.execute("SELECT step, ord FROM block_events WHERE kind = 'forked' ORDER BY step, ord").fetchone()
+    seq_of_s = db.execute("SELECT seq FROM requests WHERE request_id = 's'").fetchone()[0]
+    db.execute("UPDATE block_events SET seq = ? WHERE step = ? AND ord = ?", (seq_of_s, step, ord_))
+    db.commit()
+    db.close()
+    with Reader(path) as reader:
+        problems = check_recording(reader)
+    assert any(p.step == step and p.invariant == "G2" and "nor a group's prompt" in p.message
+                             for p in problems), problems

@@ -20,6 +20,7 @@ from engine.config import EngineConfig  # noqa: E402
 from engine.engine import LLMEngine  # noqa: E402
 from engine.outputs import StepRecord  # noqa: E402
 from engine.request import SamplingParams  # noqa: E402
+from engine.source import check_knobs, current_knobs  # noqa: E402
 from engine.state import EngineState  # noqa: E402
 from fake_runner import VOCAB_SIZE, FakeRunner, ToyTokenizer, hash_next_token  # noqa: E402
 from recordings.info import TimelineEvent, timeline_events  # noqa: E402
@@ -57,7 +58,8 @@ class FakeSource:
                                    max_num_seqs=max_num_seqs, max_num_batched_tokens=budget,
                                    max_model_len=max_model_len, clock="virtual", **config)
         self.shared_prefix = shared_prefix
-        self.runner = FakeRunner(num_blocks, block_size, next_token_fn, fail_steps=fail_steps)
+        self.runner = FakeRunner(num_blocks, block_size, next_token_fn, fail_steps=fail_steps,
+                                 num_cpu_blocks=self.config.num_cpu_blocks)
         self.writer = None
         if record_to is not None:
             from recordings import RecordingWriter
@@ -138,6 +140,31 @@ def big_source(num_blocks: int = 16_384, running: int = 256, waiting: int = 10_0
     return src
 
 
+# (prompt tokens, max_tokens, arrival step): four requests grow over 20 blocks of 16 until the
+# cache runs out; with swap preemption and 6 CPU blocks, req-3 is swapped out at step 21 (5
+# blocks), and at step 38 req-2 needs 6 while req-3 still holds 5: a recompute fallback
+SWAP_WORKLOAD = ((60, 40, 0), (60, 40, 0), (60, 40, 0), (60, 40, 0), (50, 30, 3), (40, 20, 6))
+
+
+def swap_source(num_steps: int = 70, num_cpu_blocks: int = 6, **config) -> FakeSource:
+    """A run with swap preemption under memory pressure (:data:`SWAP_WORKLOAD`): 20 GPU blocks,
+    4 slots, ``num_cpu_blocks`` CPU blocks."""
+    return FakeSource(num_steps, num_blocks=20, max_num_seqs=4, budget=96, workload=SWAP_WORKLOAD,
+                      preemption_mode="swap", num_cpu_blocks=num_cpu_blocks, **config)
+
+
+def shown_window(qtbot, source, control=None):
+    """A ``ui.MainWindow`` on ``source`` (live with ``control``), shown, its frame timer
+    stopped: tests draw frames with ``refresh()`` / ``show_step()``."""
+    from ui import MainWindow
+    w = MainWindow(source, control)
+    w.timer.stop()
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitExposed(w)
+    return w
+
+
 class FakeControl:
     """``EngineControl`` over a FakeSource's engine; ``calls`` logs every call in order."""
 
@@ -187,6 +214,19 @@ class FakeControl:
             self.source.engine.set_priority(request_id, priority)
         except ValueError as e:
             self.error = f"{type(e).__name__}: {e}"
+
+    def set_knobs(self, **changes: int) -> None:
+        """As the engine worker: bad names or types raise at once, a refusal goes to
+        ``last_error``."""
+        self.calls.append(("set_knobs", changes))
+        values = check_knobs(changes)
+        try:
+            self.source.engine.set_knobs(**values)
+        except ValueError as e:                          # ConfigError is a ValueError
+            self.error = f"{type(e).__name__}: {e}"
+
+    def knobs(self) -> dict[str, int]:
+        return current_knobs(self.source.engine)
 
     def last_error(self) -> str | None:
         return self.error

@@ -230,3 +230,19 @@ def test_block_owners_found_among_the_holders_equal_the_states(big, source):
         fill = block_fill(state, holders, at)
         np.testing.assert_array_equal(fill, state.block_fill())
         assert fill.dtype == state.block_fill().dtype
+
+
+def test_request_rows_found_in_each_state_asked(source):
+    """``ui.state_lookup.find_row`` answers for the state it is given, however the views
+    interleave their questions (it keeps its last answer): a request's row moves as earlier
+    requests leave, and it has none before it arrives and after it finishes."""
+    from ui.state_lookup import find_row
+    states = [source.state_at(k) for k in range(-1, source.latest_step() + 1)]
+    ids = sorted({rid for s in states for rid in s.request_ids})
+    for rid in ids:
+        want = [s.request_ids.index(rid) if rid in s.request_ids else None for s in states]
+        assert len(set(want)) > 1, rid                     # arrives, moves or leaves meanwhile
+        for s, w in zip(states, want):
+            assert find_row(s, rid) == w == find_row(s, rid)
+        for s, w in zip(reversed(states), reversed(want)):
+            assert find_row(s, "not-a-request") is None and find_row(s, rid) == w

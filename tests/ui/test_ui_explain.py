@@ -9,9 +9,10 @@ import pytest
 from engine.outputs import (BLOCKS_HIT, NOT_ADMITTED_BEHIND, NOT_ADMITTED_LOWER_PRIORITY,
                             NOT_ADMITTED_STATIC_BATCH)
 from engine.preemption import preemption_info
-from fakes import FakeControl, FakeSource
+from fakes import FakeControl, FakeSource, shown_window
 from recordings import Reader
 from ui import MainWindow
+from engine.prefix_explain import describe_detail as describe_prefix
 from ui import request_explain, request_menu
 from ui.inject_dialog import InjectDialog
 from ui.request_table import NOT_ADMITTED_TEXT, PAUSED_TEXT, PRIORITY_COLUMN, REASON_COLUMN
@@ -26,15 +27,6 @@ WORKLOAD = ((100, 30, 0, 5), (120, 30, 0, 5), (80, 20, 1, 7), (90, 20, 2, 5), (6
 def priority_source(num_steps: int = 30, **kwargs) -> FakeSource:
     return FakeSource(num_steps, max_num_seqs=2, policy="priority", workload=WORKLOAD,
                       enable_prefix_caching=True, shared_prefix=40, **kwargs)
-
-
-def make_window(qtbot, source, control=None) -> MainWindow:
-    w = MainWindow(source, control)
-    w.timer.stop()
-    qtbot.addWidget(w)
-    w.show()
-    qtbot.waitExposed(w)
-    return w
 
 
 class NoMenu:
@@ -55,7 +47,7 @@ def expected_reason(source, step: int, rid: str) -> str:
 
 def test_waiting_table_says_every_reason_in_words_with_priorities(qtbot):
     source = priority_source()
-    w = make_window(qtbot, source)
+    w = shown_window(qtbot, source)
     seen = set()
     for k in range(3, 20):
         w.show_step(k)
@@ -72,13 +64,13 @@ def test_waiting_table_says_every_reason_in_words_with_priorities(qtbot):
     view = w.queues.views["waiting"]
     assert not view.isColumnHidden(PRIORITY_COLUMN)       # priority policy: the column shows
 
-    fcfs = make_window(qtbot, FakeSource(10))
+    fcfs = shown_window(qtbot, FakeSource(10))
     assert fcfs.queues.views["waiting"].isColumnHidden(PRIORITY_COLUMN)
 
 
 def test_inspector_names_the_blocked_request_and_both_priorities(qtbot):
     source = priority_source()
-    w = make_window(qtbot, source)
+    w = shown_window(qtbot, source)
     k = 8
     w.show_step(k)
     record, prio = source.history[k], priorities(source.state_at(k))
@@ -104,7 +96,7 @@ def test_inspector_names_the_blocked_request_and_both_priorities(qtbot):
 def test_paused_and_static_batch_reasons(qtbot):
     source = FakeSource(6)
     control = FakeControl(source)
-    w = make_window(qtbot, source, control)
+    w = shown_window(qtbot, source, control)
     rid = source.state_at(5).running[-1].request_id
     control.pause_request(rid)
     w.refresh()
@@ -116,7 +108,7 @@ def test_paused_and_static_batch_reasons(qtbot):
         f"{PAUSED_TEXT} (keeps its KV, {kept} tokens, but no batch slot)")
 
     static = FakeSource(12, policy="static")
-    w2 = make_window(qtbot, static)
+    w2 = shown_window(qtbot, static)
     found = 0
     for k in range(12):
         w2.show_step(k)
@@ -162,7 +154,7 @@ def expected_forensics(source: FakeSource, rid: str, step: int):
 
 def test_inspector_shows_preemptions_wasted_work_and_prefix_hits(qtbot):
     source = priority_source()
-    w = make_window(qtbot, source)
+    w = shown_window(qtbot, source)
     victim = next(rid for r in source.history for rid in r.preempted_ids)
     k = source.latest_step()
     lines, wasted, admissions = expected_forensics(source, victim, k)
@@ -174,8 +166,11 @@ def test_inspector_shows_preemptions_wasted_work_and_prefix_hits(qtbot):
     req = source.engine.scheduler.requests[victim]
     first, blocks = admissions[0]
     assert req.num_cached_tokens == blocks * bs > 0          # the engine's own count
-    assert shown["prefix cache"] == (
-        f"{req.num_cached_tokens} of {req.num_prompt_tokens} prompt tokens hit ({blocks} blocks)")
+    head, *why = shown["prefix cache"].split("\n")
+    assert head == f"{req.num_cached_tokens} of {req.num_prompt_tokens} prompt tokens hit ({blocks} blocks)"
+    # then the engine's explainer line of each admission up to step k (engine.prefix_explain)
+    assert why == [describe_prefix(e.detail) for e in source.request_timeline(victim)
+                   if e.kind == "prefix_cache" and e.step <= k] and why
     assert shown["priority"].startswith(str(req.priority))
     # before the preemption: none yet; before its admission: not admitted
     assert forensics_of(w, victim, first)["preemptions"] == "none"
@@ -185,7 +180,7 @@ def test_inspector_shows_preemptions_wasted_work_and_prefix_hits(qtbot):
 
 
 def test_forensics_rows_follow_the_run_config(qtbot):
-    w = make_window(qtbot, FakeSource(10))
+    w = shown_window(qtbot, FakeSource(10))
     w.select_request("req-0")
     f = w.inspector.forensics
     assert [f.is_shown(row) for row in ("priority", "prefix cache", "preemptions")] == [
@@ -204,17 +199,19 @@ def test_prefix_explainer_hook_lists_registered_events(qtbot, monkeypatch):
         seen.append(detail)
         return f"match stopped: {detail}"
     monkeypatch.setitem(request_explain.PREFIX_EXPLAINERS, "scheduled", describe)
-    w = make_window(qtbot, source)
+    w = shown_window(qtbot, source)
     text = forensics_of(w, "req-1", source.latest_step())["prefix cache"]
-    n = sum(e.kind == "scheduled" for e in source.request_timeline("req-1"))
-    assert text.split("\n")[1:] == ["match stopped: "] * n and len(seen) == n
+    events = [e for e in source.request_timeline("req-1") if e.kind in ("scheduled", "prefix_cache")]
+    want = [f"match stopped: {e.detail}" if e.kind == "scheduled" else describe_prefix(e.detail)
+            for e in events]
+    assert text.split("\n")[1:] == want and len(seen) == sum(e.kind == "scheduled" for e in events)
 
 
 def test_replay_explains_the_same_as_live(qtbot, tmp_path):
     path = tmp_path / "prio.sqlite"
     live = priority_source(record_to=path)
     live.close()
-    w_live, w_replay = make_window(qtbot, live), make_window(qtbot, Reader(path))
+    w_live, w_replay = shown_window(qtbot, live), shown_window(qtbot, Reader(path))
     victim = next(rid for r in live.history for rid in r.preempted_ids)
     for k in (3, 4, 10, live.latest_step()):
         for rid in (victim, "req-2", "req-5"):
@@ -226,7 +223,7 @@ def test_replay_explains_the_same_as_live(qtbot, tmp_path):
 def test_set_priority_from_the_context_menu(qtbot, monkeypatch):
     source = priority_source(8)
     control = FakeControl(source)
-    w = make_window(qtbot, source, control)
+    w = shown_window(qtbot, source, control)
     state = source.state_at(source.latest_step())
     rid = state.waiting[-1].request_id
     old = priorities(state)[rid]
@@ -255,7 +252,7 @@ def test_set_priority_from_the_context_menu(qtbot, monkeypatch):
 def test_no_set_priority_without_the_priority_policy_and_refusals_reach_the_banner(qtbot, monkeypatch):
     source = FakeSource(6)
     control = FakeControl(source)
-    w = make_window(qtbot, source, control)
+    w = shown_window(qtbot, source, control)
     model, view = w.queues.models["running"], w.queues.views["running"]
     opened = []
 
@@ -289,7 +286,7 @@ def test_inject_dialog_passes_priority_under_the_priority_policy(qtbot, policy):
 
 def test_window_inject_uses_the_runs_policy(qtbot, monkeypatch):
     source = priority_source(4)
-    w = make_window(qtbot, source, FakeControl(source))
+    w = shown_window(qtbot, source, FakeControl(source))
     made = []
     monkeypatch.setattr(InjectDialog, "exec", lambda self: made.append(self) or 0)
     w.inject_request()

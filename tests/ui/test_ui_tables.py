@@ -44,7 +44,7 @@ def test_models_are_the_state_columns_at_scale(qtbot, big):
             assert cells(m, i)[:REASON_COLUMN] == expected_cells(state, int(rows[i]))
             assert m.data(m.index(i, 0), Qt.UserRole) == state.request_ids[rows[i]]
             assert m.data(m.index(i, 0), Qt.DecorationRole) == request_qcolor(state.request_ids[rows[i]])
-    assert w.row_counts() == {"running": 256, "waiting": 10_000, "paused": 0,
+    assert w.row_counts() == {"running": 256, "waiting": 10_000, "swapped": 0, "paused": 0,
                               "finished": len(state.recently_finished)}
     waiting = w.models["waiting"]
     # FCFS: the oldest waiting request found the batch slots full, every other one waits behind it

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from PySide6.QtWidgets import QWidget
 
 from ui.colors import FREE, IDLE, PALETTE, packed, request_qcolor, request_rgb, unpack
@@ -106,8 +107,10 @@ def test_selection_fades_other_requests(qtbot, source):
 
 
 def test_window_pages_a_quarter_at_a_time():
-    assert step_span(10, 20, 200) == (0, 32)                 # short run: the whole run
-    assert step_span(150, 150, 200) == (0, 175)               # ... in 25-step grains
+    assert step_span(10, 20, 200) == (0, 50)                 # short run: the whole run
+    assert step_span(60, 60, 200) == (0, 100)                 # ... in quarter-window grains
+    assert step_span(150, 150, 200) == (0, 200)
+    assert step_span(3, 5, 32) == (0, 32)                     # at least 32 steps
     spans = {step_span(k, 5000, 200) for k in range(1000, 1050)}
     assert spans == {(850, 200)}                              # one axis for 50 steps
     for k in range(200, 2000, 7):
@@ -131,6 +134,30 @@ def test_metrics_plot_the_records(qtbot, source):
     np.testing.assert_allclose(y, m["recorder_wait_ms"])
     assert "recorder wait" in w.plots["time"].titleLabel.text
     assert [nice_ceiling(v) for v in (0.3, 1, 1.2, 3, 7, 24, 260)] == [1, 1, 2, 5, 10, 25, 500]
+
+
+def test_metrics_fill_the_plot_and_label_steps_while_the_run_is_short(qtbot, source):
+    """While the run is shorter than the window the curves span the plots' width, and the step
+    axis still reads steps before the shown step, whatever the span."""
+    w = MetricsPlots(window=200)
+    qtbot.addWidget(w)
+    w.resize(560, 400)
+    w.show()
+    qtbot.waitExposed(w)
+    recs = source.records(0, 40)
+    for shown in (20, 39):
+        _first, span = step_span(shown, shown, 200)
+        w.set_records(recs, shown, shown)
+        axis = w.plots["time"].getAxis("bottom")
+        (left, right), _ = w.plots["time"].viewRange()
+        x, _y = w.curves["step_ms"].getData()
+        steps_back = x * axis.scale
+        np.testing.assert_allclose(steps_back, [r.step - shown for r in recs if r.step <= shown])
+        assert left * axis.scale == pytest.approx(-span, abs=1) and right * axis.scale < 1
+        levels = axis.tickValues(left, right, 300)          # as the axis draws them
+        labels = {t for spacing, values in levels for t in axis.tickStrings(values, axis.scale, spacing)}
+        assert labels >= {"0", "-10", "-20"}
+        assert all(left <= v <= right for _spacing, values in levels for v in values)
 
 
 def test_request_menu_offers_what_the_status_allows(qtbot, source, control):

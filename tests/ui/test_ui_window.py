@@ -43,7 +43,8 @@ def test_scrubbing_shows_exactly_state_at_k(window, source):
         assert (window.block_map.fill == state.block_fill()).all()
         assert window.queues.row_counts() == {
             "running": len(state.running), "waiting": len(state.waiting),
-            "paused": len(state.paused), "finished": len(state.finished)}
+            "swapped": len(state.queue("swapped")), "paused": len(state.paused),
+            "finished": len(state.finished)}
         assert [r.step for r in window.records] == list(range(max(0, k - window.window), k + 1))
         assert window.transport.spin.value() == k and window.transport.slider.value() == k
     window.transport.slider.setValue(7)            # the scrubber itself

@@ -1,0 +1,68 @@
+"""A panel behind a ``LayoutFence`` fills the space the window's layout gives the fence, and its
+labels' text changes re-lay out the panel alone, not the window (which Qt otherwise does for
+every ``setText`` of a label whose size is not fixed)."""
+from __future__ import annotations
+
+from PySide6.QtCore import QEvent, QObject
+from PySide6.QtWidgets import QApplication, QLabel, QSplitter, QVBoxLayout, QWidget
+
+from ui.layout_fence import LayoutFence
+
+
+class LayoutRequests(QObject):
+    """Counts the LayoutRequest events that reach the watched widgets."""
+
+    def __init__(self, *widgets: QWidget):
+        super().__init__()
+        self.count = 0
+        for w in widgets:
+            w.installEventFilter(self)
+
+    def eventFilter(self, obj, event) -> bool:
+        if event.type() == QEvent.Type.LayoutRequest:
+            self.count += 1
+        return False
+
+
+def window_with_panel(qtbot, fenced: bool):
+    """A splitter (as the main window's) holding a panel of two labels, fenced or not."""
+    panel = QWidget()
+    lay = QVBoxLayout(panel)
+    label = QLabel("generated 1 / 400")
+    lay.addWidget(label)
+    lay.addStretch(1)
+    splitter = QSplitter()
+    splitter.addWidget(QLabel("another view"))
+    splitter.addWidget(LayoutFence(panel) if fenced else panel)
+    splitter.resize(600, 300)
+    qtbot.addWidget(splitter)
+    splitter.show()
+    qtbot.waitExposed(splitter)
+    QApplication.processEvents()
+    return splitter, panel, label
+
+
+def relayouts_after_text_changes(splitter: QSplitter, label: QLabel) -> int:
+    watch = LayoutRequests(splitter)
+    for n in range(2, 12):
+        label.setText(f"generated {n * 37} / 400 · a longer line {'x' * n}")
+        QApplication.processEvents()
+    return watch.count
+
+
+def test_text_changes_behind_a_fence_leave_the_window_layout_alone(qtbot):
+    splitter, _panel, label = window_with_panel(qtbot, fenced=False)
+    assert relayouts_after_text_changes(splitter, label) > 0       # what the fence prevents
+    splitter, _panel, label = window_with_panel(qtbot, fenced=True)
+    assert relayouts_after_text_changes(splitter, label) == 0
+    assert label.text().endswith("x" * 11)
+
+
+def test_the_panel_fills_the_fence_as_the_window_resizes(qtbot):
+    splitter, panel, _label = window_with_panel(qtbot, fenced=True)
+    fence = panel.parentWidget()
+    assert isinstance(fence, LayoutFence) and panel.size() == fence.size()
+    splitter.resize(900, 420)
+    QApplication.processEvents()
+    assert fence.height() > 300 and panel.size() == fence.size()
+    assert fence.sizeHint() == panel.sizeHint()
