@@ -468,7 +468,10 @@ class InvariantChecker:
         pre_ids = set(pre["running"]) | set(pre["paused"])
         assert len(set(rec.preempted_ids)) == len(rec.preempted_ids), rec.preempted_ids
         assert sorted(rec.preempted_ids) == sorted(ev.request_id for ev in rec.events if ev.kind == "preempted")
-        swapped_out = {ev.request_id for ev in rec.block_events if ev.kind == BLOCKS_SWAPPED_OUT}
+        # (a swapped_out event of no preempted request: a group's head left while swapped out
+        # and handed its CPU blocks over)
+        swapped_out = {ev.request_id for ev in rec.block_events
+                       if ev.kind == BLOCKS_SWAPPED_OUT and ev.request_id in rec.preempted_ids}
         for rid in rec.preempted_ids:
             assert rid in pre_ids, f"preempted {rid} was not running at the start of step {rec.step}"
             assert pre["blocks"][rid], f"preempted {rid} held no KV"
