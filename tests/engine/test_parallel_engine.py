@@ -143,3 +143,26 @@ def test_a_recording_checks_group_sharing_and_flags_other_sharing(tmp_path):
         problems = check_recording(reader)
     assert any(p.step == step and p.invariant == "G2" and "nor a group's prompt" in p.message
                              for p in problems), problems
+
+
+def test_head_aborted_while_swapped_hands_its_shared_blocks_over(tmp_path):
+    """The group's head is aborted while the group is swapped out: its CPU copies of the shared
+    prompt blocks pass to the next sequence, which swaps back in with them; outputs, state and
+    recording stay right."""
+    config = CONFIGS["swap"]
+    # the group arrives last: it is the newest, so it is swapped out when the cache runs out
+    arrivals = [Arrival("s", 0, distinct_prompt(1, 9), SamplingParams(max_tokens=14, ignore_eos=True)),
+                Arrival("g", 1, distinct_prompt(0, 10), SEEDED)]
+    first = run_workload(config, arrivals)
+    swapped = [(k, v.request_id) for k, st in enumerate(first.states) for v in st.queue("swapped")
+               if v.request_id.endswith("#0")]
+    assert swapped, "no group is swapped out"
+    step, head = swapped[0][0] + 1, swapped[0][1]
+    heir = head[:-1] + "1"
+    result = run_workload(config, arrivals, [Action(step, "abort", head)], record_to=tmp_path / "run.sqlite")
+    assert result.requests[head].status is RequestStatus.FINISHED_ABORTED
+    (rec,) = [r for r in result.records if r.step == step]
+    assert [ev.kind for ev in rec.block_events if ev.request_id in (head, heir)][:3] == [
+        "swapped_in", "swapped_in", "swapped_out"]
+    assert_recording_matches(result)
+    assert_outputs_match(result, reference_outputs(config, solo_arrivals(arrivals)))
