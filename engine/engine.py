@@ -16,7 +16,6 @@ import logging
 import time
 from typing import Protocol
 
-import numpy as np
 
 from engine.config import EngineConfig
 from engine.detokenizer import IncrementalDetokenizer
@@ -26,6 +25,7 @@ from engine.request import Request, RequestStatus, SamplingParams
 from engine.scheduler import Scheduler
 from engine.sequence_group import make_sequences, sequence_ids
 from engine.state import EngineState
+from engine.state_check import check_engine_state
 from engine.timeline import StateTimeline
 
 log = logging.getLogger(__name__)
@@ -444,41 +444,8 @@ class LLMEngine:
 
     def check_state(self) -> None:
         """Assert that the published state equals the scheduler's truth for every live request
-        (status, slot, progress, preemptions, block table). Raises ``AssertionError``."""
-        tl = self.timeline
-        assert tl.num_live == len(self.scheduler.requests), (
-            f"state holds {tl.num_live} live requests, scheduler {len(self.scheduler.requests)}")
-        snap = tl.snapshot()
-        # Every block table at once (O(live + blocks)): held blocks by owner row, then position.
-        rows = snap.owner_rows()
-        held = np.flatnonzero(rows >= 0)
-        assert np.array_equal(snap.columns["seq"][rows[held]], snap.block_owner[held]), (
-            "a block is owned by a request that is not live")
-        tables: dict[str, list[int]] = {}
-        for r, b in zip(rows[held].tolist(), held.tolist()):
-            tables.setdefault(snap.request_ids[r], []).append(b)
-        # Prefix-shared blocks: the further holders of blocks owned by their oldest holder.
-        shared_rows = np.searchsorted(snap.columns["seq"], snap.shared_seq)
-        for r, b in zip(shared_rows.tolist(), snap.shared_block.tolist()):
-            assert snap.block_owner[b] >= 0, f"block {b} is shared but has no owner"
-            tables.setdefault(snap.request_ids[r], []).append(b)
-        pool = self.scheduler.kv.pool
-        assert snap.block_ref_cnt().tolist() == pool.ref_cnt, "block reference counts differ from the pool's"
-        assert snap.block_hash.tolist() == pool.block_hash, "block hashes differ from the pool's"
-        for rid, blocks in tables.items():
-            i = snap.row(rid)
-            blocks.sort(key=lambda b: int(snap.block_pos[b]))
-            assert [int(snap.block_pos[b]) for b in blocks] == list(range(len(blocks))), (
-                f"block positions of {rid}")
-            assert len(blocks) == int(snap.columns["num_blocks"][i]), f"block count of {rid}"
-        for rid, req in self.scheduler.requests.items():
-            want = (req.status.value, -1 if req.slot is None else req.slot, req.num_computed_tokens,
-                    req.num_output_tokens, req.num_preemptions)
-            assert tl.values(rid) == want, f"state of {rid}: {tl.values(rid)} != engine {want}"
-            blocks = self.scheduler.kv.block_ids(rid)
-            got = tables.pop(rid, [])
-            assert got == blocks, f"blocks of {rid}: {got} != {blocks}"
-        assert not tables, f"blocks held in the state by requests the scheduler does not hold: {list(tables)}"
+        (see :func:`engine.state_check.check_engine_state`). Raises ``AssertionError``."""
+        check_engine_state(self)
 
     def _check_stop(self, req: Request) -> str | None:
         """Detokenize ``req``'s newest token (called by the scheduler once per new token); keeps

@@ -88,7 +88,7 @@ class PriorityQueue:
         return iter([e[3] for e in sorted(self._entry.values(), key=lambda e: e[:3])])
 
     def _push(self, req: Request) -> None:
-        entry = (req.priority, req.seq, next(self._tiebreak), req)
+        entry = (*priority_key(req), next(self._tiebreak), req)
         self._entry[id(req)] = entry
         heapq.heappush(self._heap, entry)
 
@@ -126,6 +126,11 @@ class PriorityQueue:
         """Re-key ``req`` after its ``priority`` changed (it keeps its arrival order)."""
         if id(req) in self._entry:
             self._push(req)
+
+
+def priority_key(req: Request) -> tuple[int, int]:
+    """The order of the priority policy: (priority, arrival number), lower first."""
+    return (req.priority, req.seq)
 
 
 def make_queue(policy: str) -> FCFSQueue | PriorityQueue:
