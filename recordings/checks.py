@@ -391,5 +391,5 @@ def _replayed(reader) -> Iterator[tuple[EngineState, StepRecord] | Problem]:
 def _all_finished(reader) -> bool:
     """Whether the recording holds requests and every one of them finished (then G6 applies)."""
     (num, unfinished), = reader.execute(
-        "SELECT count(*), coalesce(sum(status NOT LIKE 'FINISHED%'), 0) FROM requests")
+        "SELECT count(*), coalesce(sum(coalesce(status, '') NOT LIKE 'FINISHED%'), 0) FROM requests")
     return num > 0 and unfinished == 0

@@ -164,3 +164,26 @@ def test_block_tables_named_twice_or_with_gaps_name_the_request(tmp_path):
     pos[st.block_ids(rid)[-1]] += 1
     gap = checked(block_pos=pos)
     assert [(p.invariant, p.message) for p in gap] == [("G1", f"block tables with gaps or repeated positions: {rid}")]
+
+
+def test_a_run_cut_short_is_not_held_to_the_drain_invariant(tmp_path):
+    """A recording closed while requests still run (Ctrl+C, the window closed) has requests with
+    no outcome (NULL status): G6 does not apply, and the steps so far check clean."""
+    from engine.config import EngineConfig
+    from engine.engine import LLMEngine
+    from engine.request import SamplingParams
+    from fake_runner import FakeRunner
+    from recordings import Reader, RecordingWriter
+    from recordings.checks import check_recording
+
+    config = EngineConfig(block_size=4, num_gpu_blocks=32, max_num_seqs=4, max_num_batched_tokens=32)
+    with RecordingWriter(tmp_path / "cut.sqlite", {"config": config.to_dict()}) as writer:
+        engine = LLMEngine(config, FakeRunner(32, 4), 32, recorder=writer)
+        for i in range(4):
+            engine.add_request(list(range(1, 9)), SamplingParams(max_tokens=30, ignore_eos=True))
+        for _ in range(5):
+            engine.step()
+    with Reader(tmp_path / "cut.sqlite") as reader:
+        (unfinished,), = reader.execute("SELECT count(*) FROM requests WHERE status IS NULL")
+        assert unfinished == 4
+        assert check_recording(reader) == []
