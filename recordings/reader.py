@@ -26,7 +26,7 @@ from engine.timeline import StateTimeline
 from recordings import codec
 from recordings.errors import RecordingError
 from recordings.info import RequestInfo, TimelineEvent
-from recordings.opening import file_version, open_readonly
+from recordings.opening import file_version, missing_wal, open_readonly
 from recordings.schema import READABLE_OLD_VERSION, latest_version
 
 _CHILD_TABLES = (("events", codec.EVENT_COLUMNS), ("block_events", codec.BLOCK_EVENT_COLUMNS),
@@ -81,8 +81,14 @@ class Reader:
         self._text: dict[str, tuple[int, list[str]]] = {}
 
         self._cursor: StateTimeline | None = None     # the last replay, at its last step
-        with self._reading("run info"):
-            self._run_info = json.loads(self._rows("SELECT run_info_json FROM runs")[0][0])
+        try:
+            with self._reading("run info"):
+                self._run_info = json.loads(self._rows("SELECT run_info_json FROM runs")[0][0])
+                if not isinstance(self._run_info, dict):
+                    raise TypeError(f"run_info_json is a {type(self._run_info).__name__}, not an object")
+        except BaseException:
+            self.close()                  # a failed open leaves no connection behind
+            raise
 
     # --- StepSource ----------------------------------------------------------------------------
     def run_info(self) -> dict[str, Any]:
@@ -243,6 +249,12 @@ class Reader:
         """True once the writer closed the file cleanly (False while writing or after a crash)."""
         return self._rows("SELECT closed_at FROM runs")[0][0] is not None
 
+    def missing_wal(self) -> bool:
+        """True when the file is in WAL mode with no ``-wal`` file beside it (a copy of a crashed
+        or running recording made without it): it then holds the steps up to its last checkpoint
+        (``recordings.opening.missing_wal``)."""
+        return missing_wal(self.path)
+
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         """Run one read-only SQL query on the recording (for metrics and exporters); the rows.
         Raises :class:`RecordingError` on any SQLite error."""
@@ -267,7 +279,16 @@ class Reader:
             if self._conn is None:
                 raise RecordingError(f"{self.path}: the reader is closed")
             try:
-                return self._conn.execute(sql, params).fetchall()
+                try:
+                    return _fetch_all(self._conn, sql, params)
+                except (UnicodeDecodeError, sqlite3.OperationalError) as exc:
+                    if "decode" not in str(exc):
+                        raise
+                    self._conn.text_factory = _decode_replacing  # invalid UTF-8: U+FFFD
+                    try:
+                        return _fetch_all(self._conn, sql, params)
+                    finally:
+                        self._conn.text_factory = str
             except (sqlite3.Error, UnicodeDecodeError) as exc:
                 raise RecordingError(f"{self.path}: corrupt or unreadable recording: {exc}") \
                     from exc
@@ -277,7 +298,8 @@ class Reader:
         """Turn a malformed row (bad JSON, missing field) into a RecordingError."""
         try:
             yield
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError, OSError) as exc:
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, OSError, OverflowError,
+                RecursionError) as exc:       # (a number too big for int64, JSON nested too deep)
             raise RecordingError(f"{self.path}: corrupt recording ({what}): "
                                  f"{type(exc).__name__}: {exc}") from exc
 
@@ -371,6 +393,21 @@ class Reader:
         self._cache.move_to_end(state.step)
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
+
+
+def _fetch_all(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[tuple]:
+    """Every row of ``sql``; the statement is finished even when a row fails to decode (an
+    unfinished statement would keep the file's read lock)."""
+    cursor = conn.execute(sql, params)
+    try:
+        return cursor.fetchall()
+    finally:
+        cursor.close()
+
+
+def _decode_replacing(raw: bytes) -> str:
+    """A text column's bytes as UTF-8, invalid sequences replaced by U+FFFD."""
+    return raw.decode("utf-8", "replace")
 
 
 # --- step_batches(): a step range's scalars and batches as columns --------------------------------

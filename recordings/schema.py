@@ -81,6 +81,31 @@ _NUM_TOKENS = """coalesce(json_extract(s.batch_num_tokens_json, '$[' || b.key ||
                          WHERE json_extract(p.value, '$[0]') = b.key), 1)"""
 
 
+# The views of schema versions 2 and 3 (name -> SELECT). The reader makes its own TEMP copies of
+# them (``recordings.opening``): a file's own view definitions are never run, and SQLite's
+# ``trusted_schema = OFF`` refuses the JSON functions in views stored in a file.
+VIEWS = {
+    "step_requests": f"""
+        SELECT s.step AS step, b.key AS ord, r.request_id AS request_id, r.seq AS seq,
+               json_extract(s.batch_slot_json, '$[' || b.key || ']') AS slot,
+               {_NUM_TOKENS} AS num_tokens,
+               json_extract(s.batch_num_computed_json, '$[' || b.key || ']') AS num_computed_tokens,
+               EXISTS (SELECT 1 FROM json_each(s.batch_prefill_json) p
+                       WHERE json_extract(p.value, '$[0]') = b.key) AS is_prefill
+        FROM steps s, json_each(s.batch_seq_json) b JOIN requests r ON r.seq = b.value""",
+    "tokens": f"""
+        SELECT s.step AS step, b.key AS ord, r.request_id AS request_id, r.seq AS seq,
+               coalesce(json_extract(s.token_index_json, '$[' || b.key || ']'),
+                        json_extract(s.batch_num_computed_json, '$[' || b.key || ']')
+                        + {_NUM_TOKENS} - r.num_prompt_tokens) AS idx,
+               json_extract(s.token_id_json, '$[' || b.key || ']') AS token_id,
+               coalesce(json_extract(s.token_text_json, '$[' || b.key || ']'), '') AS text,
+               s.token_time AS token_time
+        FROM steps s, json_each(s.batch_seq_json) b JOIN requests r ON r.seq = b.value
+        WHERE json_extract(s.token_id_json, '$[' || b.key || ']') >= 0""",
+}
+
+
 def _v2_tables(db: sqlite_utils.Database) -> None:
     """Version 2: requests keyed by arrival number, compact steps (batch and tokens as aligned
     JSON arrays), events, block events, transitions, npz keyframes, and SQL views ``tokens`` and
@@ -133,24 +158,8 @@ def _v2_tables(db: sqlite_utils.Database) -> None:
     # A NULL batch_num_tokens_json means 1 token for every entry not in batch_prefill_json
     # ([[index, num_tokens], ...]); a NULL token_index_json means each token's index follows
     # from the batch (num_computed_tokens + num_tokens - the request's num_prompt_tokens).
-    db.execute(f"""CREATE VIEW step_requests AS
-        SELECT s.step AS step, b.key AS ord, r.request_id AS request_id, r.seq AS seq,
-               json_extract(s.batch_slot_json, '$[' || b.key || ']') AS slot,
-               {_NUM_TOKENS} AS num_tokens,
-               json_extract(s.batch_num_computed_json, '$[' || b.key || ']') AS num_computed_tokens,
-               EXISTS (SELECT 1 FROM json_each(s.batch_prefill_json) p
-                       WHERE json_extract(p.value, '$[0]') = b.key) AS is_prefill
-        FROM steps s, json_each(s.batch_seq_json) b JOIN requests r ON r.seq = b.value""")
-    db.execute(f"""CREATE VIEW tokens AS
-        SELECT s.step AS step, b.key AS ord, r.request_id AS request_id, r.seq AS seq,
-               coalesce(json_extract(s.token_index_json, '$[' || b.key || ']'),
-                        json_extract(s.batch_num_computed_json, '$[' || b.key || ']')
-                        + {_NUM_TOKENS} - r.num_prompt_tokens) AS idx,
-               json_extract(s.token_id_json, '$[' || b.key || ']') AS token_id,
-               coalesce(json_extract(s.token_text_json, '$[' || b.key || ']'), '') AS text,
-               s.token_time AS token_time
-        FROM steps s, json_each(s.batch_seq_json) b JOIN requests r ON r.seq = b.value
-        WHERE json_extract(s.token_id_json, '$[' || b.key || ']') >= 0""")
+    for name, select in VIEWS.items():
+        db.execute(f"CREATE VIEW {name} AS{select}")
 
 
 def _v3_columns(db: sqlite_utils.Database) -> None:
