@@ -1,4 +1,6 @@
-"""``batchscope check REC`` (and ``replay --check-invariants``): a recording's invariants, step by step."""
+"""``batchscope check REC`` (and ``replay --check-invariants``): a recording verified end to end
+(:func:`recordings.file_checks.check_file`: SQLite integrity, schema, rows, invariants replayed
+step by step, metrics recomputed, cut short or not), one line per problem."""
 from __future__ import annotations
 
 import sys
@@ -6,14 +8,14 @@ from typing import TextIO
 
 
 def check_lines(path: str, *, max_problems: int = 100) -> tuple[list[str], int]:
-    """(one line per invariant violated, steps checked) for the recording at ``path``, per
-    :func:`recordings.checks.check_recording`, with a progress bar on stderr. Raises
+    """(one line per problem, steps checked) for the recording at ``path``, per
+    :func:`recordings.file_checks.check_file`, with a progress bar on stderr. Raises
     :class:`recordings.RecordingError` if the file cannot be read and ``ValueError`` if
     ``max_problems`` < 1."""
     from tqdm import tqdm
 
     from recordings import Reader
-    from recordings.checks import check_recording
+    from recordings.file_checks import check_file
 
     if max_problems < 1:
         raise ValueError(f"--max-problems must be >= 1, got {max_problems}")
@@ -21,7 +23,7 @@ def check_lines(path: str, *, max_problems: int = 100) -> tuple[list[str], int]:
         num_steps = reader.latest_step() + 1
         with tqdm(total=num_steps, unit="step", desc="checking", dynamic_ncols=True, leave=False,
                   mininterval=0.5) as bar:
-            problems = check_recording(reader, max_problems=max_problems, on_step=lambda _: bar.update())
+            problems = check_file(reader, max_problems=max_problems, on_step=lambda _: bar.update())
         return [str(p) for p in problems], num_steps
 
 
@@ -29,18 +31,20 @@ def run_check(path: str, *, max_problems: int = 100, out: TextIO | None = None) 
     """Print each problem of the recording at ``path`` (to ``out``, default stdout), or one line
     saying it is clean. Returns the exit code: 0 clean, 1 problems found or the file unreadable."""
     from recordings import RecordingError
+    from recordings.safe_text import visible
 
     out = out or sys.stdout
     try:
         lines, num_steps = check_lines(path, max_problems=max_problems)
     except (RecordingError, ValueError) as e:
-        print(f"batchscope: {e}", file=sys.stderr)
+        print(f"batchscope: {visible(e)}", file=sys.stderr)
         return 1
-    for line in lines:
-        print(f"{path}: {line}", file=out)
+    for line in lines:      # recorded ids and messages: no terminal escapes, no RTL tricks
+        print(visible(f"{path}: {line}", keep_newlines=False), file=out)
     if not lines:
-        print(f"{path}: {num_steps} steps checked: no invariant violated (G1 blocks, G3 queues, "
-              f"G4 limits, G6 drain)", file=out)
+        print(f"{visible(path)}: {num_steps} steps checked: clean: SQLite integrity, schema, every "
+              f"step's rows, no invariant violated (G1 blocks, G3 queues, G4 limits, G6 drain), "
+              f"metrics recomputed equal the stored outcomes, closed by its writer", file=out)
     return 1 if lines else 0
 
 
@@ -48,10 +52,11 @@ def warn_before_replay(path: str) -> None:
     """``replay --check-invariants``: print the problems (or that there are none) to stderr before
     the window opens; an unreadable file is left to the window's own error message."""
     from recordings import RecordingError
+    from recordings.safe_text import visible
 
     try:
         lines, num_steps = check_lines(path)
     except RecordingError:
         return
-    for line in lines or [f"{num_steps} steps checked: no invariant violated"]:
-        print(f"batchscope: {path}: {line}", file=sys.stderr)
+    for line in lines or [f"{num_steps} steps checked: clean, no invariant violated"]:
+        print(visible(f"batchscope: {path}: {line}", keep_newlines=False), file=sys.stderr)

@@ -8,6 +8,7 @@ import time
 
 PROCESS_START = time.perf_counter()   # for "first token after N s" (import of torch etc. included)
 
+from app.privacy import add_recording_privacy_args
 from engine.config import POLICIES, PREEMPTION_MODES, ConfigError, EngineConfig
 from engine.sim.hardware import known_devices
 from engine.sim.model_shapes import known_models
@@ -137,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
                "  batchscope run --trace conv.csv --limit 64 --record run.sqlite\n"
                "  batchscope replay run.sqlite                step through a recording\n"
                "  batchscope summary run.sqlite               print a recording's metrics\n"
-               "  batchscope check run.sqlite                 check a recording's invariants step by step\n"
+               "  batchscope check run.sqlite                 verify a recording end to end\n"
                "  batchscope run --trace conv.csv --limit 64 --record static.sqlite --policy static\n"
                "                                              the static-batching baseline\n"
                "  batchscope run --trace conv.csv --record sim.sqlite --executor sim --sim-model llama-3.1-8b "
@@ -153,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="number of trace requests (the built-in slice has 400) (default: %(default)s)")
     demo.add_argument("--record", help="recording path (default: a new file under ~/.cache/batchscope/runs)")
     demo.add_argument("--paused", action="store_true", help="start paused (single-step from the first step)")
+    add_recording_privacy_args(demo)
     _engine_args(demo, num_gpu_blocks=DEMO_NUM_GPU_BLOCKS, clock="wall")
     # Sized for SmolLM2-135M on 2 CPU cores: the 16 slots fill within ~2 s (see recordings/workload.py).
     _workload_args(demo, time_scale=0.1, prompt_scale=1 / 12, output_scale=0.25, min_prompt=8, max_prompt=96,
@@ -162,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--trace", required=True, help="Azure CSV or Mooncake JSONL trace")
     run.add_argument("--limit", type=int, help="first N requests only")
     run.add_argument("--record", required=True, help="output recording (.sqlite)")
+    add_recording_privacy_args(run)
     _engine_args(run, num_gpu_blocks=None, clock="wall")
     _workload_args(run, time_scale=1.0)
 
@@ -170,9 +173,12 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--check-invariants", action="store_true",
                      help="first replay every step and check the invariants (G1 blocks, G3 queues, G4 "
                           "limits, G6 drain), print each violation with its step, then open the window")
-    check_help = ("replay a recording's steps and check the global invariants on each: G1 block "
-                  "conservation, G3 queue exclusivity, G4 limits of the run's config, G6 drain at the end "
-                  "of a finished run; exit 0 when clean, 1 with one line per problem (step and invariant)")
+    check_help = ("verify a recording end to end: SQLite integrity check, schema version and tables, every "
+                  "step's rows present, the global invariants replayed on each step (G1 block conservation, "
+                  "G3 queue exclusivity, G4 limits of the run's config, G6 drain at the end of a finished "
+                  "run), each finished request's metrics recomputed and compared with its stored outcome, "
+                  "and whether the run was cut short; exit 0 when clean, 1 with one line per problem "
+                  "(step and kind)")
     chk = sub.add_parser("check", help=check_help, description=check_help)
     chk.add_argument("recording", help="a recording (.sqlite)")
     chk.add_argument("--max-problems", type=int, default=100,

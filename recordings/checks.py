@@ -382,10 +382,12 @@ def _replayed(reader) -> Iterator[tuple[EngineState, StepRecord] | Problem]:
                 return
             try:
                 timeline.apply(rec)
-            except (KeyError, ValueError, IndexError) as e:
+                state = timeline.snapshot()
+            except (KeyError, ValueError, IndexError, TypeError, AttributeError, OverflowError,
+                    RecursionError) as e:                                          # a damaged row
                 yield Problem(rec.step, "record", f"the step cannot be replayed: {type(e).__name__}: {e}")
                 return
-            yield timeline.snapshot(), rec
+            yield state, rec
 
 
 def _all_finished(reader) -> bool:

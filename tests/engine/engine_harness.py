@@ -37,7 +37,8 @@ from engine.request import Request, RequestStatus, SamplingParams
 from engine.sequence_group import parent_id_of, sequence_ids, sequence_params
 from engine.state import EngineState
 from engine.timeline import StateTimeline
-from recordings.checks import StateChecker, check_recording
+from recordings.checks import StateChecker
+from recordings.file_checks import check_file
 from fake_runner import FakeRunner, hash_next_token
 
 ACTIONS = ("abort", "pause", "resume")
@@ -742,7 +743,7 @@ def assert_recording_matches(result: RunResult) -> None:
         if not result.engine.scheduler.paused:
             assert_no_problems(checker.check_drained(states[-1], records[-1]))
     with Reader(result.recording) as reader:         # the same checks as `batchscope check`
-        assert_no_problems(check_recording(reader))
+        assert_no_problems(check_file(reader))
 
 
 def reference_outputs(config: EngineConfig, arrivals: Sequence[Arrival], **kw) -> dict[str, list[int]]:
