@@ -22,6 +22,7 @@ def make_live(args: argparse.Namespace):
     from app.factory import build_engine
     from app.live_source import LiveSource
     from app.workload_setup import add_workload, check_args, load_workload, read_trace
+    from app.privacy import writer_privacy_kwargs
     from recordings import RecordingWriter
 
     config = engine_config(args)
@@ -37,7 +38,7 @@ def make_live(args: argparse.Namespace):
         wl = load_workload(args, trace, built.tokenizer, built.vocab_size)
         built.run_info["trace"] = wl.trace_info
         built.run_info["recording"] = str(record)
-        built.engine.recorder = RecordingWriter(record, built.run_info)
+        built.engine.recorder = RecordingWriter(record, built.run_info, **writer_privacy_kwargs(args))
         holder["workload"] = wl
         return built
 

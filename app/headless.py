@@ -17,7 +17,8 @@ from app.workload_setup import add_workload, check_args, load_workload, read_tra
 
 
 def _fail(message: str) -> int:
-    print(f"batchscope: {message}", file=sys.stderr)
+    from recordings.safe_text import visible
+    print(f"batchscope: {visible(message)}", file=sys.stderr)
     return 1
 
 
@@ -26,6 +27,7 @@ def run_headless(args: argparse.Namespace) -> int:
     ``args.record`` and print the summary. Returns the exit code: 0 done, 1 bad input or nothing
     could be served, 130 interrupted (the recording keeps every step so far)."""
     from engine.model_files import ModelLoadError
+    from app.privacy import writer_privacy_kwargs
     from recordings import Reader, RecordingError, RecordingWriter
     from recordings.traces import TraceFormatError
 
@@ -54,7 +56,8 @@ def run_headless(args: argparse.Namespace) -> int:
             built.run_info["prompt_token_ids"] = (
                 f"not stored: synthetic ids drawn from numpy default_rng({args.seed}) per request "
                 "(rebuilt by the same trace, seed and scaling)")
-        writer = RecordingWriter(out, built.run_info, store_prompt_token_ids=not synthetic)
+        writer = RecordingWriter(out, built.run_info, store_prompt_token_ids=not synthetic,
+                                 **writer_privacy_kwargs(args))
     except (ModelLoadError, TraceFormatError, RecordingError, OSError, RuntimeError, ValueError) as e:
         return _fail(str(e))
     eng = built.engine
@@ -171,6 +174,7 @@ def describe_run(info: dict) -> list[str]:
     """Lines about a recording's provenance: model, device, trace and how it was scaled."""
     cfg = info.get("config", {})
     model = info.get("model", {})
+    model = model if isinstance(model, dict) else {"name": model}     # older or foreign files: a name
     lines = [f"model: {model.get('name', '?')} on {info.get('device', '?')} ({info.get('dtype', '?')}); "
              f"max_num_seqs {cfg.get('max_num_seqs')}, max_num_batched_tokens {cfg.get('max_num_batched_tokens')}, "
              f"{cfg.get('num_gpu_blocks')} KV blocks of {cfg.get('block_size')} tokens, clock {cfg.get('clock')}"]
@@ -197,11 +201,15 @@ def print_report(reader) -> None:
     """The metrics table recomputed from ``reader``'s rows, then the run's provenance."""
     from recordings import summarize
     from recordings.metrics import summarize_batching
+    from recordings.safe_text import visible
     table = summarize(reader).format_table()
     first = table.splitlines()[0]                    # "clock<padding>  <clock>": the name column's width
-    print(table, *summarize_batching(reader).format_lines(len(first) - len(first.split()[-1]) - 2), sep="\n")
-    for line in describe_run(reader.run_info()):
-        print(line)
+    lines = [*table.splitlines(), *summarize_batching(reader).format_lines(len(first) - len(first.split()[-1]) - 2),
+             *describe_run(reader.run_info())]
+    if reader.run_info().get("text_stored") is False:
+        lines.append("text: not stored (recorded with --no-text: token ids and lengths only)")
+    for line in lines:                  # recorded names and reasons: no terminal escapes, no RTL tricks
+        print(visible(line))
 
 
 def print_summary(path: str) -> int:

@@ -57,6 +57,12 @@ class RecordingWriter:
     ``store_prompt_token_ids=False`` leaves ``requests.prompt_token_ids`` NULL (for synthetic
     prompts that the run's provenance can regenerate; say so in ``run_info``).
 
+    Recordings hold production prompts: the file (and SQLite's ``-wal`` / ``-shm`` files, which
+    take the main file's permissions) is created with ``file_mode`` (default ``0o600``, owner
+    only; the process umask can only narrow it). ``store_text=False`` stores no text: no
+    ``prompt_text``, no ``token_text_json``, no ``stop`` strings in ``sampling_json``; token ids
+    and lengths only (``run_info['text_stored']`` is then False).
+
     ``write_*`` only enqueue; the writer thread converts and commits. If the writer thread fails,
     the next ``write_*``/``flush``/``close`` raises :class:`RecordingError` (the cause chained) and
     every later ``write_*``/``flush`` raises it again; rows committed before stay readable.
@@ -67,7 +73,8 @@ class RecordingWriter:
     def __init__(self, path: str | os.PathLike, run_info: Mapping[str, Any],
                  keyframe_interval: int = 128, flush_interval_s: float = 0.2,
                  *, overwrite: bool = False, max_queue_items: int = MAX_QUEUE_ITEMS,
-                 store_prompt_token_ids: bool = True) -> None:
+                 store_prompt_token_ids: bool = True, file_mode: int = 0o600,
+                 store_text: bool = True) -> None:
         if keyframe_interval < 1:
             raise ValueError(f"keyframe_interval must be >= 1, got {keyframe_interval}")
         if flush_interval_s <= 0:
@@ -78,8 +85,12 @@ class RecordingWriter:
                    if not isinstance(config.get(k), int)]
         if missing:
             raise ValueError(f"run_info['config'] needs integer {', '.join(missing)}")
+        if not 0 <= file_mode <= 0o777:
+            raise ValueError(f"file_mode must be permission bits 0o000..0o777, got {file_mode:#o}")
         self._prepare_path(overwrite)
-        self._run_info = dict(run_info)
+        self._create_file(file_mode)
+        self._run_info = dict(run_info) if store_text else dict(run_info, text_stored=False)
+        self._store_text = store_text
         self._keyframe_interval = keyframe_interval
         self._flush_interval_s = flush_interval_s
         self._store_prompt = store_prompt_token_ids
@@ -116,21 +127,25 @@ class RecordingWriter:
         of ``SamplingParams``). Raises :class:`RecordingError` after a writer failure or close.
         """
         self._check()
-        self._queue.put(("request", (request_id, arrival_step, arrival_time,
-                                     tuple(prompt_token_ids), prompt_text, dict(sampling))))
+        sampling = dict(sampling)
+        if not self._store_text:
+            prompt_text = None
+            sampling.pop("stop", None)
+        self._put(("request", (request_id, arrival_step, arrival_time,
+                                     tuple(prompt_token_ids), prompt_text, sampling)))
 
     def write_step(self, record: StepRecord) -> None:
         """Record one step (steps in increasing order). Blocks while the queue is full (the
         writer is behind). Raises :class:`RecordingError` after a writer failure or close."""
         self._check()
-        self._queue.put(("step", record))
+        self._put(("step", record))
 
     def flush(self) -> None:
         """Block until everything queued so far is committed. Raises :class:`RecordingError`
         if the writer thread failed."""
         self._check()
         done = threading.Event()
-        self._queue.put(("flush", done))
+        self._put(("flush", done))
         while not done.wait(0.05) and self._thread.is_alive():
             pass
         self._check()
@@ -139,6 +154,7 @@ class RecordingWriter:
     def failure(self) -> str | None:
         """What stopped the writer thread (None while it is healthy); rows committed before it
         stay readable."""
+        self._notice_death()
         return None if self._error is None else str(self._wrap("recording writer failed"))
 
     @property
@@ -153,7 +169,8 @@ class RecordingWriter:
         """
         if not self._closed:
             self._closed = True
-            self._queue.put(("stop", None))
+            if self._thread.is_alive():
+                self._put(("stop", None))
             self._thread.join()
             _LIVE_WRITERS.discard(self)
         if self._error is not None and not self._close_reported:
@@ -171,7 +188,25 @@ class RecordingWriter:
     def __exit__(self, exc_type, exc, tb) -> None:
         self.close()
 
+    def _put(self, item: tuple[str, Any]) -> None:
+        """Queue ``item``, waiting while the queue is full; a writer thread that died (nothing
+        takes items any more) is reported instead of waiting forever."""
+        while True:
+            try:
+                self._queue.put(item, timeout=0.5)
+                return
+            except queue.Full:
+                if not self._thread.is_alive():
+                    self._notice_death(closing=True)
+                    raise self._wrap("recording writer failed") from self._error
+
+    def _notice_death(self, closing: bool = False) -> None:
+        """Record a writer thread that ended without a stop (``closing``: even while closing)."""
+        if self._error is None and not self._thread.is_alive() and (closing or not self._closed):
+            self._error = RecordingError(f"{self.path}: the recording writer thread stopped")
+
     def _check(self) -> None:
+        self._notice_death()
         if self._error is not None:
             raise self._wrap("recording writer failed") from self._error
         if self._closed:
@@ -192,6 +227,16 @@ class RecordingWriter:
             for p in [self.path, *sidecars]:
                 p.unlink(missing_ok=True)
 
+    def _create_file(self, mode: int) -> None:
+        """Create the empty file with permission bits ``mode`` before SQLite opens it (SQLite
+        gives its -wal and -shm files the same bits)."""
+        try:
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode))  # less the umask
+        except FileExistsError:   # an empty file the caller made: keep it, with ``mode``
+            os.chmod(self.path, mode)
+        except OSError as exc:
+            raise RecordingError(f"{self.path}: cannot create the recording: {exc}") from exc
+
     # --- writer thread ---------------------------------------------------------------------
     def _run(self) -> None:
         try:
@@ -201,6 +246,15 @@ class RecordingWriter:
             self._ready.set()
             return
         self._ready.set()
+        try:
+            self._serve(db)
+        except BaseException as exc:   # the thread dies (a bug, an interpreter shutting down)
+            if self._error is None:
+                self._error = exc
+            db.close()                 # every step committed so far stays readable
+
+    def _serve(self, db: sqlite_utils.Database) -> None:
+        """Take items off the queue and commit them, until ``stop``."""
         pending: list[tuple[str, Any]] = []
         deadline = 0.0
         while True:
@@ -294,6 +348,9 @@ class RecordingWriter:
         """Rows of one step (and its outcomes, and a keyframe when one is due)."""
         seq = self._seq
         rows_of_step = codec.step_rows(record, seq.__getitem__, self._num_prompt.__getitem__)
+        if not self._store_text:
+            for row in rows_of_step.get("steps", ()):
+                row["token_text_json"] = None
         for table, table_rows in rows_of_step.items():
             rows[table].extend(table_rows)
         self._bytes_since_keyframe += _rows_bytes(rows_of_step)

@@ -6,7 +6,8 @@ hides it. Every error reaches the window this way, never only a log.
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QToolButton, QWidget
+from ui.plain_text import PlainLabel
 
 
 class ErrorBanner(QWidget):
@@ -17,7 +18,7 @@ class ErrorBanner(QWidget):
         self.setAttribute(Qt.WA_StyledBackground, True)
         self.setStyleSheet("ErrorBanner { background: #6b2226; border-bottom: 1px solid #e15759; }"
                            "QLabel { color: #ffe9e9; font-weight: bold; }")
-        self.label = QLabel()
+        self.label = PlainLabel()
         self.label.setWordWrap(True)
         self.label.setTextInteractionFlags(Qt.TextSelectableByMouse)
         close = QToolButton()

@@ -34,6 +34,7 @@ from ui.slot_timeline import SlotTimeline
 from ui.step_summary import StepSummary
 from ui.theme import apply_theme, fix_size
 from ui.transport import FRAME_MS, TransportBar
+from ui.plain_text import PlainLabel, as_rich
 
 # widest text of the status-bar fields that change every frame (their fixed sizes)
 STATUS_TEMPLATES = {"step": "step 8888888 of 8888888  (scrubbed)", "clock": "clock 8.888e+88 steps",
@@ -150,7 +151,8 @@ class MainWindow(QMainWindow):
         self.actions["open"].setEnabled(self.open_recording is not None)
 
     def _build_status(self) -> None:
-        self.status = {k: QLabel("") for k in ("mode", "step", "clock", "kv", "tps", "run")}
+        self.status = {k: QLabel("") for k in ("mode", "step", "clock", "kv", "tps")}
+        self.status["run"] = PlainLabel("")
         for k, template in STATUS_TEMPLATES.items():
             fix_size(self.status[k], template)
         for k, lab in self.status.items():
@@ -187,7 +189,7 @@ class MainWindow(QMainWindow):
         self.status["run"].setText(" · ".join(str(v) for v in (name, info.get("device"),
                                                                info.get("dtype")) if v))
         details = {**(model if isinstance(model, dict) else {}), **(info.get("config") or {})}
-        self.status["run"].setToolTip("\n".join(f"{k} = {v}" for k, v in details.items()))
+        self.status["run"].setToolTip(as_rich("\n".join(f"{k} = {v}" for k, v in details.items())))
         clock = (info.get("config") or {}).get("clock")
         self.time_unit = {"wall": "s", "virtual": "steps", "sim": "sim s"}.get(clock, "")
         self.metrics.set_simulated(bool(info.get("simulated")))
@@ -318,7 +320,7 @@ class MainWindow(QMainWindow):
             QApplication.restoreOverrideCursor()
             self.statusBar().clearMessage()
             QMessageBox.critical(self, "Could not open recording",
-                                 f"{path}\n\n{type(e).__name__}: {e}")
+                                 as_rich(f"{path}\n\n{type(e).__name__}: {e}"))
             return False
         QApplication.restoreOverrideCursor()
         self.statusBar().showMessage(f"Opened {path}", 5000)

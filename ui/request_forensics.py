@@ -5,12 +5,13 @@ only when the request, its status or its preemption count changes, not every fra
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QFormLayout, QLabel
+from PySide6.QtWidgets import QFormLayout
 
 from engine.outputs import RequestView
 from engine.state import EngineState
 from ui.request_explain import RequestHistory, load_history, preemption_text, prefix_text
 from ui.state_lookup import find_row
+from ui.plain_text import PlainLabel
 
 ROWS = ("priority", "prefix cache", "preemptions")
 
@@ -22,7 +23,7 @@ class RequestForensics:
 
     def __init__(self, form: QFormLayout):
         self.form = form
-        self.values = {name: QLabel("–") for name in ROWS}
+        self.values = {name: PlainLabel("–") for name in ROWS}
         self.history = RequestHistory()
         self.config: dict = {}
         self._key: tuple | None = None

@@ -18,6 +18,7 @@ from ui.request_forensics import RequestForensics
 from ui.request_menu import allowed_actions, run_action
 from ui.request_table import cell_text
 from ui.state_lookup import block_ids, find_view
+from ui.plain_text import PlainLabel, rich_escape
 
 FIELDS = ("state", "arrival", "tokens", "KV", "latency", "reason")
 
@@ -42,7 +43,7 @@ class RequestInspector(QWidget):
         self.header = QLabel("No request selected: click a block, a slot cell or a table row")
         self.header.setWordWrap(True)
         self.header.setTextFormat(Qt.RichText)
-        self.values = {f: QLabel("–") for f in FIELDS}
+        self.values = {f: PlainLabel("–") for f in FIELDS}
         form = QFormLayout()
         form.setContentsMargins(0, 0, 0, 0)
         form.setHorizontalSpacing(12)
@@ -78,6 +79,9 @@ class RequestInspector(QWidget):
 
     def set_source(self, source: StepSource, control: EngineControl | None = None) -> None:
         self.source = source
+        no_text = (source.run_info() or {}).get("text_stored") is False     # recorded with --no-text
+        self.text.setPlaceholderText("text not recorded (--no-text): token ids and lengths only"
+                                     if no_text else "")
         self.set_control(control)
         self.set_selected(None)
 
@@ -103,7 +107,7 @@ class RequestInspector(QWidget):
         v = self.view
         if v is None:
             if self.selected:
-                self.header.setText(f"<b>{self.selected}</b> is not live at step {self.step} "
+                self.header.setText(f"<b>{rich_escape(self.selected)}</b> is not live at step {self.step} "
                                     "(not arrived yet, or finished before the last 64)")
             for lab in self.values.values():
                 lab.setText("–")
@@ -114,7 +118,7 @@ class RequestInspector(QWidget):
             return
         sw = css(request_rgb(v.request_id))
         self.header.setText(f"<span style='color:{sw}; font-size:14pt'>&#9632;</span> "
-                            f"<b style='font-size:12pt'>{v.request_id}</b> &nbsp; at step {self.step}")
+                            f"<b style='font-size:12pt'>{rich_escape(v.request_id)}</b> &nbsp; at step {self.step}")
         where = f"slot {v.slot}" if v.slot is not None else "no slot"
         self.values["state"].setText(f"{v.status.lower()} · {where} · {v.num_preemptions} preemptions")
         self.values["arrival"].setText(f"step {v.arrival_step} (clock {v.arrival_time:.3g})")

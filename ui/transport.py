@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (QComboBox, QFrame, QHBoxLayout, QLabel, QLineEdit
 from engine.source import EngineControl
 from ui.colors import ERROR, css
 from ui.theme import fix_size
+from ui.plain_text import rich_escape
 
 SPEEDS = (1, 2, 5, 10, 30, 100, 300, 1000, 3000, "max")   # replay speeds, steps per second
 FRAME_MS = 33                                              # fastest timed tick (the frame rate)
@@ -149,7 +150,7 @@ class TransportBar(QWidget):
         status = getattr(self.control, "status", None)
         text = str(status()) if callable(status) else ("paused" if paused else "running")
         color = "#edc948" if paused else "#e15759" if "fail" in text.lower() else "#59a14f"
-        html = f"<b style='color:{color}'>{text.upper()}</b>"
+        html = f"<b style='color:{color}'>{rich_escape(text.upper())}</b>"
         if self.engine_label.text() != html:
             self.engine_label.setText(html)
 

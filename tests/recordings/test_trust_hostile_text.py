@@ -1,0 +1,152 @@
+"""Hostile text stays text: HTML, terminal escape sequences, right-to-left overrides, NUL bytes and
+invalid UTF-8 recorded as request ids, prompts, generated text, the model and trace names and a
+step's error message, then read back by the reader, the CLI (summary, check) and every view of
+the window (offscreen)."""
+from __future__ import annotations
+
+import os
+import sqlite3
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from engine.config import EngineConfig  # noqa: E402
+from engine.engine import LLMEngine  # noqa: E402
+from engine.request import SamplingParams  # noqa: E402
+from fake_runner import FakeRunner, ToyTokenizer  # noqa: E402
+from recordings import Reader, RecordingWriter  # noqa: E402
+from recordings.safe_text import visible  # noqa: E402
+
+HOSTILE = ["<b>bold</b><img src=x onerror=alert(1)>", "\x1b[2J\x1b[31mred\x1b]0;pwn\x07",
+           "\u202eexe.txt", "nul\x00byte", "<a href='file:///etc/passwd'>click</a>",
+           "line\r\noverwrite\x08\x08"]
+MARKUP = ("<b>bold", "<img", "<a href")           # what must never reach a rich-text widget raw
+CONTROLS = ("\x1b", "\u202e", "\x00", "\x07", "\x08", "\r")
+INVALID_UTF8 = bytes.fromhex("ff3c62fe3e")         # not UTF-8; "<b>" inside
+
+
+class HostileRunner(FakeRunner):
+    """Fails one step with an error message made of hostile text."""
+
+    def execute(self, sched, requests):
+        if sched.step == 3:
+            raise RuntimeError(HOSTILE[0] + HOSTILE[1] + HOSTILE[2])
+        return super().execute(sched, requests)
+
+
+def request_ids():
+    return [f"r{i}{h}" for i, h in enumerate(HOSTILE)]
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    path = tmp_path_factory.mktemp("hostile") / "hostile.sqlite"
+    config = EngineConfig(num_gpu_blocks=32, block_size=4, max_num_seqs=4, max_num_batched_tokens=32,
+                          max_model_len=48, clock="virtual", check_invariants=True)
+    run_info = {"config": config.to_dict(), "model": HOSTILE[0], "device": HOSTILE[1], "dtype": HOSTILE[2],
+                "trace": {"name": HOSTILE[2] + HOSTILE[4] + ".csv", "hash": HOSTILE[3]}}
+    tokenizer = ToyTokenizer({i: HOSTILE[i % len(HOSTILE)] for i in range(1000)})
+    writer = RecordingWriter(path, run_info)
+    engine = LLMEngine(config, HostileRunner(32, 4), 32, tokenizer=tokenizer, recorder=writer)
+    for i, rid in enumerate(request_ids()):
+        engine.add_request([1 + i, 2, 3, 4, 5], SamplingParams(max_tokens=6), request_id=rid,
+                           prompt_text=HOSTILE[i], arrival_time=float(i))
+    while engine.has_unfinished:
+        engine.step()
+    writer.close()
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE requests SET prompt_text = CAST(? AS TEXT) WHERE seq = 0", (INVALID_UTF8,))
+    conn.commit()
+    conn.close()
+    return path
+
+
+def test_the_reader_gives_the_text_back_as_it_was(hostile):
+    with Reader(hostile) as reader:
+        ids = reader.request_ids()
+        assert ids == request_ids()
+        infos = [reader.request_info(rid) for rid in ids]
+        assert infos[0].prompt_text == INVALID_UTF8.decode("utf-8", "replace")
+        assert [i.prompt_text for i in infos[1:]] == HOSTILE[1:]
+        texts = [reader.request_text(rid, reader.latest_step()) for rid in ids]
+        joined = "".join(texts)
+        assert any(c in joined for c in CONTROLS) and any(m in joined for m in MARKUP)
+        for h in sorted(HOSTILE, key=len, reverse=True):    # made of the tokenizer's pieces only
+            joined = joined.replace(h, "")
+        assert joined == ""
+        errors = [e for (e,) in reader.execute("SELECT error FROM steps WHERE error IS NOT NULL")]
+        assert any(HOSTILE[0] in e and HOSTILE[1] in e for e in errors)
+
+
+def test_the_cli_summary_and_check_print_escapes_not_controls(hostile, capsys):
+    from app.cli import main
+    assert main(["summary", str(hostile)]) == 0
+    out = capsys.readouterr().out
+    assert not any(c in out for c in CONTROLS), repr(out)
+    assert "\\x1b[2J" in out and "\\u202eexe.txt" in out           # shown, escaped
+    assert main(["check", str(hostile)]) == 0
+    captured = capsys.readouterr()                  # (the progress bar on stderr redraws with \r)
+    assert not any(c in captured.out + captured.err.replace("\r", "") for c in CONTROLS)
+
+
+def test_the_cli_escapes_a_hostile_file_name(hostile, tmp_path, capsys):
+    from app.cli import main
+    named = tmp_path / ("\x1b[31m\u202e" + "run.sqlite")
+    named.write_bytes(b"not sqlite at all")
+    assert main(["check", str(named)]) == 1
+    captured = capsys.readouterr()
+    assert not any(c in captured.out + captured.err.replace("\r", "") for c in CONTROLS)
+    assert "\\x1b[31m\\u202erun.sqlite" in captured.err
+
+
+def test_every_view_of_the_window_shows_the_text_literally(hostile, qtbot):
+    from PySide6.QtCore import Qt
+    from PySide6.QtGui import Qt as GuiQt
+    from PySide6.QtWidgets import QAbstractItemView, QLabel, QWidget
+    from ui import MainWindow
+
+    reader = Reader(hostile)
+    w = MainWindow(reader, None, open_recording=Reader)
+    qtbot.addWidget(w)
+    w.timer.stop()          # frames are driven below
+    w.resize(1400, 900)
+
+    def check_widgets():
+        for label in w.findChildren(QLabel):
+            text = label.text()
+            assert not any(c in text for c in CONTROLS), (label.parent(), repr(text))
+            if label.textFormat() != Qt.PlainText and GuiQt.mightBeRichText(text):
+                assert not any(m in text for m in MARKUP), (label, text)
+        for widget in w.findChildren(QWidget):
+            tip = widget.toolTip()
+            assert not any(m in tip for m in MARKUP) and not any(c in tip for c in CONTROLS), (widget, tip)
+
+    shown_ids: set[str] = set()
+    for step in range(reader.latest_step() + 1):
+        w.show_step(step)
+        for view in w.findChildren(QAbstractItemView):
+            model = view.model()
+            if model is None:
+                continue
+            for r in range(min(model.rowCount(), 50)):
+                for c in range(model.columnCount()):
+                    shown_ids.add(str(model.data(model.index(r, c), Qt.DisplayRole)))
+        check_widgets()
+    assert set(request_ids()) <= shown_ids       # the tables show every id as it is (plain cells)
+    for rid in request_ids():
+        assert w.jump_to(rid)
+        w.select_request(rid)
+        w.refresh(force=True)
+        check_widgets()
+        header = w.inspector.header.text()
+        assert visible(rid).replace("<", "&lt;").replace(">", "&gt;")[:12] in header
+        assert all(lab.textFormat() == Qt.PlainText for lab in w.inspector.values.values())
+        text = reader.request_text(rid, w.shown_step)      # (a text box keeps line breaks as \n)
+        assert w.inspector.text.toPlainText() == text.replace("\r\n", "\n").replace("\r", "\n")
+    assert w.status["run"].textFormat() == Qt.PlainText and "<b>bold</b>" in w.status["run"].text()
+    assert w.status["run"].toolTip().startswith("<qt>")
+    assert w.banner.label.textFormat() == Qt.PlainText
+    w.grab().save(str(hostile.parent / "hostile_window.png"))
+    w.close()
+    reader.close()
