@@ -19,6 +19,8 @@ from typing import Callable
 
 AZURE_HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
+MAX_ROW_TOKENS = 1 << 24   # prompt or output tokens of one row; above: a bad row (16.7M, past any model)
+MAX_TIMESTAMP = 1 << 62    # |Mooncake timestamp| in ms; above: a bad row (seconds would overflow a float)
 AZURE = "azure-csv"
 MOONCAKE = "mooncake-jsonl"
 
@@ -166,7 +168,7 @@ def _azure_row(line_no: int, line: str) -> _Parsed:
 def _is_mooncake_line(line: str) -> bool:
     try:
         obj = json.loads(line)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return False
     return isinstance(obj, dict) and all(key in obj for key in MOONCAKE_KEYS)
 
@@ -176,14 +178,19 @@ def _mooncake_row(line_no: int, line: str) -> _Parsed:
         obj = json.loads(line)
     except json.JSONDecodeError as e:
         raise ValueError(f"not valid JSON ({e.msg}; column {e.colno})") from None
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, found {type(obj).__name__}")
     missing = [key for key in MOONCAKE_KEYS if key not in obj]
     if missing:
         raise ValueError(f"missing {', '.join(missing)}")
     stamp = obj["timestamp"]
-    if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or not math.isfinite(stamp):
-        raise ValueError(f"timestamp is not a number of milliseconds: {stamp!r}")
+    if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or (
+            isinstance(stamp, float) and not math.isfinite(stamp)):
+        raise ValueError(f"timestamp is not a number of milliseconds: {_short(stamp)}")
+    if abs(stamp) > MAX_TIMESTAMP:
+        raise ValueError(f"timestamp {_short(stamp)} is out of range (|ms| <= {MAX_TIMESTAMP})")
     hash_ids = obj.get("hash_ids", [])
     if not isinstance(hash_ids, list) or not all(_is_count(h) for h in hash_ids):
         raise ValueError("hash_ids is not a list of non-negative integers")
@@ -272,6 +279,8 @@ def _timestamp_ns(text: str) -> int:
 def _count(text: str, name: str) -> int:
     value = text.strip()
     if re.fullmatch(r"\d+", value):
+        if len(value) > 12 or int(value) > MAX_ROW_TOKENS:
+            raise ValueError(f"{name} {_short(value)} is over the limit of {MAX_ROW_TOKENS:,} tokens per request")
         return int(value)
     if re.fullmatch(r"-\d+", value):
         raise ValueError(f"{name} is negative: {value}")
@@ -284,5 +293,13 @@ def _is_count(value: object) -> bool:
 
 def _json_count(value: object, name: str) -> int:
     if not _is_count(value):
-        raise ValueError(f"{name} is not a non-negative integer: {value!r}")
+        raise ValueError(f"{name} is not a non-negative integer: {_short(value)}")
+    if value > MAX_ROW_TOKENS:  # type: ignore[operator]
+        raise ValueError(f"{name} {_short(value)} is over the limit of {MAX_ROW_TOKENS:,} tokens per request")
     return value  # type: ignore[return-value]
+
+
+def _short(value: object, width: int = 40) -> str:
+    """``repr(value)`` cut to ``width`` characters (a 10^400 number stays one line)."""
+    text = repr(value) if not isinstance(value, int) or value.bit_length() < 4000 else f"<{value.bit_length()}-bit integer>"
+    return text if len(text) <= width else text[:width - 1] + "…"
