@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import sys
 import time
 from typing import Protocol
 
@@ -55,6 +56,21 @@ def transition_of(req: Request) -> Transition:
     return Transition(req.request_id, req.status.value, -1 if req.slot is None else req.slot,
                       req.num_computed_tokens, req.num_preemptions, req.error)
 
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` is an accelerator out-of-memory error (``torch.OutOfMemoryError``, or
+    the ``RuntimeError`` older torch and other backends raise with "out of memory" in it)."""
+    return type(error).__name__ == "OutOfMemoryError" or (
+        isinstance(error, RuntimeError) and "out of memory" in str(error).lower())
+
+
+def release_cached_memory() -> None:
+    """Hand torch's cached CUDA blocks back after an out-of-memory step (no-op without torch or
+    CUDA), so the next steps can allocate again."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 class LLMEngine:
     """A continuous-batching engine over one paged KV cache of ``num_gpu_blocks`` blocks.
@@ -347,6 +363,9 @@ class LLMEngine:
         pauses...) in a step that schedules nothing: how a run's last user actions reach the
         recording when it ends. An exception raised by the forward pass fails the step's requests
         (FINISHED_ERROR with the message, recorded in ``StepRecord.error``); the engine stays usable.
+        Out of memory (``torch.OutOfMemoryError``, or a ``RuntimeError`` saying "out of memory")
+        is such an exception: the step's requests fail (not retried: a client resubmits), their
+        blocks are freed, torch's CUDA cache is emptied, and the other requests are served on.
         """
         self._admit_due()
         step, clock = self.step_index, self.now()
@@ -360,6 +379,8 @@ class LLMEngine:
             log.exception("step %d failed", step)
             error = f"{type(e).__name__}: {e}"
             out = ModelRunnerOutput(errors={s.request_id: error for s in sched.scheduled})
+            if is_out_of_memory(e):
+                release_cached_memory()
         t2 = time.perf_counter_ns()
         if self.config.clock == "sim" and out.step_duration_s is not None:
             self._sim_time += out.step_duration_s
