@@ -8,6 +8,8 @@ from PySide6.QtCore import QPointF
 from PySide6.QtGui import QCursor
 from PySide6.QtWidgets import QToolTip
 
+from ui.plain_text import tooltip_text
+
 K = TypeVar("K")
 
 
@@ -20,7 +22,7 @@ def track_pointer(view: pg.GraphicsView, locate: Callable[[QPointF], K | None],
         if key is None:
             QToolTip.hideText()
         else:
-            QToolTip.showText(QCursor.pos(), describe(key), view)
+            QToolTip.showText(QCursor.pos(), tooltip_text(describe(key)), view)   # ids: text, not HTML
 
     def clicked(ev) -> None:
         key = locate(ev.scenePos())

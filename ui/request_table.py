@@ -19,6 +19,7 @@ from engine.outputs import (NOT_ADMITTED_BEHIND, NOT_ADMITTED_LOWER_PRIORITY,
                             NOT_ADMITTED_TOKEN_BUDGET, RequestView, StepRecord)
 from engine.state import EngineState, row_view
 from ui.colors import ERROR, PALETTE, color_index
+from ui.plain_text import tooltip_text
 from ui.state_lookup import find_row
 from ui.step_summary import StepSummary
 
@@ -351,7 +352,8 @@ class RequestTableModel(QAbstractTableModel):
         if role == USER:
             return self.request_id(i)
         if col == REASON_COLUMN and role == TOOLTIP:
-            return reason_text(self.view(i), self.reason(i)) or None
+            tip = reason_text(self.view(i), self.reason(i))
+            return tooltip_text(tip) if tip else None      # an error message: text, not HTML
         if col == REASON_COLUMN and role == FOREGROUND and self.view(i).error:
             return _ERROR_COLOR
         return None

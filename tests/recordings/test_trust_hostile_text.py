@@ -132,6 +132,8 @@ def test_every_view_of_the_window_shows_the_text_literally(hostile, qtbot):
             for r in range(min(model.rowCount(), 50)):
                 for c in range(model.columnCount()):
                     shown_ids.add(str(model.data(model.index(r, c), Qt.DisplayRole)))
+                    tip = str(model.data(model.index(r, c), Qt.ToolTipRole) or "")
+                    assert not any(m in tip for m in MARKUP) and not any(x in tip for x in CONTROLS), tip
         check_widgets()
     assert set(request_ids()) <= shown_ids       # the tables show every id as it is (plain cells)
     for rid in request_ids():
@@ -150,3 +152,27 @@ def test_every_view_of_the_window_shows_the_text_literally(hostile, qtbot):
     w.grab().save(str(hostile.parent / "hostile_window.png"))
     w.close()
     reader.close()
+
+
+def test_hover_tooltips_show_ids_as_text(qtbot, monkeypatch):
+    """The block map's and the timeline's hover text (``ui.pointer``) names requests: escaped."""
+    import pyqtgraph as pg
+    from PySide6.QtCore import QPointF
+    from PySide6.QtGui import Qt as GuiQt
+    from PySide6.QtWidgets import QToolTip
+    from ui.pointer import track_pointer
+
+    shown = []
+    monkeypatch.setattr(QToolTip, "showText", lambda pos, text, *a: shown.append(text))
+    view = pg.GraphicsView()
+    qtbot.addWidget(view)
+    texts = {"first": f"block 3: {HOSTILE[0]} {HOSTILE[1]}", "later": f"block 3\nheld by {HOSTILE[0]}{HOSTILE[1]}"}
+    for where, text in texts.items():     # an id on the first line (Qt guesses from it) or below
+        track_pointer(view, lambda pos: "key", lambda key, text=text: text, lambda key: None)
+        view.scene().sigMouseMoved.emit(QPointF(1, 1))
+        tip = shown[-1]
+        assert not any(c in tip for c in CONTROLS) and "\\x1b[2J" in tip, where
+        if GuiQt.mightBeRichText(tip):
+            assert not any(m in tip for m in MARKUP) and "&lt;img src=x" in tip, where
+        else:
+            assert "<img src=x" in tip, where            # shown as plain text: literally
