@@ -14,7 +14,7 @@ import array
 import json
 from dataclasses import dataclass, field
 from itertools import groupby
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -97,9 +97,11 @@ class RunSummary:
         """Finished requests, whatever the reason."""
         return sum(self.num_finished_by_reason.values())
 
-    def format_table(self) -> str:
-        """A two-column, human-readable text table (for the CLI)."""
-        unit = self.time_unit
+    def format_table(self, min_width: int = 0) -> str:
+        """A two-column, human-readable text table (for the CLI); the name column is at least
+        ``min_width`` characters wide (to line up with other tables' lines)."""
+        unit = "sim s" if self.clock == "sim" else self.time_unit   # name simulated seconds
+        span = "sim s" if self.clock == "sim" else "wall s"           # what wall_duration_s counts
 
         def num(v: float | None, fmt: str = ".3f") -> str:
             return "-" if v is None else format(v, fmt)
@@ -112,8 +114,8 @@ class RunSummary:
             ("steps", str(self.num_steps)),
             ("prompt tokens", str(self.num_prompt_tokens)),
             ("output tokens", str(self.num_output_tokens)),
-            ("wall duration (s)", num(self.wall_duration_s)),
-            ("output tokens/s", num(self.output_tokens_per_s, ".1f")),
+            (f"duration ({span})", num(self.wall_duration_s)),
+            (f"output tokens/s ({span})", num(self.output_tokens_per_s, ".1f")),
         ]
         for name, p in (("TTFT", self.ttft), ("ITL", self.itl)):
             rows.append((f"{name} p50/p90/p99 ({unit})",
@@ -132,7 +134,7 @@ class RunSummary:
         if rate is not None:
             rows.append(("prefix cache hits / queries",
                          f"{self.prefix_cache_hits} / {self.prefix_cache_queries} tokens ({rate:.1%})"))
-        width = max(len(name) for name, _ in rows)
+        width = max(min_width, *(len(name) for name, _ in rows))
         return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 
     def _preemption_text(self) -> str:
@@ -239,28 +241,35 @@ def _preemptions(reader: Reader, who: str) -> dict:
 STEPS_PER_QUERY = 2048   # steps decoded per query: memory stays flat on a 100k-step file
 
 
-def _latencies(reader: Reader) -> tuple[array.array, array.array]:
-    """TTFT samples (one per request with a token) and ITL samples (gaps between consecutive
-    tokens of a request), streamed over the steps' aligned token arrays in step order; samples
-    are kept as float64 arrays (8 bytes each), never as rows."""
-    arrival = dict(reader.execute("SELECT seq, arrival_time FROM requests"))
-    last: dict[int, float] = {}
-    ttft, itl = array.array("d"), array.array("d")
+def token_times(reader: Reader) -> Iterator[tuple[float, int]]:
+    """``(token_time, seq)`` for every generated token of a schema >= 2 recording, in step order
+    (a request's tokens in their order), streamed over the steps' aligned token arrays
+    ``STEPS_PER_QUERY`` steps a query; placeholders (negative token ids) are skipped."""
     (top,), = reader.execute("SELECT max(step) FROM steps")
     for lo in range(0, (top if top is not None else -1) + 1, STEPS_PER_QUERY):
         for t, seqs, ids in reader.execute(
                 "SELECT token_time, batch_seq_json, token_id_json FROM steps WHERE step >= ? "
                 "AND step < ? AND num_new_tokens > 0 ORDER BY step", (lo, lo + STEPS_PER_QUERY)):
             for seq, token_id in zip(json.loads(seqs), json.loads(ids)):
-                if token_id < 0:
-                    continue
-                prev = last.get(seq)
-                if prev is None:
-                    if arrival.get(seq) is not None:
-                        ttft.append(t - arrival[seq])
-                else:
-                    itl.append(t - prev)
-                last[seq] = t
+                if token_id >= 0:
+                    yield t, seq
+
+
+def _latencies(reader: Reader) -> tuple[array.array, array.array]:
+    """TTFT samples (one per request with a token) and ITL samples (gaps between consecutive
+    tokens of a request), from :func:`token_times`; samples are kept as float64 arrays (8 bytes
+    each), never as rows."""
+    arrival = dict(reader.execute("SELECT seq, arrival_time FROM requests"))
+    last: dict[int, float] = {}
+    ttft, itl = array.array("d"), array.array("d")
+    for t, seq in token_times(reader):
+        prev = last.get(seq)
+        if prev is None:
+            if arrival.get(seq) is not None:
+                ttft.append(t - arrival[seq])
+        else:
+            itl.append(t - prev)
+        last[seq] = t
     return ttft, itl
 
 
