@@ -314,13 +314,15 @@ class BatchingSummary:
     slot_occupancy: float | None
     tpot: Percentiles
     num_prefill_tokens: int | None = None
+    clock: str = ""          # the run's clock; "sim" names the unit "sim s" in the text
 
     def format_lines(self, width: int = 27) -> list[str]:
         """Lines in :meth:`RunSummary.format_table`'s two-column style."""
         p = self.tpot
         num = lambda v: "-" if v is None else f"{v:.4f}"  # noqa: E731
         occ = "-" if self.slot_occupancy is None else f"{self.slot_occupancy:.1%}"
-        lines = [f"{f'TPOT p50/p90/p99 ({self.time_unit})':<{width}}  {num(p.p50)} / {num(p.p90)} / "
+        unit = "sim s" if self.clock == "sim" else self.time_unit
+        lines = [f"{f'TPOT p50/p90/p99 ({unit})':<{width}}  {num(p.p50)} / {num(p.p90)} / "
                  f"{num(p.p99)}  (n={p.num_samples})",
                  f"{'slot occupancy':<{width}}  {occ} (running / max_num_seqs, mean over steps)"]
         if self.num_prefill_tokens is not None:
@@ -344,6 +346,6 @@ def summarize_batching(reader: Reader) -> BatchingSummary:
         (prefill,), = reader.execute("SELECT coalesce(sum(json_extract(p.value, '$[1]')), 0) "
                                      "FROM steps, json_each(steps.batch_prefill_json) p")
     clock = str(config.get("clock", "virtual"))
-    return BatchingSummary(time_unit="steps" if clock == "virtual" else "s",
+    return BatchingSummary(time_unit="steps" if clock == "virtual" else "s", clock=clock,
                            slot_occupancy=None if mean_running is None else float(mean_running) / max_num_seqs,
                            tpot=Percentiles.of(tpot), num_prefill_tokens=None if prefill is None else int(prefill))

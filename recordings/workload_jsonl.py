@@ -107,13 +107,14 @@ class RequestSpec:
 
 
 def is_workload_line(line: str) -> bool:
-    """True when ``line`` (a file's first non-blank line) is a JSON object with ``arrival`` and
-    one of the prompt fields: this format, not Mooncake's (``timestamp``, ``input_length``)."""
+    """True when ``line`` (a file's first non-blank line) is a JSON object with ``arrival`` or
+    one of the prompt fields: this format, not Mooncake's (``timestamp``, ``input_length``), even
+    when that first row is itself bad (it is then reported like any other)."""
     try:
         obj = json.loads(line)
     except (json.JSONDecodeError, RecursionError):
         return False
-    return isinstance(obj, dict) and "arrival" in obj and any(k in obj for k in PROMPT_KEYS)
+    return isinstance(obj, dict) and any(k in obj for k in ("arrival", *PROMPT_KEYS))
 
 
 def parse_line(line_no: int, line: bytes | str) -> TraceRow:

@@ -40,7 +40,7 @@ class RunSummaryDialog(QDialog):
         super().__init__(parent)
         self.path, self.open_reader = path, open_reader
         self.setWindowTitle(f"Run summary — {path.name}")
-        self.resize(900, 620)
+        self.resize(900, 560)
         self.text = QPlainTextEdit(readOnly=True)
         mono = QFont("monospace")
         mono.setStyleHint(QFont.Monospace)

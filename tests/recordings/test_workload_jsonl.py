@@ -158,3 +158,9 @@ def test_trace_counts_over_the_limit_are_bad_rows(tmp_path):
     assert [e.line_no for e in load.errors] == [2, 3, 4]
     assert "input_length 1000000000000 is over the limit of 16777216 tokens" in load.errors[0].message
     assert "hash_ids is not a list of integers in [0, 9223372036854775807]" in load.errors[2].message
+
+
+def test_a_bad_first_row_does_not_hide_the_format(tmp_path):
+    load = load_trace(write(tmp_path, ['{"arrival": 0, "max_tokens": 3}', GOOD[2]]))
+    assert load.format == FORMAT and [r.line_no for r in load.rows] == [2]
+    assert "exactly one of prompt, prompt_tokens, prompt_token_ids" in load.errors[0].message
