@@ -165,7 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command")
 
     demo = sub.add_parser("demo", help="live window on the built-in demo workload (the default command)")
-    demo.add_argument("--trace", help="use this Azure/Mooncake trace instead of the built-in slice")
+    demo.add_argument("--trace", help="use this Azure/Mooncake trace or BatchScope JSONL workload instead of the "
+                                      "built-in slice")
     demo.add_argument("--limit", type=int, default=200,
                       help="number of trace requests (the built-in slice has 400) (default: %(default)s)")
     demo.add_argument("--record", help="recording path (default: a new file under ~/.cache/batchscope/runs)")

@@ -64,7 +64,8 @@ def read_trace(args: argparse.Namespace):
     """The workload's rows as a ``TraceLoad``: ``args.trace`` (or the built-in demo slice when it
     is None), or ``--num-requests`` draws from the ``--lengths`` table; with a request rate the
     arrival times are replaced by a seeded Poisson process (``recordings.poisson``). Raises
-    ``FileNotFoundError`` or ``recordings.traces.TraceFormatError`` with the path."""
+    ``FileNotFoundError`` or ``recordings.traces.TraceFormatError`` with the path, and
+    ``ValueError`` for a trace without one valid row (naming its first bad lines)."""
     from recordings.poisson import with_poisson_arrivals
     from recordings.traces import TraceLoad, load_trace
     from recordings.workload import demo_trace_path
@@ -80,6 +81,10 @@ def read_trace(args: argparse.Namespace):
         if not path.is_file():
             raise FileNotFoundError(f"trace file not found: {path}")
         load = load_trace(path, limit=args.limit)
+        if not load.rows:
+            problems = "; ".join(str(e) for e in load.errors[:3]) + ("; ..." if len(load.errors) > 3 else "")
+            raise ValueError(f"{path}: no valid request rows" + (f" ({len(load.errors)} malformed: "
+                                                                f"{problems})" if problems else ""))
     rate = _request_rate(args)
     if rate is not None:
         load.rows = with_poisson_arrivals(load.rows, rate, args.seed)
@@ -131,6 +136,10 @@ def load_workload(args: argparse.Namespace, load, tokenizer, vocab_size: int | N
     if wl.prefix_sharing is not None:
         info["prefix_sharing"] = wl.prefix_sharing.to_dict()
     notes = source + list(wl.scaling_notes)
+    num_ranked = sum(1 for r in wl.requests if r.priority)
+    if num_ranked and getattr(args, "policy", "fcfs") != "priority":
+        notes.append(f"{num_ranked} requests carry a nonzero priority: only --policy priority honours "
+                     f"it; under --policy {args.policy} the scheduler rejects them at admission")
     notes += [f"skipped malformed row {line}" for line in skipped[:5]]
     if len(skipped) > 5:
         notes.append(f"... and {len(skipped) - 5} more malformed rows skipped")

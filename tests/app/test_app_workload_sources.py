@@ -66,6 +66,11 @@ def test_jsonl_workload_runs_with_its_own_ids_and_priorities(tmp_path, capsys):
     rows = Reader(out).execute("SELECT request_id, num_prompt_tokens, num_output_tokens, status FROM requests "
                                "ORDER BY request_id")
     assert rows == [("late", 300, 5, "FINISHED_LENGTH"), ("urgent", 20, 3, "FINISHED_LENGTH")]
+    # under fcfs the priority row is refused by the scheduler, and the notes said so beforehand
+    assert main(["run", "--trace", str(wl), "--record", str(tmp_path / "fcfs.sqlite"), *SIM]) == 0
+    captured = capsys.readouterr()
+    assert "1 requests carry a nonzero priority: only --policy priority honours it" in captured.err
+    assert "1 of 2 requests failed or were rejected" in captured.out
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -79,6 +84,16 @@ def test_jsonl_workload_runs_with_its_own_ids_and_priorities(tmp_path, capsys):
 def test_bad_source_flags_name_the_flag_and_limit(argv, message, tmp_path, capsys):
     assert main(["run", *argv, "--record", str(tmp_path / "x.sqlite"), *SIM]) != 0
     assert message in capsys.readouterr().err
+    assert not (tmp_path / "x.sqlite").exists()
+
+
+def test_a_workload_without_one_valid_row_is_refused_naming_its_lines(tmp_path, capsys):
+    wl = tmp_path / "bad.jsonl"
+    wl.write_text('{"arrival": -1, "prompt_tokens": 5, "max_tokens": 1}\n{"arrival": 0}\n')
+    assert main(["run", "--trace", str(wl), "--record", str(tmp_path / "x.sqlite"), *SIM]) == 1
+    err = capsys.readouterr().err
+    assert f"{wl}: no valid request rows (2 malformed: line 1: arrival:" in err
+    assert "line 2: give exactly one of prompt, prompt_tokens, prompt_token_ids" in err
     assert not (tmp_path / "x.sqlite").exists()
 
 
