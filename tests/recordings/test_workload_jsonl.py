@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from recordings.traces import MOONCAKE, TraceFormatError, load_trace
 from recordings.workload import build_workload
@@ -164,3 +166,28 @@ def test_a_bad_first_row_does_not_hide_the_format(tmp_path):
     load = load_trace(write(tmp_path, ['{"arrival": 0, "max_tokens": 3}', GOOD[2]]))
     assert load.format == FORMAT and [r.line_no for r in load.rows] == [2]
     assert "exactly one of prompt, prompt_tokens, prompt_token_ids" in load.errors[0].message
+
+
+_FIELDS = ["arrival", "prompt", "prompt_tokens", "prompt_token_ids", "max_tokens", "output_tokens",
+           "priority", "temperature", "top_p", "top_k", "seed", "n", "hash_ids", "request_id", "x"]
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70)
+                     | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=4)
+                     | st.dictionaries(st.text(max_size=4), inner, max_size=3), max_leaves=8)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.one_of(st.dictionaries(st.sampled_from(_FIELDS), _JSON, max_size=6).map(json.dumps),
+                          st.binary(max_size=40)), min_size=1, max_size=12))
+def test_any_lines_give_rows_or_line_errors_never_an_exception(tmp_path, lines):
+    lines = [line if isinstance(line, bytes) else line.encode() for line in lines]
+    lines = [line.replace(b"\n", b" ") for line in lines]
+    path = tmp_path / "fuzz.jsonl"
+    path.write_bytes(b"\n".join([GOOD[2].encode()] + lines))
+    load = load_workload_jsonl(path)
+    non_blank = 1 + sum(1 for line in lines if line.removesuffix(b"\r").strip())
+    assert len(load.rows) + len(load.errors) == non_blank
+    assert all(e.line_no >= 2 and e.message for e in load.errors)
+    assert [r.arrival_s for r in load.rows] == sorted(r.arrival_s for r in load.rows)
+    for row in load.rows:                      # every kept row is servable as far as fields go
+        assert 0 <= row.arrival_s <= MAX_ARRIVAL_S and row.num_output_tokens >= 1
