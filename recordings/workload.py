@@ -107,6 +107,9 @@ def build_workload(rows: Sequence[TraceRow], tokenizer: Tokenizer | None, *,
     ids in the same range without), the row's length is scaled by that same factor and then
     clamped as above. Every hash id that gets no token is counted in the notes, with the trace's
     and the workload's ideal prefix-cache hit rates (``Workload.prefix_sharing``).
+    Rows with a ``spec`` (the JSONL workload format) keep their request id, sampling, priority
+    and EOS handling; a prompt they give as text or ids is used as written (:class:`_GivenPrompts`;
+    rows it cannot serve are skipped and noted).
     Deterministic given its arguments. Raises ``ValueError`` for out-of-range arguments.
     """
     check_workload_arguments(time_scale, prompt_scale, output_scale, min_prompt_tokens,
@@ -159,7 +162,7 @@ def build_workload(rows: Sequence[TraceRow], tokenizer: Tokenizer | None, *,
             max_tokens=output_lengths(row.num_output_tokens), source_line=row.line_no, **extra))
     notes = [note for note in (_time_note(rows, time_scale), prompt_lengths.note(),
                                output_lengths.note()) if note]
-    if given.num_given < len(rows):
+    if given.num_given + len(given.skipped) < len(rows):       # some prompts were synthesised
         notes.append("prompt text: windows of the built-in English corpus (the trace has only token "
                      "counts)" if prompts is not None else
                      f"prompt tokens: random ids in [{low}, {high}] (no tokenizer)")

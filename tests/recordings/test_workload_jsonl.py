@@ -136,6 +136,7 @@ def test_rows_the_engine_cannot_serve_are_skipped_and_said(tmp_path):
         '{"arrival": 0, "prompt_token_ids": [1, 2], "max_tokens": 2}'])).rows
     wl = build_workload(rows, None, vocab_size=100)
     assert [r.source_line for r in wl.requests] == [3]
+    assert not any(n.startswith("prompt tokens: random ids") for n in wl.scaling_notes)   # none drawn
     note = next(n for n in wl.scaling_notes if "rows skipped" in n)
     assert note.startswith("2 rows skipped")
     assert "line 1: prompt is text but this engine has no tokenizer" in note
