@@ -15,6 +15,8 @@ def summary_lines(reader: Reader, slo: Slo | None = None) -> list[str]:
     """The metrics of ``reader``'s run as lines (goodput under ``slo`` when it sets a limit).
     Raises :class:`recordings.RecordingError` for a file that cannot be read."""
     serving = summarize_serving(reader, slo)
+    extra = serving.format_lines(NAME_WIDTH) if serving else [
+        f"{'E2E, queue time, goodput':<{NAME_WIDTH}}  n/a: a schema-1 recording has no per-step "
+        f"token times"]
     return [*summarize(reader).format_table(NAME_WIDTH).splitlines(),
-            *summarize_batching(reader).format_lines(NAME_WIDTH),
-            *(serving.format_lines(NAME_WIDTH) if serving else ())]
+            *summarize_batching(reader).format_lines(NAME_WIDTH), *extra]

@@ -127,3 +127,13 @@ def test_no_slo_means_no_goodput_and_bad_slos_are_refused(sim_run):
     for bad in (0, -5, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="milliseconds"):
             Slo(ttft_ms=bad)
+
+
+def test_a_schema_1_recording_says_its_serving_metrics_are_not_available():
+    from recordings.summary_lines import summary_lines
+    v1 = Path(__file__).resolve().parent / "fixtures" / "v1_small.sqlite"
+    with Reader(v1) as reader:
+        assert summarize_serving(reader, Slo(ttft_ms=100)) is None
+        lines = summary_lines(reader, Slo(ttft_ms=100))
+    assert lines[-1].startswith("E2E, queue time, goodput") and "n/a: a schema-1 recording" in lines[-1]
+    assert any(line.startswith("TTFT p50/p90/p99 (steps)") for line in lines)
