@@ -129,9 +129,12 @@ def test_no_slo_means_no_goodput_and_bad_slos_are_refused(sim_run):
             Slo(ttft_ms=bad)
 
 
-def test_a_schema_1_recording_says_its_serving_metrics_are_not_available():
+def test_a_schema_1_recording_says_its_serving_metrics_are_not_available(tmp_path):
+    import shutil
+
     from recordings.summary_lines import summary_lines
-    v1 = Path(__file__).resolve().parent / "fixtures" / "v1_small.sqlite"
+    v1 = tmp_path / "v1.sqlite"
+    shutil.copy(Path(__file__).resolve().parent / "fixtures" / "v1_small.sqlite", v1)
     with Reader(v1) as reader:
         assert summarize_serving(reader, Slo(ttft_ms=100)) is None
         lines = summary_lines(reader, Slo(ttft_ms=100))
