@@ -241,28 +241,34 @@ def _preemptions(reader: Reader, who: str) -> dict:
 STEPS_PER_QUERY = 2048   # steps decoded per query: memory stays flat on a 100k-step file
 
 
-def token_times(reader: Reader) -> Iterator[tuple[float, int]]:
-    """``(token_time, seq)`` for every generated token of a schema >= 2 recording, in step order
-    (a request's tokens in their order), streamed over the steps' aligned token arrays
-    ``STEPS_PER_QUERY`` steps a query; placeholders (negative token ids) are skipped."""
+def token_times(reader: Reader, token_time: str = "token_time") -> Iterator[tuple[float, int]]:
+    """``(time, seq)`` for every generated token of a schema >= 2 recording, in step order (a
+    request's tokens in their order), streamed over the steps' aligned token arrays
+    ``STEPS_PER_QUERY`` steps a query; placeholders (negative token ids) are skipped.
+    ``token_time`` is the SQL expression over ``steps`` for a token's time (default: the engine
+    clock's ``token_time``)."""
     (top,), = reader.execute("SELECT max(step) FROM steps")
     for lo in range(0, (top if top is not None else -1) + 1, STEPS_PER_QUERY):
         for t, seqs, ids in reader.execute(
-                "SELECT token_time, batch_seq_json, token_id_json FROM steps WHERE step >= ? "
+                f"SELECT {token_time}, batch_seq_json, token_id_json FROM steps WHERE step >= ? "
                 "AND step < ? AND num_new_tokens > 0 ORDER BY step", (lo, lo + STEPS_PER_QUERY)):
             for seq, token_id in zip(json.loads(seqs), json.loads(ids)):
                 if token_id >= 0:
                     yield t, seq
 
 
-def _latencies(reader: Reader) -> tuple[array.array, array.array]:
+def _latencies(reader: Reader, token_time: str = "token_time",
+               arrival: dict[int, float] | None = None) -> tuple[array.array, array.array]:
     """TTFT samples (one per request with a token) and ITL samples (gaps between consecutive
     tokens of a request), from :func:`token_times`; samples are kept as float64 arrays (8 bytes
-    each), never as rows."""
-    arrival = dict(reader.execute("SELECT seq, arrival_time FROM requests"))
+    each), never as rows. ``token_time`` is the SQL expression over ``steps`` for a token's time
+    and ``arrival`` the arrival times by request ``seq`` (default: the engine clock's
+    ``token_time`` and ``requests.arrival_time``)."""
+    if arrival is None:
+        arrival = dict(reader.execute("SELECT seq, arrival_time FROM requests"))
     last: dict[int, float] = {}
     ttft, itl = array.array("d"), array.array("d")
-    for t, seq in token_times(reader):
+    for t, seq in token_times(reader, token_time):
         prev = last.get(seq)
         if prev is None:
             if arrival.get(seq) is not None:
