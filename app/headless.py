@@ -83,7 +83,8 @@ def run_headless(args: argparse.Namespace) -> int:
         except RecordingError as e:      # reported below through recorder_error, or here
             if not eng.recorder_error:
                 eng.recorder_error = f"recording stopped: {e}"
-    print_report(Reader(out))
+    from recordings.serving_metrics import Slo
+    print_report(Reader(out), Slo(args.slo_ttft, args.slo_tpot))
     unfinished = len(wl.requests) - eng.scheduler.num_finished
     if eng.recorder_error:
         print(f"batchscope: {eng.recorder_error}", file=sys.stderr)
@@ -193,22 +194,26 @@ def _rate(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1%}"
 
 
-def print_report(reader) -> None:
-    """The metrics table recomputed from ``reader``'s rows, then the run's provenance."""
-    from recordings import summarize
-    from recordings.metrics import summarize_batching
-    table = summarize(reader).format_table()
-    first = table.splitlines()[0]                    # "clock<padding>  <clock>": the name column's width
-    print(table, *summarize_batching(reader).format_lines(len(first) - len(first.split()[-1]) - 2), sep="\n")
-    for line in describe_run(reader.run_info()):
+def print_report(reader, slo=None) -> None:
+    """The metrics table recomputed from ``reader``'s rows (with goodput under ``slo``, a
+    ``recordings.serving_metrics.Slo``), then the run's provenance."""
+    from recordings.summary_lines import summary_lines
+    for line in summary_lines(reader, slo) + describe_run(reader.run_info()):
         print(line)
 
 
-def print_summary(path: str) -> int:
-    """``batchscope summary FILE``: metrics recomputed from a recording's rows, and its provenance."""
+def print_summary(path: str, slo_ttft: float | None = None, slo_tpot: float | None = None) -> int:
+    """``batchscope summary FILE [--slo-ttft MS] [--slo-tpot MS]``: metrics recomputed from a
+    recording's rows, and its provenance. Returns 2 for a bad SLO, 1 for a bad file."""
     from recordings import Reader, RecordingError
+    from recordings.serving_metrics import Slo
     try:
-        print_report(Reader(path))
+        slo = Slo(slo_ttft, slo_tpot)
+    except ValueError as e:
+        print(f"batchscope: {e}", file=sys.stderr)
+        return 2
+    try:
+        print_report(Reader(path), slo)
     except RecordingError as e:
         return _fail(str(e))
     return 0
