@@ -371,9 +371,10 @@ class Comparison:
 
 
 def run_name(path: str | Path, reader: Reader) -> str:
-    """A short name for a run: its policy (and the recording's file name)."""
-    cfg = reader.run_info().get("config", {})
-    return f"{Path(path).stem} ({cfg.get('policy', '?')})"
+    """A short name for a run: the recording's file name, and its policy unless the name has it."""
+    policy = str(reader.run_info().get("config", {}).get("policy", "?"))
+    stem = Path(path).stem
+    return stem if policy in stem else f"{stem} ({policy})"
 
 
 def compare_recordings(paths: list[str | Path], names: list[str] | None = None) -> Comparison:
