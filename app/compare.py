@@ -16,10 +16,13 @@ from pathlib import Path
 
 from app.compare_configs import RunConfig, knob_actions, parse_configs, policy_configs, run_args
 
-HELP = ("compare runs of one workload: run it under several configs (--policies static,fcfs or "
-        "--configs) or take existing recordings; print output tokens/s, requests/s, TTFT, TPOT and "
-        "slot occupancy with ratios to the first run, who got slower and why, fairness; open the "
-        "compare window")
+HELP = "compare runs of one workload: static vs continuous batching, or any two configs"
+DESCRIPTION = """Compare runs of one workload. Run it under several configs (--policies static,fcfs or
+--configs), each recorded with `batchscope run`'s machinery, or take two or more existing
+recordings of one workload. Prints output tokens/s, requests/s, TTFT p50/p99, TPOT p50/p99 and slot
+occupancy with the ratio of each run to the first, who got slower and why (queueing, preemption,
+prefill chunking, decode batch), fairness (Jain's index, latency per prompt-length bucket), then
+opens the compare window (runs stacked, one transport, synced by time or step). See docs/compare.md."""
 EPILOG = """examples:
   batchscope compare --policies static,fcfs --limit 100 --time-scale 0.1 --prompt-scale 0.0833 \\
       --output-scale 0.25 --min-prompt-tokens 8 --max-prompt-tokens 96 --min-output-tokens 8 \\
@@ -37,14 +40,14 @@ ENGINE_GROUPS = ("engine", "simulated executor")
 def add_compare_parser(sub, engine_args, workload_args) -> argparse.ArgumentParser:
     """Register ``compare`` on the subparsers ``sub``; ``engine_args(p, ...)`` and
     ``workload_args(p, ...)`` add the flags ``run`` has (app.cli's helpers)."""
-    p = sub.add_parser("compare", help=HELP, description=HELP, epilog=EPILOG,
+    p = sub.add_parser("compare", help=HELP, description=DESCRIPTION, epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("recordings", nargs="*", metavar="REC.sqlite",
                    help="two or more recordings of one workload to compare (instead of running)")
     g = p.add_argument_group("what to run (without recordings)")
     g.add_argument("--trace", help="Azure CSV or Mooncake JSONL trace (default: the built-in demo slice)")
     g.add_argument("--limit", type=int, help="first N requests only")
-    g.add_argument("--policies", metavar="P1,P2", help="one run per scheduling policy, e.g. static,fcfs")
+    g.add_argument("--policies", metavar="P1,P2", help="one run per scheduling policy (default, without --configs: static,fcfs)")
     g.add_argument("--configs", metavar="'K=V,...;K=V,...'",
                    help="one run per ';'-separated config of knob=value overrides, knobs named as their "
                         "flags (policy, max_num_seqs, enable_prefix_caching=1, enable_chunked_prefill=0, "

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from recordings.errors import RecordingError
 from recordings.fairness import Bucket, bucket_edges, jain_index, latency_by_prompt_bucket
 from recordings.metrics import STEPS_PER_QUERY, summarize, summarize_batching
 from recordings.reader import Reader
@@ -380,12 +381,16 @@ def run_name(path: str | Path, reader: Reader) -> str:
 def compare_recordings(paths: list[str | Path], names: list[str] | None = None) -> Comparison:
     """Compare the recordings at ``paths`` (two or more, one workload) with the first one.
     Raises :class:`WorkloadMismatch` for recordings of different workloads,
-    :class:`recordings.RecordingError` for a file that does not read, ``ValueError`` for fewer
-    than two paths."""
+    :class:`recordings.RecordingError` for a file that does not read or is of schema 1,
+    ``ValueError`` for fewer than two paths."""
     if len(paths) < 2:
         raise ValueError(f"comparing needs two or more recordings, got {len(paths)}")
     readers = [Reader(p) for p in paths]
     try:
+        for r in readers:
+            if r.execute("PRAGMA user_version")[0][0] < 2:
+                raise RecordingError(f"{r.path}: a schema-1 recording (BatchScope 0.1) has no per-step batch "
+                                     "arrays; compare needs schema 2 or later (record the run again)")
         names = names or [run_name(p, r) for p, r in zip(paths, readers)]
         prints = [workload_fingerprint(r) for r in readers]
         for k in range(1, len(readers)):

@@ -108,3 +108,12 @@ def test_prompt_buckets_hold_every_request_once():
     assert bucket_edges([7, 7, 7]) == [7, 7]             # one length: one bucket
     with pytest.raises(ValueError, match="num_buckets"):
         bucket_edges(prompt, 0)
+
+
+def test_schema_1_recordings_are_refused_by_name():
+    from pathlib import Path
+
+    from recordings import RecordingError
+    v1 = Path(__file__).parent / "fixtures" / "v1_small.sqlite"
+    with pytest.raises(RecordingError, match="schema-1 recording"):
+        compare_recordings([v1, v1])

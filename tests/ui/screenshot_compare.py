@@ -2,7 +2,7 @@
 
     QT_QPA_PLATFORM=offscreen .venv/bin/python tests/ui/screenshot_compare.py OUT.png A.sqlite B.sqlite [--at 0.5] [--by step]
 
-``--at``: the position, as a fraction of the run (default 0.4).
+``--at``: the position, as a fraction of the run (default 0.4); ``--names static,fcfs``.
 """
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parent)]
 
 
-def grab(out: str, paths: list[str], at: float = 0.4, by: str = "time", select: str | None = None) -> None:
+def grab(out: str, paths: list[str], at: float = 0.4, by: str = "time", select: str | None = None,
+         names: list[str] | None = None) -> None:
     from PySide6.QtWidgets import QApplication
 
     from recordings import Reader
@@ -24,7 +25,7 @@ def grab(out: str, paths: list[str], at: float = 0.4, by: str = "time", select: 
     from ui.compare_window import CompareWindow
 
     app = QApplication.instance() or QApplication([])
-    c = compare_recordings(paths)
+    c = compare_recordings(paths, names)
     w = CompareWindow([Reader(p) for p in paths], [h.name for h in c.headlines], c, by=by)
     w.show()
     w.seek(int(at * w.sync.last_tick))
@@ -39,5 +40,6 @@ if __name__ == "__main__":
     p.add_argument("--at", type=float, default=0.4)
     p.add_argument("--by", default="time")
     p.add_argument("--select")
+    p.add_argument("--names", help="run names, comma-separated (default: from the file names)")
     a = p.parse_args()
-    grab(a.out, a.recordings, a.at, a.by, a.select)
+    grab(a.out, a.recordings, a.at, a.by, a.select, a.names.split(",") if a.names else None)
