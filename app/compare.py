@@ -162,6 +162,8 @@ def run_compare(args: argparse.Namespace) -> int:
             configs = plan_runs(args)
         except (ValueError, ConfigError) as e:
             return _fail(str(e), 2)
+        if args.trace and not Path(args.trace).is_file():
+            return _fail(f"trace file not found: {args.trace}")
         out = Path(args.out) if args.out else default_out_dir()
         if out.exists() and any(out.glob("*.sqlite")):
             return _fail(f"{out} already holds recordings; choose a new --out folder", 2)

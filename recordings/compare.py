@@ -17,7 +17,7 @@ clock) is split into four parts that add up to it exactly:
 
 The delta of two runs' E2E for one request is the sum of the deltas of its parts; its *cause* is
 the part that moved most in the direction of the delta, shown with the evidence the recording
-holds (prefill steps, preemptions and recomputed tokens, mean batch size and mean decode step
+holds (prefill steps, preemptions and the KV tokens they dropped, mean batch size and mean decode step
 time over the steps it decoded in).
 """
 from __future__ import annotations
@@ -174,6 +174,7 @@ class RequestTimes:
     """Per-request columns of one run, aligned by arrival order (``seq``). Times are on the
     run's clock; float columns are NaN for a request that was not served to the end
     (rejected, aborted, unfinished). ``e2e = queue + preempted + prefill + decode``.
+    ``num_dropped_tokens``: KV tokens its recompute preemptions dropped (``PreemptionInfo.tokens``).
     ``mean_batch_size``: mean requests scheduled in the steps it decoded in; ``mean_decode_step``:
     mean duration of those steps (NaN without a decode step)."""
 
@@ -184,7 +185,7 @@ class RequestTimes:
     parts: dict[str, np.ndarray]
     num_prefill_steps: np.ndarray
     num_preemptions: np.ndarray
-    num_recomputed_tokens: np.ndarray
+    num_dropped_tokens: np.ndarray
     mean_batch_size: np.ndarray
     mean_decode_step: np.ndarray
 
@@ -238,13 +239,14 @@ def request_times(reader: Reader) -> RequestTimes:
             first_tok[seq] = arr + ttft
             last_tok[seq] = first_tok[seq] + (itl or 0.0) * (nout - 1)
     steps, (clock, token_time, nsched), num_prefill, (dec_n, dec_batch, dec_time) = _scan_batches(reader, n)
-    at = lambda step: int(np.searchsorted(steps, step))  # noqa: E731  (row of a step id)
+    last_row = max(len(steps) - 1, 0)
+    at = lambda step: min(int(np.searchsorted(steps, step)), last_row)  # noqa: E731  (row of a step id)
     first_sched = np.full(n, np.nan)
     for seq, step in reader.execute("SELECT seq, min(step) FROM events WHERE kind = 'scheduled' GROUP BY seq"):
         if 0 <= seq < n:
             first_sched[seq] = clock[at(step)]
     pre_before, pre_after = np.zeros(n), np.zeros(n)
-    num_pre, recomputed = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    num_pre, dropped = np.zeros(n, np.int64), np.zeros(n, np.int64)
     for seq, step, tokens, back in reader.execute(
             "SELECT e.seq, e.step, CASE WHEN json_valid(e.detail) THEN json_extract(e.detail, '$.tokens') END, "
             "(SELECT min(s.step) FROM events s WHERE s.seq = e.seq AND s.kind = 'scheduled' AND s.step > e.step) "
@@ -252,7 +254,7 @@ def request_times(reader: Reader) -> RequestTimes:
         if not 0 <= seq < n:
             continue
         num_pre[seq] += 1
-        recomputed[seq] += int(tokens or 0)
+        dropped[seq] += int(tokens or 0)
         if back is None:
             continue
         start, end = token_time[at(step)], clock[at(back)]
@@ -269,7 +271,7 @@ def request_times(reader: Reader) -> RequestTimes:
         mean_batch = np.where(dec_n > 0, dec_batch / np.maximum(dec_n, 1), np.nan)
         mean_step = np.where(dec_n > 0, dec_time / np.maximum(dec_n, 1), np.nan)
     return RequestTimes(tuple(ids), prompt, out, nan(last_tok - arrival), parts, num_prefill, num_pre,
-                        recomputed, mean_batch, mean_step)
+                        dropped, mean_batch, mean_step)
 
 
 @dataclass(frozen=True)
@@ -298,7 +300,7 @@ def _evidence(part: str, a: RequestTimes, i: int, b: RequestTimes, j: int, unit:
         return f"first scheduled {a.parts['queue'][i]:.3g} → {b.parts['queue'][j]:.3g} {unit} after arrival"
     if part == "preempted":
         return (f"preemptions {a.num_preemptions[i]} → {b.num_preemptions[j]}, KV tokens dropped "
-                f"{a.num_recomputed_tokens[i]} → {b.num_recomputed_tokens[j]}")
+                f"{a.num_dropped_tokens[i]} → {b.num_dropped_tokens[j]}")
     if part == "prefill":
         return f"prefill steps {a.num_prefill_steps[i]} → {b.num_prefill_steps[j]}"
     ms = 1000.0 if unit == "s" else 1.0

@@ -85,6 +85,11 @@ def test_usage_errors_exit_2_before_running_anything(argv, message, tmp_path, ca
     assert not (tmp_path / "o").exists()
 
 
+def test_a_missing_trace_stops_before_any_run(tmp_path, capsys):
+    assert main(["compare", "--trace", str(tmp_path / "nope.csv"), "--out", str(tmp_path / "o"), "--no-window"]) == 1
+    assert "trace file not found" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
 def test_compare_on_the_cpu_model_opens_the_window(tiny_model, tmp_path, capsys, monkeypatch):
     """The CPU model (a tiny random Llama), virtual clock; the window opens on both runs."""
     from PySide6.QtWidgets import QApplication
