@@ -305,8 +305,9 @@ def _evidence(part: str, a: RequestTimes, i: int, b: RequestTimes, j: int, unit:
         return f"prefill steps {a.num_prefill_steps[i]} → {b.num_prefill_steps[j]}"
     ms = 1000.0 if unit == "s" else 1.0
     step_unit = "ms" if unit == "s" else unit
+    fmt = lambda v: f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"  # noqa: E731  (no 1.18e+03)
     return (f"batch {a.mean_batch_size[i]:.1f} → {b.mean_batch_size[j]:.1f} requests, decode step "
-            f"{a.mean_decode_step[i] * ms:.3g} → {b.mean_decode_step[j] * ms:.3g} {step_unit}")
+            f"{fmt(a.mean_decode_step[i] * ms)} → {fmt(b.mean_decode_step[j] * ms)} {step_unit}")
 
 
 def request_deltas(a: RequestTimes, b: RequestTimes, time_unit: str = "s") -> list[RequestDelta]:

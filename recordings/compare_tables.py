@@ -47,11 +47,16 @@ def headline_table(c: Comparison) -> Table:
     return headers, rows
 
 
-def delta_table(deltas: list[RequestDelta], unit: str, top: int = 10, slower: bool = True) -> Table:
-    """The ``top`` requests that got slower (``slower``) or faster the most: E2E in both runs,
-    the change, its parts and its cause with the evidence."""
-    picked = [d for d in deltas if (d.delta > 0 if slower else d.delta < 0)]
-    picked = picked[:top] if slower else picked[::-1][:top]
+def delta_table(deltas: list[RequestDelta], unit: str, top: int | None = 10, slower: bool | None = True) -> Table:
+    """The ``top`` requests (None: all) that got slower (``slower``) or faster the most, or
+    every request most slowed down first (``slower=None``): E2E in both runs, the change, its
+    parts and its cause with the evidence."""
+    if slower is None:
+        picked = list(deltas)
+    else:
+        picked = [d for d in deltas if (d.delta > 0 if slower else d.delta < 0)]
+        picked = picked if slower else picked[::-1]
+    picked = picked[:top] if top is not None else picked
     headers = ["request", "prompt", "output", f"E2E A ({unit})", f"E2E B ({unit})", "change",
                *[f"Δ {p}" for p in PARTS], "why"]
     rows = [[d.request_id, str(d.num_prompt_tokens), str(d.num_output_tokens), num(d.e2e_a), num(d.e2e_b),

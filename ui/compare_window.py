@@ -6,8 +6,10 @@ Each run gets a pane with its KV block map and batch-slot timeline (the main win
 (``ui.compare_metrics``), and one transport bar (``ui.transport.TransportBar``) for all. The
 position is synchronised by engine time (each run shows the step it was running at that moment)
 or by step number (``ui.compare_sync``; the "Sync by step" toggle, T). A header lists the headline
-ratios of every run against the first (``recordings.compare``). Clicking a request selects it in
-every run: the same request id is the same request of the workload.
+ratios of every run against the first (``recordings.compare``), and a panel lists every request's
+E2E change and its cause (``ui.compare_requests``). Clicking a request selects it in every run:
+the same request id is the same request of the workload; clicking it in the panel also shows the
+moment it arrived.
 """
 from __future__ import annotations
 
@@ -23,8 +25,9 @@ from recordings.compare import HEADLINE_FIELDS, Comparison
 from recordings.compare_tables import is_better, metric_label, num, ratio_text
 from ui.colors import MUTED, PALETTE, RGB, css
 from ui.compare_metrics import CompareMetrics, legend_html, run_series
+from ui.compare_requests import RequestDeltas
 from ui.compare_sync import SyncClock
-from ui.jump import parse_jump
+from ui.jump import arrival_step, parse_jump
 from ui.kv_block_map import KVBlockMap
 from ui.record_cache import RecordCache
 from ui.slot_timeline import SlotTimeline
@@ -123,7 +126,8 @@ class RunPane(QWidget):
 class CompareWindow(QMainWindow):
     """``CompareWindow(sources, names, comparison=None, by="time")``: the runs of ``sources``
     (recordings of one workload) side by side. Public: ``seek(tick)``, ``set_sync(by)``,
-    ``select_request(id)``, ``panes``, ``metrics``, ``sync`` (:class:`SyncClock`), ``tick``."""
+    ``select_request(id)``, ``show_request(id)``, ``panes``, ``metrics``, ``deltas`` (the
+    per-request panel, shown with a ``comparison``), ``sync`` (:class:`SyncClock`), ``tick``."""
 
     def __init__(self, sources: Sequence[StepSource], names: Sequence[str], comparison: Comparison | None = None,
                  by: str = "time", window: int = 200, title: str = "BatchScope — compare"):
@@ -147,6 +151,12 @@ class CompareWindow(QMainWindow):
             for view in (pane.block_map, pane.timeline):
                 view.requestSelected.connect(self.select_request)
         self.metrics = CompareMetrics()
+        self.deltas = RequestDeltas()
+        if comparison is not None and comparison.deltas:
+            self.deltas.set_comparison(comparison)
+        else:
+            self.deltas.setVisible(False)
+        self.deltas.requestSelected.connect(self.show_request)
         self.legend = QLabel(legend_html([html.escape(n) for n in self.names], self.colors))
         self.transport = TransportBar()
         for w in (self.transport.live_btn, self.transport.spin, self.transport.latest_label):
@@ -179,7 +189,8 @@ class CompareWindow(QMainWindow):
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.legend)
         lay.addWidget(self.metrics, 1)
-        main = _split(Qt.Vertical, [_split(Qt.Vertical, self.panes), plots], [720, 240])
+        bottom = _split(Qt.Horizontal, [plots, self.deltas], [1080, 520])
+        main = _split(Qt.Vertical, [_split(Qt.Vertical, self.panes), bottom], [700, 260])
         central = QWidget()
         outer = QVBoxLayout(central)
         outer.setContentsMargins(6, 4, 6, 0)
@@ -228,6 +239,14 @@ class CompareWindow(QMainWindow):
         self.seek(self.sync.tick_at_time(float(jump.value)) if jump.kind == "time" else
                   self.sync.tick_at_step(int(jump.value)))
         return True
+
+    def show_request(self, request_id: str) -> None:
+        """Select ``request_id`` in every run and show the moment it arrived (in the first run)."""
+        self.select_request(request_id)
+        try:
+            self.seek(self.sync.tick_at_step(arrival_step(self.sources[0], request_id, None)))
+        except ValueError:
+            pass
 
     def select_request(self, request_id: str | None) -> None:
         """Select ``request_id`` in every run."""

@@ -104,3 +104,17 @@ def test_sync_clock_by_time_and_by_step():
     assert s.last_tick == 2 and s.steps_at(2) == [2, 1] and s.tick_at_time(1.5) == 1
     with pytest.raises(ValueError, match="choose from time, step"):
         SyncClock(clocks, "token")
+
+
+def test_the_request_panel_lists_every_delta_and_selects_in_every_run(window, two_runs):
+    table = window.deltas.table
+    deltas = window.deltas.comparison.deltas[0]
+    assert table.rowCount() == len(deltas) > 0
+    assert [table.item(r, 0).text() for r in range(table.rowCount())] == [d.request_id for d in deltas]
+    worst = deltas[0]
+    assert worst.cause in table.item(0, 2).text() and table.item(0, 1).text().startswith("+")
+    window.seek(window.sync.last_tick)
+    table.selectRow(0)
+    assert all(p.block_map.selected == worst.request_id for p in window.panes)
+    arrival = Reader(two_runs[0]).request_info(worst.request_id).arrival_step
+    assert window.panes[0].shown == arrival           # the moment it arrived, in the first run
