@@ -65,14 +65,13 @@ def _plot(x_label: str, y_label: str):
 def metrics_png(paths: list[Path]) -> str:
     """The compare window's metrics plots (by time) of the recordings at ``paths``."""
     from recordings import Reader
-    from ui.compare_metrics import CompareMetrics, run_series
+    from ui.compare_metrics import CompareMetrics, run_columns, run_series
     from ui.compare_window import RUN_COLORS, UNITS
-    from ui.step_summary import fetch_summaries
 
     readers = [Reader(p) for p in paths]
-    runs = [fetch_summaries(r, 0, r.latest_step() + 1) for r in readers]
+    runs = [run_columns(r) for r in readers]
     unit = UNITS.get((readers[0].run_info().get("config") or {}).get("clock"), "s")
-    top = max((run[-1].token_time for run in runs if run), default=1.0)
+    top = max((float(run["token_time"][-1]) for run in runs if len(run["step"])), default=1.0)
     w = CompareMetrics()
     w.set_runs([run_series(run, "time", top) for run in runs], RUN_COLORS[:len(runs)],
                f"engine time ({unit})", unit)

@@ -1,7 +1,7 @@
 """Metrics of several runs overlaid: output tokens/s, running and waiting requests and KV cache
 usage over the whole run, a line per run in the run's colour, and one cursor at the shared
-position. Whole-run curves are computed once per sync mode (:func:`run_series`); a frame only
-moves the cursor."""
+position. Whole-run columns are read once (:func:`run_columns`), curves computed once per sync mode
+(:func:`run_series`); a frame only moves the cursor."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -12,26 +12,44 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from ui.colors import RGB, css
-from ui.step_summary import StepSummary
+from engine.source import StepSource
+from ui.step_summary import fetch_summaries
 from ui.theme import PLOT_BG, PLOT_FG, cache_decorations, style_axis
 
 # (key, title); each run gives one curve per key
 PLOTS = (("throughput", "Output tokens / {unit}"), ("running", "Running requests"),
          ("waiting", "Waiting requests"), ("kv", "KV cache usage %"))
 NUM_BINS = 120        # throughput is averaged over this many bins of the x axis
+COLUMNS = ("step", "clock", "token_time", "new", "running", "waiting", "kv")
 
 
-def run_series(steps: Sequence[StepSummary], by: str, x_max: float | None = None,
+CHUNK = 4096        # steps summarised at a time by run_columns (their batch arrays are dropped)
+
+
+def run_columns(source: StepSource) -> dict[str, np.ndarray]:
+    """The per-step numbers the compare window needs of a whole run, float64 arrays over its
+    steps: ``step``, ``clock`` (start), ``token_time`` (end), ``new`` (output tokens), ``running``,
+    ``waiting``, ``kv`` (KV usage %). Read :data:`CHUNK` steps at a time, keeping only these
+    columns, so memory is 56 bytes a step whatever the batch size."""
+    parts: list[np.ndarray] = []
+    latest = source.latest_step()
+    for lo in range(0, latest + 1, CHUNK):
+        parts.append(np.array([(s.step, s.clock, s.token_time, s.num_new_tokens, s.num_running, s.num_waiting,
+                                100.0 * s.kv_cache_usage)
+                               for s in fetch_summaries(source, lo, min(lo + CHUNK, latest + 1))],
+                              np.float64).reshape(-1, len(COLUMNS)))
+    table = np.concatenate(parts) if parts else np.zeros((0, len(COLUMNS)))
+    return {name: table[:, i] for i, name in enumerate(COLUMNS)}
+
+
+def run_series(cols: dict[str, np.ndarray], by: str, x_max: float | None = None,
                num_bins: int = NUM_BINS) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """``{key: (x, y)}`` (float64 arrays) of one run for :data:`PLOTS`, ``x`` = the step's start on
-    the engine clock (``by="time"``) or its number (``"step"``). Throughput is output tokens per
-    unit of the engine clock, averaged over ``num_bins`` bins of ``[0, x_max]``: by time, tokens
-    by their step's ``token_time`` over the bin's width (idle time counts); by step, over the
-    summed durations of the bin's steps."""
-    clock = np.array([s.clock for s in steps], np.float64)
-    end = np.array([s.token_time for s in steps], np.float64)
-    step = np.array([s.step for s in steps], np.float64)
-    new = np.array([s.num_new_tokens for s in steps], np.float64)
+    """``{key: (x, y)}`` (float64 arrays) of one run's :func:`run_columns` for :data:`PLOTS`,
+    ``x`` = the step's start on the engine clock (``by="time"``) or its number (``"step"``).
+    Throughput is output tokens per unit of the engine clock, averaged over ``num_bins`` bins of
+    ``[0, x_max]``: by time, tokens by their step's ``token_time`` over the bin's width (idle
+    time counts); by step, over the summed durations of the bin's steps."""
+    clock, end, step, new = cols["clock"], cols["token_time"], cols["step"], cols["new"]
     x = clock if by == "time" else step
     top = float(x_max if x_max is not None else (end.max() if by == "time" and len(end) else
                                                  x.max() if len(x) else 1.0))
@@ -43,11 +61,8 @@ def run_series(steps: Sequence[StepSummary], by: str, x_max: float | None = None
         tokens, _ = np.histogram(step, edges, weights=new)
         busy, _ = np.histogram(step, edges, weights=end - clock)
         tput = np.divide(tokens, busy, out=np.zeros_like(tokens), where=busy > 0)
-    kv = np.array([100.0 * s.kv_cache_usage for s in steps], np.float64)
-    return {"throughput": ((edges[:-1] + edges[1:]) / 2, tput),
-            "running": (x, np.array([s.num_running for s in steps], np.float64)),
-            "waiting": (x, np.array([s.num_waiting for s in steps], np.float64)),
-            "kv": (x, kv)}
+    return {"throughput": ((edges[:-1] + edges[1:]) / 2, tput), "running": (x, cols["running"]),
+            "waiting": (x, cols["waiting"]), "kv": (x, cols["kv"])}
 
 
 class CompareMetrics(QWidget):

@@ -24,14 +24,13 @@ from engine.source import StepSource
 from recordings.compare import HEADLINE_FIELDS, Comparison
 from recordings.compare_tables import is_better, metric_label, num, ratio_text
 from ui.colors import MUTED, PALETTE, RGB, css
-from ui.compare_metrics import CompareMetrics, legend_html, run_series
+from ui.compare_metrics import CompareMetrics, legend_html, run_columns, run_series
 from ui.compare_requests import RequestDeltas
 from ui.compare_sync import SyncClock
 from ui.jump import arrival_step, parse_jump
 from ui.kv_block_map import KVBlockMap
 from ui.record_cache import RecordCache
 from ui.slot_timeline import SlotTimeline
-from ui.step_summary import fetch_summaries
 from ui.theme import apply_theme, fix_size
 from ui.transport import TransportBar
 
@@ -134,7 +133,7 @@ class CompareWindow(QMainWindow):
         super().__init__()
         self.sources, self.names = list(sources), list(names)
         self.colors = [RUN_COLORS[i % len(RUN_COLORS)] for i in range(len(self.sources))]
-        self.summaries = [fetch_summaries(s, 0, s.latest_step() + 1) for s in self.sources]
+        self.columns = [run_columns(s) for s in self.sources]
         clock = (self.sources[0].run_info().get("config") or {}).get("clock")
         self.unit = UNITS.get(clock, "")
         self.tick = 0
@@ -204,13 +203,13 @@ class CompareWindow(QMainWindow):
         the first run's shown step's start; by step: the first run's shown step)."""
         old = getattr(self, "sync", None)
         first_step = old.steps_at(self.tick)[0] if old is not None else 0
-        self.sync = SyncClock([[s.clock for s in run] for run in self.summaries], by)
+        self.sync = SyncClock([run["clock"] for run in self.columns], by)
         self.sync_btn.blockSignals(True)
         self.sync_btn.setChecked(by == "step")
         self.sync_btn.blockSignals(False)
-        top = (max((run[-1].token_time for run in self.summaries if run), default=1.0) if by == "time" else
-               float(max(self.sync.latest, default=0)))
-        self.metrics.set_runs([run_series(run, by, top) for run in self.summaries], self.colors,
+        top = (max((float(run["token_time"][-1]) for run in self.columns if len(run["step"])), default=1.0)
+               if by == "time" else float(max(self.sync.latest, default=0)))
+        self.metrics.set_runs([run_series(run, by, top) for run in self.columns], self.colors,
                               f"engine time ({self.unit})" if by == "time" else "step", self.unit or "s")
         for pane in self.panes:
             pane.shown = None

@@ -118,3 +118,22 @@ def test_the_request_panel_lists_every_delta_and_selects_in_every_run(window, tw
     assert all(p.block_map.selected == worst.request_id for p in window.panes)
     arrival = Reader(two_runs[0]).request_info(worst.request_id).arrival_step
     assert window.panes[0].shown == arrival           # the moment it arrived, in the first run
+
+
+def test_run_columns_read_in_chunks_match_the_steps_and_throughput_keeps_every_token(two_runs, monkeypatch):
+    import ui.compare_metrics as cm
+
+    monkeypatch.setattr(cm, "CHUNK", 7)
+    reader = Reader(two_runs[1])
+    cols = cm.run_columns(reader)
+    rows = reader.execute("SELECT step, clock, token_time, num_new_tokens, num_running, num_waiting FROM steps "
+                          "ORDER BY step")
+    assert len(rows) > 7 and cols["step"].tolist() == [r[0] for r in rows]
+    for i, name in enumerate(("clock", "token_time", "new", "running", "waiting"), 1):
+        assert cols[name].tolist() == [float(r[i]) for r in rows], name
+    for by in ("time", "step"):
+        x, tput = cm.run_series(cols, by, num_bins=10)["throughput"]
+        assert len(x) == 10 and np.all(tput >= 0)
+    x, tput = cm.run_series(cols, "time", num_bins=10)["throughput"]
+    width = cols["token_time"].max() / 10
+    assert float(np.sum(tput * width)) == pytest.approx(cols["new"].sum())      # every token in a bin
