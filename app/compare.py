@@ -171,6 +171,7 @@ def run_compare(args: argparse.Namespace) -> int:
         if isinstance(paths, int):
             return paths
         names = [c.label for c in configs]
+        print(f"recordings and each run's own summary (.txt): {out}", file=sys.stderr)
     return show_comparison(paths, names, args)
 
 
