@@ -210,6 +210,8 @@ def open_compare_window(paths: list[Path], comparison) -> int:
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("BatchScope")
-    win = CompareWindow([Reader(p) for p in paths], [h.name for h in comparison.headlines], comparison)
+    names = [h.name for h in comparison.headlines]
+    win = CompareWindow([Reader(p) for p in paths], names, comparison,
+                        title=f"BatchScope — compare: {' vs '.join(names)}")
     win.show()
     return app.exec()
