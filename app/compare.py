@@ -178,7 +178,8 @@ def run_compare(args: argparse.Namespace) -> int:
 def show_comparison(paths: list[Path], names: list[str] | None, args: argparse.Namespace) -> int:
     """Compare the recordings, print, write the report, open the window (unless --no-window)."""
     from recordings import RecordingError
-    from recordings.compare import WorkloadMismatch, compare_recordings
+    from recordings.compare import compare_recordings
+    from recordings.compare_fingerprint import WorkloadMismatch
 
     try:
         comparison = compare_recordings(paths, names)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from recordings.compare import HEADLINE_FIELDS, PARTS, Comparison, RequestDelta
+from recordings.compare import HEADLINE_FIELDS, Comparison
+from recordings.compare_requests import PARTS, RequestDelta
 
 Table = tuple[list[str], list[list[str]]]
 

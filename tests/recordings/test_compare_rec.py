@@ -6,8 +6,9 @@ import pytest
 
 from engine_runs import run_engine
 from recordings import Reader
-from recordings.compare import (PARTS, WorkloadMismatch, check_same_workload, compare_recordings,
-                                request_times, workload_fingerprint)
+from recordings.compare import compare_recordings
+from recordings.compare_fingerprint import WorkloadMismatch, check_same_workload, workload_fingerprint
+from recordings.compare_requests import PARTS, request_times
 from recordings.fairness import bucket_edges, jain_index, latency_by_prompt_bucket
 
 
