@@ -210,6 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"device peaks: {', '.join(known_devices())} (default: the recording's device)")
     fit.add_argument("--check", nargs="+", metavar="REC.sqlite",
                      help="also print the fit's relative errors on these recordings (same model and device)")
+    from app.compare import add_compare_parser
+    add_compare_parser(sub, _engine_args, _workload_args)
     return p
 
 
@@ -224,6 +226,9 @@ def main(argv: list[str] | None = None) -> int:
         if command == "run":
             from app.headless import run_headless
             return run_headless(args)
+        if command == "compare":
+            from app.compare import run_compare
+            return run_compare(args)
         if command == "fit":
             from app.fit import run_fit
             return run_fit(args)
