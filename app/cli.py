@@ -100,6 +100,23 @@ def _workload_args(p: argparse.ArgumentParser, *, time_scale: float, prompt_scal
     g.add_argument("--max-output-tokens", type=int, default=max_output, help="clip output lengths above (default: %(default)s)")
     g.add_argument("--steps-per-second", type=float, default=10.0,
                    help="virtual clock only: trace seconds -> steps (default: %(default)s)")
+    g = p.add_argument_group("workload source (see docs/workloads.md)")
+    g.add_argument("--request-rate", type=float, metavar="R",
+                   help="Poisson arrivals at R requests/s (exponential gaps seeded by --seed) instead of "
+                        "the trace's timestamps; lengths (and Mooncake hash_ids) still come from the "
+                        "trace; inf = every request at t=0; --time-scale is then not applied "
+                        "(default: the trace's own times)")
+    g.add_argument("--lengths", choices=["sharegpt"],
+                   help="no trace: draw prompt/output lengths from the shipped ShareGPT length table "
+                        "(30,731 conversations) with arrivals from --request-rate (default inf)")
+    g.add_argument("--num-requests", type=int, metavar="N",
+                   help="requests drawn with --lengths (default: 1000)")
+
+
+def _slo_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("goodput: completed requests meeting both SLOs, per second")
+    g.add_argument("--slo-ttft", type=float, metavar="MS", help="time-to-first-token SLO in milliseconds")
+    g.add_argument("--slo-tpot", type=float, metavar="MS", help="time-per-output-token SLO in milliseconds")
 
 
 def engine_config(a: argparse.Namespace) -> EngineConfig:
@@ -149,7 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command")
 
     demo = sub.add_parser("demo", help="live window on the built-in demo workload (the default command)")
-    demo.add_argument("--trace", help="use this Azure/Mooncake trace instead of the built-in slice")
+    demo.add_argument("--trace", help="use this Azure/Mooncake trace or BatchScope JSONL workload instead of the "
+                                      "built-in slice")
     demo.add_argument("--limit", type=int, default=200,
                       help="number of trace requests (the built-in slice has 400) (default: %(default)s)")
     demo.add_argument("--record", help="recording path (default: a new file under ~/.cache/batchscope/runs)")
@@ -161,12 +179,13 @@ def build_parser() -> argparse.ArgumentParser:
                    min_output=8, max_output=64)
 
     run = sub.add_parser("run", help="headless: replay a trace through the engine and record it")
-    run.add_argument("--trace", required=True, help="Azure CSV or Mooncake JSONL trace")
+    run.add_argument("--trace", help="Azure CSV, Mooncake JSONL or BatchScope JSONL workload (or --lengths)")
     run.add_argument("--limit", type=int, help="first N requests only")
     run.add_argument("--record", required=True, help="output recording (.sqlite)")
     add_recording_privacy_args(run)
     _engine_args(run, num_gpu_blocks=None, clock="wall")
     _workload_args(run, time_scale=1.0)
+    _slo_args(run)
 
     rep = sub.add_parser("replay", help="open a recording in the window, step by step")
     rep.add_argument("recording")
@@ -185,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="stop after this many problems (default: %(default)s)")
     summ = sub.add_parser("summary", help="print the metrics of a recording, recomputed from its rows")
     summ.add_argument("recording")
+    _slo_args(summ)
     fit = sub.add_parser("fit", help="fit the simulated executor's overheads and efficiency factors to a real "
                                      "recording's step times")
     fit.add_argument("recording", help="a recording of a real (not simulated) run")
@@ -196,6 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"device peaks: {', '.join(known_devices())} (default: the recording's device)")
     fit.add_argument("--check", nargs="+", metavar="REC.sqlite",
                      help="also print the fit's relative errors on these recordings (same model and device)")
+    from app.compare import add_compare_parser
+    add_compare_parser(sub, _engine_args, _workload_args)
     return p
 
 
@@ -210,12 +232,15 @@ def main(argv: list[str] | None = None) -> int:
         if command == "run":
             from app.headless import run_headless
             return run_headless(args)
+        if command == "compare":
+            from app.compare import run_compare
+            return run_compare(args)
         if command == "fit":
             from app.fit import run_fit
             return run_fit(args)
         if command == "summary":
             from app.headless import print_summary
-            return print_summary(args.recording)
+            return print_summary(args.recording, slo_ttft=args.slo_ttft, slo_tpot=args.slo_tpot)
         if command == "check":
             from app.check import run_check
             return run_check(args.recording, max_problems=args.max_problems)

@@ -86,7 +86,8 @@ def run_headless(args: argparse.Namespace) -> int:
         except RecordingError as e:      # reported below through recorder_error, or here
             if not eng.recorder_error:
                 eng.recorder_error = f"recording stopped: {e}"
-    print_report(Reader(out))
+    from recordings.serving_metrics import Slo
+    print_report(Reader(out), Slo(args.slo_ttft, args.slo_tpot))
     unfinished = len(wl.requests) - eng.scheduler.num_finished
     if eng.recorder_error:
         print(f"batchscope: {eng.recorder_error}", file=sys.stderr)
@@ -197,26 +198,31 @@ def _rate(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1%}"
 
 
-def print_report(reader) -> None:
-    """The metrics table recomputed from ``reader``'s rows, then the run's provenance."""
-    from recordings import summarize
-    from recordings.metrics import summarize_batching
+def print_report(reader, slo=None) -> None:
+    """The metrics table recomputed from ``reader``'s rows (with goodput under ``slo``, a
+    ``recordings.serving_metrics.Slo``), then the run's provenance; recorded names and reasons
+    are printed with control and bidi characters escaped (``recordings.safe_text.visible``)."""
     from recordings.safe_text import visible
-    table = summarize(reader).format_table()
-    first = table.splitlines()[0]                    # "clock<padding>  <clock>": the name column's width
-    lines = [*table.splitlines(), *summarize_batching(reader).format_lines(len(first) - len(first.split()[-1]) - 2),
-             *describe_run(reader.run_info())]
+    from recordings.summary_lines import summary_lines
+    lines = summary_lines(reader, slo) + describe_run(reader.run_info())
     if reader.run_info().get("text_stored") is False:
         lines.append("text: not stored (recorded with --no-text: token ids and lengths only)")
-    for line in lines:                  # recorded names and reasons: no terminal escapes, no RTL tricks
+    for line in lines:                  # no terminal escapes, no RTL tricks
         print(visible(line))
 
 
-def print_summary(path: str) -> int:
-    """``batchscope summary FILE``: metrics recomputed from a recording's rows, and its provenance."""
+def print_summary(path: str, slo_ttft: float | None = None, slo_tpot: float | None = None) -> int:
+    """``batchscope summary FILE [--slo-ttft MS] [--slo-tpot MS]``: metrics recomputed from a
+    recording's rows, and its provenance. Returns 2 for a bad SLO, 1 for a bad file."""
     from recordings import Reader, RecordingError
+    from recordings.serving_metrics import Slo
     try:
-        print_report(Reader(path))
+        slo = Slo(slo_ttft, slo_tpot)
+    except ValueError as e:
+        print(f"batchscope: {e}", file=sys.stderr)
+        return 2
+    try:
+        print_report(Reader(path), slo)
     except RecordingError as e:
         return _fail(str(e))
     return 0

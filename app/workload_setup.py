@@ -28,38 +28,118 @@ def check_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--limit must be >= 1, got {args.limit}")
     if args.steps_per_second <= 0:
         raise ValueError(f"--steps-per-second must be > 0, got {args.steps_per_second}")
+    _check_source(args)
     check_workload_arguments(args.time_scale, args.prompt_scale, args.output_scale, args.min_prompt_tokens,
                              args.max_prompt_tokens, args.min_output_tokens, args.max_output_tokens)
 
 
+def _check_source(args: argparse.Namespace) -> None:
+    """The workload source flags (``--trace``, ``--lengths``, ``--num-requests``,
+    ``--request-rate``, SLOs): raise ``ValueError`` naming the flag and its limit."""
+    from recordings.poisson import check_request_rate
+    from recordings.serving_metrics import Slo
+
+    trace, lengths = getattr(args, "trace", None), getattr(args, "lengths", None)
+    if trace and lengths:
+        raise ValueError("give --trace PATH or --lengths sharegpt, not both")
+    if getattr(args, "command", None) == "run" and not (trace or lengths):
+        raise ValueError("batchscope run needs a workload: --trace PATH or --lengths sharegpt")
+    num = getattr(args, "num_requests", None)
+    if num is not None and not lengths:
+        raise ValueError("--num-requests goes with --lengths; a trace's first N requests: --limit N")
+    if num is not None and num < 1:
+        raise ValueError(f"--num-requests must be >= 1, got {num}")
+    if getattr(args, "request_rate", None) is not None:
+        check_request_rate(args.request_rate)
+    Slo(getattr(args, "slo_ttft", None), getattr(args, "slo_tpot", None))
+
+
+def _request_rate(args: argparse.Namespace) -> float | None:
+    """``--request-rate``, or inf for ``--lengths`` without one (a table has no times), else None."""
+    rate = getattr(args, "request_rate", None)
+    return float("inf") if rate is None and getattr(args, "lengths", None) else rate
+
+
 def read_trace(args: argparse.Namespace):
-    """Load ``args.trace`` (or the built-in demo slice when it is None): a ``TraceLoad``.
-    Raises ``FileNotFoundError`` or ``recordings.traces.TraceFormatError`` with the path."""
-    from recordings.traces import load_trace
+    """The workload's rows as a ``TraceLoad``: ``args.trace`` (or the built-in demo slice when it
+    is None), or ``--num-requests`` draws from the ``--lengths`` table; with a request rate the
+    arrival times are replaced by a seeded Poisson process (``recordings.poisson``). Raises
+    ``FileNotFoundError`` or ``recordings.traces.TraceFormatError`` with the path, and
+    ``ValueError`` for a trace without one valid row (naming its first bad lines)."""
+    from recordings.poisson import with_poisson_arrivals
+    from recordings.traces import TraceLoad, load_trace
     from recordings.workload import demo_trace_path
 
-    path = Path(args.trace) if args.trace else demo_trace_path()
-    if not path.is_file():
-        raise FileNotFoundError(f"trace file not found: {path}")
-    return load_trace(path, limit=args.limit)
+    if getattr(args, "lengths", None):
+        from recordings.length_tables import load_length_table
+
+        table = load_length_table(args.lengths)
+        load = TraceLoad(path=table.path, sha256=table.sha256, format=f"length-table:{table.name}",
+                         rows=table.sample(args.num_requests or DEFAULT_NUM_REQUESTS, args.seed))
+    else:
+        path = Path(args.trace) if args.trace else demo_trace_path()
+        if not path.is_file():
+            raise FileNotFoundError(f"trace file not found: {path}")
+        load = load_trace(path, limit=args.limit)
+        if not load.rows:
+            problems = "; ".join(str(e) for e in load.errors[:3]) + ("; ..." if len(load.errors) > 3 else "")
+            raise ValueError(f"{path}: no valid request rows" + (f" ({len(load.errors)} malformed: "
+                                                                f"{problems})" if problems else ""))
+    rate = _request_rate(args)
+    if rate is not None:
+        load.rows = with_poisson_arrivals(load.rows, rate, args.seed)
+    return load
+
+
+DEFAULT_NUM_REQUESTS = 1000
+
+
+def _source_notes(args: argparse.Namespace, load) -> list[str]:
+    """Plain-words provenance of where lengths and arrivals came from."""
+    from recordings.length_tables import SOURCES
+    from recordings.poisson import arrival_note
+
+    notes = []
+    if getattr(args, "lengths", None):
+        notes.append(f"lengths: {len(load.rows)} draws (with replacement, seed {args.seed}) from the "
+                     f"{SOURCES[args.lengths]}")
+    rate = _request_rate(args)
+    if rate is not None:
+        replaced = None if getattr(args, "lengths", None) else "the trace's timestamps"
+        notes.append(arrival_note(len(load.rows), rate, args.seed, replaced))
+        if replaced and args.time_scale != 1:
+            notes.append(f"--time-scale {args.time_scale:g} not applied: --request-rate sets the arrivals")
+    if any(row.hash_ids for row in load.rows):
+        notes.append("hash_ids: kept with each row's lengths" + (" through the Poisson resampling"
+                                                                  if rate is not None else "")
+                     + "; the recording stores the prefix-sharing summary, not the ids per request")
+    return notes
 
 
 def load_workload(args: argparse.Namespace, load, tokenizer, vocab_size: int | None = None) -> LoadedWorkload:
     """Scale the rows of ``load`` (a ``TraceLoad``) into requests per ``args``."""
     from recordings.workload import build_workload
 
-    wl = build_workload(load.rows, tokenizer, time_scale=args.time_scale,
+    rate = _request_rate(args)
+    wl = build_workload(load.rows, tokenizer, time_scale=args.time_scale if rate is None else 1.0,
                         max_prompt_tokens=args.max_prompt_tokens, max_output_tokens=args.max_output_tokens,
                         prompt_scale=args.prompt_scale, output_scale=args.output_scale,
                         min_prompt_tokens=args.min_prompt_tokens, min_output_tokens=args.min_output_tokens,
                         seed=args.seed, vocab_size=vocab_size, block_size=args.block_size)
     skipped = [f"line {e.line_no}: {e.message}" for e in load.errors]
+    source = _source_notes(args, load)
     info = {"name": Path(load.path).name, "path": str(load.path), "sha256": load.sha256,
-            "num_rows": len(load.rows), "num_malformed_rows": len(load.errors),
-            "scaling": list(wl.scaling_notes), "skipped_rows": skipped[:20], "time_scale": args.time_scale}
+            "format": load.format, "num_rows": len(load.rows), "num_malformed_rows": len(load.errors),
+            "scaling": source + list(wl.scaling_notes), "skipped_rows": skipped[:20],
+            "time_scale": args.time_scale if rate is None else 1.0, "request_rate": rate,
+            "seed": args.seed}
     if wl.prefix_sharing is not None:
         info["prefix_sharing"] = wl.prefix_sharing.to_dict()
-    notes = list(wl.scaling_notes)
+    notes = source + list(wl.scaling_notes)
+    num_ranked = sum(1 for r in wl.requests if r.priority)
+    if num_ranked and getattr(args, "policy", "fcfs") != "priority":
+        notes.append(f"{num_ranked} requests carry a nonzero priority: only --policy priority honours "
+                     f"it; under --policy {args.policy} the scheduler rejects them at admission")
     notes += [f"skipped malformed row {line}" for line in skipped[:5]]
     if len(skipped) > 5:
         notes.append(f"... and {len(skipped) - 5} more malformed rows skipped")
@@ -67,11 +147,13 @@ def load_workload(args: argparse.Namespace, load, tokenizer, vocab_size: int | N
 
 
 def add_workload(engine: LLMEngine, requests: list, *, clock: str, steps_per_second: float = 10.0) -> None:
-    """Queue every request at its arrival time (seconds, or steps under the virtual clock).
-    EOS is ignored so output lengths follow the trace."""
+    """Queue every request at its arrival time (seconds, or steps under the virtual clock), with
+    its sampling and priority. EOS is ignored where the length is exact (trace rows, JSONL
+    ``output_tokens``), so output lengths follow the trace."""
     base = engine.now()
     for w in requests:
         # Virtual clock: a request arrives before the first step at or after its trace time.
         at = math.ceil(w.arrival_s * steps_per_second - 1e-9) if clock == "virtual" else w.arrival_s
-        engine.add_request(w.prompt_token_ids, SamplingParams(max_tokens=w.max_tokens, ignore_eos=True),
-                           request_id=w.request_id, arrival_time=base + at, prompt_text=w.prompt_text)
+        params = SamplingParams(max_tokens=w.max_tokens, ignore_eos=w.ignore_eos, **w.sampling)
+        engine.add_request(w.prompt_token_ids, params, request_id=w.request_id,
+                           arrival_time=base + at, prompt_text=w.prompt_text, priority=w.priority)

@@ -14,7 +14,7 @@ import array
 import json
 from dataclasses import dataclass, field
 from itertools import groupby
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -97,9 +97,11 @@ class RunSummary:
         """Finished requests, whatever the reason."""
         return sum(self.num_finished_by_reason.values())
 
-    def format_table(self) -> str:
-        """A two-column, human-readable text table (for the CLI)."""
-        unit = self.time_unit
+    def format_table(self, min_width: int = 0) -> str:
+        """A two-column, human-readable text table (for the CLI); the name column is at least
+        ``min_width`` characters wide (to line up with other tables' lines)."""
+        unit = "sim s" if self.clock == "sim" else self.time_unit   # name simulated seconds
+        span = "sim s" if self.clock == "sim" else "wall s"           # what wall_duration_s counts
 
         def num(v: float | None, fmt: str = ".3f") -> str:
             return "-" if v is None else format(v, fmt)
@@ -112,8 +114,8 @@ class RunSummary:
             ("steps", str(self.num_steps)),
             ("prompt tokens", str(self.num_prompt_tokens)),
             ("output tokens", str(self.num_output_tokens)),
-            ("wall duration (s)", num(self.wall_duration_s)),
-            ("output tokens/s", num(self.output_tokens_per_s, ".1f")),
+            (f"duration ({span})", num(self.wall_duration_s)),
+            (f"output tokens/s ({span})", num(self.output_tokens_per_s, ".1f")),
         ]
         for name, p in (("TTFT", self.ttft), ("ITL", self.itl)):
             rows.append((f"{name} p50/p90/p99 ({unit})",
@@ -132,7 +134,7 @@ class RunSummary:
         if rate is not None:
             rows.append(("prefix cache hits / queries",
                          f"{self.prefix_cache_hits} / {self.prefix_cache_queries} tokens ({rate:.1%})"))
-        width = max(len(name) for name, _ in rows)
+        width = max(min_width, *(len(name) for name, _ in rows))
         return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 
     def _preemption_text(self) -> str:
@@ -239,28 +241,41 @@ def _preemptions(reader: Reader, who: str) -> dict:
 STEPS_PER_QUERY = 2048   # steps decoded per query: memory stays flat on a 100k-step file
 
 
-def _latencies(reader: Reader) -> tuple[array.array, array.array]:
-    """TTFT samples (one per request with a token) and ITL samples (gaps between consecutive
-    tokens of a request), streamed over the steps' aligned token arrays in step order; samples
-    are kept as float64 arrays (8 bytes each), never as rows."""
-    arrival = dict(reader.execute("SELECT seq, arrival_time FROM requests"))
-    last: dict[int, float] = {}
-    ttft, itl = array.array("d"), array.array("d")
+def token_times(reader: Reader, token_time: str = "token_time") -> Iterator[tuple[float, int]]:
+    """``(time, seq)`` for every generated token of a schema >= 2 recording, in step order (a
+    request's tokens in their order), streamed over the steps' aligned token arrays
+    ``STEPS_PER_QUERY`` steps a query; placeholders (negative token ids) are skipped.
+    ``token_time`` is the SQL expression over ``steps`` for a token's time (default: the engine
+    clock's ``token_time``)."""
     (top,), = reader.execute("SELECT max(step) FROM steps")
     for lo in range(0, (top if top is not None else -1) + 1, STEPS_PER_QUERY):
         for t, seqs, ids in reader.execute(
-                "SELECT token_time, batch_seq_json, token_id_json FROM steps WHERE step >= ? "
+                f"SELECT {token_time}, batch_seq_json, token_id_json FROM steps WHERE step >= ? "
                 "AND step < ? AND num_new_tokens > 0 ORDER BY step", (lo, lo + STEPS_PER_QUERY)):
             for seq, token_id in zip(json.loads(seqs), json.loads(ids)):
-                if token_id < 0:
-                    continue
-                prev = last.get(seq)
-                if prev is None:
-                    if arrival.get(seq) is not None:
-                        ttft.append(t - arrival[seq])
-                else:
-                    itl.append(t - prev)
-                last[seq] = t
+                if token_id >= 0:
+                    yield t, seq
+
+
+def _latencies(reader: Reader, token_time: str = "token_time",
+               arrival: dict[int, float] | None = None) -> tuple[array.array, array.array]:
+    """TTFT samples (one per request with a token) and ITL samples (gaps between consecutive
+    tokens of a request), from :func:`token_times`; samples are kept as float64 arrays (8 bytes
+    each), never as rows. ``token_time`` is the SQL expression over ``steps`` for a token's time
+    and ``arrival`` the arrival times by request ``seq`` (default: the engine clock's
+    ``token_time`` and ``requests.arrival_time``)."""
+    if arrival is None:
+        arrival = dict(reader.execute("SELECT seq, arrival_time FROM requests"))
+    last: dict[int, float] = {}
+    ttft, itl = array.array("d"), array.array("d")
+    for t, seq in token_times(reader, token_time):
+        prev = last.get(seq)
+        if prev is None:
+            if arrival.get(seq) is not None:
+                ttft.append(t - arrival[seq])
+        else:
+            itl.append(t - prev)
+        last[seq] = t
     return ttft, itl
 
 
@@ -305,13 +320,15 @@ class BatchingSummary:
     slot_occupancy: float | None
     tpot: Percentiles
     num_prefill_tokens: int | None = None
+    clock: str = ""          # the run's clock; "sim" names the unit "sim s" in the text
 
     def format_lines(self, width: int = 27) -> list[str]:
         """Lines in :meth:`RunSummary.format_table`'s two-column style."""
         p = self.tpot
         num = lambda v: "-" if v is None else f"{v:.4f}"  # noqa: E731
         occ = "-" if self.slot_occupancy is None else f"{self.slot_occupancy:.1%}"
-        lines = [f"{f'TPOT p50/p90/p99 ({self.time_unit})':<{width}}  {num(p.p50)} / {num(p.p90)} / "
+        unit = "sim s" if self.clock == "sim" else self.time_unit
+        lines = [f"{f'TPOT p50/p90/p99 ({unit})':<{width}}  {num(p.p50)} / {num(p.p90)} / "
                  f"{num(p.p99)}  (n={p.num_samples})",
                  f"{'slot occupancy':<{width}}  {occ} (running / max_num_seqs, mean over steps)"]
         if self.num_prefill_tokens is not None:
@@ -335,6 +352,6 @@ def summarize_batching(reader: Reader) -> BatchingSummary:
         (prefill,), = reader.execute("SELECT coalesce(sum(json_extract(p.value, '$[1]')), 0) "
                                      "FROM steps, json_each(steps.batch_prefill_json) p")
     clock = str(config.get("clock", "virtual"))
-    return BatchingSummary(time_unit="steps" if clock == "virtual" else "s",
+    return BatchingSummary(time_unit="steps" if clock == "virtual" else "s", clock=clock,
                            slot_occupancy=None if mean_running is None else float(mean_running) / max_num_seqs,
                            tpot=Percentiles.of(tpot), num_prefill_tokens=None if prefill is None else int(prefill))

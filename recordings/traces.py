@@ -1,4 +1,5 @@
-"""Importers for production serving traces: Azure LLM inference CSV and Mooncake JSONL.
+"""Importers for production serving traces: Azure LLM inference CSV and Mooncake JSONL (and,
+through ``recordings.workload_jsonl``, BatchScope's own JSONL workload format).
 
 A trace row is one request: when it arrived and how many prompt and output tokens it had (no text).
 Loading never stops at a bad row: each malformed line becomes a ``TraceRowError`` with its line
@@ -15,14 +16,15 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 AZURE_HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
-MAX_ROW_TOKENS = 1 << 24   # prompt or output tokens of one row; above: a bad row (16.7M, past any model)
 MAX_TIMESTAMP = 1 << 62    # |Mooncake timestamp| in ms; above: a bad row (seconds would overflow a float)
 AZURE = "azure-csv"
 MOONCAKE = "mooncake-jsonl"
+MAX_TRACE_TOKENS = 1 << 24      # prompt or output tokens of one row (16,777,216): a bigger count is a bad row
+MAX_HASH_ID = (1 << 63) - 1     # hash ids are hashed as unsigned 64-bit numbers
 
 _TIMESTAMP = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?")
 _EPOCH = dt.datetime(1970, 1, 1)
@@ -39,7 +41,9 @@ class TraceRow:
 
     ``line_no`` is the 1-based line of the file it came from; ``arrival_s`` is seconds after the
     earliest valid row (0.0 for it); ``hash_ids`` are Mooncake's prefix-block ids (one per
-    512-token block of the prompt; empty for Azure).
+    512-token block of the prompt; empty for Azure). ``spec`` is what a row of BatchScope's JSONL
+    workload format says beyond counts (a ``recordings.workload_jsonl.RequestSpec``: prompt text
+    or ids, sampling, priority, request id); ``None`` for the other formats.
     """
 
     line_no: int
@@ -47,6 +51,7 @@ class TraceRow:
     num_prompt_tokens: int
     num_output_tokens: int
     hash_ids: tuple[int, ...] = ()
+    spec: Any = None
 
 
 @dataclass(frozen=True)
@@ -112,18 +117,26 @@ def load_mooncake_jsonl(path: str | Path, limit: int | None = None) -> TraceLoad
 
 
 def load_trace(path: str | Path, limit: int | None = None) -> TraceLoad:
-    """Load a trace of any supported format, recognised by its first non-blank line (Azure's CSV
-    header, or a Mooncake JSON object). Raises ``TraceFormatError`` naming the supported formats
-    when it is neither, ``OSError`` if the file cannot be read."""
+    """Load a trace of any supported format, recognised by its first non-blank line: Azure's CSV
+    header, a Mooncake JSON object, or a row of BatchScope's JSONL workload format
+    (``recordings.workload_jsonl``; its lines are decoded one by one, so a line that is not
+    UTF-8 is one bad row). Raises ``TraceFormatError`` naming the supported formats when it is
+    none of them, ``OSError`` if the file cannot be read."""
+    from recordings import workload_jsonl
+
     path = Path(path)
-    text, sha = _read_text(path)
-    first = _first_line(_lines(text))[1]
+    data = path.read_bytes()
+    first = _first_line(_lines(data.decode("utf-8-sig", errors="replace")))[1]
+    if workload_jsonl.is_workload_line(first):
+        return workload_jsonl.load_workload_jsonl(path, limit, data=data)
+    text, sha = _decode(path, data)
     for fmt in (_AZURE, _MOONCAKE):
         if fmt.recognise(first):
             return _load(path, text, sha, fmt, limit)
     raise TraceFormatError(
         f"{path}: unrecognised trace format (first line {first[:80]!r}); supported: "
-        f"{_AZURE.title} ({_AZURE.expected}) and {_MOONCAKE.title} ({_MOONCAKE.expected})")
+        f"{_AZURE.title} ({_AZURE.expected}), {_MOONCAKE.title} ({_MOONCAKE.expected}) and "
+        f"{workload_jsonl.TITLE} ({workload_jsonl.EXPECTED})")
 
 
 # --- formats ------------------------------------------------------------------------------------
@@ -192,8 +205,8 @@ def _mooncake_row(line_no: int, line: str) -> _Parsed:
     if abs(stamp) > MAX_TIMESTAMP:
         raise ValueError(f"timestamp {_short(stamp)} is out of range (|ms| <= {MAX_TIMESTAMP})")
     hash_ids = obj.get("hash_ids", [])
-    if not isinstance(hash_ids, list) or not all(_is_count(h) for h in hash_ids):
-        raise ValueError("hash_ids is not a list of non-negative integers")
+    if not isinstance(hash_ids, list) or not all(_is_count(h) and h <= MAX_HASH_ID for h in hash_ids):
+        raise ValueError(f"hash_ids is not a list of integers in [0, {MAX_HASH_ID}]")
     return _Parsed(line_no, stamp, _json_count(obj["input_length"], "input_length"),
                    _json_count(obj["output_length"], "output_length"), tuple(hash_ids))
 
@@ -209,7 +222,11 @@ _MOONCAKE = _Format(MOONCAKE, "a Mooncake trace",
 # --- shared pieces ------------------------------------------------------------------------------
 
 def _read_text(path: Path) -> tuple[str, str]:
-    data = path.read_bytes()
+    return _decode(path, path.read_bytes())
+
+
+def _decode(path: Path, data: bytes) -> tuple[str, str]:
+    """(text, sha256 of ``data``); raises ``TraceFormatError`` if ``data`` is not UTF-8."""
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -279,9 +296,7 @@ def _timestamp_ns(text: str) -> int:
 def _count(text: str, name: str) -> int:
     value = text.strip()
     if re.fullmatch(r"\d+", value):
-        if len(value) > 12 or int(value) > MAX_ROW_TOKENS:
-            raise ValueError(f"{name} {_short(value)} is over the limit of {MAX_ROW_TOKENS:,} tokens per request")
-        return int(value)
+        return _within_limit(int(value) if len(value) <= 12 else MAX_TRACE_TOKENS + 1, name, value)
     if re.fullmatch(r"-\d+", value):
         raise ValueError(f"{name} is negative: {value}")
     raise ValueError(f"{name} is not a whole number: {text!r}")
@@ -294,12 +309,20 @@ def _is_count(value: object) -> bool:
 def _json_count(value: object, name: str) -> int:
     if not _is_count(value):
         raise ValueError(f"{name} is not a non-negative integer: {_short(value)}")
-    if value > MAX_ROW_TOKENS:  # type: ignore[operator]
-        raise ValueError(f"{name} {_short(value)} is over the limit of {MAX_ROW_TOKENS:,} tokens per request")
-    return value  # type: ignore[return-value]
+    return _within_limit(value, name)  # type: ignore[arg-type]
+
+
+def _within_limit(value: int, name: str, text: object = None) -> int:
+    """``value`` unless over ``MAX_TRACE_TOKENS`` (``text``: how the file wrote it, for the message)."""
+    if value > MAX_TRACE_TOKENS:
+        raise ValueError(f"{name} {_short(value if text is None else text)} is over the limit of "
+                         f"{MAX_TRACE_TOKENS} tokens per request")
+    return value
 
 
 def _short(value: object, width: int = 40) -> str:
-    """``repr(value)`` cut to ``width`` characters (a 10^400 number stays one line)."""
-    text = repr(value) if not isinstance(value, int) or value.bit_length() < 4000 else f"<{value.bit_length()}-bit integer>"
+    """``repr(value)`` (``str`` for text) cut to ``width`` characters: a 10^400 number stays short."""
+    if isinstance(value, int) and value.bit_length() >= 4000:
+        return f"<{value.bit_length()}-bit integer>"
+    text = value if isinstance(value, str) else repr(value)
     return text if len(text) <= width else text[:width - 1] + "…"

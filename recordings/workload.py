@@ -4,6 +4,8 @@ A trace gives only counts, so prompts are synthesised: windows of the shipped En
 to the exact token count with the model's tokenizer, or random token ids when there is none.
 Rows with Mooncake ``hash_ids`` get prompts made of shared token blocks instead (equal ids, equal
 tokens; ``recordings.prefix_blocks``), so a replay shows the trace's prefix reuse.
+Rows of BatchScope's JSONL workload format (``recordings.workload_jsonl``) may give the prompt as
+text or token ids, and sampling, priority and request id: those are used as written.
 Lengths and times can be scaled and clipped to fit a small model on a CPU; every such change is
 written down in plain words in ``Workload.scaling_notes``. No torch: the tokenizer is passed in.
 """
@@ -40,7 +42,10 @@ class WorkloadRequest:
     """One request to submit: at ``arrival_s`` seconds after the workload starts, with these prompt
     token ids (authoritative; ``prompt_text`` is their decoding, None without a tokenizer; a list,
     or a compact ``array('i')`` for synthetic ids, 4 bytes per token), asking
-    for at most ``max_tokens`` output tokens. ``source_line`` is the trace file line it came from."""
+    for at most ``max_tokens`` output tokens. ``source_line`` is the trace file line it came from.
+    ``ignore_eos`` (trace lengths are exact), ``priority`` and ``sampling`` (other
+    ``engine.request.SamplingParams`` keywords: temperature, top_p, top_k, seed, n) come from a
+    JSONL workload row; traces leave the defaults."""
 
     request_id: str
     arrival_s: float
@@ -48,6 +53,9 @@ class WorkloadRequest:
     prompt_token_ids: Sequence[int]
     max_tokens: int
     source_line: int
+    ignore_eos: bool = True
+    priority: int = 0
+    sampling: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -99,6 +107,9 @@ def build_workload(rows: Sequence[TraceRow], tokenizer: Tokenizer | None, *,
     ids in the same range without), the row's length is scaled by that same factor and then
     clamped as above. Every hash id that gets no token is counted in the notes, with the trace's
     and the workload's ideal prefix-cache hit rates (``Workload.prefix_sharing``).
+    Rows with a ``spec`` (the JSONL workload format) keep their request id, sampling, priority
+    and EOS handling; a prompt they give as text or ids is used as written (:class:`_GivenPrompts`;
+    rows it cannot serve are skipped and noted).
     Deterministic given its arguments. Raises ``ValueError`` for out-of-range arguments.
     """
     check_workload_arguments(time_scale, prompt_scale, output_scale, min_prompt_tokens,
@@ -117,9 +128,17 @@ def build_workload(rows: Sequence[TraceRow], tokenizer: Tokenizer | None, *,
         shared = SharedPrefixPrompts(block_size, prompt_scale, seed, low, high,
                                      prompts.token_ids() if prompts is not None else None)
     width = max(4, len(str(len(rows) - 1)))
+    given = _GivenPrompts(tokenizer, vocab_size, {r.spec.request_id for r in rows
+                                                  if r.spec is not None and r.spec.request_id})
     requests = []
     for index, row in enumerate(rows):
-        if shared is not None and row.hash_ids:
+        spec = row.spec
+        if given.has_prompt(row):
+            prompt = given.prompt(row)
+            if prompt is None:
+                continue
+            ids, text = prompt
+        elif shared is not None and row.hash_ids:
             num_prompt = prompt_lengths.clamp(shared.length(row.num_prompt_tokens, row.hash_ids))
             drawn = shared.prompt(row.num_prompt_tokens, row.hash_ids, num_prompt, index)
             if prompts is not None:
@@ -135,15 +154,19 @@ def build_workload(rows: Sequence[TraceRow], tokenizer: Tokenizer | None, *,
             num_prompt = prompt_lengths(row.num_prompt_tokens)
             drawn = np_rng.integers(low, high + 1, num_prompt, dtype=np.int32)
             ids, text = array.array("i", drawn.tobytes()), None
+        extra = {} if spec is None else dict(ignore_eos=spec.ignore_eos, priority=spec.priority,
+                                             sampling=spec.sampling_kwargs())
         requests.append(WorkloadRequest(
-            request_id=f"r{index:0{width}d}", arrival_s=row.arrival_s * time_scale,
-            prompt_text=text, prompt_token_ids=ids,
-            max_tokens=output_lengths(row.num_output_tokens), source_line=row.line_no))
+            request_id=given.request_id(spec, f"r{index:0{width}d}"),
+            arrival_s=row.arrival_s * time_scale, prompt_text=text, prompt_token_ids=ids,
+            max_tokens=output_lengths(row.num_output_tokens), source_line=row.line_no, **extra))
     notes = [note for note in (_time_note(rows, time_scale), prompt_lengths.note(),
                                output_lengths.note()) if note]
-    notes.append("prompt text: windows of the built-in English corpus (the trace has only token "
-                 "counts)" if prompts is not None else
-                 f"prompt tokens: random ids in [{low}, {high}] (no tokenizer)")
+    if given.num_given + len(given.skipped) < len(rows):       # some prompts were synthesised
+        notes.append("prompt text: windows of the built-in English corpus (the trace has only token "
+                     "counts)" if prompts is not None else
+                     f"prompt tokens: random ids in [{low}, {high}] (no tokenizer)")
+    notes += given.notes()
     if shared is None:
         return Workload(requests, notes)
     return Workload(requests, notes + shared.notes(), shared.sharing())
@@ -171,6 +194,60 @@ def demo_trace_path() -> Path:
 def default_corpus() -> str:
     """The shipped English corpus (original essays) that prompts are cut from."""
     return CORPUS_PATH.read_text(encoding="utf-8")
+
+
+class _GivenPrompts:
+    """Prompts a JSONL workload row gives as text or token ids: encoded (text, with the
+    tokenizer's special tokens, as ``app.LLM`` encodes) or decoded (ids), used as written (no
+    scaling or clipping). A row that cannot be served is skipped and noted: text without a
+    tokenizer, an id outside the model's vocabulary."""
+
+    def __init__(self, tokenizer: Tokenizer | None, vocab_size: int | None, taken: set) -> None:
+        self.tokenizer, self.vocab_size, self.taken = tokenizer, vocab_size, taken
+        self.num_given = 0
+        self.skipped: list[str] = []
+
+    @staticmethod
+    def has_prompt(row: TraceRow) -> bool:
+        return row.spec is not None and (row.spec.prompt_text is not None
+                                         or row.spec.prompt_token_ids is not None)
+
+    def prompt(self, row: TraceRow) -> tuple[list[int], str | None] | None:
+        """(ids, text) of the row's prompt, or None (noted) when it cannot be served."""
+        spec = row.spec
+        if spec.prompt_text is not None:
+            if self.tokenizer is None:
+                self.skipped.append(f"line {row.line_no}: prompt is text but this engine has no "
+                                    f"tokenizer (the simulated executor): give prompt_tokens")
+                return None
+            self.num_given += 1
+            return list(self.tokenizer.encode(spec.prompt_text)), spec.prompt_text
+        ids = list(spec.prompt_token_ids)
+        if self.vocab_size is not None and max(ids) >= self.vocab_size:
+            self.skipped.append(f"line {row.line_no}: prompt_token_ids has id {max(ids)}, over the "
+                                f"model's vocabulary (ids 0..{self.vocab_size - 1})")
+            return None
+        self.num_given += 1
+        return ids, self.tokenizer.decode(ids) if self.tokenizer is not None else None
+
+    def request_id(self, spec, numbered: str) -> str:
+        """The row's own id, else ``numbered`` (suffixed while a row's own id holds it)."""
+        if spec is not None and spec.request_id:
+            return spec.request_id
+        rid = numbered
+        while rid in self.taken:
+            rid += "_"
+        return rid
+
+    def notes(self) -> list[str]:
+        out = []
+        if self.num_given:
+            out.append(f"{self.num_given} prompts given as text or token ids in the workload file "
+                       f"are used as written (no prompt scaling or clipping)")
+        if self.skipped:
+            out.append(f"{len(self.skipped)} rows skipped: " + "; ".join(self.skipped[:5])
+                       + ("; ..." if len(self.skipped) > 5 else ""))
+        return out
 
 
 class _CorpusPrompts:

@@ -30,6 +30,7 @@ from ui.metrics_plots import MetricsPlots
 from ui.queue_tables import QueueTables
 from ui.record_cache import RecordCache, step_span
 from ui.request_inspector import RequestInspector
+from ui.run_summary import RunSummaryDialog, recording_path
 from ui.slot_timeline import SlotTimeline
 from ui.step_summary import StepSummary
 from ui.theme import apply_theme, fix_size
@@ -146,6 +147,7 @@ class MainWindow(QMainWindow):
             "forward": self._action(v, "Step &forward", self.transport.step_forward, "Shift+Right"),
             "live": self._action(v, "Follow &live", lambda: self.set_following(True), "L"),
             "jump": self._action(v, "&Jump to…", self._focus_jump, "Ctrl+G"),
+            "summary": self._action(v, "Run &summary…", self.show_run_summary, "Ctrl+M"),
         }
         f.insertSeparator(self.actions["quit"])
         self.actions["open"].setEnabled(self.open_recording is not None)
@@ -346,6 +348,16 @@ class MainWindow(QMainWindow):
         dialog = KnobsDialog(self.control, self.state.num_total_blocks, self)
         dialog.accepted.connect(lambda: self.set_following(True))
         dialog.open()
+        return dialog
+
+    def show_run_summary(self) -> RunSummaryDialog | None:
+        """View > Run summary…: the recording's metrics (``batchscope summary``), non-modal."""
+        path = recording_path(self.source)
+        if path is None or not path.exists():
+            self.statusBar().showMessage("No recording to summarise yet", 5000)
+            return None
+        dialog = RunSummaryDialog(path, parent=self)
+        dialog.show()
         return dialog
 
     def closeEvent(self, event) -> None:

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+import pytest
+
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.preemption import FOR_PRIORITY, preemption_info
@@ -42,6 +44,9 @@ from recordings.file_checks import check_file
 from fake_runner import FakeRunner, hash_next_token
 
 ACTIONS = ("abort", "pause", "resume")
+# Actions with a value: a request's new priority (policy "priority"; refused under the others),
+# and the live knob max_num_seqs (request_id unused).
+VALUE_ACTIONS = ("set_priority", "max_num_seqs")
 FINISH_EVENTS = ("finished", "aborted", "failed", "rejected")
 WALL_TIME_FIELDS = ("start_ns", "end_ns", "schedule_ns", "forward_ns", "update_ns", "recorder_wait_ns")
 
@@ -57,8 +62,9 @@ class Arrival:
 @dataclass(frozen=True)
 class Action:
     step: int
-    kind: str            # one of ACTIONS
+    kind: str            # one of ACTIONS or VALUE_ACTIONS
     request_id: str
+    value: int = 0       # the VALUE_ACTIONS' value
 
 
 def blocks_for(num_tokens: int, block_size: int) -> int:
@@ -170,7 +176,7 @@ class InvariantChecker:
     def __init__(self, engine: LLMEngine, runner) -> None:
         self.e = engine
         self.runner = runner
-        self.c = engine.config
+        self.between: dict[str, set[str]] = defaultdict(set)   # event kind -> ids, from knob changes
         self.finished: dict[str, RequestStatus] = {}
         self.rejected: set[str] = set()
         self.streamed: dict[str, list[NewToken]] = defaultdict(list)
@@ -192,6 +198,11 @@ class InvariantChecker:
         assert engine.timeline.snapshot() == self.replay.snapshot()
         assert engine.on_finished is None
         engine.on_finished = self.on_finished
+
+    @property
+    def c(self) -> EngineConfig:
+        """The engine's config now (live knob changes included)."""
+        return self.e.config
 
     def all_requests(self) -> dict[str, Request]:
         return {rid: self.objs[rid] for rid in self.order if rid in self.objs}
@@ -233,6 +244,10 @@ class InvariantChecker:
         assert_state_matches_scheduler(self.e, st)
 
     def after_action(self, act: "Action", ok: bool) -> None:
+        if act.kind == "max_num_seqs":      # preemptions (slots cut) and failures (a group that no
+            for ev in self.e.scheduler.events:        # longer fits), recorded with the next step
+                if ev.kind in ("preempted", "failed"):
+                    self.between[ev.kind].add(ev.request_id)
         if act.kind == "abort" and ok:          # (a group's id aborts its live sequences)
             for rid in self.members.get(act.request_id, [act.request_id]):
                 if rid in self.finished:
@@ -260,6 +275,7 @@ class InvariantChecker:
             num_computed={r.request_id: r.num_computed_tokens for r in s.live_requests()},
             num_output={r.request_id: r.num_output_tokens for r in s.live_requests()},
             num_pending_block_events=len(kv.events),
+            static_batch=set(s.static_batch),
         )
         self.delivered_now = []
 
@@ -316,8 +332,10 @@ class InvariantChecker:
             elif ev.kind == BLOCKS_SWAPPED_OUT:          # right after the GPU table's free event
                 # (or a group's head leaving while swapped out handed its copies of the shared
                 # prompt blocks to the next sequence: between steps, nothing copied)
+                # (or a knob change preempted it between steps)
                 handed = i and rec.block_events[i - 1].kind == BLOCKS_SWAPPED_IN and not in_step
-                assert self.c.preemption_mode == "swap" and (in_step or handed), ev
+                knob_cut = not in_step and ev.request_id in self.between["preempted"]
+                assert self.c.preemption_mode == "swap" and (in_step or handed or knob_cut), ev
                 assert ev.request_id not in self.tables and ev.request_id not in self.cpu_tables, ev
                 assert not set(ev.block_ids) & {b for t in self.cpu_tables.values() for b in t}, (
                     "swapped out into a CPU block that is held", ev)
@@ -470,7 +488,8 @@ class InvariantChecker:
         # nothing is admitted in a step that preempted; each preemption frees what it held.
         pre_ids = set(pre["running"]) | set(pre["paused"])
         assert len(set(rec.preempted_ids)) == len(rec.preempted_ids), rec.preempted_ids
-        assert sorted(rec.preempted_ids) == sorted(ev.request_id for ev in rec.events if ev.kind == "preempted")
+        assert (sorted([*rec.preempted_ids, *self.between["preempted"]])
+                == sorted(ev.request_id for ev in rec.events if ev.kind == "preempted"))
         # (a swapped_out event of no preempted request: a group's head left while swapped out
         # and handed its CPU blocks over)
         swapped_out = {ev.request_id for ev in rec.block_events
@@ -510,7 +529,8 @@ class InvariantChecker:
         started = [rid for rid in pre["waiting"] if rid in admitted or rid in forked]
         assert started == pre["waiting"][:len(started)] and admitted == [r for r in started if r in admitted], (
             "FCFS admission order", admitted, pre["waiting"])
-        reasons = {preemption_info(ev.detail).reason for ev in rec.events if ev.kind == "preempted"}
+        reasons = {preemption_info(ev.detail).reason for ev in rec.events
+                   if ev.kind == "preempted" and ev.request_id in rec.preempted_ids}   # (not knob cuts)
         if reasons - {FOR_PRIORITY}:
             assert not admitted, "admitted a request in a step that preempted one for memory"
         # swapped-out requests first: no admission in a step that began with some or swapped
@@ -554,7 +574,11 @@ class InvariantChecker:
                     assert rid in s.static_batch, (rid, "listed but not a member of the batch")
                 elif rid not in listed:
                     assert rec.not_admitted_reason(rid) == NOT_ADMITTED_STATIC_BATCH, rid
-            assert len(s.static_batch) <= c.max_num_seqs
+            joined = s.static_batch - pre["static_batch"]
+            if joined:      # a batch forms only when the previous one is gone, up to the cap now
+                assert not pre["static_batch"] and len(s.static_batch) <= c.max_num_seqs, (
+                    "static batch formed over a live one or above max_num_seqs", joined)
+            # (a batch formed before max_num_seqs was lowered keeps its members)
             assert all(rid in s.static_batch or rid not in e.requests for rid in admitted), (
                 "static admitted a request outside its batch")
         else:
@@ -608,10 +632,14 @@ class InvariantChecker:
         # A failed forward pass fails exactly the step's requests, with its error; nothing else fails.
         failed = {ev.request_id for ev in rec.events if ev.kind == "failed"}
         if rec.error:       # (and the sequences forked onto a failed head in the step)
-            assert failed == set(sched_ids) | forked and not rec.new_tokens, (rec.error, failed, sched_ids)
-            assert all(self.delivered[rid].error == rec.error for rid in failed)
+            assert failed == set(sched_ids) | forked | self.between["failed"] and not rec.new_tokens, (
+                rec.error, failed, sched_ids)
+            assert all(self.delivered[rid].error == rec.error for rid in failed - self.between["failed"])
         else:
-            assert not failed, failed
+            assert failed == self.between["failed"], failed
+        for rid in self.between["failed"]:
+            assert "max_num_seqs was set to" in self.delivered[rid].error, self.delivered[rid].error
+        self.between.clear()
 
     def at_end(self) -> None:
         """G6 drain and the bookkeeping that must balance once every request finished."""
@@ -672,6 +700,22 @@ def run_workload(config: EngineConfig, arrivals: Sequence[Arrival], actions: Seq
     return result
 
 
+def _apply(engine: LLMEngine, act: Action) -> bool:
+    """Do a user action between steps; whether the engine took it. ``set_priority`` under a policy
+    other than ``priority`` must be refused with ``ValueError`` naming the policy."""
+    if act.kind == "max_num_seqs":
+        return bool(engine.set_knobs(max_num_seqs=act.value))
+    if act.kind == "set_priority":
+        if engine.config.policy != "priority":
+            with pytest.raises(ValueError, match="policy"):
+                engine.set_priority(act.request_id, act.value)
+            return False
+        return engine.set_priority(act.request_id, act.value)
+    fn = {"abort": engine.abort_request, "pause": engine.pause_request,
+          "resume": engine.resume_request}[act.kind]
+    return fn(act.request_id)
+
+
 def _drive(engine: LLMEngine, runner, arrivals: Sequence[Arrival], actions: Sequence[Action],
            max_steps: int, resume_paused_at_end: bool) -> RunResult:
     checker = InvariantChecker(engine, runner)
@@ -690,9 +734,7 @@ def _drive(engine: LLMEngine, runner, arrivals: Sequence[Arrival], actions: Sequ
                 engine.add_request(list(item.prompt), item.params, request_id=item.request_id)
                 checker.after_add(item)
             else:
-                fn = {"abort": engine.abort_request, "pause": engine.pause_request,
-                      "resume": engine.resume_request}[item.kind]
-                results.append((item, fn(item.request_id)))
+                results.append((item, _apply(engine, item)))
                 checker.after_action(item, results[-1][1])
         if step > last:
             s = engine.scheduler

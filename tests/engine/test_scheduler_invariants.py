@@ -3,7 +3,9 @@
 equal a reference run with 10x the KV blocks and no prefix cache) at the end. Prefix caching is
 drawn on or off, over prompts that may share prefixes. Some prompts sample ``n`` > 1 sequences
 (parallel sampling), seeded so that the fake runner's sequences differ: the reference runs each
-sequence as a request of its own with its seed (``solo_arrivals``)."""
+sequence as a request of its own with its seed (``solo_arrivals``). User actions between steps:
+abort, pause, resume, ``set_priority`` (refused unless the policy is ``priority``) and the live
+knob ``max_num_seqs`` (up or down: a cut preempts, swapping out between steps in swap mode)."""
 from __future__ import annotations
 
 from functools import partial
@@ -12,8 +14,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from engine.config import POLICIES, EngineConfig
+from engine.preemption import SLOTS_CUT, preemption_info
 from engine.request import RequestStatus, SamplingParams
-from engine_harness import (ACTIONS, Action, Arrival, assert_outputs_match, distinct_prompt,
+from engine_harness import (ACTIONS, VALUE_ACTIONS, Action, Arrival, assert_outputs_match, distinct_prompt,
                             reference_outputs, run_workload, solo_arrivals, without_wall_times)
 from fake_runner import FakeRunner, ToyTokenizer, hash_next_token
 
@@ -63,8 +66,9 @@ def workloads(draw):
             cut = draw(st.integers(0, prompt_len))
             prompt = distinct_prompt(100 + draw(st.integers(0, num_prefixes - 1)), cut) + prompt[cut:]
         arrivals.append(Arrival(f"r{i}", draw(st.integers(0, 12)), prompt, params))
-    actions = draw(st.lists(st.builds(Action, st.integers(0, 40), st.sampled_from(ACTIONS),
-                                      st.sampled_from([a.request_id for a in arrivals])), max_size=10))
+    actions = draw(st.lists(st.builds(Action, st.integers(0, 40), st.sampled_from(ACTIONS + VALUE_ACTIONS),
+                                      st.sampled_from([a.request_id for a in arrivals]),
+                                      st.integers(1, 6)), max_size=10))
     fail_steps = draw(st.lists(st.integers(0, 60), max_size=1))
     return config, vocab, eos, arrivals, actions, fail_steps
 
@@ -97,6 +101,11 @@ def test_random_workloads_keep_invariants_and_outputs(w):
         event("block shared by live requests")
     if any(ev.kind == "forked" for r in result.records for ev in r.events):
         event("parallel sampling fork")
+    if any(r.knobs for r in result.records):
+        event("live knob change")
+    if any(preemption_info(e.detail).reason == SLOTS_CUT for r in result.records for e in r.events
+           if e.kind == "preempted"):
+        event("preempted by a max_num_seqs cut")
     if runner.num_copied_blocks:
         event("copy-on-write")
     forks = [ev.request_id for r in result.records for ev in r.events if ev.kind == "forked"]
@@ -110,7 +119,8 @@ def test_random_workloads_keep_invariants_and_outputs(w):
     for rid, req in result.requests.items():
         sp = req.sampling_params
         if req.status is RequestStatus.FINISHED_ERROR:
-            assert rid in result.rejected or rid in in_failed, (rid, req.error)
+            knob_cut = "max_num_seqs was set to" in req.error      # a group no longer fits the slots
+            assert rid in result.rejected or rid in in_failed or knob_cut, (rid, req.error)
             assert req.error
             if rid in in_failed:
                 assert "injected failure" in req.error

@@ -11,13 +11,13 @@ import tracemalloc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recordings.traces import (AZURE_HEADER, MAX_ROW_TOKENS, TraceFormatError, load_azure_csv,
+from recordings.traces import (AZURE_HEADER, MAX_TRACE_TOKENS, TraceFormatError, load_azure_csv,
                                load_mooncake_jsonl, load_trace)
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-counts = st.integers(0, MAX_ROW_TOKENS)
+counts = st.integers(0, MAX_TRACE_TOKENS)
 # numbers no row may hold: negative, over the per-row limit, 10^400, not integers
-bad_counts = st.one_of(st.integers(-10**30, -1), st.integers(MAX_ROW_TOKENS + 1, 10**30), st.just(10**400),
+bad_counts = st.one_of(st.integers(-10**30, -1), st.integers(MAX_TRACE_TOKENS + 1, 10**30), st.just(10**400),
                        st.sampled_from(["1e999", "NaN", "0x10", "", "1.5", "null", "true"]))
 bad_stamps = st.one_of(st.just(10**400), st.integers(2**62 + 1, 2**70),
                        st.sampled_from(["1e999", "NaN", "true", '"1"', "null", "[]"]))
@@ -74,7 +74,7 @@ def check_partition(load, text, header_lines):
     assert len(set(rows)) == len(rows) and len(set(errors)) == len(errors)
     assert set(rows) | set(errors) == data and not set(rows) & set(errors)
     assert all(a.arrival_s <= b.arrival_s for a, b in zip(load.rows, load.rows[1:]))
-    assert all(0 <= r.num_prompt_tokens <= MAX_ROW_TOKENS and 0 <= r.num_output_tokens <= MAX_ROW_TOKENS
+    assert all(0 <= r.num_prompt_tokens <= MAX_TRACE_TOKENS and 0 <= r.num_output_tokens <= MAX_TRACE_TOKENS
                for r in load.rows)
     assert all(str(e).startswith(f"line {e.line_no}: ") for e in load.errors)
 

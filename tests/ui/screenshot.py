@@ -23,10 +23,15 @@ def grab_window(path: str, step: int = 20, selected: str | None = "req-2") -> No
     w.show()
     w.show_step(step)
     w.select_request(selected)
+    save_grab(app, w, path)
+
+
+def save_grab(app, widget, path: str) -> None:
+    """Let ``widget`` lay out and paint, save its screenshot to ``path`` and close it."""
     for _ in range(10):
         app.processEvents()
-    w.grab().save(path)
-    w.close()
+    widget.grab().save(path)
+    widget.close()
 
 
 if __name__ == "__main__":
