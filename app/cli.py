@@ -211,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--check", nargs="+", metavar="REC.sqlite",
                      help="also print the fit's relative errors on these recordings (same model and device)")
     from app.compare import add_compare_parser
-    add_compare_parser(sub, _engine_args, _workload_args)
+    add_compare_parser(sub, _engine_args, _workload_args, _slo_args)
     return p
 
 
