@@ -204,11 +204,16 @@ def print_report(reader) -> None:
         print(line)
 
 
-def print_summary(path: str) -> int:
-    """``batchscope summary FILE``: metrics recomputed from a recording's rows, and its provenance."""
+def print_summary(path: str, as_json: bool = False) -> int:
+    """``batchscope summary FILE``: metrics recomputed from a recording's rows, and its provenance
+    (``as_json``: as JSON, ``recordings.export.summary_json``)."""
     from recordings import Reader, RecordingError
     try:
-        print_report(Reader(path))
+        if as_json:
+            from recordings.export.summary_json import summary_json
+            print(summary_json(Reader(path)))
+        else:
+            print_report(Reader(path))
     except RecordingError as e:
         return _fail(str(e))
     return 0

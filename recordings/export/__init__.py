@@ -11,6 +11,6 @@ follows one chunk of steps and the live requests, never the whole recording):
 
 ``batchscope export`` (``app/export.py``) is the command line; docs/export.md the user's guide.
 """
-FORMATS = ("perfetto", "csv", "json", "mooncake")
 
-__all__ = ["FORMATS"]
+
+
