@@ -22,7 +22,6 @@ steps stream by (:class:`recordings.export.trace_file.TraceFile`).
 from __future__ import annotations
 
 import json
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -217,11 +216,3 @@ def _detail_args(detail: str) -> dict[str, Any]:
         return {"detail": detail}
     return parsed if isinstance(parsed, dict) else {"detail": detail}
 
-
-def count_by_name(path: str | Path) -> Counter:
-    """Events of a written trace per (``ph``, name), phases of the request lifecycles by phase
-    name: for reports and tests (loads the whole file: for exports that fit in memory)."""
-    with open(path, encoding="utf-8") as f:
-        events = json.load(f)["traceEvents"]
-    return Counter((e["ph"], e["name"] if e["ph"] != "X" or e.get("cat") != "slot" else "slot run")
-                   for e in events)
