@@ -127,3 +127,18 @@ def test_bad_arguments_leave_no_file(recorded, tmp_path):
         with pytest.raises(OSError):
             export_perfetto(reader, tmp_path / "missing" / "t.json")
     assert not list(tmp_path.glob("*.json"))
+
+
+def test_streams_the_recording_in_chunks_with_the_same_result(recorded, tmp_path, monkeypatch):
+    whole = tmp_path / "whole.json"
+    with Reader(recorded.path) as reader:
+        export_perfetto(reader, whole)
+    import recordings.checks
+    monkeypatch.setattr(recordings.checks, "CHUNK_STEPS", 8)
+    spans = []
+    with Reader(recorded.path) as reader:
+        records = reader.records
+        monkeypatch.setattr(reader, "records", lambda a, b: spans.append(b - a) or records(a, b))
+        export_perfetto(reader, tmp_path / "chunked.json")
+    assert len(spans) == -(-len(recorded.records) // 8) and max(spans) == 8   # never the whole run
+    assert (tmp_path / "chunked.json").read_bytes() == whole.read_bytes()
