@@ -92,7 +92,7 @@ def _metadata(out: TraceFile, max_num_seqs: int, tb: TimeBase) -> None:
     """Process and thread names and sort orders (``ph`` ``M``)."""
     width = len(str(max_num_seqs - 1))
     for pid, name in PROCESS_NAMES.items():
-        label = f"{name} ({tb.description.split(':')[0]})" if pid == SLOTS_PID else name
+        label = f"{name} ({tb.clock} clock)" if pid == SLOTS_PID else name
         out.emit({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": label}})
         out.emit({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
                   "args": {"sort_index": pid}})
