@@ -142,3 +142,14 @@ def test_streams_the_recording_in_chunks_with_the_same_result(recorded, tmp_path
         export_perfetto(reader, tmp_path / "chunked.json")
     assert len(spans) == -(-len(recorded.records) // 8) and max(spans) == 8   # never the whole run
     assert (tmp_path / "chunked.json").read_bytes() == whole.read_bytes()
+
+
+def test_swap_preemptions_show_in_the_swapped_queue(tmp_path):
+    rec = sim_demo(tmp_path / "swap.sqlite", 60, "--preemption-mode", "swap", "--num-cpu-blocks", "64")
+    _, events = _export(rec, tmp_path / "t.json")
+    swapped = [e["args"]["swapped"] for e in _by(events, "C") if e["name"] == "queues"]
+    with Reader(rec) as reader:
+        assert swapped == [len(reader.state_at(k).queue_rows("swapped"))
+                           for k in range(reader.latest_step() + 1)]
+    assert max(swapped) > 0
+    assert "swap" in {e["args"]["mode"] for e in _by(events, "i", "preemption")}
