@@ -198,7 +198,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="stop after this many problems (default: %(default)s)")
     summ = sub.add_parser("summary", help="print the metrics of a recording, recomputed from its rows")
     summ.add_argument("recording")
+    summ.add_argument("--json", action="store_true", help="print the summary as JSON (as 'export --format json')")
     _slo_args(summ)
+    from app.export import add_export_parser
+    add_export_parser(sub)
     fit = sub.add_parser("fit", help="fit the simulated executor's overheads and efficiency factors to a real "
                                      "recording's step times")
     fit.add_argument("recording", help="a recording of a real (not simulated) run")
@@ -234,7 +237,11 @@ def main(argv: list[str] | None = None) -> int:
             return run_fit(args)
         if command == "summary":
             from app.headless import print_summary
-            return print_summary(args.recording, slo_ttft=args.slo_ttft, slo_tpot=args.slo_tpot)
+            return print_summary(args.recording, slo_ttft=args.slo_ttft, slo_tpot=args.slo_tpot,
+                                 as_json=args.json)
+        if command == "export":
+            from app.export import run_export
+            return run_export(args)
         if command == "check":
             from app.check import run_check
             return run_check(args.recording, max_problems=args.max_problems)

@@ -202,9 +202,12 @@ def print_report(reader, slo=None) -> None:
         print(line)
 
 
-def print_summary(path: str, slo_ttft: float | None = None, slo_tpot: float | None = None) -> int:
-    """``batchscope summary FILE [--slo-ttft MS] [--slo-tpot MS]``: metrics recomputed from a
-    recording's rows, and its provenance. Returns 2 for a bad SLO, 1 for a bad file."""
+def print_summary(path: str, slo_ttft: float | None = None, slo_tpot: float | None = None,
+                  as_json: bool = False) -> int:
+    """``batchscope summary FILE [--slo-ttft MS] [--slo-tpot MS] [--json]``: metrics recomputed
+    from a recording's rows, and its provenance (``as_json``: as JSON,
+    ``recordings.export.summary_json``; the SLOs apply to the text report). Returns 2 for a bad
+    SLO, 1 for a bad file."""
     from recordings import Reader, RecordingError
     from recordings.serving_metrics import Slo
     try:
@@ -213,7 +216,11 @@ def print_summary(path: str, slo_ttft: float | None = None, slo_tpot: float | No
         print(f"batchscope: {e}", file=sys.stderr)
         return 2
     try:
-        print_report(Reader(path), slo)
+        if as_json:
+            from recordings.export.summary_json import summary_json
+            print(summary_json(Reader(path)))
+        else:
+            print_report(Reader(path), slo)
     except RecordingError as e:
         return _fail(str(e))
     return 0
