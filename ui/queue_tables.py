@@ -6,7 +6,7 @@ before any admission) shows only in runs with a swap pool.
 Selecting a row emits ``requestSelected``; the selection follows its request through updates (a
 row is a position: when the queue changes the selection moves to the request's new row). A
 right-click on a row opens the request menu (pause / resume / abort; set priority under the
-priority policy) when a live engine is attached.
+priority policy, move to the front of the queue under fcfs) when a live engine is attached.
 """
 from __future__ import annotations
 
@@ -318,5 +318,6 @@ class QueueTables(QWidget):
             return
         model = self.models[name]
         priority = model.priority(index.row()) if self.policy == "priority" else None
-        menu = request_menu(self.control, model.view(index.row()), view, priority=priority)
+        menu = request_menu(self.control, model.view(index.row()), view, priority=priority,
+                            move_to_front=self.policy == "fcfs")
         menu.exec(view.viewport().mapToGlobal(pos))

@@ -31,7 +31,7 @@ NOT_ADMITTED_TEXT = {
     NOT_ADMITTED_TOKEN_BUDGET: "token budget spent",
     NOT_ADMITTED_NO_FREE_BLOCKS: "no free KV blocks",
     NOT_ADMITTED_SEQ_CAP: "batch slots full",
-    NOT_ADMITTED_BEHIND: "behind older request",
+    NOT_ADMITTED_BEHIND: "behind the queue's first request",   # older, or moved to the front
     NOT_ADMITTED_LOWER_PRIORITY: "lower priority",
     NOT_ADMITTED_STATIC_BATCH: "static batch still running",
     NOT_ADMITTED_SWAPPED_FIRST: "swapped-out requests resume first",

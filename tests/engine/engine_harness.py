@@ -40,7 +40,7 @@ from engine.timeline import StateTimeline
 from recordings.checks import StateChecker, check_recording
 from fake_runner import FakeRunner, hash_next_token
 
-ACTIONS = ("abort", "pause", "resume")
+ACTIONS = ("abort", "pause", "resume", "move_to_front")
 FINISH_EVENTS = ("finished", "aborted", "failed", "rejected")
 WALL_TIME_FIELDS = ("start_ns", "end_ns", "schedule_ns", "forward_ns", "update_ns", "recorder_wait_ns")
 
@@ -690,7 +690,7 @@ def _drive(engine: LLMEngine, runner, arrivals: Sequence[Arrival], actions: Sequ
                 checker.after_add(item)
             else:
                 fn = {"abort": engine.abort_request, "pause": engine.pause_request,
-                      "resume": engine.resume_request}[item.kind]
+                      "resume": engine.resume_request, "move_to_front": engine.move_to_front}[item.kind]
                 results.append((item, fn(item.request_id)))
                 checker.after_action(item, results[-1][1])
         if step > last:

@@ -50,7 +50,7 @@ def test_models_are_the_state_columns_at_scale(qtbot, big):
     # FCFS: the oldest waiting request found the batch slots full, every other one waits behind it
     assert [rid for rid, _ in record.not_admitted] == [waiting.request_id(0)]
     assert waiting.data(waiting.index(0, REASON_COLUMN)) == NOT_ADMITTED_TEXT[record.not_admitted[0][1]]
-    assert waiting.data(waiting.index(9_999, REASON_COLUMN)) == "behind older request"
+    assert waiting.data(waiting.index(9_999, REASON_COLUMN)) == "behind the queue's first request"
     assert w.tabs.tabText(1) == "Waiting (10,000)"
 
 
