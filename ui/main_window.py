@@ -33,7 +33,7 @@ from ui.request_inspector import RequestInspector
 from ui.slot_timeline import SlotTimeline
 from ui.step_summary import StepSummary
 from ui.theme import apply_theme, fix_size
-from ui.transport import FRAME_MS, TransportBar
+from ui.transport import FRAME_MS, LOADING_TEXT, TransportBar
 
 # widest text of the status-bar fields that change every frame (their fixed sizes)
 STATUS_TEMPLATES = {"step": "step 8888888 of 8888888  (scrubbed)", "clock": "clock 8.888e+88 steps",
@@ -108,7 +108,7 @@ class MainWindow(QMainWindow):
         bottom.addWidget(_group("Requests", self.queues))
         bottom.addWidget(_group("Metrics", self.metrics))
         bottom.addWidget(_group("Selected request", LayoutFence(self.inspector)))
-        bottom.setSizes([640, 560, 400])
+        bottom.setSizes([700, 520, 380])
         main = QSplitter(Qt.Vertical)
         main.addWidget(top)
         main.addWidget(bottom)
@@ -262,7 +262,8 @@ class MainWindow(QMainWindow):
             latest, k = self.shown_step, self.shown_step
             self._source_error = f"Could not read step {k}: {type(e).__name__}: {e}"
         self.transport.set_position(k, latest, self.following)
-        step_text = f"step {k} of {latest}" + ("" if self.following else "  (scrubbed)")
+        step_text = (f"step {k} of {latest}" + ("" if self.following else "  (scrubbed)")
+                     if latest >= 0 else LOADING_TEXT if self.control is not None else "no steps recorded")
         if self.status["step"].text() != step_text:
             self.status["step"].setText(step_text)
         self._show_errors()

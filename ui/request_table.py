@@ -38,7 +38,9 @@ NOT_ADMITTED_TEXT = {
 }
 PREEMPTED_TEXT = "preempted in this step"
 PAUSED_TEXT = "paused by user"
-SWAPPED_TEXT = "swapped out to the CPU: resumes before new admissions"
+SWAPPED_TEXT = "swapped out to the CPU: resumes first"
+# every fixed text the reason column shows (its starting width fits the widest)
+REASON_TEXTS = (*NOT_ADMITTED_TEXT.values(), PREEMPTED_TEXT, PAUSED_TEXT, SWAPPED_TEXT)
 # the state columns each table column (COLUMNS) is made of: a cell whose columns did not
 # change needs no repaint
 CELL_SOURCES = ((), ("status",), ("num_prompt_tokens",), ("num_output_tokens", "max_tokens"),

@@ -147,3 +147,50 @@ def test_finished_table_shows_the_recently_finished_newest_first(qtbot, source):
     assert m.rowCount() == len(views) >= 4
     for i, v in enumerate(views):
         assert cells(m, i)[0] == v.request_id and cells(m, i)[REASON_COLUMN] == f"finished: {v.finish_reason}"
+
+
+def test_rows_hold_still_under_the_pointer_and_catch_up_when_it_leaves(qtbot):
+    from PySide6.QtCore import QEvent
+    from PySide6.QtWidgets import QApplication
+
+    from fakes import FakeSource
+    source = FakeSource(3, max_num_seqs=2, workload=tuple((40, 6, 0) for _ in range(10)))
+    w = QueueTables()
+    qtbot.addWidget(w)
+    w.show()
+    w.set_state(source.state_at(2), source.history[2])
+    model, view = w.models["waiting"], w.views["waiting"]
+    before = [model.request_id(i) for i in range(model.rowCount())]
+    w.tabs.setCurrentWidget(view)
+    QApplication.sendEvent(view.viewport(), QEvent(QEvent.Type.Enter))
+    assert w.held == {"waiting"}
+    source.advance(12)                         # requests finish, the first waiting are admitted
+    state = source.state_at(source.latest_step())
+    w.set_state(state, source.history[-1])
+    assert [model.request_id(i) for i in range(model.rowCount())] == before      # still
+    assert w.tabs.tabText(1) == f"Waiting ({len(state.waiting)} · held)"
+    assert w.models["running"].row_of(state.running[0].request_id) is not None   # others follow
+    QApplication.sendEvent(view.viewport(), QEvent(QEvent.Type.Leave))
+    assert not w.held and w.tabs.tabText(1) == f"Waiting ({len(state.waiting)})"
+    assert [model.request_id(i) for i in range(model.rowCount())] == [r.request_id for r in state.waiting]
+    assert len(state.waiting) < len(before)
+
+
+def test_reason_column_fits_every_reason_and_takes_the_room_left(qtbot):
+    from ui.request_table import REASON_TEXTS
+    w = QueueTables()
+    qtbot.addWidget(w)
+    w.resize(1400, 300)
+    w.show()
+    view = w.views["running"]
+    header = view.horizontalHeader()
+    widest = max(view.fontMetrics().horizontalAdvance(t) for t in REASON_TEXTS)
+    assert header.visualIndex(REASON_COLUMN) == 2                     # after id and state
+    shown = [c for c in range(len(COLUMNS)) if not header.isSectionHidden(c)]
+    assert sum(header.sectionSize(c) for c in shown) == view.viewport().width()
+    w.resize(400, 300)                                                # narrow: scroll, not squeeze
+    qtbot.wait(10)
+    assert view.columnWidth(REASON_COLUMN) > widest
+    w.set_time_unit("steps")                                          # headers with their unit fit
+    ttft = COLUMNS.index("TTFT")
+    assert view.columnWidth(ttft) > header.fontMetrics().horizontalAdvance("TTFT (steps)")
