@@ -262,11 +262,18 @@ class MainWindow(QMainWindow):
         worker.failed.connect(lambda message: worker is self.check and self._checked(None, 0, message), queued)
         worker.start()
 
-    def _stop_check(self) -> None:
-        if self.check is not None:
-            self.check.cancel()
-            self.check.wait(5000)
-            self.check = None
+    def _stop_check(self, wait: bool = False) -> None:
+        """Cancel the running check: it stops at its next step, its signals are ignored from
+        now on and it deletes itself once finished (``wait``: block until then, as the window
+        closes: a thread must not outlive its window)."""
+        worker, self.check = self.check, None
+        if worker is None:
+            return
+        worker.cancel()
+        if wait:
+            worker.wait()
+        elif worker.isRunning():
+            worker.finished.connect(worker.deleteLater)
 
     def _checked(self, problems: list | None, num_steps: int, error: str = "") -> None:
         self.check_problems = problems
@@ -455,7 +462,7 @@ class MainWindow(QMainWindow):
         return dialog
 
     def closeEvent(self, event) -> None:
-        self._stop_check()
+        self._stop_check(wait=True)
         self.timer.stop()
         self.transport.timer.stop()
         super().closeEvent(event)

@@ -69,8 +69,12 @@ def test_opening_another_file_cancels_the_running_check(qtbot, tmp_path, monkeyp
     first, second = recording(tmp_path, 80, "a.sqlite"), recording(tmp_path, 12, "b.sqlite")
     w = shown_window(qtbot, Reader(first))
     old = w.check
-    w.set_source(Reader(second))
-    assert old.cancelled and old.isFinished() and w.check is not old
+    stopped: list[bool] = []
+    old.finished.connect(lambda: stopped.append(True))
+    already = old.isFinished()
+    w.set_source(Reader(second))                    # does not wait for the old check to stop
+    assert old.cancelled and w.check is not old
+    qtbot.waitUntil(lambda: already or bool(stopped), timeout=10_000)
     wait_checked(qtbot, w)
     assert w.run_end is not None and not w.run_end.is_complete
     w.close()
