@@ -9,8 +9,8 @@ the pointer is over a table its rows hold still (the table shows the state it sh
 pointer came in; the tab's count goes on and says "held"): a request that finishes or is
 admitted does not shift the rows under the cursor, so a click picks the request the user aimed
 at; the table catches up when the pointer leaves. The reason column comes third, starts wide
-enough for every fixed reason and takes the width left over; longer texts (errors) are elided,
-whole in the tooltip. A
+enough for every fixed reason of its queue and takes the width left over; longer texts (errors)
+are elided, whole in the tooltip (the running table has none: a running request has no reason). A
 right-click on a row opens the request menu (pause / resume / abort; set priority under the
 priority policy, move to the front of the queue under fcfs) when a live engine is attached.
 """
@@ -114,6 +114,8 @@ class QueueView(QTableView):
     def fit_reason_column(self) -> None:
         """Give the reason column ``reason_width`` or all the room the others leave."""
         header = self.horizontalHeader()
+        if header.isSectionHidden(REASON_COLUMN):
+            return
         others = sum(header.sectionSize(c) for c in range(header.count())
                      if c != REASON_COLUMN and not header.isSectionHidden(c))
         width = max(self.reason_width, self.viewport().width() - others)
@@ -257,9 +259,14 @@ class QueueTables(QWidget):
             view.verticalHeader().setDefaultSectionSize(22)
             hh = view.horizontalHeader()
             hh.setSectionResizeMode(QHeaderView.Interactive)
-            hh.moveSection(hh.visualIndex(REASON_COLUMN), 2)
             hh.sectionResized.connect(lambda *_a, v=view: v.fit_reason_column())
-            view.reason_width = max(view.fontMetrics().horizontalAdvance(t) for t in REASON_TEXTS) + 2 * PAD + 6
+            view.reason_width = max((view.fontMetrics().horizontalAdvance(t) for t in REASON_TEXTS[name]),
+                                    default=0) + 2 * PAD + 6
+            if REASON_TEXTS[name]:
+                hh.moveSection(hh.visualIndex(REASON_COLUMN), 2)
+            else:               # (hidden where it is: a moved hidden section leaves a gap in Qt 6)
+                view.setColumnHidden(REASON_COLUMN, True)
+                hh.setSectionResizeMode(1, QHeaderView.Stretch)    # the state takes the room left
             view.viewport().installEventFilter(_PointerWatch(self, name))
             view.setContextMenuPolicy(Qt.CustomContextMenu)
             view.customContextMenuRequested.connect(lambda p, n=name: self._menu(n, p))

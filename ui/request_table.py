@@ -39,8 +39,11 @@ NOT_ADMITTED_TEXT = {
 PREEMPTED_TEXT = "preempted in this step"
 PAUSED_TEXT = "paused by user"
 SWAPPED_TEXT = "swapped out to the CPU: resumes first"
-# every fixed text the reason column shows (its starting width fits the widest)
-REASON_TEXTS = (*NOT_ADMITTED_TEXT.values(), PREEMPTED_TEXT, PAUSED_TEXT, SWAPPED_TEXT)
+# the fixed texts the reason column of each queue's table shows (its starting width fits the
+# widest; a running request has none: the running table has no reason column)
+REASON_TEXTS = {"running": (), "waiting": (*NOT_ADMITTED_TEXT.values(), PREEMPTED_TEXT),
+                "swapped": (SWAPPED_TEXT,), "paused": (PAUSED_TEXT,),
+                "finished": ("finished: length", "finished: stop", "finished: aborted")}
 # the state columns each table column (COLUMNS) is made of: a cell whose columns did not
 # change needs no repaint
 CELL_SOURCES = ((), ("status",), ("num_prompt_tokens",), ("num_output_tokens", "max_tokens"),

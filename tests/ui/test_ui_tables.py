@@ -182,9 +182,12 @@ def test_reason_column_fits_every_reason_and_takes_the_room_left(qtbot):
     qtbot.addWidget(w)
     w.resize(1400, 300)
     w.show()
-    view = w.views["running"]
+    w.tabs.setCurrentIndex(1)                                         # waiting
+    qtbot.wait(10)
+    assert w.views["running"].isColumnHidden(REASON_COLUMN)          # never a reason there
+    view = w.views["waiting"]
     header = view.horizontalHeader()
-    widest = max(view.fontMetrics().horizontalAdvance(t) for t in REASON_TEXTS)
+    widest = max(view.fontMetrics().horizontalAdvance(t) for t in REASON_TEXTS["waiting"])
     assert header.visualIndex(REASON_COLUMN) == 2                     # after id and state
     shown = [c for c in range(len(COLUMNS)) if not header.isSectionHidden(c)]
     assert sum(header.sectionSize(c) for c in shown) == view.viewport().width()
