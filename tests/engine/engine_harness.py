@@ -637,6 +637,25 @@ class InvariantChecker:
             assert set(released) == set(self.order) - self.rejected
 
 
+def action_call(engine: LLMEngine, kind: str):
+    """The engine's call for action ``kind`` (one of :data:`ACTIONS`), request id -> bool.
+    ``move_to_front`` under a policy other than ``fcfs`` must be refused with a ``ValueError``
+    (asserted) and then changes nothing (False)."""
+    if kind != "move_to_front":
+        return getattr(engine, f"{kind}_request")
+    if engine.config.policy == "fcfs":
+        return engine.move_to_front
+
+    def refused(request_id: str) -> bool:
+        try:
+            engine.move_to_front(request_id)
+        except ValueError as e:
+            assert "policy='fcfs'" in str(e), e
+            return False
+        raise AssertionError(f"move_to_front accepted under policy {engine.config.policy!r}")
+    return refused
+
+
 def run_workload(config: EngineConfig, arrivals: Sequence[Arrival], actions: Sequence[Action] = (), *,
                  runner=None, tokenizer=None, eos_token_id: int | None = None,
                  next_token_fn=hash_next_token, max_steps: int = 5000,
@@ -689,9 +708,7 @@ def _drive(engine: LLMEngine, runner, arrivals: Sequence[Arrival], actions: Sequ
                 engine.add_request(list(item.prompt), item.params, request_id=item.request_id)
                 checker.after_add(item)
             else:
-                fn = {"abort": engine.abort_request, "pause": engine.pause_request,
-                      "resume": engine.resume_request, "move_to_front": engine.move_to_front}[item.kind]
-                results.append((item, fn(item.request_id)))
+                results.append((item, action_call(engine, item.kind)(item.request_id)))
                 checker.after_action(item, results[-1][1])
         if step > last:
             s = engine.scheduler
