@@ -46,6 +46,8 @@ from ui.step_summary import StepSummary
 from ui.theme import apply_theme, fix_size
 from ui.transport import FRAME_MS, LOADING_TEXT, TransportBar
 
+CHECK_TIP = ("The recording checked as `batchscope check` does (G1-G4 every step, G6 at the end); "
+             "click to list the problems")
 # widest text of the status-bar fields that change every frame (their fixed sizes)
 STATUS_TEMPLATES = {"step": "step 8888888 of 8888888  (scrubbed)", "clock": "clock 8.888e+88 steps",
                     "kv": "KV 100% (888,888/888,888 blocks)", "tps": "8,888,888 output tok/s"}
@@ -169,9 +171,7 @@ class MainWindow(QMainWindow):
         for k, template in STATUS_TEMPLATES.items():
             fix_size(self.status[k], template)
         self.end_btn = self._status_button("", self.show_unfinished)
-        self.check_btn = self._status_button("The recording checked as `batchscope check` does "
-                                             "(G1-G4 every step, G6 at the end); click to list "
-                                             "the problems", self.show_problems)
+        self.check_btn = self._status_button(CHECK_TIP, self.show_problems)
         for k, lab in self.status.items():
             if k == "run":
                 self.statusBar().addPermanentWidget(self.end_btn)
@@ -253,6 +253,8 @@ class MainWindow(QMainWindow):
         if path is None:
             return
         self.check_btn.setText("checking…")
+        self.check_btn.setToolTip(CHECK_TIP)
+        self.check_btn.setStyleSheet("")
         self.check = worker = CheckWorker(path, self)
         queued = Qt.ConnectionType.QueuedConnection        # into this (the GUI) thread
         worker.progress.connect(lambda done, total: worker is self.check and self.check_btn.setText(
@@ -272,7 +274,9 @@ class MainWindow(QMainWindow):
         worker.cancel()
         if wait:
             worker.wait()
-        elif worker.isRunning():
+        elif worker.isFinished():
+            worker.deleteLater()
+        else:
             worker.finished.connect(worker.deleteLater)
 
     def _checked(self, problems: list | None, num_steps: int, error: str = "") -> None:
@@ -288,7 +292,6 @@ class MainWindow(QMainWindow):
             self.check_btn.setText("check: clean")
             self.check_btn.setToolTip(f"{num_steps:,} steps checked: no invariant violated "
                                       "(G1 blocks, G3 queues, G4 limits, G6 drain)")
-            self.check_btn.setStyleSheet("")
 
     def _show_findings(self, title: str, summary: str, findings: list) -> FindingsDialog:
         if self.findings is not None:

@@ -105,3 +105,12 @@ def test_a_live_engine_is_not_checked(qtbot, source, control):
     w = shown_window(qtbot, source, control)
     assert w.check is None and w.check_btn.isHidden() and w.end_btn.isHidden()
 
+
+
+def test_a_file_the_check_cannot_read_says_so(qtbot, tmp_path):
+    source = FakeSource(4)
+    source.path = tmp_path / "not-a-recording.sqlite"
+    source.path.write_bytes(b"this is not SQLite")
+    w = shown_window(qtbot, source)
+    qtbot.waitUntil(lambda: w.check_btn.text() == "check failed", timeout=30_000)
+    assert "could not be checked" in w.check_btn.toolTip() and w.show_problems() is None
