@@ -5,16 +5,20 @@ before any admission) shows only in runs with a swap pool.
 
 Selecting a row emits ``requestSelected``; the selection follows its request through updates (a
 row is a position: when the queue changes the selection moves to the request's new row). While
-the pointer is over a table its rows hold still (the table shows the state it showed when the
-pointer came in; the tab's count goes on and says "held"): a request that finishes or is
-admitted does not shift the rows under the cursor, so a click picks the request the user aimed
-at; the table catches up when the pointer leaves. The reason column comes third, starts wide
+the pointer moves over a table, and for :data:`HOLD_S` seconds after it last moved, and while a
+button is held down, its rows hold still (the table shows the state it showed when the pointer
+came in; the tab's count goes on and says "held"): a request that finishes or is admitted does
+not shift the rows under the cursor, so a click picks the request the user aimed at. The table
+catches up when the pointer leaves or rests. The reason column comes third, starts wide
 enough for every fixed reason of its queue and takes the width left over; longer texts (errors)
 are elided, whole in the tooltip (the running table has none: a running request has no reason). A
 right-click on a row opens the request menu (pause / resume / abort; set priority under the
 priority policy, move to the front of the queue under fcfs) when a live engine is attached.
 """
 from __future__ import annotations
+
+import math
+import time
 
 import numpy as np
 from PySide6.QtCore import QEvent, QObject, QPoint, QRect, QSize, Qt, Signal
@@ -38,6 +42,7 @@ _NO_ROWS = np.zeros(0, np.int64)
 # ResizeToContents would re-query every row on each frame
 WIDTH_CHARS = (7, 8, 4, 9, 6, 6, 3, 3)
 HELD = "held"              # in a tab's title while the pointer holds its rows still
+HOLD_S = 2.0               # seconds a table's rows hold still after the pointer last moved on it
 
 
 def visible_rows(view: QTableView) -> tuple[int, int]:
@@ -211,8 +216,13 @@ class QueueTabs(QWidget):
         self.bar.setCurrentIndex(self.stack.indexOf(page))
 
 
+_T = QEvent.Type
+_ACTIVE = frozenset((_T.Enter, _T.MouseMove, _T.MouseButtonRelease, _T.Wheel))
+
+
 class _PointerWatch(QObject):
-    """Tells ``QueueTables.hold`` when the pointer enters or leaves a table's viewport."""
+    """Tells ``QueueTables.hold`` what the pointer does on a table's viewport: comes in or
+    moves (hold), presses a button (hold until released), leaves (catch up)."""
 
     def __init__(self, tables: "QueueTables", name: str):
         super().__init__(tables)
@@ -220,9 +230,11 @@ class _PointerWatch(QObject):
 
     def eventFilter(self, obj, event) -> bool:
         kind = event.type()
-        if kind == QEvent.Type.Enter:
+        if kind in _ACTIVE:
             self.tables.hold(self.name, True)
-        elif kind == QEvent.Type.Leave:
+        elif kind == _T.MouseButtonPress:
+            self.tables.hold(self.name, True, pressed=True)
+        elif kind == _T.Leave:
             self.tables.hold(self.name, False)
         return False
 
@@ -239,7 +251,9 @@ class QueueTables(QWidget):
         self.policy = ""                          # the run's scheduling policy (set_policy)
         self.selected: str | None = None
         self._restoring = False                   # selecting rows for the model, not the user
-        self.held: set[str] = set()               # tables whose rows hold still (pointer over)
+        # tables the pointer is over -> when it last moved there (inf: a button is down)
+        self.held: dict[str, float] = {}
+        self.clock = time.monotonic               # (tests give their own)
         self._pending: tuple | None = None        # (state, record) a held table has not shown
         self.models: dict[str, RequestTableModel] = {}
         self.views: dict[str, QTableView] = {}
@@ -267,6 +281,7 @@ class QueueTables(QWidget):
             else:               # (hidden where it is: a moved hidden section leaves a gap in Qt 6)
                 view.setColumnHidden(REASON_COLUMN, True)
                 hh.setSectionResizeMode(1, QHeaderView.Stretch)    # the state takes the room left
+            view.setMouseTracking(True)             # moves without a button count as activity
             view.viewport().installEventFilter(_PointerWatch(self, name))
             view.setContextMenuPolicy(Qt.CustomContextMenu)
             view.customContextMenuRequested.connect(lambda p, n=name: self._menu(n, p))
@@ -311,9 +326,10 @@ class QueueTables(QWidget):
         """Show ``state``'s queues; ``record`` (the shown step's record or summary) says why
         waiting requests were not admitted."""
         self._pending = (state, record) if self.held else None
+        now = self.clock()
         for i, name in enumerate(QUEUES):
             model = self.models[name]
-            if name in self.held:                   # rows hold still under the pointer
+            if now - self.held.get(name, -math.inf) < HOLD_S:    # rows hold still under the pointer
                 n = len(state.recently_finished) if name == "finished" else len(self._rows(state, name))
                 self._set_title(i, f"{name.capitalize()} ({n:,} · {HELD})")
                 continue
@@ -331,13 +347,14 @@ class QueueTables(QWidget):
         if self.tabs.tabText(index) != title:
             self.tabs.setTabText(index, title)
 
-    def hold(self, name: str, on: bool) -> None:
-        """Hold table ``name``'s rows still (``on``: the pointer came over it) or let it catch
-        up with the newest state it was given (the pointer left)."""
+    def hold(self, name: str, on: bool, pressed: bool = False) -> None:
+        """Hold table ``name``'s rows still for :data:`HOLD_S` seconds from now (``on``: the
+        pointer came over it or moved; ``pressed``: until the next call, a button is down), or
+        let it catch up with the newest state it was given (the pointer left)."""
         if on:
-            self.held.add(name)
+            self.held[name] = math.inf if pressed else self.clock()
             return
-        self.held.discard(name)
+        self.held.pop(name, None)
         if self._pending is not None:
             self.set_state(*self._pending)
 

@@ -161,9 +161,11 @@ def test_rows_hold_still_under_the_pointer_and_catch_up_when_it_leaves(qtbot):
     w.set_state(source.state_at(2), source.history[2])
     model, view = w.models["waiting"], w.views["waiting"]
     before = [model.request_id(i) for i in range(model.rowCount())]
+    now = [100.0]
+    w.clock = lambda: now[0]
     w.tabs.setCurrentWidget(view)
     QApplication.sendEvent(view.viewport(), QEvent(QEvent.Type.Enter))
-    assert w.held == {"waiting"}
+    assert set(w.held) == {"waiting"}
     source.advance(12)                         # requests finish, the first waiting are admitted
     state = source.state_at(source.latest_step())
     w.set_state(state, source.history[-1])
@@ -174,6 +176,33 @@ def test_rows_hold_still_under_the_pointer_and_catch_up_when_it_leaves(qtbot):
     assert not w.held and w.tabs.tabText(1) == f"Waiting ({len(state.waiting)})"
     assert [model.request_id(i) for i in range(model.rowCount())] == [r.request_id for r in state.waiting]
     assert len(state.waiting) < len(before)
+
+
+def test_a_resting_pointer_lets_the_rows_catch_up_a_pressed_button_does_not(qtbot):
+    from fakes import FakeSource
+    from ui.queue_tables import HOLD_S
+    source = FakeSource(30, max_num_seqs=2, workload=tuple((40, 6, 0) for _ in range(10)))
+    w = QueueTables()
+    qtbot.addWidget(w)
+    now = [50.0]
+    w.clock = lambda: now[0]
+    model = w.models["waiting"]
+
+    def show(k: int) -> list[str]:
+        w.set_state(source.state_at(k), source.history[k])
+        return [model.request_id(i) for i in range(model.rowCount())]
+    first = show(2)
+    w.hold("waiting", True)                    # the pointer moved over the table
+    now[0] += HOLD_S / 2
+    assert show(12) == first                   # still moving about: held
+    now[0] += HOLD_S                           # it rested: the table catches up
+    assert show(12) == [r.request_id for r in source.state_at(12).waiting] != first
+    w.hold("waiting", True, pressed=True)      # a button down holds however long
+    now[0] += 10 * HOLD_S
+    assert show(24) == show(12) == [r.request_id for r in source.state_at(12).waiting]
+    w.hold("waiting", True)                    # released: held from now on for HOLD_S
+    now[0] += 2 * HOLD_S
+    assert show(24) == [r.request_id for r in source.state_at(24).waiting]
 
 
 def test_reason_column_fits_every_reason_and_takes_the_room_left(qtbot):
