@@ -198,6 +198,8 @@ class MainWindow(QMainWindow):
         self.inspector.set_source(source, control)
         self.queues.set_control(control)
         self.transport.set_control(control)
+        if self.run_end is not None and not self.run_end.closed:
+            self.transport.live_btn.show()      # a file still being written: its newest step can be followed
         for name in ("inject", "knobs"):
             self.actions[name].setEnabled(control is not None)
         self.status["mode"].setText("<b>LIVE</b>" if control is not None else "<b>REPLAY</b>")

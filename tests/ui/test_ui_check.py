@@ -114,3 +114,20 @@ def test_a_file_the_check_cannot_read_says_so(qtbot, tmp_path):
     w = shown_window(qtbot, source)
     qtbot.waitUntil(lambda: w.check_btn.text() == "check failed", timeout=30_000)
     assert "could not be checked" in w.check_btn.toolTip() and w.show_problems() is None
+
+
+def test_a_file_still_being_written_can_be_followed(qtbot, tmp_path):
+    path = tmp_path / "growing.sqlite"
+    source = FakeSource(6, record_to=path)
+    try:
+        source.writer.flush()
+        reader = Reader(path)
+        w = shown_window(qtbot, reader)
+        assert not w.run_end.closed and "not closed" in w.windowTitle()
+        assert w.transport.live_btn.isVisible()
+        source.advance(5)
+        source.writer.flush()
+        w.refresh()
+        assert w.shown_step == reader.latest_step() == 10
+    finally:
+        source.close()
