@@ -10,8 +10,8 @@ window never builds an engine or opens a recording itself: ``open_recording(path
 ``app/``) does.
 
 A replayed recording is checked in the background as ``batchscope check`` does
-(``ui.check_worker``: its own reader, progress in the status bar, cancelled when another file is
-opened or the window closes); the status bar then says "check: clean" or the number of
+(``ui.check_worker``: a child process with its own reader, progress in the status bar, cancelled
+when another file is opened or the window closes); the status bar then says "check: clean" or the number of
 problems, a button that lists them (``ui.check_dialog``: a click shows the step). A run cut
 short is marked incomplete in the title and the status bar (``ui.run_end``), with a button
 that lists its unfinished requests.
@@ -258,12 +258,10 @@ class MainWindow(QMainWindow):
         self.check_btn.setToolTip(CHECK_TIP)
         self.check_btn.setStyleSheet("")
         self.check = worker = CheckWorker(path, self)
-        queued = Qt.ConnectionType.QueuedConnection        # into this (the GUI) thread
         worker.progress.connect(lambda done, total: worker is self.check and self.check_btn.setText(
-            f"checking… {100 * done // max(total, 1)}%"), queued)
-        worker.checked.connect(lambda problems, total: worker is self.check and self._checked(problems, total),
-                               queued)
-        worker.failed.connect(lambda message: worker is self.check and self._checked(None, 0, message), queued)
+            f"checking… {100 * done // max(total, 1)}%"))
+        worker.checked.connect(lambda problems, total: worker is self.check and self._checked(problems, total))
+        worker.failed.connect(lambda message: worker is self.check and self._checked(None, 0, message))
         worker.start()
 
     def _stop_check(self, wait: bool = False) -> None:
