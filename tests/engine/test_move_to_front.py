@@ -56,3 +56,22 @@ def test_a_recorded_run_with_a_move_keeps_its_invariants_and_replays_the_event(t
         assert check_recording(reader) == []
         events = [e for e in reader.request_timeline("r9") if e.kind == "moved_to_front"]
         assert [e.step for e in events] == [2]
+
+
+def test_a_parallel_sampling_group_moves_as_a_whole():
+    from engine.engine import LLMEngine
+    from fake_runner import FakeRunner
+    config = EngineConfig(block_size=4, num_gpu_blocks=64, max_model_len=64, max_num_seqs=2,
+                          max_num_batched_tokens=64, check_invariants=True)
+    engine = LLMEngine(config, FakeRunner(64, 4), 64)
+    for i in range(4):
+        engine.add_request(list(distinct_prompt(i, 8)), SamplingParams(max_tokens=6, ignore_eos=True),
+                           request_id=f"r{i}")
+    engine.add_request(list(distinct_prompt(9, 8)), SamplingParams(max_tokens=6, n=2, ignore_eos=True),
+                       request_id="g")
+    engine.step()
+    assert [r.request_id for r in engine.scheduler.waiting] == ["r2", "r3", "g#0", "g#1"]
+    assert engine.move_to_front("g#1")                   # any sequence names its group
+    assert [r.request_id for r in engine.scheduler.waiting] == ["g#0", "g#1", "r2", "r3"]
+    record = engine.step()
+    assert [e.request_id for e in record.events if e.kind == "moved_to_front"] == ["g#0", "g#1"]
