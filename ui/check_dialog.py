@@ -32,8 +32,12 @@ def unfinished_findings(end) -> list[Finding]:
             for v in end.unfinished]
 
 
+MAX_ROWS = 2000         # rows listed (a run cut short may leave 10k requests unfinished)
+
+
 class FindingsDialog(QDialog):
-    """``FindingsDialog(title, summary, findings, parent=None)``: non-modal; emits
+    """``FindingsDialog(title, summary, findings, parent=None)``: non-modal; lists the first
+    :data:`MAX_ROWS` findings (the summary then says how many are left out); emits
     ``jumpRequested(step, request_id or "")`` when a row with a step is clicked."""
 
     jumpRequested = Signal(int, str)
@@ -44,7 +48,10 @@ class FindingsDialog(QDialog):
         super().__init__(parent)
         self.setWindowTitle(title)
         self.resize(760, 420)
-        self.findings = list(findings)
+        findings = list(findings)
+        self.findings = findings[:MAX_ROWS]
+        if len(findings) > MAX_ROWS:
+            summary += f" (the first {MAX_ROWS:,} listed, {len(findings) - MAX_ROWS:,} more left out)"
         self.summary = QLabel(summary)
         self.summary.setTextFormat(Qt.TextFormat.PlainText)
         self.summary.setWordWrap(True)

@@ -131,3 +131,14 @@ def test_a_file_still_being_written_can_be_followed(qtbot, tmp_path):
         assert w.shown_step == reader.latest_step() == 10
     finally:
         source.close()
+
+
+def test_a_long_list_is_cut_and_says_so(qtbot):
+    from ui.check_dialog import MAX_ROWS, Finding, FindingsDialog
+    d = FindingsDialog("Unfinished requests", "many", [Finding(7, "waiting", f"r{i}", f"r{i}")
+                                                       for i in range(MAX_ROWS + 5)])
+    qtbot.addWidget(d)
+    assert d.table.rowCount() == MAX_ROWS and "5 more left out" in d.summary.text()
+    with qtbot.waitSignal(d.jumpRequested) as sig:
+        d.table.cellClicked.emit(3, 1)
+    assert sig.args == [7, "r3"]
