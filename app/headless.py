@@ -48,6 +48,8 @@ def run_headless(args: argparse.Namespace) -> int:
             print(f"loading model {config.model!r}…", file=sys.stderr)
         built = build_engine(config, recorder_factory=None)
         wl = load_workload(args, trace, built.tokenizer, built.vocab_size)
+        if config.num_gpu_blocks is None:         # no --num-gpu-blocks: size the cache for the workload
+            built = fit_kv_to_workload(built, wl.requests)
         built.run_info["trace"] = wl.trace_info
         synthetic = built.tokenizer is None
         if synthetic:
@@ -102,6 +104,37 @@ def run_headless(args: argparse.Namespace) -> int:
     if eng.recorder_error:
         return 1                         # served to the end, but the recording is incomplete
     return 1 if rejected and len(rejected) == len(wl.requests) else 0
+
+
+def fit_kv_to_workload(built, requests: list):
+    """``built`` (an ``app.factory.BuiltEngine`` sized by memory, nothing added yet) with a KV
+    pool of at most the blocks ``requests`` can hold at once: its ``max_num_seqs`` largest
+    requests at full length (prompt + ``max_tokens``; those over ``max_model_len`` are refused
+    and hold none), so a replay does not show a cache of thousands of blocks at 2% use. The engine is rebuilt on the same
+    runner, whose pool of the first blocks it uses (a smaller pool is never asked for more).
+    Unchanged with prefix caching on (cached-free blocks use the rest: a smaller pool would
+    change the hit rate) or when the memory-sized pool is smaller already. Prints the choice to
+    stderr."""
+    import dataclasses
+
+    from engine.engine import LLMEngine
+
+    cfg = built.config
+    bs = cfg.block_size
+    lengths = (len(r.prompt_token_ids) + r.max_tokens for r in requests)
+    sizes = sorted((-(-n // bs) for n in lengths if n <= cfg.max_model_len), reverse=True)
+    need = max(1, sum(sizes[:cfg.max_num_seqs]))
+    if cfg.enable_prefix_caching or not requests or need >= cfg.num_gpu_blocks:
+        return built
+    print(f"KV cache sized for the workload: {need:,} blocks of {bs} tokens (its {cfg.max_num_seqs} "
+          f"largest requests at full length; memory allows {cfg.num_gpu_blocks:,}; choose with "
+          "--num-gpu-blocks)", file=sys.stderr)
+    config = cfg.replace(num_gpu_blocks=need)
+    old = built.engine
+    engine = LLMEngine(config, old.runner, need, tokenizer=old.tokenizer, eos_token_id=old.eos_token_id,
+                       recorder=old.recorder)
+    return dataclasses.replace(built, engine=engine, config=config,
+                               run_info={**built.run_info, "config": config.to_dict()})
 
 
 class InvariantViolation(Exception):
