@@ -105,6 +105,11 @@ class EngineWorker(threading.Thread):
         value = int(priority)
         self._commands.put(lambda: self.built.engine.set_priority(request_id, value))
 
+    def move_to_front(self, request_id: str) -> None:
+        """Serve a waiting request next (``LLMEngine.move_to_front``, policy ``fcfs``); a
+        refusal shows in ``last_error``."""
+        self._commands.put(lambda: self.built.engine.move_to_front(request_id))
+
     def set_knobs(self, **changes: int) -> None:
         """Change live knobs (``engine.source.LIVE_KNOBS``) on the engine thread, between steps
         (``LLMEngine.set_knobs``). Raises ``ValueError`` at once for an unknown knob or a value

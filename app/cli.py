@@ -204,7 +204,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="stop after this many problems (default: %(default)s)")
     summ = sub.add_parser("summary", help="print the metrics of a recording, recomputed from its rows")
     summ.add_argument("recording")
+    summ.add_argument("--json", action="store_true", help="print the summary as JSON (as 'export --format json')")
     _slo_args(summ)
+    from app.export import add_export_parser
+    add_export_parser(sub)
     fit = sub.add_parser("fit", help="fit the simulated executor's overheads and efficiency factors to a real "
                                      "recording's step times")
     fit.add_argument("recording", help="a recording of a real (not simulated) run")
@@ -217,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--check", nargs="+", metavar="REC.sqlite",
                      help="also print the fit's relative errors on these recordings (same model and device)")
     from app.compare import add_compare_parser
-    add_compare_parser(sub, _engine_args, _workload_args)
+    add_compare_parser(sub, _engine_args, _workload_args, _slo_args)
     return p
 
 
@@ -240,7 +243,11 @@ def main(argv: list[str] | None = None) -> int:
             return run_fit(args)
         if command == "summary":
             from app.headless import print_summary
-            return print_summary(args.recording, slo_ttft=args.slo_ttft, slo_tpot=args.slo_tpot)
+            return print_summary(args.recording, slo_ttft=args.slo_ttft, slo_tpot=args.slo_tpot,
+                                 as_json=args.json)
+        if command == "export":
+            from app.export import run_export
+            return run_export(args)
         if command == "check":
             from app.check import run_check
             return run_check(args.recording, max_problems=args.max_problems)

@@ -37,9 +37,9 @@ exit codes: 0 done; 2 usage error (bad flag or --configs, fewer than two runs); 
 ENGINE_GROUPS = ("engine", "simulated executor")
 
 
-def add_compare_parser(sub, engine_args, workload_args) -> argparse.ArgumentParser:
-    """Register ``compare`` on the subparsers ``sub``; ``engine_args(p, ...)`` and
-    ``workload_args(p, ...)`` add the flags ``run`` has (app.cli's helpers)."""
+def add_compare_parser(sub, engine_args, workload_args, slo_args) -> argparse.ArgumentParser:
+    """Register ``compare`` on the subparsers ``sub``; ``engine_args(p, ...)``,
+    ``workload_args(p, ...)`` and ``slo_args(p)`` add the flags ``run`` has (app.cli's helpers)."""
     p = sub.add_parser("compare", help=HELP, description=DESCRIPTION, epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("recordings", nargs="*", metavar="REC.sqlite",
@@ -61,6 +61,7 @@ def add_compare_parser(sub, engine_args, workload_args) -> argparse.ArgumentPars
                                                         "(default: %(default)s)")
     engine_args(p, num_gpu_blocks=None, clock="wall")
     workload_args(p, time_scale=1.0)
+    slo_args(p)
     p.set_defaults(compare_parser=p)
     return p
 

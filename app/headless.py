@@ -50,6 +50,8 @@ def run_headless(args: argparse.Namespace) -> int:
             print(f"loading model {config.model!r}…", file=sys.stderr)
         built = build_engine(config, recorder_factory=None)
         wl = load_workload(args, trace, built.tokenizer, built.vocab_size)
+        if config.num_gpu_blocks is None:         # no --num-gpu-blocks: size the cache for the workload
+            built = fit_kv_to_workload(built, wl.requests)
         built.run_info["trace"] = wl.trace_info
         synthetic = built.tokenizer is None
         if synthetic:
@@ -105,6 +107,37 @@ def run_headless(args: argparse.Namespace) -> int:
     if eng.recorder_error:
         return 1                         # served to the end, but the recording is incomplete
     return 1 if rejected and len(rejected) == len(wl.requests) else 0
+
+
+def fit_kv_to_workload(built, requests: list):
+    """``built`` (an ``app.factory.BuiltEngine`` sized by memory, nothing added yet) with a KV
+    pool of at most the blocks ``requests`` can hold at once: its ``max_num_seqs`` largest
+    requests at full length (prompt + ``max_tokens``; those over ``max_model_len`` are refused
+    and hold none), so a replay does not show a cache of thousands of blocks at 2% use. The engine is rebuilt on the same
+    runner, whose pool of the first blocks it uses (a smaller pool is never asked for more).
+    Unchanged with prefix caching on (cached-free blocks use the rest: a smaller pool would
+    change the hit rate) or when the memory-sized pool is smaller already. Prints the choice to
+    stderr."""
+    import dataclasses
+
+    from engine.engine import LLMEngine
+
+    cfg = built.config
+    bs = cfg.block_size
+    lengths = (len(r.prompt_token_ids) + r.max_tokens for r in requests)
+    sizes = sorted((-(-n // bs) for n in lengths if n <= cfg.max_model_len), reverse=True)
+    need = max(1, sum(sizes[:cfg.max_num_seqs]))
+    if cfg.enable_prefix_caching or not requests or need >= cfg.num_gpu_blocks:
+        return built
+    print(f"KV cache sized for the workload: {need:,} blocks of {bs} tokens (its {cfg.max_num_seqs} "
+          f"largest requests at full length; memory allows {cfg.num_gpu_blocks:,}; choose with "
+          "--num-gpu-blocks)", file=sys.stderr)
+    config = cfg.replace(num_gpu_blocks=need)
+    old = built.engine
+    engine = LLMEngine(config, old.runner, need, tokenizer=old.tokenizer, eos_token_id=old.eos_token_id,
+                       recorder=old.recorder)
+    return dataclasses.replace(built, engine=engine, config=config,
+                               run_info={**built.run_info, "config": config.to_dict()})
 
 
 class InvariantViolation(Exception):
@@ -211,9 +244,12 @@ def print_report(reader, slo=None) -> None:
         print(visible(line))
 
 
-def print_summary(path: str, slo_ttft: float | None = None, slo_tpot: float | None = None) -> int:
-    """``batchscope summary FILE [--slo-ttft MS] [--slo-tpot MS]``: metrics recomputed from a
-    recording's rows, and its provenance. Returns 2 for a bad SLO, 1 for a bad file."""
+def print_summary(path: str, slo_ttft: float | None = None, slo_tpot: float | None = None,
+                  as_json: bool = False) -> int:
+    """``batchscope summary FILE [--slo-ttft MS] [--slo-tpot MS] [--json]``: metrics recomputed
+    from a recording's rows, and its provenance (``as_json``: as JSON,
+    ``recordings.export.summary_json``; the SLOs apply to the text report). Returns 2 for a bad
+    SLO, 1 for a bad file."""
     from recordings import Reader, RecordingError
     from recordings.serving_metrics import Slo
     try:
@@ -222,7 +258,11 @@ def print_summary(path: str, slo_ttft: float | None = None, slo_tpot: float | No
         print(f"batchscope: {e}", file=sys.stderr)
         return 2
     try:
-        print_report(Reader(path), slo)
+        if as_json:
+            from recordings.export.summary_json import summary_json
+            print(summary_json(Reader(path)))
+        else:
+            print_report(Reader(path), slo)
     except RecordingError as e:
         return _fail(str(e))
     return 0

@@ -272,6 +272,17 @@ class LLMEngine:
             self._state = None
         return ok
 
+    def move_to_front(self, request_id: str) -> bool:
+        """Serve a waiting request next (``policy="fcfs"`` only; a parallel-sampling prompt's
+        id or sequence moves its group): ``Scheduler.move_to_front``, recorded with the next
+        step. Returns False if it is not waiting; raises ``ValueError`` under another policy."""
+        request_id, ids = self._group_of(request_id)
+        ok = self.scheduler.move_to_front(request_id)
+        if ok:
+            self._touched.update(ids)
+            self._state = None
+        return ok
+
     def _group_of(self, request_id: str) -> tuple[str, list[str]]:
         """(a live request to act on, the ids the action touches): a parallel-sampling group's
         head and live sequences for its prompt's id or any of its sequences, else the id itself."""

@@ -1,5 +1,5 @@
 """The scheduler's user-facing controls between steps: finish (abort), pause, resume, live
-knobs and priority changes. A mixin of :class:`engine.scheduler.Scheduler` (it uses the
+knobs, priority changes and moving a waiting request to the front of the queue. A mixin of :class:`engine.scheduler.Scheduler` (it uses the
 scheduler's queues, KV manager and preemption); kept apart so the scheduling step reads on its own.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from engine.request_queue import priority_key
 
 
 class SchedulerControls:
-    """Pause / resume / finish / ``set_limits`` / ``set_priority`` of
+    """Pause / resume / finish / ``set_limits`` / ``set_priority`` / ``move_to_front`` of
     :class:`engine.scheduler.Scheduler`."""
 
     def finish_request(self, request_id: str, status: RequestStatus, *, error: str | None = None,
@@ -120,4 +120,28 @@ class SchedulerControls:
         elif req.status is RequestStatus.RUNNING:
             self.running.sort(key=priority_key)
         self.events.append(RequestEvent(request_id, "priority", str(req.priority)))
+        return True
+
+    def move_to_front(self, request_id: str) -> bool:
+        """Serve a waiting request next (policy ``fcfs``): it leaves its place in the waiting
+        queue for the front, ahead of everyone waiting (preempted requests too), and is admitted
+        by the usual rules from there. A parallel-sampling sequence moves its whole group, the
+        group keeping its order. Recorded as a ``moved_to_front`` event of each moved request,
+        with the next step. Returns False if the request is not waiting (running, paused,
+        swapped, finished or unknown). Raises ``ValueError`` under another policy (``priority``:
+        use :meth:`set_priority`; ``static``: the batch decides)."""
+        if self.policy != "fcfs":
+            raise ValueError(f"move_to_front needs policy='fcfs' (this engine runs policy="
+                             f"{self.policy!r}; under 'priority' give the request a lower "
+                             "priority value instead)")
+        req = self.requests.get(request_id)
+        if req is None or req.is_finished:
+            return False
+        members = req.group.live() if req.group is not None else [req]
+        if any(m not in self.waiting for m in members):
+            return False
+        for m in reversed(members):
+            self.waiting.remove(m)
+            self.waiting.prepend(m)
+        self.events.extend(RequestEvent(m.request_id, "moved_to_front") for m in members)
         return True

@@ -332,7 +332,7 @@ def check_recording(reader, *, max_problems: int = 100,
     checker = StateChecker(config)
     problems: list[Problem] = []
     last: tuple[EngineState, StepRecord] | None = None
-    for item in _replayed(reader):
+    for item in replayed_states(reader):
         if isinstance(item, Problem):
             problems.append(item)
             return problems
@@ -349,7 +349,7 @@ def check_recording(reader, *, max_problems: int = 100,
     return problems
 
 
-def _replayed(reader) -> Iterator[tuple[EngineState, StepRecord] | Problem]:
+def replayed_states(reader) -> Iterator[tuple[EngineState, StepRecord] | Problem]:
     """(state after step k, record of step k) for every step in order, or a final ``Problem``
     where the records cannot be replayed."""
     from engine.timeline import StateTimeline

@@ -3,7 +3,9 @@
 Validates before calling ``control.add_request``; a refused or failing request keeps the dialog
 open with the reason in red. After ``accept`` the new id is in ``request_id``. The priority field
 is enabled under the run's ``priority`` policy only (any other policy refuses a nonzero
-priority); the penalties are passed only when they change the logits.
+priority); "Inject at front" under ``fcfs`` only (the request is then moved to the front of the
+waiting queue, ``control.move_to_front``, before the engine's next step); the penalties are
+passed only when they change the logits.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ def _spin(low: float, high: float, value: float, step: float = 0.1) -> QDoubleSp
 
 class InjectDialog(QDialog):
     """``InjectDialog(control, parent=None, policy="")``: ``policy`` is the run's scheduling
-    policy (``priority`` enables the priority field)."""
+    policy (``priority`` enables the priority field, ``fcfs`` the "Inject at front" box)."""
 
     def __init__(self, control: EngineControl, parent: QWidget | None = None, policy: str = ""):
         super().__init__(parent)
@@ -62,6 +64,11 @@ class InjectDialog(QDialog):
         self.priority.setToolTip("lower value runs first; may preempt running requests of lower "
                                  "priority" if policy == "priority" else
                                  f"needs the priority policy (this run: {policy or 'unknown'})")
+        self.at_front = QCheckBox("Inject at front (served before the requests waiting now)")
+        self.at_front.setEnabled(policy == "fcfs")
+        self.at_front.setToolTip("moves the new request to the front of the waiting queue" if
+                                 policy == "fcfs" else "needs the fcfs policy (this run: "
+                                 f"{policy or 'unknown'}; under priority give a lower priority)")
         self.penalties = {"repetition_penalty": _spin(0.01, 10.0, 1.0),
                           "frequency_penalty": _spin(-MAX_PENALTY, MAX_PENALTY, 0.0),
                           "presence_penalty": _spin(-MAX_PENALTY, MAX_PENALTY, 0.0)}
@@ -77,6 +84,7 @@ class InjectDialog(QDialog):
         form.addRow("top_p", self.top_p)
         form.addRow("seed", seed_row)
         form.addRow("priority", self.priority)
+        form.addRow("queue", self.at_front)
         form.addRow("penalties", penalty_row)
         self.message = QLabel("")
         self.message.setWordWrap(True)
@@ -118,6 +126,8 @@ class InjectDialog(QDialog):
         if problem is None:
             try:
                 self.request_id = self.control.add_request(**self.values())
+                if self.at_front.isEnabled() and self.at_front.isChecked():
+                    self.control.move_to_front(self.request_id)
             except Exception as e:                      # the engine refused it: say why
                 problem = f"The engine refused the request: {e}"
         if problem is not None:

@@ -4,14 +4,24 @@ The swapped tab (requests preempted to the CPU swap pool: vLLM's ``swapped`` que
 before any admission) shows only in runs with a swap pool.
 
 Selecting a row emits ``requestSelected``; the selection follows its request through updates (a
-row is a position: when the queue changes the selection moves to the request's new row). A
+row is a position: when the queue changes the selection moves to the request's new row). While
+the pointer moves over a table, and for :data:`HOLD_S` seconds after it last moved, and while a
+button is held down, its rows hold still (the table shows the state it showed when the pointer
+came in; the tab's count goes on and says "held"): a request that finishes or is admitted does
+not shift the rows under the cursor, so a click picks the request the user aimed at. The table
+catches up when the pointer leaves or rests. The reason column comes third, starts wide
+enough for every fixed reason of its queue and takes the width left over; longer texts (errors)
+are elided, whole in the tooltip (the running table has none: a running request has no reason). A
 right-click on a row opens the request menu (pause / resume / abort; set priority under the
-priority policy) when a live engine is attached.
+priority policy, move to the front of the queue under fcfs) when a live engine is attached.
 """
 from __future__ import annotations
 
+import math
+import time
+
 import numpy as np
-from PySide6.QtCore import QPoint, QRect, QSize, Qt, Signal
+from PySide6.QtCore import QEvent, QObject, QPoint, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QFontMetrics, QPalette, QPen
 from PySide6.QtWidgets import (QAbstractItemView, QHeaderView, QStackedWidget, QStyle,
                                QStyledItemDelegate, QTabBar, QTableView, QVBoxLayout, QWidget)
@@ -21,16 +31,18 @@ from engine.source import EngineControl
 from engine.state import EngineState
 from ui.request_menu import request_menu
 from ui.colors import color_index
-from ui.request_table import (_ERROR_COLOR, _RIGHT, _SWATCHES, HEADERS, PRIORITY_COLUMN,
-                              REASON_COLUMN, RequestTableModel)
+from ui.request_table import (_ERROR_COLOR, _RIGHT, _SWATCHES, PRIORITY_COLUMN, REASON_COLUMN,
+                              REASON_TEXTS, RequestTableModel)
 from ui.step_summary import StepSummary
 from ui.theme import dark_palette
 
 QUEUES = ("running", "waiting", "swapped", "paused", "finished")
 _NO_ROWS = np.zeros(0, np.int64)
-# starting widths (user-resizable) in characters of content; ResizeToContents would re-query
-# every row on each frame
-WIDTH_CHARS = (7, 8, 4, 9, 7, 7, 3, 3)
+# starting widths (user-resizable) in characters of content, or the header's width if wider;
+# ResizeToContents would re-query every row on each frame
+WIDTH_CHARS = (7, 8, 4, 9, 6, 6, 3, 3)
+HELD = "held"              # in a tab's title while the pointer holds its rows still
+HOLD_S = 2.0               # seconds a table's rows hold still after the pointer last moved on it
 
 
 def visible_rows(view: QTableView) -> tuple[int, int]:
@@ -95,7 +107,31 @@ class QueueView(QTableView):
     viewport whenever the row count changes, which at scale is most frames (a request finishes,
     another is admitted); the model lays the view out at once (``executeDelayedItemsLayout``,
     before the layout timer would) and then announces the cells that changed in the rows that
-    stayed (:meth:`RequestTableModel.set_state_rows`)."""
+    stayed (:meth:`RequestTableModel.set_state_rows`).
+
+    The reason column is shown third, after the state (why a request waits is what the
+    table is read for), and is as wide as ``reason_width`` or the room left, whichever is more
+    (a horizontal scroll bar for the numbers when the table is narrower): never squeezed as
+    Qt's stretched last section would be."""
+
+    reason_width = 0
+
+    def fit_reason_column(self) -> None:
+        """Give the reason column ``reason_width`` or all the room the others leave."""
+        header = self.horizontalHeader()
+        if header.isSectionHidden(REASON_COLUMN):
+            return
+        others = sum(header.sectionSize(c) for c in range(header.count())
+                     if c != REASON_COLUMN and not header.isSectionHidden(c))
+        width = max(self.reason_width, self.viewport().width() - others)
+        if header.sectionSize(REASON_COLUMN) != width:
+            header.blockSignals(True)
+            header.resizeSection(REASON_COLUMN, width)
+            header.blockSignals(False)
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self.fit_reason_column()
 
     def doItemsLayout(self) -> None:
         model = self.model()
@@ -180,8 +216,32 @@ class QueueTabs(QWidget):
         self.bar.setCurrentIndex(self.stack.indexOf(page))
 
 
+_T = QEvent.Type
+_ACTIVE = frozenset((_T.Enter, _T.MouseMove, _T.MouseButtonRelease, _T.Wheel))
+
+
+class _PointerWatch(QObject):
+    """Tells ``QueueTables.hold`` what the pointer does on a table's viewport: comes in or
+    moves (hold), presses a button (hold until released), leaves (catch up)."""
+
+    def __init__(self, tables: "QueueTables", name: str):
+        super().__init__(tables)
+        self.tables, self.name = tables, name
+
+    def eventFilter(self, obj, event) -> bool:
+        kind = event.type()
+        if kind in _ACTIVE:
+            self.tables.hold(self.name, True)
+        elif kind == _T.MouseButtonPress:
+            self.tables.hold(self.name, True, pressed=True)
+        elif kind == _T.Leave:
+            self.tables.hold(self.name, False)
+        return False
+
+
 class QueueTables(QWidget):
-    """Tabs of request tables, titled with their counts. ``set_state`` updates them all."""
+    """Tabs of request tables, titled with their counts. ``set_state`` updates them all but the
+    one held by the pointer (``hold``)."""
 
     requestSelected = Signal(str)
 
@@ -191,6 +251,10 @@ class QueueTables(QWidget):
         self.policy = ""                          # the run's scheduling policy (set_policy)
         self.selected: str | None = None
         self._restoring = False                   # selecting rows for the model, not the user
+        # tables the pointer is over -> when it last moved there (inf: a button is down)
+        self.held: dict[str, float] = {}
+        self.clock = time.monotonic               # (tests give their own)
+        self._pending: tuple | None = None        # (state, record) a held table has not shown
         self.models: dict[str, RequestTableModel] = {}
         self.views: dict[str, QTableView] = {}
         self.tabs = QueueTabs()
@@ -209,12 +273,16 @@ class QueueTables(QWidget):
             view.verticalHeader().setDefaultSectionSize(22)
             hh = view.horizontalHeader()
             hh.setSectionResizeMode(QHeaderView.Interactive)
-            hh.setStretchLastSection(True)
-            fm, hfm = view.fontMetrics(), hh.fontMetrics()
-            for col, chars in enumerate(WIDTH_CHARS):
-                swatch = 22 if col == 0 else 0
-                view.setColumnWidth(col, max(fm.horizontalAdvance("0" * chars) + 14 + swatch,
-                                             hfm.horizontalAdvance(HEADERS[col]) + 20))
+            hh.sectionResized.connect(lambda *_a, v=view: v.fit_reason_column())
+            view.reason_width = max((view.fontMetrics().horizontalAdvance(t) for t in REASON_TEXTS[name]),
+                                    default=0) + 2 * PAD + 6
+            if REASON_TEXTS[name]:
+                hh.moveSection(hh.visualIndex(REASON_COLUMN), 2)
+            else:               # (hidden where it is: a moved hidden section leaves a gap in Qt 6)
+                view.setColumnHidden(REASON_COLUMN, True)
+                hh.setSectionResizeMode(1, QHeaderView.Stretch)    # the state takes the room left
+            view.setMouseTracking(True)             # moves without a button count as activity
+            view.viewport().installEventFilter(_PointerWatch(self, name))
             view.setContextMenuPolicy(Qt.CustomContextMenu)
             view.customContextMenuRequested.connect(lambda p, n=name: self._menu(n, p))
             view.selectionModel().selectionChanged.connect(lambda *_a, n=name: self._picked(n))
@@ -226,7 +294,21 @@ class QueueTables(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.tabs)
         self.set_policy("")
+        self._fit_columns()
         self.tabs.bar.setTabVisible(QUEUES.index("swapped"), False)
+
+    def _fit_columns(self) -> None:
+        """Starting widths: :data:`WIDTH_CHARS` of content or the header's text (with its unit),
+        whichever is wider; the reason column then takes what is left."""
+        for name, view in self.views.items():
+            model = self.models[name]
+            fm, hfm = view.fontMetrics(), view.horizontalHeader().fontMetrics()
+            for col, chars in enumerate(WIDTH_CHARS):
+                swatch = 22 if col == 0 else 0
+                header = model.headerData(col, Qt.Orientation.Horizontal)
+                view.setColumnWidth(col, max(fm.horizontalAdvance("0" * chars) + 14 + swatch,
+                                             hfm.horizontalAdvance(header) + 20))
+            view.fit_reason_column()
 
     def set_control(self, control: EngineControl | None) -> None:
         self.control = control
@@ -238,23 +320,43 @@ class QueueTables(QWidget):
         self.policy = policy
         for view in self.views.values():
             view.setColumnHidden(PRIORITY_COLUMN, policy != "priority")
+            view.fit_reason_column()
 
     def set_state(self, state: EngineState, record: StepRecord | StepSummary | None = None) -> None:
         """Show ``state``'s queues; ``record`` (the shown step's record or summary) says why
         waiting requests were not admitted."""
+        self._pending = (state, record) if self.held else None
+        now = self.clock()
         for i, name in enumerate(QUEUES):
             model = self.models[name]
+            if now - self.held.get(name, -math.inf) < HOLD_S:    # rows hold still under the pointer
+                n = len(state.recently_finished) if name == "finished" else len(self._rows(state, name))
+                self._set_title(i, f"{name.capitalize()} ({n:,} · {HELD})")
+                continue
             if name == "finished":                  # newest first
                 moved = model.set_views(state.recently_finished[::-1])
             else:
                 moved = model.set_state_rows(state, self._rows(state, name), record) or model.moved
             if moved and (self.selected is not None or self.views[name].selectionModel().hasSelection()):
                 self._restore(name)
-            title = f"{name.capitalize()} ({model.rowCount():,})"
             if name == "swapped" and self.tabs.bar.isTabVisible(i) != bool(len(state.cpu_owner)):
                 self.tabs.bar.setTabVisible(i, bool(len(state.cpu_owner)))   # runs with a pool
-            if self.tabs.tabText(i) != title:
-                self.tabs.setTabText(i, title)
+            self._set_title(i, f"{name.capitalize()} ({model.rowCount():,})")
+
+    def _set_title(self, index: int, title: str) -> None:
+        if self.tabs.tabText(index) != title:
+            self.tabs.setTabText(index, title)
+
+    def hold(self, name: str, on: bool, pressed: bool = False) -> None:
+        """Hold table ``name``'s rows still for :data:`HOLD_S` seconds from now (``on``: the
+        pointer came over it or moved; ``pressed``: until the next call, a button is down), or
+        let it catch up with the newest state it was given (the pointer left)."""
+        if on:
+            self.held[name] = math.inf if pressed else self.clock()
+            return
+        self.held.pop(name, None)
+        if self._pending is not None:
+            self.set_state(*self._pending)
 
     @staticmethod
     def _rows(state: EngineState, name: str) -> np.ndarray:
@@ -265,9 +367,13 @@ class QueueTables(QWidget):
         return state.queue_rows(name)
 
     def set_time_unit(self, unit: str) -> None:
-        """``s`` or ``steps``: the unit of the run's clock, for the TTFT and ITL columns."""
+        """``s`` or ``steps``: the unit of the run's clock, for the TTFT and ITL columns (their
+        widths fit the headers' new text)."""
+        if unit == self.models["running"].time_unit:
+            return
         for m in self.models.values():
             m.set_time_unit(unit)
+        self._fit_columns()
 
     def row_counts(self) -> dict[str, int]:
         return {n: m.rowCount() for n, m in self.models.items()}
@@ -318,5 +424,6 @@ class QueueTables(QWidget):
             return
         model = self.models[name]
         priority = model.priority(index.row()) if self.policy == "priority" else None
-        menu = request_menu(self.control, model.view(index.row()), view, priority=priority)
+        menu = request_menu(self.control, model.view(index.row()), view, priority=priority,
+                            move_to_front=self.policy == "fcfs")
         menu.exec(view.viewport().mapToGlobal(pos))

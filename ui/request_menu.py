@@ -1,5 +1,5 @@
-"""Pause / resume / abort / set priority actions for one request, shared by the tables and the
-inspector."""
+"""Pause / resume / abort / set priority / move to the front of the queue: the actions on one
+request, shared by the tables and the inspector."""
 from __future__ import annotations
 
 from PySide6.QtWidgets import QInputDialog, QMenu, QWidget
@@ -40,10 +40,22 @@ def set_priority(control: EngineControl, request_id: str, current: int, parent: 
         control.set_priority(request_id, value)
 
 
+MOVE_TO_FRONT_TEXT = "Move to front of the queue"
+
+
+def can_move_to_front(view: RequestView | None) -> bool:
+    """Whether ``view``'s request waits in the queue (new or preempted), so it can be moved to
+    its front."""
+    return view is not None and view.status in ("WAITING", "PREEMPTED")
+
+
 def request_menu(control: EngineControl, view: RequestView, parent: QWidget,
-                 priority: int | None = None) -> QMenu:
+                 priority: int | None = None, move_to_front: bool = False) -> QMenu:
     """The context menu of ``view``'s request. ``priority`` (its current priority; give it only
-    when the run's policy is ``priority``) adds "Set priority…" for a live request."""
+    when the run's policy is ``priority``) adds "Set priority…" for a live request;
+    ``move_to_front`` (the run's policy is ``fcfs``) adds "Move to front of the queue", enabled
+    for a waiting request (``control.move_to_front``: the engine records it as the request's
+    ``moved_to_front`` event)."""
     menu = QMenu(parent)
     menu.addSection(view.request_id)
     for name, ok in allowed_actions(view).items():
@@ -54,4 +66,9 @@ def request_menu(control: EngineControl, view: RequestView, parent: QWidget,
         act = menu.addAction(f"Set priority… (now {priority})")
         act.setEnabled(not view.is_finished)
         act.triggered.connect(lambda _=False: set_priority(control, view.request_id, priority, parent))
+    if move_to_front:
+        act = menu.addAction(MOVE_TO_FRONT_TEXT)
+        act.setEnabled(can_move_to_front(view))
+        act.setToolTip("Serve this request next: ahead of everyone waiting (policy fcfs)")
+        act.triggered.connect(lambda _=False: control.move_to_front(view.request_id))
     return menu

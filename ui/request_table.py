@@ -32,14 +32,19 @@ NOT_ADMITTED_TEXT = {
     NOT_ADMITTED_TOKEN_BUDGET: "token budget spent",
     NOT_ADMITTED_NO_FREE_BLOCKS: "no free KV blocks",
     NOT_ADMITTED_SEQ_CAP: "batch slots full",
-    NOT_ADMITTED_BEHIND: "behind older request",
+    NOT_ADMITTED_BEHIND: "behind the queue's first request",   # older, or moved to the front
     NOT_ADMITTED_LOWER_PRIORITY: "lower priority",
     NOT_ADMITTED_STATIC_BATCH: "static batch still running",
     NOT_ADMITTED_SWAPPED_FIRST: "swapped-out requests resume first",
 }
 PREEMPTED_TEXT = "preempted in this step"
 PAUSED_TEXT = "paused by user"
-SWAPPED_TEXT = "swapped out to the CPU: resumes before new admissions"
+SWAPPED_TEXT = "swapped out to the CPU: resumes first"
+# the fixed texts the reason column of each queue's table shows (its starting width fits the
+# widest; a running request has none: the running table has no reason column)
+REASON_TEXTS = {"running": (), "waiting": (*NOT_ADMITTED_TEXT.values(), PREEMPTED_TEXT),
+                "swapped": (SWAPPED_TEXT,), "paused": (PAUSED_TEXT,),
+                "finished": ("finished: length", "finished: stop", "finished: aborted")}
 # the state columns each table column (COLUMNS) is made of: a cell whose columns did not
 # change needs no repaint
 CELL_SOURCES = ((), ("status",), ("num_prompt_tokens",), ("num_output_tokens", "max_tokens"),

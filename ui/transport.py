@@ -1,6 +1,6 @@
 """Transport bar: engine pause/resume and single step (live), replay play at a chosen speed,
 step back / forward, a step scrubber with a spin box, a "jump to" box, and the "Live" follow
-toggle.
+toggle (live only). Before the first step the spin box reads "loading…".
 
 The bar does not own the shown step: it emits ``seekRequested(step)`` / ``followToggled(on)`` /
 ``jumpRequested(text)`` and the main window answers with ``set_position(shown, latest,
@@ -20,6 +20,7 @@ from ui.plain_text import rich_escape
 
 SPEEDS = (1, 2, 5, 10, 30, 100, 300, 1000, 3000, "max")   # replay speeds, steps per second
 FRAME_MS = 33                                              # fastest timed tick (the frame rate)
+LOADING_TEXT = "loading…"                                  # where the step goes before the first
 JUMP_TIP = ("Jump to a step number, a time on the engine clock (t=12.5: the step running then) "
             "or a request id (its arrival step); Enter")
 
@@ -117,8 +118,8 @@ class TransportBar(QWidget):
     def set_control(self, control: EngineControl | None) -> None:
         self.control = control
         live = control is not None
-        for w in (*self.engine_widgets, self.engine_label, self.engine_sep):
-            w.setVisible(live)
+        for w in (*self.engine_widgets, self.engine_label, self.engine_sep, self.live_btn):
+            w.setVisible(live)        # a replay has no newest step to follow: no Live button
         for w in (self.play_btn, self.speed):
             w.setVisible(not live)
         self.play_btn.setChecked(False)
@@ -126,13 +127,15 @@ class TransportBar(QWidget):
 
     def set_position(self, shown: int, latest: int, following: bool) -> None:
         self.shown, self.latest, self.following = shown, latest, following
+        # no step yet (a live engine loading its model): the spin box says so instead of "-1"
+        self.spin.setSpecialValueText(LOADING_TEXT if latest < 0 else "")
         for w in (self.slider, self.spin):
             w.blockSignals(True)
             if (w.minimum(), w.maximum()) != (min(0, latest), latest):
                 w.setRange(min(0, latest), latest)
             w.setValue(shown)
             w.blockSignals(False)
-        self.latest_label.setText(f"of {latest}")
+        self.latest_label.setText(f"of {latest}" if latest >= 0 else "of –")
         self.live_btn.blockSignals(True)
         self.live_btn.setChecked(following)
         self.live_btn.blockSignals(False)

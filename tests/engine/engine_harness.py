@@ -43,7 +43,7 @@ from recordings.checks import StateChecker
 from recordings.file_checks import check_file
 from fake_runner import FakeRunner, hash_next_token
 
-ACTIONS = ("abort", "pause", "resume")
+ACTIONS = ("abort", "pause", "resume", "move_to_front")
 # Actions with a value: a request's new priority (policy "priority"; refused under the others),
 # and the live knob max_num_seqs (request_id unused).
 VALUE_ACTIONS = ("set_priority", "max_num_seqs")
@@ -666,6 +666,25 @@ class InvariantChecker:
             assert set(released) == set(self.order) - self.rejected
 
 
+def action_call(engine: LLMEngine, kind: str):
+    """The engine's call for action ``kind`` (one of :data:`ACTIONS`), request id -> bool.
+    ``move_to_front`` under a policy other than ``fcfs`` must be refused with a ``ValueError``
+    (asserted) and then changes nothing (False)."""
+    if kind != "move_to_front":
+        return getattr(engine, f"{kind}_request")
+    if engine.config.policy == "fcfs":
+        return engine.move_to_front
+
+    def refused(request_id: str) -> bool:
+        try:
+            engine.move_to_front(request_id)
+        except ValueError as e:
+            assert "policy='fcfs'" in str(e), e
+            return False
+        raise AssertionError(f"move_to_front accepted under policy {engine.config.policy!r}")
+    return refused
+
+
 def run_workload(config: EngineConfig, arrivals: Sequence[Arrival], actions: Sequence[Action] = (), *,
                  runner=None, tokenizer=None, eos_token_id: int | None = None,
                  next_token_fn=hash_next_token, max_steps: int = 5000,
@@ -711,9 +730,7 @@ def _apply(engine: LLMEngine, act: Action) -> bool:
                 engine.set_priority(act.request_id, act.value)
             return False
         return engine.set_priority(act.request_id, act.value)
-    fn = {"abort": engine.abort_request, "pause": engine.pause_request,
-          "resume": engine.resume_request}[act.kind]
-    return fn(act.request_id)
+    return action_call(engine, act.kind)(act.request_id)
 
 
 def _drive(engine: LLMEngine, runner, arrivals: Sequence[Arrival], actions: Sequence[Action],

@@ -21,7 +21,7 @@ from engine.outputs import Arrival, BlockEvent, StepRecord, Transition
 from engine.request import SamplingParams
 from engine.state import EngineState
 from engine.timeline import StateTimeline
-from engine_harness import ACTIONS, distinct_prompt
+from engine_harness import ACTIONS, action_call, distinct_prompt
 from fake_runner import FakeRunner
 
 
@@ -64,7 +64,7 @@ def run_engine(config, requests, actions, fail_steps, max_steps: int = 600):
                                    request_id=rid)
         for s, kind, i in actions:
             if s == step:
-                getattr(engine, f"{kind}_request")(requests[i][0])
+                action_call(engine, kind)(requests[i][0])
         if step > last:
             for r in list(engine.scheduler.paused):
                 engine.resume_request(r.request_id)

@@ -215,6 +215,14 @@ class FakeControl:
         except ValueError as e:
             self.error = f"{type(e).__name__}: {e}"
 
+    def move_to_front(self, request_id: str) -> None:
+        """As the engine worker: a refusal goes to ``last_error``, never raised."""
+        self.calls.append(("move_to_front", request_id))
+        try:
+            self.source.engine.move_to_front(request_id)
+        except ValueError as e:
+            self.error = f"{type(e).__name__}: {e}"
+
     def set_knobs(self, **changes: int) -> None:
         """As the engine worker: bad names or types raise at once, a refusal goes to
         ``last_error``."""

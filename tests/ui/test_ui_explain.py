@@ -257,7 +257,7 @@ def test_no_set_priority_without_the_priority_policy_and_refusals_reach_the_bann
     opened = []
 
     monkeypatch.setattr("ui.queue_tables.request_menu",
-                        lambda c, v, parent, priority=None: opened.append(priority) or NoMenu())
+                        lambda c, v, parent, priority=None, **kw: opened.append(priority) or NoMenu())
     w.queues.tabs.setCurrentWidget(view)
     w.queues._menu("running", view.visualRect(model.index(0, 0)).center())
     assert opened == [None]                              # fcfs: no "Set priority…"

@@ -50,7 +50,7 @@ def test_models_are_the_state_columns_at_scale(qtbot, big):
     # FCFS: the oldest waiting request found the batch slots full, every other one waits behind it
     assert [rid for rid, _ in record.not_admitted] == [waiting.request_id(0)]
     assert waiting.data(waiting.index(0, REASON_COLUMN)) == NOT_ADMITTED_TEXT[record.not_admitted[0][1]]
-    assert waiting.data(waiting.index(9_999, REASON_COLUMN)) == "behind older request"
+    assert waiting.data(waiting.index(9_999, REASON_COLUMN)) == "behind the queue's first request"
     assert w.tabs.tabText(1) == "Waiting (10,000)"
 
 
@@ -147,3 +147,82 @@ def test_finished_table_shows_the_recently_finished_newest_first(qtbot, source):
     assert m.rowCount() == len(views) >= 4
     for i, v in enumerate(views):
         assert cells(m, i)[0] == v.request_id and cells(m, i)[REASON_COLUMN] == f"finished: {v.finish_reason}"
+
+
+def test_rows_hold_still_under_the_pointer_and_catch_up_when_it_leaves(qtbot):
+    from PySide6.QtCore import QEvent
+    from PySide6.QtWidgets import QApplication
+
+    from fakes import FakeSource
+    source = FakeSource(3, max_num_seqs=2, workload=tuple((40, 6, 0) for _ in range(10)))
+    w = QueueTables()
+    qtbot.addWidget(w)
+    w.show()
+    w.set_state(source.state_at(2), source.history[2])
+    model, view = w.models["waiting"], w.views["waiting"]
+    before = [model.request_id(i) for i in range(model.rowCount())]
+    now = [100.0]
+    w.clock = lambda: now[0]
+    w.tabs.setCurrentWidget(view)
+    QApplication.sendEvent(view.viewport(), QEvent(QEvent.Type.Enter))
+    assert set(w.held) == {"waiting"}
+    source.advance(12)                         # requests finish, the first waiting are admitted
+    state = source.state_at(source.latest_step())
+    w.set_state(state, source.history[-1])
+    assert [model.request_id(i) for i in range(model.rowCount())] == before      # still
+    assert w.tabs.tabText(1) == f"Waiting ({len(state.waiting)} · held)"
+    assert w.models["running"].row_of(state.running[0].request_id) is not None   # others follow
+    QApplication.sendEvent(view.viewport(), QEvent(QEvent.Type.Leave))
+    assert not w.held and w.tabs.tabText(1) == f"Waiting ({len(state.waiting)})"
+    assert [model.request_id(i) for i in range(model.rowCount())] == [r.request_id for r in state.waiting]
+    assert len(state.waiting) < len(before)
+
+
+def test_a_resting_pointer_lets_the_rows_catch_up_a_pressed_button_does_not(qtbot):
+    from fakes import FakeSource
+    from ui.queue_tables import HOLD_S
+    source = FakeSource(30, max_num_seqs=2, workload=tuple((40, 6, 0) for _ in range(10)))
+    w = QueueTables()
+    qtbot.addWidget(w)
+    now = [50.0]
+    w.clock = lambda: now[0]
+    model = w.models["waiting"]
+
+    def show(k: int) -> list[str]:
+        w.set_state(source.state_at(k), source.history[k])
+        return [model.request_id(i) for i in range(model.rowCount())]
+    first = show(2)
+    w.hold("waiting", True)                    # the pointer moved over the table
+    now[0] += HOLD_S / 2
+    assert show(12) == first                   # still moving about: held
+    now[0] += HOLD_S                           # it rested: the table catches up
+    assert show(12) == [r.request_id for r in source.state_at(12).waiting] != first
+    w.hold("waiting", True, pressed=True)      # a button down holds however long
+    now[0] += 10 * HOLD_S
+    assert show(24) == show(12) == [r.request_id for r in source.state_at(12).waiting]
+    w.hold("waiting", True)                    # released: held from now on for HOLD_S
+    now[0] += 2 * HOLD_S
+    assert show(24) == [r.request_id for r in source.state_at(24).waiting]
+
+
+def test_reason_column_fits_every_reason_and_takes_the_room_left(qtbot):
+    from ui.request_table import REASON_TEXTS
+    w = QueueTables()
+    qtbot.addWidget(w)
+    w.resize(1400, 300)
+    w.show()
+    w.tabs.setCurrentIndex(1)                                         # waiting
+    qtbot.wait(10)
+    assert w.views["running"].isColumnHidden(REASON_COLUMN)          # never a reason there
+    view = w.views["waiting"]
+    header = view.horizontalHeader()
+    widest = max(view.fontMetrics().horizontalAdvance(t) for t in REASON_TEXTS["waiting"])
+    assert header.visualIndex(REASON_COLUMN) == 2                     # after id and state
+    shown = [c for c in range(len(COLUMNS)) if not header.isSectionHidden(c)]
+    assert sum(header.sectionSize(c) for c in shown) == view.viewport().width()
+    w.resize(400, 300)                                                # narrow: scroll, not squeeze
+    qtbot.wait(10)
+    assert view.columnWidth(REASON_COLUMN) > widest
+    w.set_time_unit("steps")                                          # headers with their unit fit
+    ttft = COLUMNS.index("TTFT")
+    assert view.columnWidth(ttft) > header.fontMetrics().horizontalAdvance("TTFT (steps)")

@@ -234,3 +234,18 @@ def test_live_source_that_loads_late_and_changes_between_steps(qtbot):
     rid = source.add(10, 5)                        # between steps, as the inject dialog does
     w.refresh()                                    # no new step, yet the new request shows
     assert w.shown_step == 2 and w.queues.models["waiting"].row_of(rid) is not None
+
+
+def test_live_button_only_live_and_loading_before_the_first_step(qtbot):
+    from fakes import shown_window
+    source = FakeSource(0)                        # a live engine that has not stepped yet
+    w = shown_window(qtbot, source, FakeControl(source))
+    assert w.status["step"].text() == "loading…" and "-1" not in w.status["step"].text()
+    assert w.transport.spin.text() == "loading…" and w.transport.latest_label.text() == "of –"
+    assert w.transport.live_btn.isVisible()
+    source.advance(2)
+    w.refresh()
+    assert w.status["step"].text() == "step 1 of 1" and w.transport.spin.text() == "step 1"
+    w.set_source(FakeSource(4), control=None)     # a replay: nothing newer to follow
+    assert w.transport.live_btn.isHidden() and w.transport.play_btn.isVisible()
+    assert w.transport.spin.text() == "step 3"

@@ -1,0 +1,60 @@
+"""A recording's summary as JSON: what ``batchscope summary`` prints, as one object.
+
+``summary_dict`` gathers :func:`recordings.summarize` (``RunSummary``) and
+:func:`recordings.metrics.summarize_batching` (``BatchingSummary``) as plain dicts (every field,
+so fields added to those classes appear here too; percentiles as ``{p50, p90, p99,
+num_samples}``), their derived rates, whether the recording is complete, and the run's
+provenance (model, device, clock and engine config, trace and its scaling).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+
+def summary_dict(reader) -> dict[str, Any]:
+    """The summary of the recording open in ``reader`` as JSON-ready data (NaN and infinities
+    become None). Raises ``RecordingError`` for an unreadable recording."""
+    from recordings import summarize
+    from recordings.metrics import summarize_batching
+
+    run = summarize(reader)
+    info = reader.run_info()
+    out = {
+        "recording": str(reader.path),
+        "complete": reader.is_complete(),
+        "summary": dataclasses.asdict(run) | {"num_finished": run.num_finished,
+                                              "prefix_cache_hit_rate": run.prefix_cache_hit_rate},
+        "batching": dataclasses.asdict(summarize_batching(reader)),
+        "run": {k: info.get(k) for k in ("model", "device", "dtype", "executor", "simulated", "seed",
+                                         "started_at", "config", "trace") if k in info},
+    }
+    return _finite(out)
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by None (strict JSON has no NaN)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def summary_json(reader) -> str:
+    """:func:`summary_dict` as indented JSON text."""
+    return json.dumps(summary_dict(reader), indent=2, allow_nan=False)
+
+
+def export_json(reader, path: str | Path) -> Path:
+    """Write :func:`summary_json` of the recording to ``path``. Raises ``RecordingError`` for
+    an unreadable recording, ``OSError`` if the file cannot be written."""
+    text = summary_json(reader)
+    path = Path(path)
+    path.write_text(text + "\n", encoding="utf-8")
+    return path
