@@ -5,61 +5,19 @@ the window (offscreen)."""
 from __future__ import annotations
 
 import os
-import sqlite3
 
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from engine.config import EngineConfig  # noqa: E402
-from engine.engine import LLMEngine  # noqa: E402
-from engine.request import SamplingParams  # noqa: E402
-from fake_runner import FakeRunner, ToyTokenizer  # noqa: E402
-from recordings import Reader, RecordingWriter  # noqa: E402
+from hostile_files import CONTROLS, HOSTILE, INVALID_UTF8, MARKUP, make_hostile_recording, request_ids  # noqa: E402
+from recordings import Reader  # noqa: E402
 from recordings.safe_text import visible  # noqa: E402
-
-HOSTILE = ["<b>bold</b><img src=x onerror=alert(1)>", "\x1b[2J\x1b[31mred\x1b]0;pwn\x07",
-           "\u202eexe.txt", "nul\x00byte", "<a href='file:///etc/passwd'>click</a>",
-           "line\r\noverwrite\x08\x08"]
-MARKUP = ("<b>bold", "<img", "<a href")           # what must never reach a rich-text widget raw
-CONTROLS = ("\x1b", "\u202e", "\x00", "\x07", "\x08", "\r")
-INVALID_UTF8 = bytes.fromhex("ff3c62fe3e")         # not UTF-8; "<b>" inside
-
-
-class HostileRunner(FakeRunner):
-    """Fails one step with an error message made of hostile text."""
-
-    def execute(self, sched, requests):
-        if sched.step == 3:
-            raise RuntimeError(HOSTILE[0] + HOSTILE[1] + HOSTILE[2])
-        return super().execute(sched, requests)
-
-
-def request_ids():
-    return [f"r{i}{h}" for i, h in enumerate(HOSTILE)]
 
 
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory):
-    path = tmp_path_factory.mktemp("hostile") / "hostile.sqlite"
-    config = EngineConfig(num_gpu_blocks=32, block_size=4, max_num_seqs=4, max_num_batched_tokens=32,
-                          max_model_len=48, clock="virtual", check_invariants=True)
-    run_info = {"config": config.to_dict(), "model": HOSTILE[0], "device": HOSTILE[1], "dtype": HOSTILE[2],
-                "trace": {"name": HOSTILE[2] + HOSTILE[4] + ".csv", "hash": HOSTILE[3]}}
-    tokenizer = ToyTokenizer({i: HOSTILE[i % len(HOSTILE)] for i in range(1000)})
-    writer = RecordingWriter(path, run_info)
-    engine = LLMEngine(config, HostileRunner(32, 4), 32, tokenizer=tokenizer, recorder=writer)
-    for i, rid in enumerate(request_ids()):
-        engine.add_request([1 + i, 2, 3, 4, 5], SamplingParams(max_tokens=6), request_id=rid,
-                           prompt_text=HOSTILE[i], arrival_time=float(i))
-    while engine.has_unfinished:
-        engine.step()
-    writer.close()
-    conn = sqlite3.connect(path)
-    conn.execute("UPDATE requests SET prompt_text = CAST(? AS TEXT) WHERE seq = 0", (INVALID_UTF8,))
-    conn.commit()
-    conn.close()
-    return path
+    return make_hostile_recording(tmp_path_factory.mktemp("hostile") / "hostile.sqlite")
 
 
 def test_the_reader_gives_the_text_back_as_it_was(hostile):
