@@ -61,9 +61,10 @@ def run_export(args: argparse.Namespace) -> int:
     if existing and not args.force:
         return _usage(f"{' and '.join(existing)} already {'exist' if len(existing) > 1 else 'exists'} "
                       "(--force overwrites)")
+    from app.privacy import no_wider_than
     from recordings import Reader, RecordingError
     try:
-        with Reader(args.recording) as reader:
+        with Reader(args.recording) as reader, no_wider_than(args.recording):  # prompts stay private
             lines = _export(reader, args)
     except (RecordingError, ValueError) as e:
         print(f"batchscope export: {e}", file=sys.stderr)

@@ -4,12 +4,16 @@ Recordings of production traffic carry prompts and generated text. By default a 
 SQLite's ``-wal`` / ``-shm`` files beside it) is readable by its owner only (mode ``0600``);
 ``--record-mode 0640`` (octal permission bits; the umask can only narrow them) shares it.
 ``--no-text`` stores token ids and lengths only: no prompt text, no generated text, no stop
-strings (``recordings.RecordingWriter(store_text=False)``).
+strings (``recordings.RecordingWriter(store_text=False)``). Files written from a recording (its
+exports) are readable by no one the recording is not readable by (:func:`no_wider_than`).
 """
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import contextlib
+import os
+import stat
+from typing import Any, Iterator
 
 
 def file_mode(text: str) -> int:
@@ -38,3 +42,17 @@ def writer_privacy_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """The ``RecordingWriter`` keyword arguments of the two flags (defaults when absent)."""
     return {"file_mode": getattr(args, "record_mode", 0o600),
             "store_text": not getattr(args, "no_text", False)}
+
+
+@contextlib.contextmanager
+def no_wider_than(path: str | os.PathLike) -> Iterator[None]:
+    """While inside, files this process creates get no read/write bit that the file at ``path``
+    lacks (the umask is narrowed to it; directories keep their search bits): an export of a
+    0600 recording is 0600. Raises ``OSError`` if ``path`` cannot be stat'ed."""
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    old = os.umask(0o077)
+    os.umask(old | (0o666 & ~mode))
+    try:
+        yield
+    finally:
+        os.umask(old)

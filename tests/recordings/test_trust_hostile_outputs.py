@@ -57,3 +57,22 @@ def test_the_compare_report_escapes_recorded_text(hostile, tmp_path, capsys):
     assert "&lt;b&gt;bold&lt;/b&gt;" in page                  # the model name, shown escaped
     captured = capsys.readouterr()
     assert "\x1b" not in captured.out and "\u202e" not in captured.out
+
+
+@pytest.mark.parametrize("recording_mode", [0o600, 0o640])
+def test_exports_are_no_more_readable_than_the_recording(hostile, tmp_path, recording_mode):
+    import os
+    import stat
+    rec = tmp_path / "rec.sqlite"
+    shutil.copy(hostile, rec)
+    os.chmod(rec, recording_mode)
+    old = os.umask(0o022)
+    try:
+        for fmt in ("csv", "json", "perfetto", "mooncake"):
+            assert main(["export", str(rec), "--format", fmt, "-o", str(tmp_path / f"x-{fmt}")]) == 0
+        assert os.umask(0o022) == 0o022                       # the export put the umask back
+    finally:
+        os.umask(old)
+    made = [p for p in tmp_path.iterdir() if p.name.startswith("x-")]
+    assert len(made) == 5                                     # csv writes two files
+    assert {stat.S_IMODE(p.stat().st_mode) for p in made} == {recording_mode}
