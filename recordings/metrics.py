@@ -45,7 +45,8 @@ class RunSummary:
     """Totals and latency percentiles of one recorded run.
 
     ``time_unit`` is ``'steps'`` (virtual clock) or ``'s'`` (wall clock) and applies to ``ttft``
-    and ``itl``. ``wall_duration_s`` runs from the first step's start to the last step's end;
+    and ``itl``. ``wall_duration_s`` runs from the first step's start to the last step's end,
+    less the time the engine was paused (``recordings.wall_clock``);
     ``output_tokens_per_s`` is over that time (``None`` for a zero duration). ``mean_batch_size``
     is the mean number of requests scheduled per non-empty step; ``peak_kv_cache_usage`` is the
     highest fraction of KV blocks in use after any step. ``prefix_cache_queries`` /
@@ -159,6 +160,8 @@ def summarize(reader: Reader) -> RunSummary:
 
 
 def _summarize(reader: Reader) -> RunSummary:
+    from recordings.wall_clock import paused_seconds   # it reuses _latencies: imported here
+
     clock = str(reader.run_info().get("config", {}).get("clock", "virtual"))
     (num_steps, first_ns, last_ns, num_preemptions, peak_kv), = reader.execute(
         "SELECT count(*), min(start_ns), max(end_ns), coalesce(sum(num_preemptions), 0), "
@@ -181,7 +184,7 @@ def _summarize(reader: Reader) -> RunSummary:
     ttft, itl = _v1_latencies(reader, clock) if v1 else _latencies(reader)
     num_output_tokens = reader.execute("SELECT count(*) FROM tokens" if v1 else
                                        "SELECT coalesce(sum(num_new_tokens), 0) FROM steps")[0][0]
-    duration_s = (last_ns - first_ns) / 1e9 if num_steps else 0.0
+    duration_s = (last_ns - first_ns) / 1e9 - paused_seconds(reader, clock) if num_steps else 0.0
     if clock == "sim" and num_steps:
         (duration_s,), = reader.execute("SELECT max(token_time) - min(clock) FROM steps")
     return RunSummary(
@@ -239,17 +242,22 @@ def _preemptions(reader: Reader, who: str) -> dict:
 STEPS_PER_QUERY = 2048   # steps decoded per query: memory stays flat on a 100k-step file
 
 
-def _latencies(reader: Reader) -> tuple[array.array, array.array]:
+def _latencies(reader: Reader, token_time: str = "token_time",
+               arrival: dict[int, float] | None = None) -> tuple[array.array, array.array]:
     """TTFT samples (one per request with a token) and ITL samples (gaps between consecutive
     tokens of a request), streamed over the steps' aligned token arrays in step order; samples
-    are kept as float64 arrays (8 bytes each), never as rows."""
-    arrival = dict(reader.execute("SELECT seq, arrival_time FROM requests"))
+    are kept as float64 arrays (8 bytes each), never as rows. ``token_time`` is the SQL
+    expression over ``steps`` for a token's time and ``arrival`` the arrival times by request
+    ``seq`` (default: the engine clock's ``token_time`` and ``requests.arrival_time``;
+    ``recordings.wall_clock`` passes wall seconds)."""
+    if arrival is None:
+        arrival = dict(reader.execute("SELECT seq, arrival_time FROM requests"))
     last: dict[int, float] = {}
     ttft, itl = array.array("d"), array.array("d")
     (top,), = reader.execute("SELECT max(step) FROM steps")
     for lo in range(0, (top if top is not None else -1) + 1, STEPS_PER_QUERY):
         for t, seqs, ids in reader.execute(
-                "SELECT token_time, batch_seq_json, token_id_json FROM steps WHERE step >= ? "
+                f"SELECT {token_time}, batch_seq_json, token_id_json FROM steps WHERE step >= ? "
                 "AND step < ? AND num_new_tokens > 0 ORDER BY step", (lo, lo + STEPS_PER_QUERY)):
             for seq, token_id in zip(json.loads(seqs), json.loads(ids)):
                 if token_id < 0:
