@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import re
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -70,7 +73,8 @@ def run_headless(args: argparse.Namespace) -> int:
     interrupted = False
     violation: InvariantViolation | None = None
     try:
-        _replay(eng, len(wl.requests), built.config.clock)
+        with _terminate_as_interrupt():
+            _replay(eng, len(wl.requests), built.config.clock)
     except KeyboardInterrupt:
         interrupted = True
     except InvariantViolation as e:
@@ -101,6 +105,24 @@ def run_headless(args: argparse.Namespace) -> int:
     if eng.recorder_error:
         return 1                         # served to the end, but the recording is incomplete
     return 1 if rejected and len(rejected) == len(wl.requests) else 0
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt():
+    """While inside: SIGTERM (``kill PID``) stops the run like Ctrl+C, so the recording is closed
+    and summarised as a run cut short (only kill -9 leaves it unclosed). Main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class InvariantViolation(Exception):

@@ -27,12 +27,7 @@ def _check_engine_run(args: argparse.Namespace) -> None:
     from app.cli import engine_config
     from app.workload_setup import check_args
 
-    engine_config(args)                         # ConfigError names the knob
-    try:
-        check_args(args)
-    except ValueError as e:
-        raise UsageError(str(e)) from e
-    if args.trace is not None:
+    if args.trace is not None:                  # files first: no import needed
         _need_file(args.trace, "trace")
     if getattr(args, "sim_cost", None):
         _need_file(args.sim_cost, "--sim-cost file")
@@ -42,6 +37,11 @@ def _check_engine_run(args: argparse.Namespace) -> None:
             raise UsageError(f"{out} exists; choose a new --record path (recordings are never overwritten)")
         if not out.parent.is_dir():
             raise UsageError(f"cannot write {out}: folder {out.parent} does not exist")
+    engine_config(args)                         # ConfigError names the knob
+    try:
+        check_args(args)                        # imports recordings (numpy, sqlite-utils)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
 
 
 def _need_file(path: str, what: str) -> None:

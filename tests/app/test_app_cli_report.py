@@ -154,3 +154,32 @@ def test_a_virtual_clock_run_gets_wall_clock_latencies(tmp_path):
     assert any("latency unit" in line and "steps" in line for line in lines)
     assert any(line.startswith("ITL wall p50/p90/p99 (s)") for line in lines)
     assert summarize(Reader(path)).itl.p50 == 1.0          # in steps
+
+
+def test_a_terminated_run_closes_its_recording_and_says_it_is_incomplete(tiny_model, tmp_path):
+    """`kill PID` (SIGTERM) stops `batchscope run` like Ctrl+C: exit 130, the recording closed and
+    summarised as a run cut short."""
+    import signal
+
+    rec = tmp_path / "term.sqlite"
+    demo = ROOT / "recordings" / "data" / "azure_conv_demo.csv"
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "run", "--model", str(tiny_model), "--trace",
+                             str(demo), "--record", str(rec), "--clock", "virtual", "--max-num-seqs", "2",
+                             "--max-prompt-tokens", "32", "--max-output-tokens", "64"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if rec.exists():
+            try:
+                if Reader(rec).latest_step() >= 3:
+                    break
+            except Exception:                 # noqa: BLE001 - the file is being created
+                pass
+        time.sleep(0.2)
+    assert proc.poll() is None, "the run ended before it could be terminated"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert out.startswith("INCOMPLETE recording: the run was stopped after")
+    assert "unfinished requests:" in out and "interrupted:" in out
+    assert completeness(Reader(rec)).closed_cleanly
