@@ -103,6 +103,18 @@ def warn_if_incomplete(reader) -> None:
         print(f"batchscope: {line}", file=sys.stderr)
 
 
+def stop_worker(worker, patience_s: float = 2.0) -> None:
+    """Stop the engine thread (``app.bridge.EngineWorker``) and wait until it has ended, saying so
+    after ``patience_s`` seconds. A forward pass cannot be interrupted, and leaving the interpreter
+    while the thread is inside one aborts the process (exit status 134: Python ends the thread in
+    torch's C++ frames, which then call std::terminate), with the recording left unclosed."""
+    worker.stop(timeout=patience_s)
+    if worker.is_alive():
+        print("batchscope: waiting for the engine's current step to finish, then the recording is "
+              "closed…", file=sys.stderr, flush=True)
+        worker.join()
+
+
 def launch(args: argparse.Namespace, command: str) -> int:
     """Open the window. ``command`` is ``demo`` (live engine) or ``replay`` (a recording).
     Inputs are checked before Qt starts; returns 2 with a one-line message when they are bad (a
@@ -140,6 +152,6 @@ def launch(args: argparse.Namespace, command: str) -> int:
     try:
         return app.exec()
     finally:
-        worker.stop()
+        stop_worker(worker)
         if record.exists():
             print(f"recording saved: {record}  (batchscope replay {record})", file=sys.stderr)

@@ -183,3 +183,31 @@ def test_a_terminated_run_closes_its_recording_and_says_it_is_incomplete(tiny_mo
     assert out.startswith("INCOMPLETE recording: the run was stopped after")
     assert "unfinished requests:" in out and "interrupted:" in out
     assert completeness(Reader(rec)).closed_cleanly
+
+
+def test_closing_the_window_waits_for_the_step_in_progress(capsys):
+    """Leaving while the engine thread is inside a forward pass aborts Python (rc 134) and leaves
+    the recording unclosed: the window's exit waits for the step, and says so."""
+    import threading
+
+    from app.gui import stop_worker
+
+    class SlowStep(threading.Thread):            # the EngineWorker's stop/join protocol
+        def __init__(self):
+            super().__init__(daemon=True)
+            self.stopping, self.closed = threading.Event(), False
+
+        def run(self):
+            time.sleep(0.6)                      # a step that takes longer than the patience
+            self.stopping.wait()
+            self.closed = True                   # the recorder is closed after the loop
+
+        def stop(self, timeout):
+            self.stopping.set()
+            self.join(timeout)
+
+    worker = SlowStep()
+    worker.start()
+    stop_worker(worker, patience_s=0.1)
+    assert not worker.is_alive() and worker.closed
+    assert "waiting for the engine's current step to finish" in capsys.readouterr().err
