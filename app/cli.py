@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 
@@ -294,5 +295,15 @@ def main(argv: list[str] | None = None) -> int:
     return launch(args, command)
 
 
+def console_main() -> int:
+    """The ``batchscope`` console script: :func:`main`, quiet when the reader of its output goes
+    away (``batchscope summary run.sqlite | head``: exit status 1, no traceback)."""
+    try:
+        return main()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # Python's documented recipe
+        return 1
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console_main())

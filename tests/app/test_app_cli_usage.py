@@ -127,3 +127,22 @@ def test_live_recordings_and_models_share_one_cache_root(env, expected, tmp_path
     runs = Path(expected.format(tmp=tmp_path, home=home))
     assert default_recording_path().parent == runs
     assert default_cache_folder("ab" * 32).parent == runs.parent / "models"
+
+
+def test_a_closed_pipe_ends_the_command_quietly(tmp_path):
+    """`batchscope summary run.sqlite | head -1`: no BrokenPipeError traceback."""
+    import os
+
+    rec = tmp_path / "r.sqlite"
+    sys.path.insert(0, str(ROOT / "tests" / "recordings"))
+    from engine_runs import run_engine
+
+    run_engine(rec, seed=2, num_requests=6, fail_steps=())
+    read, write = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "summary", str(rec)], cwd=ROOT, stdout=write,
+                            stderr=subprocess.PIPE, text=True)
+    os.close(write)
+    os.close(read)                            # the reader is gone before anything is written
+    err = proc.communicate(timeout=120)[1]
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+    assert proc.returncode == 1
