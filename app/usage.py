@@ -25,7 +25,6 @@ def check_usage(args: argparse.Namespace) -> None:
 
 def _check_engine_run(args: argparse.Namespace) -> None:
     from app.cli import engine_config
-    from app.workload_setup import check_args
 
     if args.trace is not None:                  # files first: no import needed
         _need_file(args.trace, "trace")
@@ -38,8 +37,10 @@ def _check_engine_run(args: argparse.Namespace) -> None:
         if not out.parent.is_dir():
             raise UsageError(f"cannot write {out}: folder {out.parent} does not exist")
     engine_config(args)                         # ConfigError names the knob
+    from app.workload_setup import check_args   # imports numpy and recordings: after the cheap checks
+
     try:
-        check_args(args)                        # imports recordings (numpy, sqlite-utils)
+        check_args(args)
     except ValueError as e:
         raise UsageError(str(e)) from e
 
