@@ -113,7 +113,7 @@ class RunSummary:
             ("steps", str(self.num_steps)),
             ("prompt tokens", str(self.num_prompt_tokens)),
             ("output tokens", str(self.num_output_tokens)),
-            ("wall duration (s)", num(self.wall_duration_s)),
+            ("duration (simulated s)" if self.clock == "sim" else "wall duration (s)", num(self.wall_duration_s)),
             ("output tokens/s", num(self.output_tokens_per_s, ".1f")),
         ]
         for name, p in (("TTFT", self.ttft), ("ITL", self.itl)):

@@ -36,11 +36,11 @@ class WallClock:
             lines.append(f"{'paused (s)':<{width}}  {self.paused_s:.3f} of {self.span_s:.3f} s wall time "
                          f"(not counted in the wall duration and tokens/s)")
         if self.ttft is not None and self.itl is not None:
-            lines.append(f"{'latency unit':<{width}}  steps (virtual clock: a request's next token "
-                         f"comes one step later); in wall seconds:")
+            lines.append(f"{'latency unit':<{width}}  steps (virtual clock: a running request gets a token "
+                         f"every step, so an ITL is 1 unless it waited); in wall seconds:")
             num = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
             for name, p in (("TTFT", self.ttft), ("ITL", self.itl)):
-                lines.append(f"{f'{name} wall p50/p90/p99 (s)':<{width}}  {num(p.p50)} / {num(p.p90)} / "
+                lines.append(f"{f'{name} wall p50/90/99 (s)':<{width}}  {num(p.p50)} / {num(p.p90)} / "
                              f"{num(p.p99)}  (n={p.num_samples})")
         return lines
 
