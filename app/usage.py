@@ -15,6 +15,7 @@ def check_usage(args: argparse.Namespace) -> None:
     """Check the parsed arguments of any subcommand. Raises ``engine.config.ConfigError`` for an
     engine knob out of range (naming the knob and its limit) and :class:`UsageError` for the rest."""
     command = args.command
+    _check_slo(args)
     if command in ("run", "demo"):
         _check_engine_run(args)
     elif command in ("replay", "summary", "check", "fit"):
@@ -41,6 +42,18 @@ def _check_engine_run(args: argparse.Namespace) -> None:
 
     try:
         check_args(args)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+
+
+def _check_slo(args: argparse.Namespace) -> None:
+    """``--slo-ttft`` / ``--slo-tpot`` (run, summary, compare): positive milliseconds."""
+    ttft, tpot = getattr(args, "slo_ttft", None), getattr(args, "slo_tpot", None)
+    if ttft is None and tpot is None:
+        return
+    from recordings.serving_metrics import Slo
+    try:
+        Slo(ttft, tpot)
     except ValueError as e:
         raise UsageError(str(e)) from e
 
