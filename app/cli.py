@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 
 PROCESS_START = time.perf_counter()   # for "first token after N s" (import of torch etc. included)
 
 from app.privacy import add_recording_privacy_args
+from app.presets import add_preset_arg, apply_preset, preset_name
+from app.usage import UsageError, check_usage
 from engine.config import POLICIES, PREEMPTION_MODES, ConfigError, EngineConfig
 from engine.sim.hardware import known_devices
 from engine.sim.model_shapes import known_models
@@ -143,55 +146,104 @@ def engine_config(a: argparse.Namespace) -> EngineConfig:
                      sim_device=sim_flags["sim_device"] or "h100", sim_cost=sim_flags["sim_cost"])
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(preset: str | None = None) -> argparse.ArgumentParser:
+    """The ``batchscope`` argument parser; ``preset`` (a name of ``app.presets.PRESETS``) becomes
+    the defaults of ``run`` and ``demo`` (flags given on the command line still win)."""
+    return _parser_and_commands(preset)[0]
+
+
+def _parser_and_commands(preset: str | None) -> tuple[argparse.ArgumentParser, dict]:
+    """The parser and its subcommand parsers by name."""
     p = argparse.ArgumentParser(
         prog="batchscope",
         description="See inside continuous batching. With no command: open the window and serve the "
-                    "built-in demo workload (Azure conversation trace) on the embedded SmolLM2-135M.",
+                    "built-in demo workload (Azure conversation trace) on the embedded SmolLM2-135M. "
+                    "On a CPU, `run --preset cpu` sizes a trace replay for this machine (scaled lengths, "
+                    "10x faster arrivals, 200 requests) and `--preset sim` replays it at full scale on "
+                    "the simulated executor; without a preset `run` replays the trace as it is.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n"
                "  batchscope                                  live demo window\n"
-               "  batchscope demo --time-scale 0.1            the demo with 10x faster arrivals\n"
-               "  batchscope run --trace conv.csv --limit 64 --record run.sqlite\n"
+               "  batchscope demo --policy static             the demo without continuous batching: watch\n"
+               "                                              slots idle until the whole batch finished\n"
+               "  batchscope demo --paused --time-scale 0.02  start paused, arrivals 5x faster than the demo's\n"
+               "  batchscope run --preset cpu --trace conv.csv --record run.sqlite\n"
+               "                                              headless replay sized for a CPU\n"
                "  batchscope replay run.sqlite                step through a recording\n"
                "  batchscope summary run.sqlite               print a recording's metrics\n"
                "  batchscope check run.sqlite                 verify a recording end to end\n"
-               "  batchscope run --trace conv.csv --limit 64 --record static.sqlite --policy static\n"
+               "  batchscope run --preset cpu --trace conv.csv --record static.sqlite --policy static\n"
                "                                              the static-batching baseline\n"
-               "  batchscope run --trace conv.csv --record sim.sqlite --executor sim --sim-model llama-3.1-8b "
-               "--sim-device h100\n"
-               "                                              simulated replay (no model, roofline step times)\n"
+               "  batchscope run --preset sim --trace conv.csv --record sim.sqlite\n"
+               "                                              simulated Llama-3.1-8B on an H100 (no model, "
+               "roofline step times)\n"
                "  batchscope fit run.sqlite -o fit.json       fit the simulator's cost parameters to a real run")
     p.add_argument("-v", "--verbose", action="store_true", help="log engine details")
     sub = p.add_subparsers(dest="command")
+    add_demo_parser(sub, preset)
+    add_run_parser(sub, preset)
+    add_replay_parser(sub)
+    add_check_parser(sub)
+    add_summary_parser(sub)
+    add_fit_parser(sub)
+    from app.compare import add_compare_parser
+    from app.export import add_export_parser
+    add_export_parser(sub)
+    add_compare_parser(sub, _engine_args, _workload_args, _slo_args)
+    return p, sub.choices
 
+
+def add_demo_parser(sub, preset: str | None = None) -> None:
+    """``batchscope demo``: the live window (the default command)."""
     demo = sub.add_parser("demo", help="live window on the built-in demo workload (the default command)")
     demo.add_argument("--trace", help="use this Azure/Mooncake trace or BatchScope JSONL workload instead of the "
                                       "built-in slice")
     demo.add_argument("--limit", type=int, default=200,
                       help="number of trace requests (the built-in slice has 400) (default: %(default)s)")
-    demo.add_argument("--record", help="recording path (default: a new file under ~/.cache/batchscope/runs)")
+    demo.add_argument("--record", help="recording path (default: a new file under runs/ of the cache folder: "
+                                       "$BATCHSCOPE_CACHE, else $XDG_CACHE_HOME/batchscope, else "
+                                       "~/.cache/batchscope)")
     demo.add_argument("--paused", action="store_true", help="start paused (single-step from the first step)")
+    add_preset_arg(demo)
     add_recording_privacy_args(demo)
     _engine_args(demo, num_gpu_blocks=DEMO_NUM_GPU_BLOCKS, clock="wall")
     # Sized for SmolLM2-135M on 2 CPU cores: the 16 slots fill within ~2 s (see recordings/workload.py).
     _workload_args(demo, time_scale=0.1, prompt_scale=1 / 12, output_scale=0.25, min_prompt=8, max_prompt=96,
                    min_output=8, max_output=64)
+    apply_preset(demo, preset)
 
-    run = sub.add_parser("run", help="headless: replay a trace through the engine and record it")
+
+def add_run_parser(sub, preset: str | None = None) -> None:
+    """``batchscope run``: a headless trace replay."""
+    run = sub.add_parser("run", help="headless: replay a trace through the engine and record it (on a CPU: "
+                                     "--preset cpu or --preset sim)",
+                         description="Replay a trace through the engine without a window, record every step "
+                                     "and print the run's metrics. Without --preset the trace is replayed as it "
+                                     "is: real lengths, real arrival times; on a CPU that takes as long as the "
+                                     "trace and requests over --max-model-len are rejected, so start from "
+                                     "--preset cpu (SmolLM2 on this CPU) or --preset sim (simulated GPU).")
     run.add_argument("--trace", help="Azure CSV, Mooncake JSONL or BatchScope JSONL workload (or --lengths)")
     run.add_argument("--limit", type=int, help="first N requests only")
     run.add_argument("--record", required=True, help="output recording (.sqlite)")
+    add_preset_arg(run)
     add_recording_privacy_args(run)
     _engine_args(run, num_gpu_blocks=None, clock="wall")
     _workload_args(run, time_scale=1.0)
     _slo_args(run)
+    apply_preset(run, preset)
 
+
+def add_replay_parser(sub) -> None:
+    """``batchscope replay``: a recording in the window."""
     rep = sub.add_parser("replay", help="open a recording in the window, step by step")
     rep.add_argument("recording")
     rep.add_argument("--check-invariants", action="store_true",
                      help="first replay every step and check the invariants (G1 blocks, G3 queues, G4 "
                           "limits, G6 drain), print each violation with its step, then open the window")
+
+
+def add_check_parser(sub) -> None:
+    """``batchscope check``: a recording verified end to end (docs/trust.md)."""
     check_help = ("verify a recording end to end: SQLite integrity check, schema version and tables, every "
                   "step's rows present, the global invariants replayed on each step (G1 block conservation, "
                   "G3 queue exclusivity, G4 limits of the run's config, G6 drain at the end of a finished "
@@ -202,12 +254,18 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("recording", help="a recording (.sqlite)")
     chk.add_argument("--max-problems", type=int, default=100,
                      help="stop after this many problems (default: %(default)s)")
+
+
+def add_summary_parser(sub) -> None:
+    """``batchscope summary``: a recording's metrics."""
     summ = sub.add_parser("summary", help="print the metrics of a recording, recomputed from its rows")
     summ.add_argument("recording")
     summ.add_argument("--json", action="store_true", help="print the summary as JSON (as 'export --format json')")
     _slo_args(summ)
-    from app.export import add_export_parser
-    add_export_parser(sub)
+
+
+def add_fit_parser(sub) -> None:
+    """``batchscope fit``: the simulator's cost parameters fitted to a real recording."""
     fit = sub.add_parser("fit", help="fit the simulated executor's overheads and efficiency factors to a real "
                                      "recording's step times")
     fit.add_argument("recording", help="a recording of a real (not simulated) run")
@@ -219,47 +277,71 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"device peaks: {', '.join(known_devices())} (default: the recording's device)")
     fit.add_argument("--check", nargs="+", metavar="REC.sqlite",
                      help="also print the fit's relative errors on these recordings (same model and device)")
-    from app.compare import add_compare_parser
-    add_compare_parser(sub, _engine_args, _workload_args, _slo_args)
-    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse ``argv`` (default ``sys.argv[1:]``): ``--preset`` values become the defaults, and no
+    command means ``demo`` (``batchscope --paused`` = ``batchscope demo --paused``). Exits 2 with
+    argparse's message on a usage error."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser, commands = _parser_and_commands(preset_name(argv))
+    i = next((k for k, a in enumerate(argv) if a not in ("-v", "--verbose")), len(argv))
+    if i == len(argv) or (argv[i] not in commands and argv[i] not in ("-h", "--help")):
+        argv = [*argv[:i], "demo", *argv[i:]]
+    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """The ``batchscope`` command. Arguments are checked before anything heavy (torch, Qt) is
+    imported. Exit codes: 0 done, 2 usage error (bad flag or value, a file named on the command
+    line missing), 1 runtime failure, 130 interrupted."""
+    args = parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    command = args.command or "demo"
-    if args.command is None:
-        args = build_parser().parse_args(["demo", *(argv if argv is not None else sys.argv[1:])])
+    command = args.command
     try:
-        if command == "run":
-            from app.headless import run_headless
-            return run_headless(args)
-        if command == "compare":
-            from app.compare import run_compare
-            return run_compare(args)
-        if command == "fit":
-            from app.fit import run_fit
-            return run_fit(args)
-        if command == "summary":
-            from app.headless import print_summary
-            return print_summary(args.recording, slo_ttft=args.slo_ttft, slo_tpot=args.slo_tpot,
-                                 as_json=args.json)
-        if command == "export":
-            from app.export import run_export
-            return run_export(args)
-        if command == "check":
-            from app.check import run_check
-            return run_check(args.recording, max_problems=args.max_problems)
-        if command == "replay" and args.check_invariants:
-            from app.check import warn_before_replay
-            warn_before_replay(args.recording)          # the window opens on a bad file too
-        from app.gui import launch
-        return launch(args, command)
+        check_usage(args)
     except ConfigError as e:
         print(f"batchscope: bad setting: {e}", file=sys.stderr)
         return 2
+    except UsageError as e:
+        print(f"batchscope: {e}", file=sys.stderr)
+        return 2
+    if command == "run":
+        from app.headless import run_headless
+        return run_headless(args)
+    if command == "compare":
+        from app.compare import run_compare
+        return run_compare(args)
+    if command == "fit":
+        from app.fit import run_fit
+        return run_fit(args)
+    if command == "summary":
+        from app.headless import print_summary
+        return print_summary(args.recording, slo_ttft=args.slo_ttft, slo_tpot=args.slo_tpot,
+                             as_json=args.json)
+    if command == "export":
+        from app.export import run_export
+        return run_export(args)
+    if command == "check":
+        from app.check import run_check
+        return run_check(args.recording, max_problems=args.max_problems)
+    if command == "replay" and args.check_invariants:
+        from app.check import warn_before_replay
+        warn_before_replay(args.recording)          # the window opens on a bad file too
+    from app.gui import launch
+    return launch(args, command)
+
+
+def console_main() -> int:
+    """The ``batchscope`` console script: :func:`main`, quiet when the reader of its output goes
+    away (``batchscope summary run.sqlite | head``: exit status 1, no traceback)."""
+    try:
+        return main()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # Python's documented recipe
+        return 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console_main())

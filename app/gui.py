@@ -9,8 +9,11 @@ from pathlib import Path
 
 
 def default_recording_path() -> Path:
-    """A new file under ``$BATCHSCOPE_CACHE/runs`` (default ``~/.cache/batchscope/runs``)."""
-    root = Path(os.environ.get("BATCHSCOPE_CACHE", Path.home() / ".cache" / "batchscope")) / "runs"
+    """A new file under ``runs/`` of BatchScope's cache folder (the model cache's root:
+    ``$BATCHSCOPE_CACHE``, else ``$XDG_CACHE_HOME/batchscope``, else ``~/.cache/batchscope``)."""
+    from engine.gguf_convert import cache_root
+
+    root = cache_root() / "runs"
     root.mkdir(parents=True, exist_ok=True)
     return root / f"live-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.sqlite"
 
@@ -73,23 +76,65 @@ def _has_display() -> bool:
     return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
+def check_window_libraries() -> int:
+    """0 when Qt can open its window here; else prints why to stderr and returns 1: no display,
+    or system libraries that Qt's xcb plugin needs are missing (with one install command for all
+    of them, see ``app.qt_libs``), where Qt itself would abort the process naming only one."""
+    from app.qt_libs import check_qt_libraries
+
+    if not _has_display():
+        print("batchscope: no display found (DISPLAY/WAYLAND_DISPLAY unset): run it on a desktop, under "
+              "Xvfb, or headless with QT_QPA_PLATFORM=offscreen; `batchscope run` needs no window",
+              file=sys.stderr)
+        return 1
+    problem = check_qt_libraries()
+    if problem:
+        print(f"batchscope: {problem}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def warn_if_incomplete(reader) -> None:
+    """Say on stderr when a recording about to be replayed holds a run cut short (killed, or
+    stopped before every request finished), with its unfinished requests
+    (``recordings.completeness``)."""
+    from recordings.completeness import completeness
+
+    for line in completeness(reader).format_lines():
+        print(f"batchscope: {line}", file=sys.stderr)
+
+
+def stop_worker(worker, patience_s: float = 2.0) -> None:
+    """Stop the engine thread (``app.bridge.EngineWorker``) and wait until it has ended, saying so
+    after ``patience_s`` seconds. A forward pass cannot be interrupted, and leaving the interpreter
+    while the thread is inside one aborts the process (exit status 134: Python ends the thread in
+    torch's C++ frames, which then call std::terminate), with the recording left unclosed."""
+    worker.stop(timeout=patience_s)
+    if worker.is_alive():
+        print("batchscope: waiting for the engine's current step to finish, then the recording is "
+              "closed…", file=sys.stderr, flush=True)
+        worker.join()
+
+
 def launch(args: argparse.Namespace, command: str) -> int:
     """Open the window. ``command`` is ``demo`` (live engine) or ``replay`` (a recording).
-    Inputs are checked before Qt starts; returns 1 with a one-line message when they are bad."""
+    Inputs are checked before Qt starts; returns 2 with a one-line message when they are bad (a
+    flag, a malformed trace), 1 when the recording cannot be opened or Qt cannot start here."""
     from recordings import Reader, RecordingError
 
     try:
         if command == "replay":
             source = Reader(args.recording)
+            warn_if_incomplete(source)
         else:
             source, worker, record = make_live(args)
-    except (RecordingError, ValueError, OSError) as e:
+    except (RecordingError, OSError) as e:
         print(f"batchscope: {e}", file=sys.stderr)
         return 1
-    if not _has_display():
-        print("batchscope: no display found (DISPLAY/WAYLAND_DISPLAY unset): run it on a desktop, under "
-              "Xvfb, or headless with QT_QPA_PLATFORM=offscreen; `batchscope run` needs no window",
-              file=sys.stderr)
+    except ValueError as e:                       # ConfigError, TraceFormatError, a workload flag
+        print(f"batchscope: {e}", file=sys.stderr)
+        return 2
+    if check_window_libraries():
         return 1
     from PySide6.QtWidgets import QApplication
 
@@ -108,6 +153,6 @@ def launch(args: argparse.Namespace, command: str) -> int:
     try:
         return app.exec()
     finally:
-        worker.stop()
+        stop_worker(worker)
         if record.exists():
             print(f"recording saved: {record}  (batchscope replay {record})", file=sys.stderr)

@@ -2,46 +2,49 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import re
+import signal
 import sys
+import threading
 import time
-from collections import Counter
 from pathlib import Path
 
 from tqdm import tqdm
 
 from app.cli import engine_config
 from app.factory import build_engine
-from app.workload_setup import add_workload, check_args, load_workload, read_trace
+from app.usage import check_usage
+from app.workload_setup import add_workload, load_workload, read_trace
 
 
-def _fail(message: str) -> int:
+USAGE = 2      # exit status of a bad command line (a flag, a file named on it); 1 = a runtime failure
+
+
+def _fail(message: str, code: int = 1) -> int:
     from recordings.safe_text import visible
     print(f"batchscope: {visible(message)}", file=sys.stderr)
-    return 1
+    return code
 
 
 def run_headless(args: argparse.Namespace) -> int:
     """Check the inputs, load the model, replay ``args.trace`` with a progress bar, write
-    ``args.record`` and print the summary. Returns the exit code: 0 done, 1 bad input or nothing
-    could be served, 130 interrupted (the recording keeps every step so far)."""
+    ``args.record`` and print the summary. Returns the exit code: 0 done, 2 bad input (flags, a
+    missing or malformed trace, an existing ``--record``), 1 a runtime failure or nothing could be
+    served, 130 interrupted (the recording keeps every step so far)."""
     from engine.model_files import ModelLoadError
     from app.privacy import writer_privacy_kwargs
     from recordings import Reader, RecordingError, RecordingWriter
     from recordings.traces import TraceFormatError
 
     out = Path(args.record)
-    if out.exists():
-        return _fail(f"{out} exists; choose a new --record path (recordings are never overwritten)")
-    if not out.parent.is_dir():
-        return _fail(f"cannot write {out}: folder {out.parent} does not exist")
     config = engine_config(args)
     try:
-        check_args(args)
+        check_usage(args)                       # app.cli.main checked it already; API callers too
         trace = read_trace(args)
-    except (ValueError, OSError) as e:          # TraceFormatError is a ValueError
-        return _fail(str(e))
+    except (ValueError, OSError) as e:          # UsageError, TraceFormatError are ValueErrors
+        return _fail(str(e), USAGE)
     try:
         if getattr(config, "sim_device", None):
             print(f"simulating {config.sim_model} on {config.sim_device} (no model is loaded)…",
@@ -75,7 +78,8 @@ def run_headless(args: argparse.Namespace) -> int:
     interrupted = False
     violation: InvariantViolation | None = None
     try:
-        _replay(eng, len(wl.requests), built.config.clock)
+        with _terminate_as_interrupt():
+            _replay(eng, len(wl.requests), built.config.clock)
     except KeyboardInterrupt:
         interrupted = True
     except InvariantViolation as e:
@@ -96,8 +100,8 @@ def run_headless(args: argparse.Namespace) -> int:
     if rejected:
         print(rejection_report(rejected, len(wl.requests)))
     if interrupted:
-        print(f"interrupted: {unfinished} of {len(wl.requests)} requests did not finish; the recording "
-              f"keeps every step so far")
+        print(f"interrupted: {unfinished} of the workload's {len(wl.requests)} requests did not finish "
+              f"(those not arrived yet included); the recording keeps every step so far")
     print(f"recording: {out}  (open it with: batchscope replay {out})")
     if violation is not None:
         print(f"batchscope: the run stopped: {violation}", file=sys.stderr)
@@ -107,6 +111,24 @@ def run_headless(args: argparse.Namespace) -> int:
     if eng.recorder_error:
         return 1                         # served to the end, but the recording is incomplete
     return 1 if rejected and len(rejected) == len(wl.requests) else 0
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt():
+    """While inside: SIGTERM (``kill PID``) stops the run like Ctrl+C, so the recording is closed
+    and summarised as a run cut short (only kill -9 leaves it unclosed). Main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def fit_kv_to_workload(built, requests: list):
@@ -192,23 +214,56 @@ def _replay(eng, total: int, clock: str) -> None:
         _stop_on(checker.check_drained(eng.state(), rec))
 
 
-def rejection_report(rejected: list, total: int) -> str:
-    """Why requests were refused, grouped by limit, with the flags that help."""
-    kinds = Counter(re.sub(r"\d+", "N", r.error or "unknown error") for r in rejected)
+def rejection_report(rejected: list, total: int, max_kinds: int = 6) -> str:
+    """Why requests were refused, one line per reason (the error with its numbers as ranges over
+    the requests that got it, e.g. ``12 x prompt (2110–7436) + max_tokens (3–48) = 2113–7484 tokens
+    exceeds max_model_len 2048``), most frequent first, with the first request ids, then the flags
+    that help. ``rejected`` are finished ``engine.request.Request`` objects with an ``error``."""
+    groups: dict[str, list] = {}
+    for r in rejected:
+        groups.setdefault(re.sub(r"\d+", "N", r.error or "unknown error"), []).append(r)
+    ordered = sorted(groups.values(), key=len, reverse=True)
     lines = [f"{len(rejected)} of {total} requests failed or were rejected at admission:"]
-    for kind, n in kinds.most_common(5):
-        example = next(r.error for r in rejected if re.sub(r"\d+", "N", r.error or "unknown error") == kind)
-        lines.append(f"  {n} x {example}")
+    for group in ordered[:max_kinds]:
+        reason = _numbers_as_ranges([r.error or "unknown error" for r in group])
+        if not re.search(r"\d", reason):        # the reason names no lengths: give them
+            reason += (f" (prompts {_span([r.num_prompt_tokens for r in group])}, max_tokens "
+                       f"{_span([r.sampling_params.max_tokens for r in group])} tokens)")
+        ids = ", ".join(r.request_id for r in group[:3]) + (", ..." if len(group) > 3 else "")
+        lines.append(f"  {len(group)} x {reason}  [{ids}]")
+    if len(ordered) > max_kinds:
+        rest = ordered[max_kinds:]
+        lines.append(f"  ... and {sum(map(len, rest))} requests for {len(rest)} other reasons")
     lines.append("  (shrink requests with --prompt-scale / --max-prompt-tokens / --max-output-tokens, or "
-                 "raise --max-model-len / --num-gpu-blocks)")
+                 "raise --max-model-len / --num-gpu-blocks; --preset cpu sizes a trace for this machine)")
     return "\n".join(lines)
+
+
+def _numbers_as_ranges(texts: list[str]) -> str:
+    """``texts`` of one template (equal but for their integers): the template with each integer
+    that differs between them written as its ``min–max`` range, the others as they are."""
+    parts = [re.split(r"(\d+)", t) for t in texts]
+    out = []
+    for i, piece in enumerate(parts[0]):
+        if i % 2:                                 # an integer
+            values = [int(p[i]) for p in parts]
+            out.append(_span(values))
+        else:
+            out.append(piece)
+    return "".join(out)
+
+
+def _span(values: list[int]) -> str:
+    lo, hi = min(values), max(values)
+    return str(lo) if lo == hi else f"{lo}–{hi}"
 
 
 def describe_run(info: dict) -> list[str]:
     """Lines about a recording's provenance: model, device, trace and how it was scaled."""
     cfg = info.get("config", {})
-    model = info.get("model", {})
-    model = model if isinstance(model, dict) else {"name": model}     # older or foreign files: a name
+    model = info.get("model") or {}
+    if not isinstance(model, dict):              # a bare name (recordings written by tests, scripts)
+        model = {"name": model}
     lines = [f"model: {model.get('name', '?')} on {info.get('device', '?')} ({info.get('dtype', '?')}); "
              f"max_num_seqs {cfg.get('max_num_seqs')}, max_num_batched_tokens {cfg.get('max_num_batched_tokens')}, "
              f"{cfg.get('num_gpu_blocks')} KV blocks of {cfg.get('block_size')} tokens, clock {cfg.get('clock')}"]
@@ -232,12 +287,15 @@ def _rate(value: float | None) -> str:
 
 
 def print_report(reader, slo=None) -> None:
-    """The metrics table recomputed from ``reader``'s rows (with goodput under ``slo``, a
+    """A recording's report, section by section: whether it is complete, the metrics
+    (``recordings.summary_lines``, with goodput under ``slo``, a
     ``recordings.serving_metrics.Slo``), then the run's provenance; recorded names and reasons
     are printed with control and bidi characters escaped (``recordings.safe_text.visible``)."""
+    from recordings.completeness import completeness
     from recordings.safe_text import visible
     from recordings.summary_lines import summary_lines
-    lines = summary_lines(reader, slo) + describe_run(reader.run_info())
+
+    lines = [*completeness(reader).format_lines(), *summary_lines(reader, slo), *describe_run(reader.run_info())]
     if reader.run_info().get("text_stored") is False:
         lines.append("text: not stored (recorded with --no-text: token ids and lengths only)")
     for line in lines:                  # no terminal escapes, no RTL tricks

@@ -45,7 +45,8 @@ class RunSummary:
     """Totals and latency percentiles of one recorded run.
 
     ``time_unit`` is ``'steps'`` (virtual clock) or ``'s'`` (wall clock) and applies to ``ttft``
-    and ``itl``. ``wall_duration_s`` runs from the first step's start to the last step's end;
+    and ``itl``. ``wall_duration_s`` runs from the first step's start to the last step's end,
+    less the time the engine was paused (``recordings.wall_clock``);
     ``output_tokens_per_s`` is over that time (``None`` for a zero duration). ``mean_batch_size``
     is the mean number of requests scheduled per non-empty step; ``peak_kv_cache_usage`` is the
     highest fraction of KV blocks in use after any step. ``prefix_cache_queries`` /
@@ -161,6 +162,8 @@ def summarize(reader: Reader) -> RunSummary:
 
 
 def _summarize(reader: Reader) -> RunSummary:
+    from recordings.wall_clock import paused_seconds   # it reuses _latencies: imported here
+
     clock = str(reader.run_info().get("config", {}).get("clock", "virtual"))
     (num_steps, first_ns, last_ns, num_preemptions, peak_kv), = reader.execute(
         "SELECT count(*), min(start_ns), max(end_ns), coalesce(sum(num_preemptions), 0), "
@@ -183,7 +186,7 @@ def _summarize(reader: Reader) -> RunSummary:
     ttft, itl = _v1_latencies(reader, clock) if v1 else _latencies(reader)
     num_output_tokens = reader.execute("SELECT count(*) FROM tokens" if v1 else
                                        "SELECT coalesce(sum(num_new_tokens), 0) FROM steps")[0][0]
-    duration_s = (last_ns - first_ns) / 1e9 if num_steps else 0.0
+    duration_s = (last_ns - first_ns) / 1e9 - paused_seconds(reader, clock) if num_steps else 0.0
     if clock == "sim" and num_steps:
         (duration_s,), = reader.execute("SELECT max(token_time) - min(clock) FROM steps")
     return RunSummary(

@@ -1,12 +1,13 @@
 """The run's metrics as the text lines ``batchscope summary`` prints and the window's Run summary
 shows: one two-column table of ``recordings.metrics`` (totals, TTFT, ITL, preemptions,
-batching, TPOT) and ``recordings.serving_metrics`` (E2E latency, queue time, requests/s,
+batching, TPOT, paused time and wall-clock latencies of a virtual-clock run) and ``recordings.serving_metrics`` (E2E latency, queue time, requests/s,
 prefill / decode split, goodput). No Qt."""
 from __future__ import annotations
 
 from recordings.metrics import summarize, summarize_batching
 from recordings.reader import Reader
 from recordings.serving_metrics import Slo, summarize_serving
+from recordings.wall_clock import wall_clock
 
 NAME_WIDTH = 31            # the longest name: "E2E latency p50/p90/p99 (sim s)"
 
@@ -19,4 +20,5 @@ def summary_lines(reader: Reader, slo: Slo | None = None) -> list[str]:
         f"{'E2E, queue time, goodput':<{NAME_WIDTH}}  n/a: a schema-1 recording has no per-step "
         f"token times"]
     return [*summarize(reader).format_table(NAME_WIDTH).splitlines(),
-            *summarize_batching(reader).format_lines(NAME_WIDTH), *extra]
+            *summarize_batching(reader).format_lines(NAME_WIDTH),
+            *wall_clock(reader).format_lines(NAME_WIDTH), *extra]

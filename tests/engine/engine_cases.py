@@ -1,5 +1,6 @@
-"""Reading ``../shared/cases/scheduler-cases.json``: a case by id, its engine config (xfail naming the
-feature when it needs one the engine lacks) and its workload as harness arrivals and actions."""
+"""Reading ``tests/data/cases/scheduler-cases.json`` (a copy of ``../shared/cases``): a case by id,
+its engine config (xfail naming the feature when it needs one the engine lacks) and its workload as
+harness arrivals and actions."""
 from __future__ import annotations
 
 import dataclasses
@@ -13,8 +14,9 @@ from engine.config import EngineConfig
 from engine.request import SamplingParams
 from engine_harness import Action, Arrival, distinct_prompt
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
-CASES_FILE = SHARED / "cases" / "scheduler-cases.json"
+REPO = Path(__file__).resolve().parents[2]
+CASES_FILE = REPO / "tests" / "data" / "cases" / "scheduler-cases.json"     # shipped with the tests
+SHARED_CASES_FILE = REPO.parent / "shared" / "cases" / "scheduler-cases.json"   # where it comes from
 CASES = ({c["id"]: c for c in json.loads(CASES_FILE.read_text())["cases"]}
          if CASES_FILE.exists() else {})
 ENGINE_FIELDS = {f.name for f in dataclasses.fields(EngineConfig)}
@@ -23,7 +25,7 @@ NOT_KNOBS = {"note", "same_as"}
 
 def case(case_id: str) -> dict:
     if not CASES:
-        pytest.skip(f"{CASES_FILE} not found (the cases live in ../shared next to the repo; CI has it)")
+        pytest.skip(f"{CASES_FILE} not found: the scheduler cases ship in tests/data/cases")
     c = dict(CASES[case_id])
     ref = c["config"].get("same_as")
     if ref:                                   # a variant of another case: its config and requests

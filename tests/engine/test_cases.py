@@ -1,4 +1,5 @@
-"""One test per scheduler fault case of ``../shared/cases/scheduler-cases.json``, read at test time.
+"""One test per scheduler fault case of ``tests/data/cases/scheduler-cases.json`` (the project's copy
+of ``../shared/cases/scheduler-cases.json``), read at test time.
 
 Every workload runs through the real ``Scheduler`` and ``KVCacheManager`` inside ``LLMEngine`` with
 the fake runner (``fake_runner.py``), with G1-G6 checked after every step (``engine_harness.py``)
@@ -33,7 +34,8 @@ from engine.outputs import (BLOCKS_CACHED, BLOCKS_EVICTED, BLOCKS_HIT, BLOCKS_SW
 from engine.preemption import FOR_PRIORITY, preemption_info
 from engine.request import RequestStatus, SamplingParams
 from engine.scheduler import __doc__ as SCHEDULER_DOC
-from engine_cases import CASES, arrivals_and_actions, case, case_prompts, engine_config
+from engine_cases import (CASES, CASES_FILE, SHARED_CASES_FILE, arrivals_and_actions, case, case_prompts,
+                          engine_config)
 from engine_harness import (Action, Arrival, RunResult, assert_outputs_match, assert_recording_matches,
                             blocks_for, distinct_prompt, reference_outputs, replay_states,
                             run_workload)
@@ -1007,6 +1009,13 @@ def test_every_handled_case_is_re_checked_from_a_recording():
 def test_every_case_is_handled():
     case("capacity-never-fits")                # skips when the cases file is missing
     assert set(CASES) == HANDLED, f"cases without a test: {sorted(set(CASES) - HANDLED)}"
+
+
+def test_the_shipped_cases_are_the_shared_ones():
+    """tests/data/cases is a copy: it must not drift from ../shared/cases where that exists."""
+    if not SHARED_CASES_FILE.is_file():
+        pytest.skip(f"nothing to compare with: {SHARED_CASES_FILE} is absent (a plain clone)")
+    assert CASES_FILE.read_bytes() == SHARED_CASES_FILE.read_bytes()
 
 
 def test_abort_shared_blocks_unit_part():

@@ -7,7 +7,8 @@ import json
 
 import numpy as np
 import pytest
-from shared_traces import AZURE_CODE, AZURE_CONV, MOONCAKE, traces_dir  # noqa: F401
+from shared_traces import (AZURE_CODE, AZURE_CONV, MOONCAKE, SLICE_OF, SLICE_ROWS, SLICES,  # noqa: F401
+                           traces_dir)
 
 from recordings.traces import (AZURE, MOONCAKE as MOONCAKE_FORMAT, TraceFormatError, TraceRow,
                                load_azure_csv, load_mooncake_jsonl, load_trace)
@@ -23,11 +24,11 @@ def write(tmp_path, name: str, lines: list[str], newline: str = "\r\n", final: b
 
 # --- the real files -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name, num_rows", [(AZURE_CONV, 19_366), (AZURE_CODE, 8_819)])
-def test_real_azure_trace_loads_completely(traces_dir, name, num_rows):
-    path = traces_dir / name
+def check_azure_file(path, num_rows: int) -> None:
+    """``path`` loads completely: every row, in order, its arrival in seconds from the first row
+    (7 fractional digits exact) and its lengths, as the csv module reads them."""
     data = path.read_bytes()
-    assert data.count(b"\n") == num_rows and not data.endswith(b"\n")  # header + rows, no final EOL
+    assert data.rstrip(b"\r\n").count(b"\n") == num_rows              # header + rows
     load = load_azure_csv(path)
     assert load.errors == []
     assert len(load.rows) == num_rows
@@ -47,6 +48,42 @@ def test_real_azure_trace_loads_completely(traces_dir, name, num_rows):
     assert [r.num_output_tokens for r in load.rows] == [int(r["GeneratedTokens"]) for r in reference]
 
 
+def check_mooncake_file(path, num_rows: int) -> None:
+    """``path`` loads completely: arrivals in seconds from the first row, lengths, and one hash id
+    per 512-token prompt block."""
+    load = load_trace(path)
+    assert load.format == MOONCAKE_FORMAT and load.errors == []
+    raw = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(load.rows) == len(raw) == num_rows
+    for row, obj in zip(load.rows, raw):
+        assert row.arrival_s == (obj["timestamp"] - raw[0]["timestamp"]) / 1000
+        assert row.num_prompt_tokens == obj["input_length"]
+        assert row.hash_ids == tuple(obj["hash_ids"])
+        assert len(row.hash_ids) == -(-obj["input_length"] // 512)
+
+
+@pytest.mark.parametrize("name, num_rows", [(AZURE_CONV, 19_366), (AZURE_CODE, 8_819)])
+def test_real_azure_trace_loads_completely(traces_dir, name, num_rows):
+    assert not (traces_dir / name).read_bytes().endswith(b"\n")        # the originals: no final EOL
+    check_azure_file(traces_dir / name, num_rows)
+
+
+@pytest.mark.parametrize("name", ["azure_conv_300.csv", "azure_code_300.csv"])
+def test_shipped_azure_slices_load_completely(name):
+    check_azure_file(SLICES / name, SLICE_ROWS)
+
+
+def test_shipped_mooncake_slice_loads_completely():
+    check_mooncake_file(SLICES / "mooncake_300.jsonl", SLICE_ROWS)
+
+
+@pytest.mark.parametrize("name", sorted(SLICE_OF))
+def test_shipped_slices_are_byte_prefixes_of_the_real_traces(traces_dir, name):
+    data = (SLICES / name).read_bytes()
+    assert (traces_dir / SLICE_OF[name]).read_bytes().startswith(data)
+    assert data.endswith(b"\n")                        # whole lines only
+
+
 def test_real_azure_conv_spans_about_an_hour(traces_dir):
     rows = load_azure_csv(traces_dir / AZURE_CONV).rows
     assert rows[1] == TraceRow(line_no=3, arrival_s=4.314579, num_prompt_tokens=396,
@@ -56,20 +93,11 @@ def test_real_azure_conv_spans_about_an_hour(traces_dir):
 
 
 def test_real_mooncake_trace(traces_dir):
-    path = traces_dir / MOONCAKE
-    load = load_trace(path)
-    assert load.format == MOONCAKE_FORMAT and load.errors == []
-    raw = [json.loads(line) for line in path.read_text().splitlines()]
-    assert len(load.rows) == len(raw) == 3_993
-    for row, obj in zip(load.rows, raw):
-        assert row.arrival_s == (obj["timestamp"] - raw[0]["timestamp"]) / 1000
-        assert row.num_prompt_tokens == obj["input_length"]
-        assert row.hash_ids == tuple(obj["hash_ids"])
-        assert len(row.hash_ids) == -(-obj["input_length"] // 512)
+    check_mooncake_file(traces_dir / MOONCAKE, 3_993)
 
 
-def test_limit_keeps_the_first_rows(traces_dir):
-    load = load_trace(traces_dir / AZURE_CONV, limit=64)
+def test_limit_keeps_the_first_rows():
+    load = load_trace(SLICES / "azure_conv_300.csv", limit=64)
     assert len(load.rows) == 64 and load.rows[-1].line_no == 65
 
 

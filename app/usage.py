@@ -1,0 +1,64 @@
+"""Checking a ``batchscope`` command line before anything slow happens (no torch, transformers or Qt
+is imported here): engine knobs, workload flags, and the files the command line names."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+class UsageError(ValueError):
+    """A bad command line (exit status 2): a flag value out of range, or a file named on the
+    command line that is missing or must not exist yet. The message names the flag or path."""
+
+
+def check_usage(args: argparse.Namespace) -> None:
+    """Check the parsed arguments of any subcommand. Raises ``engine.config.ConfigError`` for an
+    engine knob out of range (naming the knob and its limit) and :class:`UsageError` for the rest."""
+    command = args.command
+    _check_slo(args)
+    if command in ("run", "demo"):
+        _check_engine_run(args)
+    elif command in ("replay", "summary", "check", "fit"):
+        _need_file(args.recording, "recording")
+        for path in getattr(args, "check", None) or []:
+            _need_file(path, "--check recording")
+
+
+def _check_engine_run(args: argparse.Namespace) -> None:
+    from app.cli import engine_config
+
+    if args.trace is not None:                  # files first: no import needed
+        _need_file(args.trace, "trace")
+    if getattr(args, "sim_cost", None):
+        _need_file(args.sim_cost, "--sim-cost file")
+    if args.record is not None:
+        out = Path(args.record)
+        if out.exists():
+            raise UsageError(f"{out} exists; choose a new --record path (recordings are never overwritten)")
+        if not out.parent.is_dir():
+            raise UsageError(f"cannot write {out}: folder {out.parent} does not exist")
+    engine_config(args)                         # ConfigError names the knob
+    from app.workload_setup import check_args   # imports numpy and recordings: after the cheap checks
+
+    try:
+        check_args(args)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+
+
+def _check_slo(args: argparse.Namespace) -> None:
+    """``--slo-ttft`` / ``--slo-tpot`` (run, summary, compare): positive milliseconds."""
+    ttft, tpot = getattr(args, "slo_ttft", None), getattr(args, "slo_tpot", None)
+    if ttft is None and tpot is None:
+        return
+    from recordings.serving_metrics import Slo
+    try:
+        Slo(ttft, tpot)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+
+
+def _need_file(path: str, what: str) -> None:
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"{what} file not found: {p}" if not p.exists() else f"{what} {p} is not a file")

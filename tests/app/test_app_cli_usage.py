@@ -1,0 +1,148 @@
+"""The command line before any work: presets, usage errors (exit 2) found without importing torch,
+transformers or Qt, ``batchscope [demo flags]``, and where live recordings go."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.cli import build_parser, parse_args
+from app.presets import PRESETS
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO_TRACE = ROOT / "recordings" / "data" / "azure_conv_demo.csv"
+HEAVY = ("torch", "transformers", "PySide6", "pyqtgraph", "tqdm")
+
+
+@pytest.mark.parametrize("command", ["run", "demo"])
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_a_preset_sets_its_values_and_a_given_flag_wins(command, name):
+    base = [command, "--trace", "t.csv", "--record", "r.sqlite"]
+    plain = vars(parse_args(base))
+    args = vars(parse_args([*base, "--preset", name]))
+    values = PRESETS[name].values
+    assert set(values) <= set(plain), f"preset {name} names unknown flags: {set(values) - set(plain)}"
+    assert {k: args[k] for k in values} == values
+    given = parse_args([*base, "--preset", name, "--max-num-seqs", "3", "--time-scale", "0.5"])
+    assert given.max_num_seqs == 3 and given.time_scale == 0.5
+    assert given.prompt_scale == values["prompt_scale"]
+
+
+def test_the_cpu_preset_fits_every_request_of_the_code_trace():
+    """What `--preset cpu` promises in --help: prompts and outputs clipped under max_model_len."""
+    v = PRESETS["cpu"].values
+    assert v["max_prompt_tokens"] + v["max_output_tokens"] <= v["max_model_len"]
+    assert v["time_scale"] < 1 and v["limit"] is not None
+
+
+def test_help_says_what_suits_the_cpu(capsys):
+    with pytest.raises(SystemExit):
+        parse_args(["run", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--preset cpu" in out and "--preset sim" in out
+    for name in PRESETS:
+        assert f"{name}: " in out
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    top = capsys.readouterr().out
+    assert "demo --time-scale 0.1 " not in top         # the demo's default: an example that changes nothing
+    assert "--preset cpu" in top
+
+
+def test_no_command_means_demo_with_its_flags():
+    args = parse_args(["--paused", "--max-num-seqs", "4"])
+    assert args.command == "demo" and args.paused and args.max_num_seqs == 4
+    assert parse_args(["-v"]).command == "demo"
+    assert parse_args([]).command == "demo"
+    assert build_parser().parse_args(["demo"]).num_gpu_blocks == PRESETS["demo"].values["num_gpu_blocks"]
+
+
+USAGE_ERRORS = {
+    "missing trace": ["run", "--trace", "missing.csv", "--record", "{tmp}/x.sqlite"],
+    "bad knob": ["run", "--trace", str(DEMO_TRACE), "--record", "{tmp}/x.sqlite", "--max-num-seqs", "0"],
+    "bad workload flag": ["run", "--trace", str(DEMO_TRACE), "--record", "{tmp}/x.sqlite", "--time-scale", "-1"],
+    "record folder": ["run", "--trace", str(DEMO_TRACE), "--record", "{tmp}/no/x.sqlite"],
+    "sim model": ["run", "--trace", str(DEMO_TRACE), "--record", "{tmp}/x.sqlite", "--executor", "sim",
+                  "--sim-model", "gpt-9"],
+    "demo knob": ["--max-num-batched-tokens", "0"],
+    "demo trace": ["demo", "--trace", "missing.csv"],
+    "summary file": ["summary", "{tmp}/none.sqlite"],
+    "replay file": ["replay", "{tmp}/none.sqlite"],
+    "check file": ["check", "{tmp}/none.sqlite"],
+    "fit file": ["fit", "{tmp}/none.sqlite", "-o", "{tmp}/fit.json"],
+}
+
+
+def test_usage_errors_exit_2_before_torch_or_qt_is_imported(tmp_path):
+    """Each bad command line, in a fresh interpreter: exit status 2, a one-line message, and none
+    of the heavy modules imported (what makes an error take seconds)."""
+    cases = {k: [a.replace("{tmp}", str(tmp_path)) for a in v] for k, v in USAGE_ERRORS.items()}
+    code = f"""
+import contextlib, io, json, sys
+from app.cli import main
+out = {{}}
+for name, argv in {json.dumps(cases)}.items():
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = main(argv)
+    out[name] = [rc, err.getvalue()]
+out["heavy"] = sorted(m for m in sys.modules if m.split(".")[0] in {HEAVY!r})
+print(json.dumps(out))
+"""
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert out.pop("heavy") == []
+    for name, (rc, err) in out.items():
+        assert rc == 2, (name, err)
+        assert err.startswith("batchscope: ") and err.count("\n") == 1 and "Traceback" not in err, (name, err)
+
+
+def test_an_argparse_error_exits_2_before_heavy_imports(tmp_path):
+    code = ("import sys\nfrom app.cli import main\ntry:\n    main(['run', '--bogus'])\nexcept SystemExit as e:\n"
+            f"    print(e.code, sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "2 []", done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({"BATCHSCOPE_CACHE": "{tmp}/bs", "XDG_CACHE_HOME": "{tmp}/xdg"}, "{tmp}/bs/runs"),
+    ({"XDG_CACHE_HOME": "{tmp}/xdg"}, "{tmp}/xdg/batchscope/runs"),
+    ({}, "{home}/.cache/batchscope/runs"),
+])
+def test_live_recordings_and_models_share_one_cache_root(env, expected, tmp_path, monkeypatch):
+    from app.gui import default_recording_path
+    from engine.gguf_convert import default_cache_folder
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    for key in ("BATCHSCOPE_CACHE", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value.format(tmp=tmp_path))
+    runs = Path(expected.format(tmp=tmp_path, home=home))
+    assert default_recording_path().parent == runs
+    assert default_cache_folder("ab" * 32).parent == runs.parent / "models"
+
+
+def test_a_closed_pipe_ends_the_command_quietly(tmp_path):
+    """`batchscope summary run.sqlite | head -1`: no BrokenPipeError traceback."""
+    import os
+
+    rec = tmp_path / "r.sqlite"
+    sys.path.insert(0, str(ROOT / "tests" / "recordings"))
+    from engine_runs import run_engine
+
+    run_engine(rec, seed=2, num_requests=6, fail_steps=())
+    read, write = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "summary", str(rec)], cwd=ROOT, stdout=write,
+                            stderr=subprocess.PIPE, text=True)
+    os.close(write)
+    os.close(read)                            # the reader is gone before anything is written
+    err = proc.communicate(timeout=120)[1]
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+    assert proc.returncode == 1
