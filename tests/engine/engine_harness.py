@@ -342,8 +342,10 @@ class InvariantChecker:
                 req = self.objs[ev.request_id]
                 shared = 0 if handed or req.group is None or req.group.head() is req else (
                     req.num_prompt_tokens // self.c.block_size)
-                # (its progress when it was swapped out: before the step, for a hand-over)
-                computed = self.pre["num_computed"][req.request_id] if handed else req.num_computed_tokens
+                # (its progress when it was swapped out: before the step, for a hand-over or a
+                # knob cut -- it may be swapped back in and computed further in the step)
+                computed = (self.pre["num_computed"][req.request_id] if handed or knob_cut
+                            else req.num_computed_tokens)
                 assert len(ev.block_ids) == blocks_for(computed, self.c.block_size) - shared, (
                     "a swap-out copies the blocks of the request's computed KV (but a group's shared ones)", ev)
                 self.cpu_tables[ev.request_id] = list(ev.block_ids)

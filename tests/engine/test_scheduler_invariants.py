@@ -233,3 +233,22 @@ def test_prefix_sharing_under_pressure_matches_reference():
     assert {"hit", "cached", "evicted"} <= kinds and result.num_preemptions > 0
     assert any(len(st.shared_block) for st in result.states)
     assert_outputs_match(result, reference_outputs(config, arrivals))
+
+
+def test_max_num_seqs_cut_swaps_out_between_steps_and_back_in():
+    """Found by the random workloads: lowering max_num_seqs to 1 swaps the request in the cut
+    slot out between steps; the next step swaps it back in (FIFO, before any admission) and
+    computes further, and its outputs still equal the reference."""
+    config = EngineConfig(block_size=8, num_gpu_blocks=2, max_model_len=16, max_num_seqs=2,
+                          max_num_batched_tokens=16, enable_chunked_prefill=False, policy="priority",
+                          preemption_mode="swap", num_cpu_blocks=1)
+    arrivals = [Arrival("r0", 5, (0, 18, 38, 60), SamplingParams(max_tokens=6, stop=(f"<{STOP_TOKEN}>",))),
+                Arrival("r5", 0, (655,), SamplingParams(max_tokens=6))]
+    fn = partial(hash_next_token, vocab_size=20)
+    result = run_workload(config, arrivals, [Action(10, "max_num_seqs", "r0", 1)],
+                          runner=FakeRunner(2, 8, fn, num_cpu_blocks=1), tokenizer=TOKENIZER, max_steps=300)
+    cut = [(r.step, e.request_id) for r in result.records for e in r.events if e.kind == "preempted"]
+    assert cut and all(preemption_info(e.detail).reason == SLOTS_CUT
+                       for r in result.records for e in r.events if e.kind == "preempted")
+    assert any(ev.kind == "swapped_in" for r in result.records for ev in r.block_events)
+    assert_outputs_match(result, reference_outputs(config, arrivals, tokenizer=TOKENIZER, next_token_fn=fn))
