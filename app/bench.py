@@ -9,6 +9,7 @@ from pathlib import Path
 from app.usage import UsageError
 
 SMALL_SHAPE = "tiny"
+SMALL_LIMIT = 16               # --small without --limit: the anchor's first 16 requests
 ANCHOR_SHAPE = "llama-3.2-1b"
 
 FIGURES_HELP = """\
@@ -29,9 +30,10 @@ figures printed (and written by --json):
                       read + write) and one large matmul in the run's dtype (FLOP/s); on a CPU in
                       float32 the simulator's own measurement (engine/sim/hardware.py)
 
-on a CPU: use --small (a 2-layer random Llama, hidden 128: seconds) with --limit 16..64, or
---model default (SmolLM2-135M, fp32) with a small --limit; the anchor shape (Llama-3.2-1B, the
-default) is for a GPU, where it runs in bfloat16."""
+on a CPU: use --small (a 2-layer random Llama, hidden 128, the first 16 anchor requests: seconds), or
+--model default (SmolLM2-135M, fp32) on a trace scaled as in docs/bench.md (the anchor's prompts of up
+to 1,024 tokens take minutes there); the anchor shape (Llama-3.2-1B, the default) is for a GPU,
+where it runs in bfloat16."""
 
 
 def add_bench_parser(sub) -> None:
@@ -53,7 +55,8 @@ def add_bench_parser(sub) -> None:
                    help=f"random-weight Llama of this shape (torch.manual_seed(0)): {SMALL_SHAPE} (2 layers, "
                         f"hidden 128, vocab 1000), {', '.join(known_models())} (default: {ANCHOR_SHAPE}, "
                         "the anchor's; not with --model)")
-    g.add_argument("--small", action="store_true", help=f"= --model-shape {SMALL_SHAPE}: finishes in seconds on a CPU")
+    g.add_argument("--small", action="store_true", help=f"= --model-shape {SMALL_SHAPE} and, without --limit, the anchor's first "
+                                                            f"{SMALL_LIMIT} requests: seconds on a CPU")
     g = bench.add_argument_group("workload (default: the anchor workload)")
     g.add_argument("--trace", help="run this Azure CSV / Mooncake / BatchScope JSONL trace instead, with the "
                                    "scaling flags below (arrivals at the trace's times unless --request-rate)")
@@ -79,6 +82,12 @@ def model_shape_name(args: argparse.Namespace) -> str | None:
     if args.model is not None:
         return None
     return SMALL_SHAPE if args.small else (args.model_shape or ANCHOR_SHAPE)
+
+
+def anchor_limit(args: argparse.Namespace) -> int | None:
+    """How many anchor requests to run: ``--limit``, else :data:`SMALL_LIMIT` with ``--small``,
+    else None (all 512)."""
+    return args.limit if args.limit is not None else (SMALL_LIMIT if args.small else None)
 
 
 def check_bench_usage(args: argparse.Namespace) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from app.bench import model_shape_name
+from app.bench import anchor_limit, model_shape_name
 from app.bench_figures import bench_figures, format_figures
 from app.bench_peaks import measure_peaks
 from app.cli import engine_config
@@ -108,7 +108,7 @@ def _workload(args: argparse.Namespace, built) -> tuple[list, dict, list[str]]:
     anchor workload, or ``--trace`` / ``--lengths`` scaled as ``batchscope run`` scales them."""
     if not (args.trace or args.lengths):
         from app.bench_workload import ANCHOR_NUM_REQUESTS, anchor_info, anchor_requests
-        requests = anchor_requests(built.vocab_size, args.limit or ANCHOR_NUM_REQUESTS)
+        requests = anchor_requests(built.vocab_size, anchor_limit(args) or ANCHOR_NUM_REQUESTS)
         return requests, anchor_info(requests), []
     wl = load_workload(args, read_trace(args), built.tokenizer, built.vocab_size)
     return wl.requests, wl.trace_info, wl.notes

@@ -58,6 +58,14 @@ def test_help_explains_each_figure_and_what_suits_the_cpu(capsys):
     assert "on a CPU: use --small" in out
 
 
+def test_small_runs_the_first_16_anchor_requests_unless_limit_says():
+    from app.bench import anchor_limit
+
+    assert anchor_limit(parse_args(["bench", "--small"])) == 16
+    assert anchor_limit(parse_args(["bench", "--small", "--limit", "3"])) == 3
+    assert anchor_limit(parse_args(["bench"])) is None
+
+
 def test_the_anchor_workload_is_the_benchmark_readmes():
     from app.bench_workload import anchor_requests
 
