@@ -186,10 +186,12 @@ def _parser_and_commands(preset: str | None) -> tuple[argparse.ArgumentParser, d
     add_check_parser(sub)
     add_summary_parser(sub)
     add_fit_parser(sub)
+    from app.bench import add_bench_parser
     from app.compare import add_compare_parser
     from app.export import add_export_parser
     add_export_parser(sub)
     add_compare_parser(sub, _engine_args, _workload_args, _slo_args)
+    add_bench_parser(sub)
     return p, sub.choices
 
 
@@ -301,6 +303,9 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command
     try:
         check_usage(args)
+        if command == "bench":
+            from app.bench import check_bench_usage
+            check_bench_usage(args)
     except ConfigError as e:
         print(f"batchscope: bad setting: {e}", file=sys.stderr)
         return 2
@@ -310,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     if command == "run":
         from app.headless import run_headless
         return run_headless(args)
+    if command == "bench":
+        from app.bench_run import bench
+        return bench(args)
     if command == "compare":
         from app.compare import run_compare
         return run_compare(args)

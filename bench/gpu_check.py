@@ -1,12 +1,18 @@
 """GPU check, one command, installs nothing (run it on the lent H200 through the device tool):
 
-    python bench/gpu_check.py            # ~3-5 minutes on an H200
+    python bench/gpu_check.py            # ~6-7 minutes on an H200
 
 1. Output equality (fp32): 16 mixed-length greedy requests through the engine together, with
    chunked prefill and recompute preemption, vs transformers `generate()` on each alone, on the GPU.
-2. Headless trace replay (bf16): a random-weight Llama-3.2-1B-shaped model (the anchor architecture
-   of ../shared/bench/README.md) serving Azure conv requests, lengths clipped, all at t=0.
-Prints a short table of figures. ``--device cpu --small`` runs the same code paths on a CPU.
+2. Triton paged-attention kernels vs the torch reference (``bench/triton_check.py``, bf16).
+3. ``batchscope bench`` on the anchor workload of ../shared/bench/README.md (random-weight
+   Llama-3.2-1B shape, bf16, 512 requests at t=0, EOS off), recording off, then on.
+4. The peers in the same call: ``hf_peer.py`` of ../shared/bench (HF continuous batching at its best
+   setting, CUDA graphs on); the device tool sends only the repository, so copy that file into
+   ``shared/bench/`` of the checkout (or give ``--peer PATH``); without it the row says so.
+5. Optionally (``--replay``) a headless replay of Azure conv requests on the same architecture.
+Prints one table at the end. ``--device cpu --small`` runs the same code paths on a CPU (tiny model,
+16 anchor requests, the Triton interpreter, ``hf_peer.py --tiny``).
 """
 from __future__ import annotations
 
@@ -113,23 +119,150 @@ def replay(device: str, small: bool, n: int) -> dict:
             "preemptions": sum(r.num_preemptions for r in recs)}
 
 
+ROOT = Path(__file__).resolve().parents[1]
+PEER_PLACES = (ROOT / "shared" / "bench" / "hf_peer.py", ROOT.parent / "shared" / "bench" / "hf_peer.py")
+
+
+def run_tool(argv: list[str], timeout_s: float, env: dict | None = None) -> tuple[int | None, float, str]:
+    """Run ``argv`` (a Python script or module of this repository) in a child process from the
+    repository root; returns (exit code or None on timeout, seconds, its output's last 2,000
+    characters)."""
+    import os
+    import subprocess
+
+    t = time.perf_counter()
+    try:
+        done = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=timeout_s,
+                              env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"")[-2000:]
+        return None, time.perf_counter() - t, out.decode(errors="replace") if isinstance(out, bytes) else out
+    return done.returncode, time.perf_counter() - t, (done.stdout + done.stderr)[-2000:]
+
+
+def bench(small: bool, device: str, record: str | None, json_out: Path, timeout_s: float) -> dict:
+    """``batchscope bench`` on the anchor workload (``--small --limit 16`` for a CPU smoke run),
+    recording to ``record`` or off; returns its --json figures, or ``error``."""
+    argv = ["-m", "app.cli", "bench", "--device", device, "--json", str(json_out)]
+    argv += ["--small", "--limit", "16"] if small else []
+    argv += ["--record", record] if record else ["--no-record"]
+    rc, secs, tail = run_tool(argv, timeout_s)
+    if rc != 0:
+        return {"error": f"exit {rc} after {secs:.0f} s: {tail[-600:]}"}
+    import json
+    return json.loads(json_out.read_text())
+
+
+def peer(small: bool, peer_path: Path | None, variants: str, out_dir: Path, timeout_s: float) -> dict:
+    """``hf_peer.py`` (HF transformers continuous batching on the anchor workload; ``--tiny`` when
+    small) with its JSON written to ``out_dir/anchor.json``; returns that JSON, or ``error``."""
+    if peer_path is None:
+        return {"error": "hf_peer.py not found (copy ../shared/bench/hf_peer.py to shared/bench/ or give --peer)"}
+    argv = [str(peer_path), "--skip-static", "--cb-variants", variants] + (["--tiny"] if small else ["--n", "512"])
+    rc, secs, tail = run_tool(argv, timeout_s, env={"OUT": str(out_dir)})
+    if rc != 0:
+        return {"error": f"exit {rc} after {secs:.0f} s: {tail[-600:]}"}
+    import json
+    return json.loads((out_dir / "anchor.json").read_text())
+
+
+def triton(small: bool, device: str, timeout_s: float) -> dict:
+    """``bench/triton_check.py`` (kernels vs the torch reference); returns ok, seconds and its last lines."""
+    rc, secs, tail = run_tool(["bench/triton_check.py", "--device", device] + (["--small"] if small else []),
+                              timeout_s)
+    return {"ok": rc == 0, "rc": rc, "seconds": secs, "tail": tail}
+
+
+def bench_cells(res: dict) -> list:
+    """A table row's figures of one ``batchscope bench`` result."""
+    if "error" in res:
+        return [res["error"][:60]] + [""] * 6
+    f = res["figures"]
+    ms = lambda v: "n/a" if v is None else f"{v * 1e3:.1f}"  # noqa: E731
+    return [f"{f['output_tokens_per_s']:,.0f}", f"{ms(f['ttft_p50_s'])} / {ms(f['ttft_p99_s'])}",
+            f"{ms(f['tpot_p50_s'])} / {ms(f['tpot_p99_s'])}", f"{f['steps_per_s']:,.1f}",
+            f"{f['roofline_efficiency']:.1%}", f"{f['duration_s']:.1f}", f"{f['num_output_tokens']:,}"]
+
+
+def summary_table(eq: dict, tri: dict, off: dict, on: dict, hf: dict, same_workload: bool = True) -> str:
+    """The final table: one row per system, then the checks. ``same_workload`` False (``--small``:
+    hf_peer.py --tiny draws its own requests) leaves out the engine / HF ratio."""
+    from tabulate import tabulate
+
+    rows = [["BatchScope bench, recording off", *bench_cells(off)],
+            ["BatchScope bench, recording on", *bench_cells(on)]]
+    best = None
+    for key, value in hf.items():
+        if key.startswith("hf_cb") and isinstance(value, dict):
+            if "error" in value:
+                rows.append([key, value["error"][:60]] + [""] * 6)
+                continue
+            rows.append([key, f"{value['out_tok_per_s']:,.0f}", "", "", "", "", f"{value['run_s']:.1f}",
+                         f"{value['out_tokens']:,}"])
+            best = max(best or 0.0, value["out_tok_per_s"])
+    if "error" in hf:
+        rows.append(["HF peer", hf["error"][:60]] + [""] * 6)
+    table = tabulate(rows, headers=["system", "out tok/s", "TTFT p50/p99 ms", "TPOT p50/p99 ms", "steps/s",
+                                    "roofline eff.", "run s", "out tokens"], disable_numparse=True)
+    lines = [table, ""]
+    fig_off, fig_on = off.get("figures"), on.get("figures")
+    if fig_off and best and same_workload:
+        lines.append(f"engine / HF best: {fig_off['output_tokens_per_s'] / best:.1f}x (target >= 10x on the H200)")
+    if fig_off and fig_on:
+        lines.append(f"recording cost: {1 - fig_on['output_tokens_per_s'] / fig_off['output_tokens_per_s']:.1%} "
+                     "of throughput (target < 5%)")
+    peaks = off.get("peaks") or on.get("peaks")
+    if peaks:
+        lines.append(f"peaks measured by bench: {peaks['peak_flops'] / 1e12:.4g} TFLOP/s, "
+                     f"{peaks['mem_bandwidth'] / 1e12:.3g} TB/s copy"
+                     + (f"; by hf_peer: {hf['bf16_TFLOPs']:.4g} TFLOP/s, {hf['copy_TBps_rw']:.3g} TB/s"
+                        if "bf16_TFLOPs" in hf else ""))
+    lines.append(f"equality fp32: {eq['equal']}/{eq['requests']} token-identical to generate(); "
+                 f"triton kernels: {'ok' if tri['ok'] else 'FAILED (exit ' + str(tri['rc']) + ')'} "
+                 f"({tri['seconds']:.0f} s)")
+    return "\n".join(lines)
+
+
 def main() -> None:
+    import tempfile
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--small", action="store_true", help="tiny models, for a CPU smoke run")
+    ap.add_argument("--peer", type=Path, help="hf_peer.py (default: shared/bench/ in or beside the repository)")
+    ap.add_argument("--peer-variants", help="hf_peer.py --cb-variants (default: graphs on a GPU, default on a CPU)")
+    ap.add_argument("--replay", action="store_true", help="also the headless Azure replay")
     ap.add_argument("--n", type=int, default=256, help="requests in the replay (default: %(default)s)")
     args = ap.parse_args()
+    gpu = args.device.startswith("cuda")
     print(f"torch {torch.__version__}  device {args.device}"
-          + (f" ({torch.cuda.get_device_name()})" if args.device.startswith("cuda") else ""))
+          + (f" ({torch.cuda.get_device_name()})" if gpu else ""), flush=True)
     t = time.perf_counter()
     eq = check_equality(args.device, args.small)
     print(f"equality fp32 : {eq['equal']}/{eq['requests']} requests token-identical to generate(), "
           f"{eq['preemptions']} preemptions, {eq['rejected']} rejected, {eq['steps']} steps "
-          f"({time.perf_counter() - t:.1f} s)")
-    rp = replay(args.device, args.small, args.n)
-    print("replay        : " + "  ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-                                         for k, v in rp.items()))
-    sys.exit(0 if eq["equal"] == eq["requests"] else 1)
+          f"({time.perf_counter() - t:.1f} s)", flush=True)
+    if gpu:
+        torch.cuda.empty_cache()       # the children below need the GPU's memory
+    tri = triton(args.small, "cuda" if gpu else "cpu", timeout_s=150)
+    print(f"triton kernels: {'ok' if tri['ok'] else 'FAILED'} ({tri['seconds']:.0f} s)\n{tri['tail'][-1500:]}",
+          flush=True)
+    peer_path = args.peer or next((p for p in PEER_PLACES if p.is_file()), None)
+    with tempfile.TemporaryDirectory() as d:
+        d = Path(d)
+        off = bench(args.small, args.device, None, d / "off.json", timeout_s=150)
+        print("bench, recording off:", off.get("figures") or off, flush=True)
+        on = bench(args.small, args.device, str(d / "on.sqlite"), d / "on.json", timeout_s=150)
+        print("bench, recording on :", on.get("figures") or on, flush=True)
+        hf = peer(args.small, peer_path, args.peer_variants or ("graphs" if gpu else "default"), d, timeout_s=200)
+    if args.replay:
+        rp = replay(args.device, args.small, args.n)
+        print("replay        : " + "  ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                                             for k, v in rp.items()))
+    print()
+    print(summary_table(eq, tri, off, on, hf, same_workload=not args.small))
+    ok = eq["equal"] == eq["requests"] and tri["ok"] and "error" not in off and "error" not in on
+    sys.exit(0 if ok else 1)
 
 
 if __name__ == "__main__":
