@@ -45,6 +45,9 @@ class WallClock:
         return lines
 
 
+MIN_PAUSE_S = 1e-3       # shorter "pauses" are clock-reading noise
+
+
 def paused_seconds(reader, clock: str) -> float:
     """Seconds the engine was paused between the first and the last recorded step (see the
     module doc); 0.0 unless ``clock`` is ``wall`` or without steps."""
@@ -54,7 +57,10 @@ def paused_seconds(reader, clock: str) -> float:
                           "((SELECT min(step) FROM steps), (SELECT max(step) FROM steps)) ORDER BY step")
     if not rows:
         return 0.0
-    return max(0.0, rows[-1][0] - rows[0][0])
+    paused = rows[-1][0] - rows[0][0]
+    # The two clocks are read a few ns apart and start_ns / 1e9 rounds to ~0.1 us: a difference
+    # under MIN_PAUSE_S is that noise, not a pause (a user's pause lasts far longer).
+    return paused if paused >= MIN_PAUSE_S else 0.0
 
 
 def wall_clock(reader) -> WallClock:
