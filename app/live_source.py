@@ -5,9 +5,14 @@ older history is read back from the recording being written through a ``recordin
 (which opens the file read-only mid-write). A past state is the reader's state at the last
 committed step, advanced through the ring with :class:`engine.timeline.StateTimeline`: the one
 implementation of state + record, so live and replay cannot differ.
+
+The ring keeps each record packed (``app.step_ring``: the batch and tokens as numpy columns, the
+rest as plain tuples), not as the record's ~500 named tuples at 256 running: the garbage
+collector does not walk it, so a full collection stays short however long the run.
 """
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from collections import deque
@@ -16,11 +21,12 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from app import step_ring
+from app.step_ring import PackedStep, step_of
 from engine.outputs import StepRecord
 from engine.state import EngineState
 from engine.timeline import StateTimeline
 from recordings.info import timeline_events
-from recordings.reader import batch_columns
 
 RING_STEPS = 1024           # newest records kept in memory
 PUBLISH_INTERVAL_S = 1 / 60  # the engine hands over a fresh state at most this often
@@ -35,7 +41,7 @@ class LiveSource:
     def __init__(self, initial: EngineState | None = None,
                  open_reader: Callable[[Path], Any] | None = None) -> None:
         self._lock = threading.Lock()
-        self._ring: deque[StepRecord] = deque(maxlen=RING_STEPS)
+        self._ring: deque[PackedStep] = deque(maxlen=RING_STEPS)
         self._latest = initial or EngineState(-1, 0.0, 0, 16, 1)
         self._run_info: dict[str, Any] = {}
         self._open_reader = open_reader
@@ -57,16 +63,18 @@ class LiveSource:
 
     def publish(self, state: EngineState, record: StepRecord | None = None) -> None:
         """Hand over the newest state (and the record of the step that made it)."""
+        packed = step_ring.pack(record) if record is not None else None
         with self._lock:
             if record is not None:
-                self._ring.append(record)
+                self._ring.append(packed)
             self._latest = state
             self._last_publish = time.perf_counter()
 
     def publish_record(self, record: StepRecord) -> None:
         """Hand over a step's record without a state (between frames)."""
+        packed = step_ring.pack(record)
         with self._lock:
-            self._ring.append(record)
+            self._ring.append(packed)
 
     # --- StepSource ---------------------------------------------------------------------
     def run_info(self) -> dict[str, Any]:
@@ -88,57 +96,54 @@ class LiveSource:
             latest, ring = self._latest, list(self._ring)
         if step >= latest.step:
             return latest
-        ring = [r for r in ring if r.step <= step]
         reader = self._history()
         if reader is None:
-            return self._replay_from_ring(None, ring, step) or latest
+            return latest
         committed = reader.latest_step()
         base = reader.state_at(min(step, committed))
-        return self._replay_from_ring(base, [r for r in ring if r.step > base.step], step) or base
+        return self._replay_from_ring(base, [p for p in ring if base.step < step_of(p) <= step],
+                                      step) or base
 
-    def _replay_from_ring(self, base: EngineState | None, ring: list[StepRecord],
-                          step: int) -> EngineState | None:
-        """``base`` advanced through ``ring`` up to ``step``; None when ``ring`` cannot get there
-        (a gap between the file and the ring, or no base and the ring does not start at 0)."""
-        if base is None:
-            return None
+    @staticmethod
+    def _replay_from_ring(base: EngineState, ring: list[PackedStep], step: int) -> EngineState | None:
+        """``base`` advanced through ``ring`` (the packed steps after it) up to ``step``; None
+        when ``ring`` cannot get there (a gap between the file and the ring)."""
         if base.step == step:
             return base
-        if not ring or ring[0].step != base.step + 1:
+        if not ring or step_of(ring[0]) != base.step + 1:
             return None
         timeline = StateTimeline.from_state(base)
-        for r in ring:
-            if r.step > step:
-                break
-            timeline.apply(r)
+        for p in ring:
+            timeline.apply(step_ring.unpack(p))
         return timeline.snapshot()
 
     def records(self, start: int, stop: int) -> Sequence[StepRecord]:
         with self._lock:
             ring = list(self._ring)
-        first = ring[0].step if ring else stop
+        first = step_of(ring[0]) if ring else stop
         older: list[StepRecord] = []
         if start < first:
             reader = self._history()
             if reader is not None:
                 older = list(reader.records(start, min(stop, first)))
-        return older + [r for r in ring if start <= r.step < stop]
+        return older + [step_ring.unpack(p) for p in ring if start <= step_of(p) < stop]
 
     def step_batches(self, start: int, stop: int) -> dict[str, Any]:
         """The steps ``start <= step < stop`` as the window's step views need them (the columns
         of ``recordings.Reader.step_batches``): older steps through the recording's light query
         (no record decoded: a jump to an old step of a long live run), the ring's from its
-        records (:func:`recordings.reader.batch_columns`). Equal to ``batch_columns`` of
-        :meth:`records`."""
+        packed records (:func:`app.step_ring.batch_columns`). Equal to
+        ``recordings.reader.batch_columns`` of :meth:`records`."""
         with self._lock:
             ring = list(self._ring)
-        first = ring[0].step if ring else stop
+        first = step_of(ring[0]) if ring else stop
         parts = []
         if start < first:
             reader = self._history()
             if reader is not None:
                 parts.append(reader.step_batches(start, min(stop, first)))
-        parts.append(batch_columns([r for r in ring if start <= r.step < stop]))
+        lo, hi = (bisect.bisect_left(ring, k, key=step_of) for k in (start, stop))
+        parts.append(step_ring.batch_columns(ring[lo:hi]))
         return parts[0] if len(parts) == 1 else _joined(*parts)
 
     def request_text(self, request_id: str, step: int) -> str:
@@ -147,8 +152,8 @@ class LiveSource:
         reader = self._history()
         committed = reader.latest_step() if reader is not None else -1
         text = reader.request_text(request_id, min(step, committed)) if reader is not None else ""
-        return text + "".join(t.text for r in ring if committed < r.step <= step
-                              for t in r.new_tokens if t.request_id == request_id)
+        return text + "".join(t for p in ring if committed < step_of(p) <= step
+                              for t in step_ring.token_texts(p, request_id))
 
     def request_timeline(self, request_id: str) -> list:
         """Every lifecycle event of ``request_id`` (``recordings.info.TimelineEvent`` s): the
@@ -159,7 +164,8 @@ class LiveSource:
         reader = self._history()
         committed = reader.latest_step() if reader is not None else -1
         older = [e for e in reader.request_timeline(request_id) if e.step <= committed] if reader else []
-        return older + timeline_events([r for r in ring if r.step > committed], request_id)
+        return older + timeline_events([step_ring.unpack(p) for p in ring if step_of(p) > committed
+                                        and step_ring.has_events_of(p, request_id)], request_id)
 
     def request_info(self, request_id: str):
         """The recorded arrival and outcome of ``request_id`` (None without a recording)."""

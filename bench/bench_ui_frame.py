@@ -1,30 +1,37 @@
 """UI frame time at production scale: 16,384 KV blocks, 256 running, 10,000 waiting.
 
-The state comes from the REAL engine (``engine.engine.LLMEngine``, scheduler and block pool) with
-the fake runner of ``tests/engine`` (no model), through the in-memory ``StepSource`` of the UI
-tests. The main window runs offscreen; a frame is what the window's 30 Hz timer does when a new
-step arrived (``MainWindow.refresh()``) plus the repaint it triggers (``processEvents``).
+Live (the default): the window on the live data path of ``batchscope demo`` without its threads
+(``bench/live_run.py``): the REAL engine (scheduler and block pool; the fake runner of
+``tests/engine``, no model) records every step to a ``RecordingWriter`` and hands it to an
+``app.live_source.LiveSource``, in steady churn (requests finish and waiting ones are admitted at
+nearly every step, the queue topped up to 10,000). A frame is what the window's 30 Hz timer does
+when new steps arrived (``MainWindow.refresh()``) plus the repaint it triggers
+(``processEvents``); the engine's steps between frames are not timed.
 
-    QT_QPA_PLATFORM=offscreen .venv/bin/python bench/bench_ui_frame.py [--frames 60]
+    QT_QPA_PLATFORM=offscreen .venv/bin/python bench/bench_ui_frame.py \
+        [--frames 1000] [--steps-per-frame 1,7,20] [--no-recording] [--profile OUT.prof]
     QT_QPA_PLATFORM=offscreen .venv/bin/python bench/bench_ui_frame.py --recording REC.sqlite \
         [--steps 2000] [--jumps 50] [--seed 0] [--breakdown] [--profile OUT.prof]
 
-Prints wall and CPU time p50 / p95 / max per scenario (live: one new step a frame with the
-waiting or the running table shown, or 7 steps a frame as at 200 steps/s; scrub: the previous
-step every frame), with a running request selected, and a per-view CPU breakdown; then (unless
-``--no-churn``) 7 steps a frame of a second run in steady churn, as a production engine serves:
-requests finish and waiting ones are admitted at nearly every step (``churn_source``). On a shared machine read the CPU times: wall
-time there includes waiting for other processes. Frames in which Python ran a full garbage
-collection are counted apart (with their times): it scans the whole heap, the benchmark's own
-engine and its kept history included, and lands in whichever frame allocates at the wrong moment.
-No assertion: the target (a whole frame <= 16 ms p95) is read off the table.
+Prints wall and CPU time p50 / p95 / p99 / max per scenario (``--steps-per-frame`` new steps a
+frame, e.g. 7 at 200 steps/s and 30 frames/s; then scrubbing back one step a frame) with a
+running request selected and the running table shown, and a per-view CPU breakdown. On a shared
+machine read the CPU times: wall time there includes waiting for other processes. Every garbage
+collection of the process is timed (``gc.callbacks``): per scenario, the count and the longest
+pause of each generation, in a frame or between frames (the engine's steps allocate too: in the
+app its thread shares the interpreter with the window, so a pause there stalls a frame just the
+same), and the frames in which a full (generation 2) collection ran; then the process's RSS and
+tracked objects, which must stay flat from scenario to scenario (memory grows with live requests,
+not with history). No assertion: the target (a whole frame <= 16 ms p95) is read off the table.
 
 ``--recording PATH`` replays a recording instead (``ui.MainWindow(recordings.Reader(path), None)``,
 1600x1000 offscreen): ``--steps`` consecutive steps one frame each from a start drawn with
 ``--seed`` (``show_step(k)`` plus the repaint it triggers), then ``--jumps`` jumps to random steps,
 each timed the same way. ``--breakdown`` then plays 200 more steps untimed with every paint event
 timed (CPU and events per frame by area of the window and by widget), and times each view's
-update at the last step; ``--profile OUT`` writes a cProfile of the consecutive frames.
+update at the last step (live: 200 more frames at the ``--steps-per-frame`` nearest 7, painting
+timed the same way); ``--profile OUT`` writes a cProfile of the consecutive frames (live: of
+the frames at the ``--steps-per-frame`` nearest 7).
 """
 from __future__ import annotations
 
@@ -44,55 +51,54 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "ui"), str(ROOT / "tests" / "eng
 import numpy as np  # noqa: E402
 
 
-def build_source(num_blocks: int, running: int, waiting: int, output: int):
-    """``fakes.big_source``: ``running`` requests decoding ``output`` tokens each over ~all
-    ``num_blocks`` blocks at the end, and ``waiting`` more behind the slot cap, from the real
-    engine."""
-    from fakes import big_source
-    t0 = time.perf_counter()
-    src = big_source(num_blocks, running, waiting, output)
-    st = src.state_at(src.latest_step())
-    print(f"built in {time.perf_counter() - t0:.1f} s: step {st.step}, {len(st.queue_rows('running'))} "
-          f"running, {len(st.queue_rows('waiting')):,} waiting, {st.num_used_blocks:,}/"
-          f"{st.num_total_blocks:,} blocks used", flush=True)
-    return src
-
-
-def churn_source(num_blocks: int, running: int, waiting: int, warmup: int = 150):
-    """A run in steady churn, as a production engine serves: ``running`` requests with
-    staggered outputs (prompts filling about half of ``num_blocks``, outputs 100, 101, ...
-    tokens), so from about step 100 one finishes and a waiting one is admitted (prefill) at
-    nearly every step, behind ``waiting`` more of mixed lengths; ``warmup`` steps run first."""
-    from fakes import FakeSource
-    t0 = time.perf_counter()
-    prompt = max(16, num_blocks * 16 // (2 * running))
-    workload = ([(prompt, 100 + i, 0) for i in range(running)]
-                + [(200 + (37 * i) % 800, 50 + (53 * i) % 250, 0) for i in range(waiting)])
-    src = FakeSource(0, num_blocks=num_blocks, block_size=16, max_num_seqs=running, budget=8192,
-                     workload=workload, max_model_len=4096, tokenizer=None,
-                     next_token_fn=lambda ctx, n: 1)
-    src.advance(warmup)
-    st = src.state_at(src.latest_step())
-    print(f"churn run built in {time.perf_counter() - t0:.1f} s: step {st.step}, "
-          f"{len(st.queue_rows('running'))} running, {len(st.queue_rows('waiting')):,} waiting, "
-          f"{st.num_used_blocks:,}/{st.num_total_blocks:,} blocks used", flush=True)
-    return src
-
-
 def stats(ms: list[float]) -> str:
     a = np.array(ms)
-    return f"p50 {np.percentile(a, 50):6.2f}  p95 {np.percentile(a, 95):6.2f}  max {a.max():6.2f} ms"
+    p50, p95, p99 = np.percentile(a, [50, 95, 99])
+    return f"p50 {p50:6.2f}  p95 {p95:6.2f}  p99 {p99:6.2f}  max {a.max():6.2f} ms"
 
 
-_FULL_GCS = [0]      # full (generation 2) garbage collections so far
-gc.callbacks.append(lambda phase, info: phase == "start" and info["generation"] == 2
-                    and _FULL_GCS.__setitem__(0, _FULL_GCS[0] + 1))
+class GcLog:
+    """Every garbage collection of the process (``gc.callbacks``): generation, pause (wall ms,
+    and CPU ms of the collecting thread: on a shared machine the wall time includes waiting for
+    other processes) and whether it ran inside a timed frame (``Timer`` sets ``in_frame``)."""
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[int, float, float, bool]] = []
+        self.in_frame = False
+        self._t0 = (0.0, 0.0)
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t0 = (time.perf_counter(), time.thread_time())
+        else:
+            self.pauses.append((info["generation"], (time.perf_counter() - self._t0[0]) * 1e3,
+                                (time.thread_time() - self._t0[1]) * 1e3, self.in_frame))
+
+    @property
+    def full(self) -> int:
+        """Full (generation 2) collections so far."""
+        return sum(1 for p in self.pauses if p[0] == 2)
+
+    def report(self, since: int, indent: str) -> None:
+        """Collections since ``pauses[since]``: per generation, count, longest and total pause,
+        how many fell inside frames."""
+        for gen in (0, 1, 2):
+            p = [q for q in self.pauses[since:] if q[0] == gen]
+            if p:
+                wall, cpu = [q[1] for q in p], [q[2] for q in p]
+                print(f"{indent}GC gen {gen}: {len(p):5d} collections, max {max(wall):6.2f} ms "
+                      f"(CPU {max(cpu):6.2f}), total {sum(wall):7.1f} ms (CPU {sum(cpu):7.1f}); "
+                      f"{sum(1 for q in p if q[3])} inside frames")
+
+
+GC = GcLog()
 
 
 class Timer:
     """Wall and CPU time (this process) of what runs inside ``with``, appended in ms, and the
-    times of the frames in which Python ran a full garbage collection (it scans the whole heap,
-    the benchmark's engine and its history included: tens of ms, in whichever frame it falls)."""
+    times of the frames in which Python ran a full garbage collection (it scans the whole heap:
+    tens of ms, in whichever frame it falls)."""
 
     def __init__(self):
         self.wall: list[float] = []
@@ -100,18 +106,28 @@ class Timer:
         self.gc_cpu: list[float] = []
 
     def __enter__(self):
-        self._t = (time.perf_counter(), time.process_time(), _FULL_GCS[0])
+        GC.in_frame = True
+        self._t = (time.perf_counter(), time.process_time(), GC.full)
 
     def __exit__(self, *exc):
         self.wall.append((time.perf_counter() - self._t[0]) * 1e3)
         self.cpu.append((time.process_time() - self._t[1]) * 1e3)
-        if _FULL_GCS[0] != self._t[2]:
+        GC.in_frame = False
+        if GC.full != self._t[2]:
             self.gc_cpu.append(self.cpu[-1])
 
     def report(self, label: str) -> None:
         gcs = (f"; {len(self.gc_cpu)} of {len(self.cpu)} frames ran a full GC "
-               f"({', '.join(f'{c:.0f}' for c in self.gc_cpu)} ms CPU)" if self.gc_cpu else "")
+               f"(max {max(self.gc_cpu):.0f} ms CPU)" if self.gc_cpu else "")
         print(f"{label:38s} wall {stats(self.wall)}\n{'':38s} cpu  {stats(self.cpu)}{gcs}")
+
+
+def memory() -> str:
+    """This process's resident memory and the objects the cyclic GC tracks (frozen ones apart)."""
+    rss = next((line.split()[1] for line in Path("/proc/self/status").read_text().splitlines()
+                if line.startswith("VmRSS:")), "?")
+    return (f"RSS {int(rss) / 1024:.0f} MiB, {len(gc.get_objects()):,} tracked objects "
+            f"(+{gc.get_freeze_count():,} frozen)")
 
 
 def load() -> str:
@@ -253,72 +269,80 @@ def bench_recording(args) -> None:
     reader.close()
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--frames", type=int, default=40, help="frames per scenario")
-    ap.add_argument("--fast-frames", type=int, default=None,
-                    help="frames of the 7-steps-a-frame scenario (default: --frames). It starts "
-                    "at step ~107: its first ~13 frames are the run's first 200 steps, while the "
-                    "step axes still grow, the later ones page the timeline every 50 steps. (It "
-                    "had a third of --frames before: 13 frames, whose p95 is nearly their max.)")
-    ap.add_argument("--no-churn", dest="churn", action="store_false",
-                    help="skip the scenario of a run in steady churn (requests finishing and "
-                    "admitted every step, 7 steps a frame; its run takes ~10 s to build)")
-    ap.add_argument("--blocks", type=int, default=16_384)
-    ap.add_argument("--running", type=int, default=256)
-    ap.add_argument("--waiting", type=int, default=10_000)
-    ap.add_argument("--recording", help="replay this recording instead of the fake engine")
-    ap.add_argument("--steps", type=int, default=2000, help="--recording: consecutive steps")
-    ap.add_argument("--jumps", type=int, default=50, help="--recording: random jumps")
-    ap.add_argument("--seed", type=int, default=0, help="--recording: start and jumps")
-    ap.add_argument("--breakdown", action="store_true",
-                    help="--recording: paint and per-view times after the timed frames (slows every "
-                    "event a little: quote timed frames from a run without it)")
-    ap.add_argument("--profile", help="--recording: cProfile the consecutive frames to this file")
-    args = ap.parse_args()
-    if args.recording:
-        bench_recording(args)
-        return
-    fast = args.fast_frames or args.frames          # frames of the 7-steps-a-frame scenario
-    # enough output tokens that no request finishes while frames are measured
-    src = build_source(args.blocks, args.running, args.waiting, 2 * args.frames + 7 * fast + 16)
+def bench_live(args) -> None:
+    """The window on a live run in steady churn (``bench/live_run.py``)."""
+    import tempfile
 
     from PySide6.QtWidgets import QApplication
 
-    from fakes import FakeControl
+    from live_run import LiveRun
     from ui import MainWindow
-    app = QApplication.instance() or QApplication([])
-    w = MainWindow(src, FakeControl(src))
+
+    print(f"before: {load()}", flush=True)
+    tmp = tempfile.TemporaryDirectory(prefix="bench_ui_frame_")
+    t0 = time.perf_counter()
+    run = LiveRun(args.blocks, args.running, args.waiting,
+                  None if args.no_recording else Path(tmp.name) / "live.sqlite")
+    st = run.source.latest_state()
+    print(f"live run built in {time.perf_counter() - t0:.1f} s: step {st.step}, "
+          f"{len(st.queue_rows('running'))} running, {len(st.queue_rows('waiting')):,} waiting, "
+          f"{st.num_used_blocks:,}/{st.num_total_blocks:,} blocks used", flush=True)
+    app = QApplication.instance() or (timing_app() if args.breakdown else QApplication([]))
+    w = MainWindow(run.source, run.control())
     w.timer.stop()
     w.show()
+    w.queues.tabs.setCurrentWidget(w.queues.views["running"])
     app.processEvents()
-    st = src.state_at(src.latest_step())
-    selected = st.request_ids[int(st.queue_rows("running")[len(st.queue_rows("running")) // 2])]
-    w.select_request(selected)
-
-    live = {("waiting", 1): Timer(), ("running", 1): Timer(), ("running", 7): Timer()}
-    for (tab, steps), timer in live.items():
-        w.queues.tabs.setCurrentWidget(w.queues.views[tab])
+    print(f"window {w.width()}x{w.height()} offscreen; {os.cpu_count()} CPUs; {memory()}\n")
+    profile_at = min(args.steps_per_frame, key=lambda n: abs(n - 7))
+    for spf in args.steps_per_frame:
+        st = w.state
+        w.select_request(st.request_ids[int(st.queue_rows("running")[len(st.queue_rows("running")) // 2])])
         app.processEvents()
-        for _ in range(args.frames if steps == 1 else fast):
-            src.advance(steps)               # the engine's steps: not part of the frame
+        first, gcs = st.step + 1, len(GC.pauses)
+        prof = None
+        if args.profile and spf == profile_at:
+            import cProfile
+            prof = cProfile.Profile()
+        timer = Timer()
+        done0 = run.num_added - len(run.engine.requests)
+        for _ in range(args.frames):
+            run.advance(spf)                 # the engine's steps: not part of the frame
+            if prof:
+                prof.enable()
             with timer:
                 w.refresh()
                 app.processEvents()
-    scrub = Timer()
-    latest = src.latest_step()
-    for i in range(args.frames):
-        with scrub:
-            w.show_step(latest - 1 - (i % latest))          # back one step per frame
+            if prof:
+                prof.disable()
+        if prof:
+            prof.dump_stats(args.profile)
+        st = w.state
+        timer.report(f"live, {spf} step{'s' if spf > 1 else ''}/frame")
+        done = run.num_added - len(run.engine.requests) - done0
+        print(f"{'':38s} steps {first}..{st.step}: {done:,} requests finished; at the end "
+              f"{len(st.queue_rows('running'))} running, {len(st.queue_rows('waiting')):,} waiting")
+        GC.report(gcs, " " * 38)
+        print(f"{'':38s} {memory()}; {load()}", flush=True)
+    if args.breakdown:
+        # untimed: 200 more frames at the scenario nearest 7 steps a frame, painting timed
+        app.paints = {}
+        for _ in range(200):
+            run.advance(profile_at)
+            w.refresh()
             app.processEvents()
-    st = w.state
-    print(f"\nwindow 1600x1000 offscreen, {st.num_total_blocks:,} blocks "
-          f"({100 * st.kv_cache_usage:.0f}% used), {len(st.queue_rows('running'))} running, "
-          f"{len(st.queue_rows('waiting')):,} waiting, {selected} selected, "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    for (tab, steps), timer in live.items():
-        timer.report(f"live, {tab} table, {steps} step{'s' if steps > 1 else ''}/frame")
-    scrub.report("scrub back, running table shown")
+        paints, app.paints = app.paints, None
+        print(f"\n{profile_at} steps/frame:", end="")
+        paint_breakdown(paints, w, 200)
+        print()
+    scrub, gcs = Timer(), len(GC.pauses)
+    latest = run.source.latest_step()
+    for i in range(min(args.frames, latest)):
+        with scrub:
+            w.show_step(latest - 1 - i)          # back one step per frame
+            app.processEvents()
+    scrub.report("scrub back, 1 step/frame")
+    GC.report(gcs, " " * 38)
     state, records, k = w.state, w.records, w.shown_step
     parts = {
         "block map": lambda: w.block_map.set_state(state),
@@ -331,35 +355,40 @@ def main() -> None:
     print("\nper view, CPU (same state each call, so caches are warm):")
     for name, fn in parts.items():
         t = Timer()
-        for _ in range(args.frames):
+        for _ in range(40):
             with t:
                 fn()
         print(f"  {name:14s} {stats(t.cpu)}")
-    if args.churn:
-        churn = Timer()
-        # requests finish and are admitted every step: the queues, block map and timeline change
-        # everywhere, not only in the decoding requests' last blocks and rows
-        src = live = None                   # only the churn run in memory (a full GC scans it all)
-        gc.collect()
-        csrc = churn_source(args.blocks, args.running, args.waiting)
-        w.set_source(csrc, FakeControl(csrc))
-        st = csrc.state_at(csrc.latest_step())
-        w.select_request(st.request_ids[int(st.queue_rows("running")[len(st.queue_rows("running")) // 2])])
-        w.queues.tabs.setCurrentWidget(w.queues.views["running"])
-        app.processEvents()
-        for _ in range(fast):
-            csrc.advance(7)
-            with churn:
-                w.refresh()
-                app.processEvents()
-        st = w.state
-        churn.report("live churn, running table, 7 steps/fr.")
-        print(f"{'':38s} (steps {st.step - 7 * fast + 1}..{st.step}: "
-              f"{csrc.history[-1].num_finished - csrc.history[-7 * fast - 1].num_finished} requests "
-              f"finished; at the end {len(st.queue_rows('running'))} running, "
-              f"{len(st.queue_rows('waiting')):,} waiting)")
-
+    print(f"\nafter: {load()}")
     w.close()
+    run.close()
+    tmp.cleanup()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--frames", type=int, default=1000, help="live: frames per scenario")
+    ap.add_argument("--steps-per-frame", type=lambda v: [int(x) for x in v.split(",")],
+                    default=[1, 7, 20], help="live: the scenarios' new engine steps per frame, "
+                    "comma-separated (7: 200 steps/s at 30 frames/s)")
+    ap.add_argument("--no-recording", action="store_true",
+                    help="live: no recorder (the live source keeps only its ring of records)")
+    ap.add_argument("--blocks", type=int, default=16_384)
+    ap.add_argument("--running", type=int, default=256)
+    ap.add_argument("--waiting", type=int, default=10_000)
+    ap.add_argument("--recording", help="replay this recording instead of a live run")
+    ap.add_argument("--steps", type=int, default=2000, help="--recording: consecutive steps")
+    ap.add_argument("--jumps", type=int, default=50, help="--recording: random jumps")
+    ap.add_argument("--seed", type=int, default=0, help="--recording: start and jumps")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="paint (and with --recording per-view) times after the timed frames "
+                    "(slows every event a little: quote timed frames from a run without it)")
+    ap.add_argument("--profile", help="cProfile the consecutive frames to this file")
+    args = ap.parse_args()
+    if args.recording:
+        bench_recording(args)
+    else:
+        bench_live(args)
 
 
 if __name__ == "__main__":

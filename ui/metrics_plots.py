@@ -87,6 +87,35 @@ def step_metrics(steps: Sequence[StepSummary | StepRecord],
     return m
 
 
+class WindowCurve(pg.PlotCurveItem):
+    """A curve whose bounding rectangle is its view's visible rectangle, not its data's: a
+    ``PlotCurveItem`` recomputes its data's bounds (two NaN-aware min / max passes and a pixel
+    size) after every ``setData``, nine curves a frame, although a metrics curve always spans
+    the plot (its x range is the window; what leaves the view is not drawn anyway). The
+    rectangle is worked out again only when the view's range or transform changes."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        self._view_rect = None
+        super().__init__(*args, **kwargs)
+
+    def boundingRect(self):
+        if self._view_rect is None:
+            vb = self.getViewBox()
+            if vb is None:
+                return super().boundingRect()
+            self._view_rect = vb.viewRect()
+        return self._view_rect
+
+    def viewRangeChanged(self) -> None:
+        self.prepareGeometryChange()
+        self._view_rect = None
+        super().viewRangeChanged()
+
+    def viewTransformChanged(self) -> None:
+        self._view_rect = None
+        super().viewTransformChanged()
+
+
 def nice_ceiling(x: float) -> float:
     """The smallest of 1, 2, 2.5, 5 x 10^k that is >= ``x`` (>= 1): y ranges that change
     rarely, so axes are not re-laid out every frame."""
@@ -151,7 +180,7 @@ class MetricsPlots(QWidget):
             # bare curves (no scatter item to keep up to date), 1-pixel pens: a wider pen goes
             # through Qt's stroker and doubles the plots' paint time
             for name, color in series:
-                self.curves[name] = pg.PlotCurveItem(pen=pg.mkPen(color, width=1), skipFiniteCheck=True)
+                self.curves[name] = WindowCurve(pen=pg.mkPen(color, width=1), skipFiniteCheck=True)
                 p.addItem(self.curves[name])
             p.setYRange(0, 100 if key == "kv" else 1, padding=0.02)
             cache_decorations(p)

@@ -3,8 +3,10 @@
 A cell is the request that held the slot in that step (its batch: ``StepSummary`` arrays, the
 same as ``StepRecord.scheduled``), in the request's
 colour: striped and lighter for a prefill chunk, solid for decode, dark when the slot was idle.
-The view shows a window of ``window`` steps that grows from the left and then scrolls with the
-run; a vertical marker shows the step on display. The grid of (palette index, prefill flag,
+The view shows a window of ``window`` steps that grows from the left and then pages forward with
+the run (``ui.record_cache.step_span``); a vertical marker shows the step on display. The view's x
+coordinate is the window's column (step - ``first_step``), so a page relabels the step axis
+(``ui.step_axis.StepAxis``) instead of moving the view. The grid of (palette index, prefill flag,
 request key) per slot and step is kept while the window stays put: a frame draws the columns
 of the steps that changed (the new one, while the run advances), in numpy over all of them at
 once, and repaints only those columns of the image: no Python per cell, no pass over the
@@ -26,6 +28,7 @@ from ui.colors import (BACKGROUND, IDLE, MUTED, color_index, css, dim, lighten,
 from ui.packed_image import PackedImageItem
 from ui.pointer import track_pointer
 from ui.record_cache import step_span
+from ui.step_axis import StepAxis
 from ui.step_summary import StepSummary, as_summaries
 from ui.theme import cache_decorations, plot_widget, style_axis, title_row
 
@@ -85,7 +88,10 @@ class SlotTimeline(QWidget):
         pi = self.plot.getPlotItem()
         pi.setMouseEnabled(False, False)
         pi.invertY(True)
-        style_axis(pi.getAxis("bottom"), "step")
+        # x in window columns (step - first_step): a page relabels the axis, the view stays
+        self.step_axis = StepAxis("bottom")
+        pi.setAxisItems({"bottom": self.step_axis})
+        style_axis(self.step_axis, "step")
         style_axis(pi.getAxis("left"), "batch slot")
         cache_decorations(pi)
         self.item = PackedImageItem()
@@ -262,16 +268,19 @@ class SlotTimeline(QWidget):
         return img.reshape(s * rp, w)
 
     def _show(self) -> None:
-        """Put the image's place, the axes' ranges, the marker and the labels on screen."""
+        """Put the image's place, the axes' ranges, the marker and the labels on screen. The
+        view is in window columns (x = step - ``first_step``): it moves only when the window's
+        size changes (while the run is short); a page relabels the step axis."""
         s, w, x0 = self.max_num_seqs, self.span, self.first_step
-        if self._shown_at != (x0, w, s):           # the axes move only when the span pages
-            self._shown_at = (x0, w, s)
-            self.item.setRect(QRectF(x0 - 0.5, -0.5, w, s))
+        if self._shown_at != (w, s):
+            self._shown_at = (w, s)
+            self.item.setRect(QRectF(-0.5, -0.5, w, s))
             pi = self.plot.getPlotItem()
-            pi.setXRange(x0 - 0.5, x0 + w - 0.5, padding=0)
+            pi.setXRange(-0.5, w - 0.5, padding=0)
             pi.setYRange(-0.5, s - 0.5, padding=0)
             pi.getViewBox().updateMatrix()     # now, not while painting (a second repaint)
-        self.marker.setValue(self.shown_step)
+        self.step_axis.set_offset(x0)
+        self.marker.setValue(self.shown_step - x0)
         self.marker.setVisible(self.shown_step >= 0)
         self._place_labels(self._grid[2])
 
@@ -287,7 +296,7 @@ class SlotTimeline(QWidget):
                 edges = np.flatnonzero(np.diff(np.r_[-2, row, -2]))
                 for a, b in zip(edges[:-1], edges[1:]):
                     if row[a] >= 0 and b - a >= min_run:
-                        runs.append((slot, self.first_step + a, self._ids[row[a]]))
+                        runs.append((slot, a, self._ids[row[a]]))
         runs = runs[:MAX_LABELS]
         while len(self.labels) < len(runs):
             t = pg.TextItem(color="#101114", anchor=(0, 0.5))
@@ -297,10 +306,10 @@ class SlotTimeline(QWidget):
             t.setFont(font)
             self.plot.getPlotItem().addItem(t)
             self.labels.append(t)
-        for t, (slot, step, rid) in zip(self.labels, runs):
+        for t, (slot, col, rid) in zip(self.labels, runs):
             t.setText(rid)
             t.setColor("#101114" if self.selected in (None, rid) else "#a0a4ab")
-            t.setPos(step - 0.5 + 2 / px_per_step, slot - 0.5 / self.row_px)
+            t.setPos(col - 0.5 + 2 / px_per_step, slot - 0.5 / self.row_px)
             t.setVisible(True)
         for t in self.labels[len(runs):]:
             t.setVisible(False)
@@ -311,8 +320,9 @@ class SlotTimeline(QWidget):
         return slot * self.row_px, step - self.first_step
 
     def cell_at(self, x: float, y: float) -> tuple[int, int] | None:
-        """(step, slot) under plot coordinates, None outside the window."""
-        step, slot = int(round(x)), int(round(y))
+        """(step, slot) under view coordinates (x: the window's column, step - ``first_step``;
+        y: the slot), None outside the window."""
+        step, slot = self.first_step + int(round(x)), int(round(y))
         if 0 <= slot < self.max_num_seqs and self.first_step <= step < self.first_step + self.span:
             return step, slot
         return None

@@ -7,12 +7,14 @@ import random
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 
 from app import live_source  # noqa: E402
 from app.live_source import LiveSource  # noqa: E402
+from app.step_ring import step_of  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
 from engine.engine import LLMEngine  # noqa: E402
 from engine.request import SamplingParams  # noqa: E402
@@ -99,11 +101,14 @@ def test_step_batches_read_the_file_and_the_ring(run):
 
     source, _, records, _ = run
     last = source.latest_step()
-    first_in_ring = source._ring[0].step
+    first_in_ring = step_of(source._ring[0])
     for start, stop in ((0, 5), (first_in_ring - 4, first_in_ring + 3), (first_in_ring, last + 1),
-                        (0, last + 1), (last - 1, last + 5)):
-        got, want = source.step_batches(start, stop), batch_columns(source.records(start, stop))
+                        (0, last + 1), (last - 1, last + 5), (first_in_ring + 2, first_in_ring + 2)):
+        got = source.step_batches(start, stop)
+        want = batch_columns([r for r in records if start <= r.step < stop])
         assert set(got) == set(want)
         for name, value in want.items():
             assert list(got[name]) == list(value), (start, stop, name)
+            if isinstance(value, np.ndarray):
+                assert got[name].dtype == value.dtype, (start, stop, name)
         assert list(got["step"]) == [r.step for r in records if start <= r.step < stop]

@@ -12,6 +12,15 @@ from ui.request_menu import request_menu
 from ui.slot_timeline import SlotTimeline, decode_rgb, prefill_rgb
 
 
+def shown_widget(qtbot, w: QWidget, width: int, height: int) -> QWidget:
+    """``w`` at ``width`` x ``height``, shown and exposed."""
+    qtbot.addWidget(w)
+    w.resize(width, height)
+    w.show()
+    qtbot.waitExposed(w)
+    return w
+
+
 def rgb(img, y, x):
     return tuple(int(v) for v in unpack(img[y, x]))
 
@@ -139,11 +148,7 @@ def test_metrics_plot_the_records(qtbot, source):
 def test_metrics_fill_the_plot_and_label_steps_while_the_run_is_short(qtbot, source):
     """While the run is shorter than the window the curves span the plots' width, and the step
     axis still reads steps before the shown step, whatever the span."""
-    w = MetricsPlots(window=200)
-    qtbot.addWidget(w)
-    w.resize(560, 400)
-    w.show()
-    qtbot.waitExposed(w)
+    w = shown_widget(qtbot, MetricsPlots(window=200), 560, 400)
     recs = source.records(0, 40)
     for shown in (20, 39):
         _first, span = step_span(shown, shown, 200)
@@ -172,3 +177,46 @@ def test_request_menu_offers_what_the_status_allows(qtbot, source, control):
     assert control.calls == [("abort_request", running.request_id)]
     menu = request_menu(control, finished, parent)
     assert not any(a.isEnabled() for a in menu.actions() if a.text().endswith("request"))
+
+
+def test_a_page_relabels_the_step_axis_and_hover_follows(qtbot, source):
+    """After the window pages, the view is in window columns: the axis still reads the steps
+    (ticks on round steps inside the window), the marker sits on the shown step's column, and a
+    point of the view is the cell of the step under it."""
+    w = shown_widget(qtbot, SlotTimeline(window=16), 600, 300)
+    records = source.records(0, 40)
+    for shown in (10, 33):
+        w.set_records(records, shown, 4, 39)
+        x0, span = w.first_step, w.span
+        assert (x0, span) == step_span(shown, 39, 16)
+        (left, right), _ = w.plot.getPlotItem().viewRange()
+        assert (left, right) == (-0.5, span - 0.5)
+        axis = w.step_axis
+        levels = axis.tickValues(left, right, 500)
+        spacing, values = levels[0]
+        steps = [v + x0 for v in values]
+        assert steps and all(x0 - 0.5 <= s <= x0 + span - 0.5 for s in steps)
+        assert all(s % spacing == 0 for s in steps)            # round steps, whatever the page
+        assert axis.tickStrings(values, 1, spacing) == [str(int(s)) for s in steps]
+        assert w.marker.value() == shown - x0
+        e = records[shown].scheduled[0]
+        assert w.cell_at(shown - x0, e.slot) == (shown, e.slot)
+        assert w.entry_at(*w.cell_at(shown - x0, e.slot)) == e
+    assert x0 > 0                                                # it paged
+
+
+def test_metrics_curves_are_bounded_by_their_view(qtbot, source):
+    """A curve's bounding rectangle is its view's visible one (not recomputed from its data each
+    frame), follows the y range when it grows, and holds every point in view."""
+    w = shown_widget(qtbot, MetricsPlots(window=200), 560, 400)
+    recs = source.records(0, 40)
+    for shown in (5, 20, 39):
+        w.set_records(recs, shown, shown)
+        for key, plot in w.plots.items():
+            view = plot.getViewBox().viewRect()
+            for name, curve in w.curves.items():
+                if curve.getViewBox() is not plot.getViewBox():
+                    continue
+                assert curve.boundingRect() == view, (shown, key, name)
+                x, y = curve.getData()
+                assert all(view.contains(a, b) for a, b in zip(x, y)), (shown, key, name)
