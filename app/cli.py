@@ -177,7 +177,11 @@ def _parser_and_commands(preset: str | None) -> tuple[argparse.ArgumentParser, d
                "  batchscope run --preset sim --trace conv.csv --record sim.sqlite\n"
                "                                              simulated Llama-3.1-8B on an H100 (no model, "
                "roofline step times)\n"
-               "  batchscope fit run.sqlite -o fit.json       fit the simulator's cost parameters to a real run")
+               "  batchscope fit run.sqlite -o fit.json       fit the simulator's cost parameters to a real run\n"
+               "  batchscope compare --executor sim --trace conv.csv --policies static,fcfs\n"
+               "                                              the same workload under two policies, side by side\n"
+               "  batchscope export run.sqlite --format perfetto -o run.trace.json\n"
+               "                                              open a run in ui.perfetto.dev")
     p.add_argument("-v", "--verbose", action="store_true", help="log engine details")
     sub = p.add_subparsers(dest="command")
     add_demo_parser(sub, preset)
