@@ -7,14 +7,10 @@ Llama-3.2-1B shape with ``torch.manual_seed(0)``, as ``hf_peer.py`` does.
 """
 from __future__ import annotations
 
-import datetime as dt
-import platform
-
 import torch
-import transformers
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from app.factory import BuiltEngine
+from app.factory import BuiltEngine, provenance
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.kv_memory import size_num_blocks
@@ -62,18 +58,8 @@ def random_engine(name: str, config: EngineConfig, device: torch.device, dtype: 
     config = config.replace(num_gpu_blocks=config.num_gpu_blocks or size_num_blocks(model.config, config, device, dtype))
     runner = ModelRunner(model, config.num_gpu_blocks, config.block_size, seed=config.seed,
                          num_cpu_blocks=config.num_cpu_blocks)
-    run_info = {
-        "config": config.to_dict(),
-        "model": {"name": f"random {name}", "path": None, "weight_file_hash": None, "architecture": "llama",
-                  "num_parameters": sum(p.numel() for p in model.parameters()),
-                  "weights": "random (torch.manual_seed(0)), a dummy-weight benchmark model"},
-        "device": str(device),
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
-        "dtype": config.dtype,
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                     "python": platform.python_version()},
-        "seed": config.seed,
-        "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-    }
+    run_info = provenance(config, model, device, model_info={
+        "name": f"random {name}", "path": None, "weight_file_hash": None, "architecture": "llama",
+        "weights": "random (torch.manual_seed(0)), a dummy-weight benchmark model"})
     engine = LLMEngine(config, runner, config.num_gpu_blocks)
     return BuiltEngine(engine, config, run_info, None, model.config.vocab_size)

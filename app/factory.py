@@ -82,11 +82,27 @@ def build_engine(config: EngineConfig, *, recorder_factory=None, trace: dict | N
     torch.manual_seed(config.seed)
     runner = ModelRunner(model, num_blocks, config.block_size, seed=config.seed,
                          num_cpu_blocks=config.num_cpu_blocks)
-    run_info = {
+    run_info = provenance(config, model, device, trace=trace,
+                          model_info={"name": source.name, "path": str(source.folder),
+                                      "weight_file_hash": source.weight_file_hash,
+                                      "architecture": getattr(model.config, "model_type", "?")})
+    recorder = recorder_factory(run_info) if recorder_factory else None
+    eos = tokenizer.eos_token_id if tokenizer is not None else None
+    engine = LLMEngine(config, runner, num_blocks, tokenizer=tokenizer, eos_token_id=eos, recorder=recorder)
+    return BuiltEngine(engine, config, run_info, tokenizer, model.config.vocab_size)
+
+
+def provenance(config: EngineConfig, model, device: "torch.device", *, model_info: dict,
+               trace: dict | None = None) -> dict[str, Any]:
+    """The recording's ``run_info`` of a model run: the config, ``model_info`` (name, path, weight
+    hash, architecture...) plus the model's parameter count, the device and its name, dtype,
+    library versions, seed, ``trace`` and the start time (UTC, ISO 8601)."""
+    import torch
+    import transformers
+
+    info = {
         "config": config.to_dict(),
-        "model": {"name": source.name, "path": str(source.folder), "weight_file_hash": source.weight_file_hash,
-                  "architecture": getattr(model.config, "model_type", "?"),
-                  "num_parameters": sum(p.numel() for p in model.parameters())},
+        "model": {**model_info, "num_parameters": sum(p.numel() for p in model.parameters())},
         "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
         "dtype": config.dtype,
@@ -96,10 +112,7 @@ def build_engine(config: EngineConfig, *, recorder_factory=None, trace: dict | N
         "trace": trace,
         "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
-    recorder = recorder_factory(run_info) if recorder_factory else None
-    eos = tokenizer.eos_token_id if tokenizer is not None else None
-    engine = LLMEngine(config, runner, num_blocks, tokenizer=tokenizer, eos_token_id=eos, recorder=recorder)
-    return BuiltEngine(engine, config, run_info, tokenizer, model.config.vocab_size)
+    return info
 
 
 def build_sim_engine(config, *, recorder_factory=None, trace: dict | None = None) -> BuiltEngine:

@@ -6,11 +6,11 @@ line is kept, in arrival order; memory stays within a bound of the file's size."
 from __future__ import annotations
 
 import json
-import tracemalloc
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fuzz_files import load_bounded, mutated
 from recordings.traces import (AZURE_HEADER, MAX_TRACE_TOKENS, TraceFormatError, load_azure_csv,
                                load_mooncake_jsonl, load_trace)
 
@@ -127,24 +127,11 @@ def test_mooncake_rows_good_and_bad(tmp_path, good, bad):
 def test_truncated_and_bit_flipped_files(tmp_path, data, kind):
     rows = data.draw(st.lists(azure_rows() if kind == "azure" else mooncake_rows(), min_size=1, max_size=20))
     text = ((",".join(AZURE_HEADER) + "\n") if kind == "azure" else "") + "\n".join(r[0] for r in rows) + "\n"
-    raw = bytearray(text.encode())
-    for _ in range(data.draw(st.integers(0, 6))):
-        i = data.draw(st.integers(0, len(raw) - 1))
-        raw[i] ^= 1 << data.draw(st.integers(0, 7))
-    raw = raw[:data.draw(st.integers(0, len(raw)))]
-    path = tmp_path / "t.trace"
-    path.write_bytes(bytes(raw))
-    tracemalloc.start()
-    try:
-        load = load_trace(path)
-    except TraceFormatError as e:
-        assert str(path) in str(e)
+    raw = mutated(data, text, max_flips=6)
+    load = load_bounded(tmp_path / "t.trace", raw, slack_bytes=2_000_000)
+    if load is None:
         return
-    finally:
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
-    assert peak < 64 * len(raw) + 2_000_000, peak              # memory bounded by the file's size
-    check_partition(load, bytes(raw).decode("utf-8-sig"), 1 if load.format == "azure-csv" else 0)
+    check_partition(load, raw.decode("utf-8-sig"), 1 if load.format == "azure-csv" else 0)
 
 
 def test_a_ten_million_token_prompt_is_a_row_and_a_huge_one_a_reported_error(tmp_path):
