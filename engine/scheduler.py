@@ -75,8 +75,6 @@ Documented policy choices (see ``../shared/cases/README.md``):
 """
 from __future__ import annotations
 
-import bisect
-import heapq
 import itertools
 from collections import deque
 from typing import Callable, Iterable
@@ -89,17 +87,17 @@ from engine.outputs import (NOT_ADMITTED_BEHIND, NOT_ADMITTED_LOWER_PRIORITY,
                             NOT_ADMITTED_SWAPPED_FIRST,
                             NOT_ADMITTED_STATIC_BATCH, NOT_ADMITTED_TOKEN_BUDGET, ModelRunnerOutput,
                             RequestEvent, ScheduledRequest, SchedulerOutput)
-from engine.preemption import (FOR_PRIORITY, MODE_RECOMPUTE, MODE_SWAP, MODE_SWAP_FALLBACK,
-                               NEEDED_BLOCKS, PAUSED_KV, PreemptionInfo)
+from engine.preemption import NEEDED_BLOCKS, PAUSED_KV
 from engine.prefix_explain import EVENT_KIND as PREFIX_EVENT
 from engine.request import Request, RequestStatus
-from engine.request_queue import make_queue, priority_key
+from engine.request_queue import make_queue
 from engine.scheduler_controls import SchedulerControls
 from engine.scheduler_invariants import check_scheduler
+from engine.scheduler_preemption import SchedulerPreemption
 from engine.swap import SwapSpace
 
 
-class Scheduler(SchedulerControls):
+class Scheduler(SchedulerControls, SchedulerPreemption):
     """Decides, step by step, which requests run and how many tokens each computes.
 
     ``num_gpu_blocks`` is the resolved size of the paged cache. ``requests`` holds the live
@@ -265,37 +263,6 @@ class Scheduler(SchedulerControls):
                                blocks_to_swap_out=swap_out, blocks_to_swap_in=swap_in,
                                blocks_to_copy=copies, parallel_samples=samples, forked=forked)
 
-    def _resume_swapped(self, budget: int, scheduled: list[ScheduledRequest]) -> int:
-        """Swap requests back in, oldest swap-out first, while a slot, budget and the GPU blocks
-        for their KV plus this step's chunk are free; each is scheduled in this step. Returns
-        the budget left."""
-        kv, swap, c = self.kv, self.swap, self.config
-        while self.swapped and len(self.running) < c.max_num_seqs and budget > 0:
-            req = self.swapped[0]
-            if req.group is not None:   # parallel sampling: the group's sequences come back together
-                left = self.groups.resume_swapped(req, budget, scheduled)
-                if left is None:
-                    break
-                budget = left
-                continue
-            computed = req.num_computed_tokens
-            n = self._chunk(req, budget, computed)
-            if not c.enable_chunked_prefill and computed + n < req.num_tokens:
-                break
-            held = swap.num_gpu_blocks_to_swap_in(req.request_id)
-            if max(held, kv.blocks_for(computed + n)) > kv.num_free_blocks:
-                break
-            self.swapped.popleft()
-            self._swap_in += swap.swap_in(req.request_id)
-            grown = kv.allocate_slots(req.request_id, computed + n)
-            assert grown is not None          # counted above
-            self._start_running(req)
-            table = kv.block_table(req.request_id)
-            scheduled.append(ScheduledRequest(req.request_id, req.slot, n, computed, req.is_prefill,
-                                              table, table))
-            budget -= n
-        return budget
-
     def _admission(self, step: int, budget: int, scheduled: list, preempted: list,
                    not_admitted: list, memory_preempted: bool) -> str:
         """The admission phase of a step (no swapped request waits): admit by the policy, or,
@@ -401,114 +368,6 @@ class Scheduler(SchedulerControls):
         if self.waiting.peek().request_id in self.static_batch:
             return NOT_ADMITTED_BEHIND
         return NOT_ADMITTED_STATIC_BATCH
-
-    def _preempt_for_priority(self, head: Request, scheduled: list[ScheduledRequest],
-                              budget: int) -> list[str]:
-        """Policy priority: preempt running requests of strictly lower priority than ``head``
-        (the first waiting request), worst first, when that lets ``head`` start now (a free slot,
-        the blocks of its whole prefill and token budget, ``budget`` being what is left);
-        nobody is preempted when it would not, or when ``head`` can start anyway. A victim
-        already scheduled in this step is taken out of ``scheduled`` (its blocks, this step's
-        included, are freed). A victim's parallel-sampling group goes with it, and a group
-        ``head`` needs what its whole group needs (``engine.group_scheduling``; a victim group's
-        shared blocks are not counted as freed, so it may decline where it would help).
-        Returns the victims' ids."""
-        kv = self.kv
-        width, extra_blocks, min_tokens = self.groups.admission_needs(head)
-        need = kv.blocks_for(head.num_tokens) + extra_blocks
-        need_budget = max(1 if self.config.enable_chunked_prefill else head.num_tokens, min_tokens)
-        slots = self.config.max_num_seqs - len(self.running) - width + 1
-        free = kv.num_free_blocks
-        tokens = {x.request_id: x.num_tokens for x in scheduled}
-        victims = []
-        for r in reversed(self.running):
-            if slots >= 1 and free >= need and budget >= need_budget:
-                break
-            if r.priority <= head.priority:
-                break                                  # equal priority never preempts
-            victims.append(r)
-            slots += 1
-            free += kv.num_blocks_freed_by(r.request_id)
-            budget += tokens.get(r.request_id, 0)
-        if not victims or slots < 1 or free < need or budget < need_budget:
-            return []
-        ids = [rid for v in victims for rid in self._preempt(v, FOR_PRIORITY, head.request_id)]
-        gone = set(ids)
-        scheduled[:] = [x for x in scheduled if x.request_id not in gone]
-        return ids
-
-    def _pick_victim(self, req: Request) -> Request | None:
-        """Who loses its KV so that ``req`` can grow: the newest (lowest-priority) other running
-        request (not of ``req``'s parallel-sampling group), else the most recently paused
-        request holding KV, else ``req`` itself (with its group)."""
-        last = self.running[-1] if self.running else req
-        if last is not req and (last.group is None or last.group is not req.group):
-            return last
-        for p in reversed(self.paused):
-            if self.kv.block_ids(p.request_id):
-                return p
-        return req if req in self.running else None
-
-    def _evict_paused(self, num_free_needed: int, for_request: str) -> list[str]:
-        """Drop the KV of paused requests, most recently paused first, until ``num_free_needed``
-        blocks are free (or none is left to drop). Returns their ids."""
-        out = []
-        for p in reversed(list(self.paused)):
-            if self.kv.num_free_blocks >= num_free_needed:
-                break
-            if self.kv.block_ids(p.request_id):
-                out += self._preempt(p, PAUSED_KV, for_request)
-        return out
-
-    def _start_running(self, req: Request) -> None:
-        req.status = RequestStatus.RUNNING
-        req.slot = heapq.heappop(self._free_slots)
-        if self.policy == "priority":       # running in (priority, arrival) order: victims last
-            bisect.insort(self.running, req, key=priority_key)
-        else:
-            self.running.append(req)
-        self.events.append(RequestEvent(req.request_id, "scheduled"))
-
-    def _leave_running(self, req: Request) -> None:
-        if req in self.running:
-            self.running.remove(req)
-        if req.slot is not None:
-            heapq.heappush(self._free_slots, req.slot)
-            req.slot = None
-
-    def _preempt(self, req: Request, reason: str, for_request: str = "", mode: str | None = None,
-                 num_shared: int = 0) -> list[str]:
-        """Preempt ``req``. Swap mode (a running request, room in the CPU pool): its KV is copied
-        to the CPU and it waits in ``swapped`` with its progress kept. Otherwise recompute: drop
-        the KV, go back to the waiting queue (its front under FCFS); in swap mode that is the
-        fallback, recorded as such. The event's detail is the :class:`PreemptionInfo`. The
-        sequences of a parallel-sampling group are preempted together
-        (``engine.group_scheduling`` decides their ``mode`` and the ``num_shared`` blocks its
-        head swaps out for each). Returns the ids preempted."""
-        if req.group is not None and mode is None:
-            return self.groups.preempt(req, reason, for_request)
-        was_paused = req.status is RequestStatus.PAUSED
-        tokens = req.num_computed_tokens
-        self._leave_running(req)
-        req.num_preemptions += 1
-        num_blocks = self.kv.blocks_for(tokens)
-        if mode is None:
-            mode = MODE_RECOMPUTE                   # (also when no KV was computed: nothing to keep)
-            if self.swap is not None and not was_paused and num_blocks:
-                mode = MODE_SWAP if self.swap.can_swap_out(num_blocks) else MODE_SWAP_FALLBACK
-        if mode == MODE_SWAP:
-            self._swap_out += self.swap.swap_out(req.request_id, num_blocks, num_shared)
-            req.status = RequestStatus.SWAPPED
-            self.swapped.append(req)
-        else:
-            self.kv.free(req.request_id)
-            req.num_computed_tokens = 0
-        info = PreemptionInfo(mode, reason, for_request, tokens, req.num_preemptions)
-        self.events.append(RequestEvent(req.request_id, "preempted", info.to_detail()))
-        if mode != MODE_SWAP and not was_paused:
-            req.status = RequestStatus.PREEMPTED
-            self.waiting.prepend(req)
-        return [req.request_id]
 
     # --- after the forward pass -----------------------------------------------------------
     def update_from_output(self, out: SchedulerOutput, runner_out: ModelRunnerOutput,
