@@ -133,7 +133,7 @@ class LiveSource:
         of ``recordings.Reader.step_batches``): older steps through the recording's light query
         (no record decoded: a jump to an old step of a long live run), the ring's from its
         packed records (:func:`app.step_ring.batch_columns`). Equal to
-        ``recordings.reader.batch_columns`` of :meth:`records`."""
+        ``recordings.step_batches.batch_columns`` of :meth:`records`."""
         with self._lock:
             ring = list(self._ring)
         first = step_of(ring[0]) if ring else stop

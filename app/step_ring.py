@@ -15,7 +15,7 @@ CPython notes on ``gc.is_tracked`` / ``gc.freeze`` (docs.python.org/3/library/gc
 ``unpack(packed)`` rebuilds the identical record (``unpack(pack(r)) == r``, named tuple types
 included) for the rare reads of whole records (a past state advanced through the newest steps, the
 "why" of one step); :func:`batch_columns` gives the window's step views their columns directly
-from the packed steps, equal to :func:`recordings.reader.batch_columns` of the records.
+from the packed steps, equal to :func:`recordings.step_batches.batch_columns` of the records.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import numpy as np
 
 from engine.outputs import (Arrival, BatchEntry, BlockEvent, NewToken, RequestEvent, StepRecord,
                             Transition)
-from recordings.reader import _ENTRY_FIELDS, _STEP_FIELDS
+from recordings.step_batches import ENTRY_FIELDS, STEP_FIELDS
 
 FIELDS = tuple(f.name for f in dataclasses.fields(StepRecord))
 # fields of named tuples kept as plain tuples (a few per step), rebuilt with their type
@@ -55,7 +55,7 @@ def pack(record: StepRecord) -> PackedStep:
     for name in _PLAIN:       # items first, then their tuple: one pass of the collector untracks both
         i = _INDEX[name]
         values[i] = tuple([tuple(x) for x in values[i]])
-    values[_BATCH] = _columns(record.scheduled, _ENTRY_FIELDS)
+    values[_BATCH] = _columns(record.scheduled, ENTRY_FIELDS)
     values[_TOKENS] = _columns(record.new_tokens, _TOKEN_FIELDS)
     return tuple(values)
 
@@ -99,11 +99,11 @@ def has_events_of(packed: PackedStep, request_id: str) -> bool:
 
 def batch_columns(steps: Sequence[PackedStep]) -> dict[str, Any]:
     """The columns of ``recordings.Reader.step_batches`` for ``steps`` (packed, in step order):
-    equal to :func:`recordings.reader.batch_columns` of their records, without rebuilding them
+    equal to :func:`recordings.step_batches.batch_columns` of their records, without rebuilding them
     (the batch arrays are concatenated)."""
     n = len(steps)
     out: dict[str, Any] = {}
-    for name, dtype in _STEP_FIELDS:
+    for name, dtype in STEP_FIELDS:
         if name == "num_new_tokens":
             out[name] = np.array([len(s[_TOKENS][0]) for s in steps], np.int64).reshape(n)
         elif name == "num_scheduled_tokens":
@@ -117,7 +117,7 @@ def batch_columns(steps: Sequence[PackedStep]) -> dict[str, Any]:
     first = np.zeros(n + 1, np.int64)
     np.cumsum([len(s[_BATCH][1]) for s in steps], out=first[1:])
     out["batch_start"] = first
-    for j, (name, dtype) in enumerate(_ENTRY_FIELDS):
+    for j, (name, dtype) in enumerate(ENTRY_FIELDS):
         out[name] = (np.concatenate([s[_BATCH][j] for s in steps]) if n
                      else np.zeros(0, dtype))
     return out

@@ -20,7 +20,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from engine.outputs import NOT_ADMITTED_BEHIND, StepRecord
+from engine.outputs import StepRecord
 from engine.state import COLUMNS, EngineState
 from engine.timeline import StateTimeline
 from recordings import codec
@@ -28,6 +28,7 @@ from recordings.errors import RecordingError
 from recordings.info import RequestInfo, TimelineEvent
 from recordings.opening import file_version, missing_wal, open_readonly
 from recordings.schema import READABLE_OLD_VERSION, latest_version
+from recordings.step_batches import BATCH_FIELDS, batch_columns, columns_from_rows
 
 _CHILD_TABLES = (("events", codec.EVENT_COLUMNS), ("block_events", codec.BLOCK_EVENT_COLUMNS),
                  ("transitions", codec.TRANSITION_COLUMNS))
@@ -147,45 +148,9 @@ class Reader:
         with self._lock, self._reading(f"batches of steps {start}..{stop}"):
             if type(self).records is not Reader.records:    # another schema: from its records
                 return batch_columns(self.records(start, stop))
-            rows = self._rows(f"SELECT {_select(_BATCH_FIELDS, self._version)} FROM steps "
+            rows = self._rows(f"SELECT {_select(BATCH_FIELDS, self._version)} FROM steps "
                               "WHERE step >= ? AND step < ? ORDER BY step", (start, stop))
-            n = len(rows)
-            cols = list(zip(*rows)) if rows else [()] * len(_BATCH_FIELDS)
-            out: dict[str, Any] = {name: np.array(cols[i], dtype).reshape(n)
-                                   for i, (name, dtype) in enumerate(_STEP_FIELDS)}
-            (error, counts, seq_json, slot_json, n_json, nc_json, prefill_json, preempted_json,
-             not_admitted_json, waiting_reason, knobs_json) = cols[len(_STEP_FIELDS):]
-            first = np.zeros(n + 1, np.int64)
-            np.cumsum(np.array(counts, np.int64).reshape(n), out=first[1:])
-            seq, slot, computed = (_joined_ints(c) for c in (seq_json, slot_json, nc_json))
-            if not len(seq) == len(slot) == len(computed) == first[-1]:
-                raise ValueError("batch arrays of different lengths")
-            num_tokens, prefill = np.ones(len(seq), np.int64), np.zeros(len(seq), bool)
-            odd = [i for i, (p, nt) in enumerate(zip(prefill_json, n_json)) if nt is not None or p != "[]"]
-            # [[index, num_tokens], ...] of the prefill entries (legacy: plain indexes)
-            for i, entries in zip(odd, json.loads("[" + ",".join(prefill_json[i] for i in odd) + "]")):
-                lo, hi = int(first[i]), int(first[i + 1])
-                if n_json[i] is not None:
-                    num_tokens[lo:hi] = json.loads(n_json[i])
-                for p in entries:
-                    at = lo + (p[0] if isinstance(p, list) else p)
-                    if not lo <= at < hi:
-                        raise IndexError(f"step {out['step'][i]}: prefill entry {p} outside the batch")
-                    prefill[at] = True
-                    if isinstance(p, list) and n_json[i] is None:
-                        num_tokens[at] = p[1]
-            id_of = self._id_of
-            out.update(
-                error=list(error), batch_start=first,
-                preempted_ids=[() if p == "[]" else tuple(id_of(s) for s in json.loads(p))
-                               for p in preempted_json],
-                not_admitted=[() if p == "[]" else tuple((id_of(s), why) for s, why in json.loads(p))
-                              for p in not_admitted_json],
-                waiting_reason=[w or NOT_ADMITTED_BEHIND for w in waiting_reason],
-                knobs=[codec.knobs_from_json(k) for k in knobs_json],
-                request_id=_names(seq, id_of), slot=slot, num_tokens=num_tokens,
-                num_computed_tokens=computed, is_prefill=prefill)
-            return out
+            return columns_from_rows(rows, self._id_of)
 
     def request_text(self, request_id: str, step: int) -> str:
         """Generated text of ``request_id`` up to and including ``step`` ('' if unknown).
@@ -408,65 +373,3 @@ def _fetch_all(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> lis
 def _decode_replacing(raw: bytes) -> str:
     """A text column's bytes as UTF-8, invalid sequences replaced by U+FFFD."""
     return raw.decode("utf-8", "replace")
-
-
-# --- step_batches(): a step range's scalars and batches as columns --------------------------------
-_STEP_FIELDS = (("step", np.int64), ("start_ns", np.int64), ("end_ns", np.int64),
-                ("clock", np.float64), ("token_time", np.float64), ("num_waiting", np.int64),
-                ("num_running", np.int64), ("num_paused", np.int64), ("num_finished", np.int64),
-                ("num_free_blocks", np.int64), ("num_total_blocks", np.int64),
-                ("schedule_ns", np.int64), ("forward_ns", np.int64), ("update_ns", np.int64),
-                ("recorder_wait_ns", np.int64), ("num_scheduled_tokens", np.int64),
-                ("num_new_tokens", np.int64))
-_BATCH_FIELDS = tuple(n for n, _ in _STEP_FIELDS) + (
-    "error", "num_scheduled_requests", "batch_seq_json", "batch_slot_json",
-    "batch_num_tokens_json", "batch_num_computed_json", "batch_prefill_json", "preempted_json",
-    "not_admitted_json", "waiting_reason", "knobs_json")
-_ENTRY_FIELDS = (("request_id", object), ("slot", np.int64), ("num_tokens", np.int64),
-                 ("num_computed_tokens", np.int64), ("is_prefill", bool))
-
-
-def _joined_ints(texts: Sequence[str]) -> np.ndarray:
-    """The JSON integer arrays ``texts`` concatenated (int64), parsed in one pass. Raises
-    ``ValueError`` on anything else."""
-    inner = (t.strip()[1:-1].strip() for t in texts)
-    return np.fromstring(",".join(t for t in inner if t), dtype=np.int64, sep=",")
-
-
-def _names(seq: np.ndarray, id_of) -> np.ndarray:
-    """``id_of(s)`` for each arrival number in ``seq`` (object array), one call per distinct
-    number (a step range's batches repeat the same running requests)."""
-    if not len(seq):
-        return np.zeros(0, object)
-    lo, hi = int(seq.min()), int(seq.max())
-    if hi - lo > 8 * len(seq):
-        uniq, inverse = np.unique(seq, return_inverse=True)
-    else:                                   # dense numbers: no sort
-        present = np.zeros(hi - lo + 1, bool)
-        present[seq - lo] = True
-        uniq = np.flatnonzero(present) + lo
-        inverse = (np.cumsum(present) - 1)[seq - lo]
-    return np.array([id_of(s) for s in uniq.tolist()], object)[inverse.reshape(-1)]
-
-
-def batch_columns(records: Sequence[StepRecord]) -> dict[str, Any]:
-    """The columns :meth:`Reader.step_batches` reads, computed from ``records`` (in step order):
-    for sources that hold :class:`StepRecord` s (a live engine, another schema's reader)."""
-    n = len(records)
-    out: dict[str, Any] = {
-        name: np.array([getattr(r, name) for r in records], dtype).reshape(n)
-        for name, dtype in _STEP_FIELDS if name != "num_new_tokens"}
-    out["num_new_tokens"] = np.array([len(r.new_tokens) for r in records], np.int64).reshape(n)
-    out["error"] = [r.error for r in records]
-    out["preempted_ids"] = [tuple(r.preempted_ids) for r in records]
-    out["not_admitted"] = [tuple(r.not_admitted) for r in records]
-    out["waiting_reason"] = [r.waiting_reason for r in records]
-    out["knobs"] = [tuple(r.knobs) for r in records]
-    first = np.zeros(n + 1, np.int64)
-    np.cumsum([len(r.scheduled) for r in records], out=first[1:])
-    out["batch_start"] = first
-    entries = [e for r in records for e in r.scheduled]
-    columns = list(zip(*entries)) if entries else [()] * len(_ENTRY_FIELDS)
-    for (name, dtype), values in zip(_ENTRY_FIELDS, columns):
-        out[name] = np.array(values, dtype).reshape(len(entries))
-    return out

@@ -5,7 +5,7 @@ the error banner and the "why not admitted" column a step's counts, times, error
 not-admitted requests. A :class:`StepSummary` holds just that. A recording gives summaries of a
 step range in one light query (``recordings.Reader.step_batches``: scalar columns and the batch
 arrays, each JSON column parsed once for the range); other sources (a live engine) give records,
-summarised with ``recordings.reader.batch_columns``. Both paths build summaries from the same
+summarised with ``recordings.step_batches.batch_columns``. Both paths build summaries from the same
 columns (:func:`summaries_from_columns`), so a recording and a live run cannot differ.
 
 A summary answers what the views ask of a ``StepRecord`` (``step``, ``error``, ``scheduled``,
@@ -20,7 +20,7 @@ import numpy as np
 
 from engine.outputs import BatchEntry, StepRecord
 from engine.source import StepSource
-from recordings.reader import batch_columns
+from recordings.step_batches import batch_columns
 
 SCALARS = ("step", "start_ns", "end_ns", "clock", "token_time", "num_waiting", "num_running",
            "num_paused", "num_finished", "num_free_blocks", "num_total_blocks", "schedule_ns",

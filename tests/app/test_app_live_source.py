@@ -97,7 +97,7 @@ def test_request_timeline_comes_from_the_file_and_the_ring(run):
 def test_step_batches_read_the_file_and_the_ring(run):
     """What the window's step views fetch (without decoding old records) equals the columns of
     the records, for ranges in the file, in the ring and across the two."""
-    from recordings.reader import batch_columns
+    from recordings.step_batches import batch_columns
 
     source, _, records, _ = run
     last = source.latest_step()

@@ -20,7 +20,7 @@ from fakes import FakeSource, swap_source  # noqa: E402
 
 from app import step_ring  # noqa: E402
 from engine.outputs import StepRecord  # noqa: E402
-from recordings.reader import batch_columns  # noqa: E402
+from recordings.step_batches import batch_columns  # noqa: E402
 
 
 def _runs() -> dict[str, list[StepRecord]]:

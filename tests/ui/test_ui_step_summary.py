@@ -13,7 +13,7 @@ import pytest
 
 from fakes import FakeSource
 from recordings import Reader
-from recordings.reader import batch_columns
+from recordings.step_batches import batch_columns
 from ui import MainWindow
 from ui.metrics_plots import metric_row
 from ui.record_cache import RecordCache
