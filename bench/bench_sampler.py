@@ -1,9 +1,10 @@
 """Sampler benchmark: the old per-row sampling loop vs the batched ``Sampler.sample_tensors`` (not a
 timed test; speed lives here).
 
-Rows are mixed in a fixed rotation: greedy, temperature 0.8, temperature 0.7 + top-p 0.9,
-temperature 1.0 + top-k 50, each with its own seed. Logits are random float32 ``[N, vocab]`` on
-``--device``. Penalties are off (they run before either sampler, unchanged).
+Rows are mixed in a fixed rotation: temperature 0.7 + top-p 0.9, greedy, temperature 0.8,
+temperature 1.0 + top-k 50 (so N = 1 is a top-p row), each with its own seed. Logits are random
+float32 ``[N, vocab]`` (standard normal times 3) on ``--device``. Penalties are off (they run
+before either sampler, unchanged).
 
 The peer is the algorithm ``engine/sampler.py`` had before the batched rewrite, kept here only as
 a baseline: greedy rows by one batched argmax, then per non-greedy row a Python loop with one
@@ -33,7 +34,7 @@ from engine.request import SamplingParams  # noqa: E402
 from engine.sampler import Sampler  # noqa: E402
 from engine.sampling_tensors import SamplingTensors  # noqa: E402
 
-MIX = [SamplingParams(), SamplingParams(temperature=0.8), SamplingParams(temperature=0.7, top_p=0.9),
+MIX = [SamplingParams(temperature=0.7, top_p=0.9), SamplingParams(), SamplingParams(temperature=0.8),
        SamplingParams(temperature=1.0, top_k=50)]
 
 
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device)
     table = [bench_one(n, v, args.repeat, device) for v in args.vocab for n in args.rows]
     print(f"device {device}, torch {torch.__version__}, {torch.get_num_threads()} threads; "
-          f"rows rotate greedy / T=0.8 / T=0.7+top_p=0.9 / T=1+top_k=50")
+          f"rows rotate T=0.7+top_p=0.9 / greedy / T=0.8 / T=1+top_k=50")
     print(tabulate(table, headers=["vocab", "N", "old loop ms", "sample_tensors ms",
                                    "sample() wrapper ms", "speed-up (old / tensors)"],
                    colalign=("right",) * 6))

@@ -25,16 +25,17 @@ from engine.sampling_tensors import SamplingTensors
 _NEG_INF = float("-inf")
 
 
+CPU_TOP_P_CANDIDATES = 1024     # on the CPU, top-p first looks for its nucleus in the top 1,024
+
+
 def filter_thresholds(scaled: torch.Tensor, st: SamplingTensors) -> torch.Tensor | None:
     """Per-row logit threshold of top-k then top-p: ``float32 [N]`` (``-inf`` = keep all), or None
     when no row filters. ``scaled``: ``float32 [N, V]``, the logits divided by the temperature.
 
     Top-k keeps every token whose logit is >= the k-th largest (ties at the k-th value are all
     kept, as in vLLM; ``k`` 0 or >= V is off); one ``topk(max_top_k)`` over the batch. Top-p is
-    taken over the top-k-filtered, renormalized distribution (vLLM's order): the nucleus is the
-    shortest prefix of the tokens sorted by probability whose mass reaches ``p`` (the most likely
-    token always stays), extended to every token tied with its last one. One sort, of the rows
-    in ``st.top_p_rows`` only; the cumulative sums in float64.
+    taken over the top-k-filtered, renormalized distribution (vLLM's order), on the rows in
+    ``st.top_p_rows`` only: see :func:`top_p_thresholds`.
     """
     n, vocab = scaled.shape
     thr = None
@@ -48,16 +49,42 @@ def filter_thresholds(scaled: torch.Tensor, st: SamplingTensors) -> torch.Tensor
     if thr is None:
         thr = torch.full((n,), _NEG_INF, dtype=torch.float32, device=scaled.device)
     rows = st.top_p_rows
-    s = torch.sort(scaled[rows], dim=-1, descending=True).values                 # [M, V]
-    s = s.masked_fill(s < thr[rows].unsqueeze(1), _NEG_INF)
-    e = torch.exp(s - s[:, :1])                                                  # unnormalized probs
-    cum = e.double().cumsum_(dim=-1)                                              # float64
-    before = cum - e                                                             # mass strictly above
-    inside = before < st.top_p[rows].to(torch.float64).unsqueeze(1) * cum[:, -1:]
-    last = (inside.sum(-1) - 1).clamp(min=0)                                     # >= 0: the top stays
-    thr_p = s.gather(1, last.unsqueeze(1)).squeeze(1)
-    thr_p = torch.where(st.top_p[rows] < 1, thr_p, _NEG_INF)                      # p = 1: keep all
+    masked = scaled[rows]
+    masked.masked_fill_(masked < thr[rows].unsqueeze(1), _NEG_INF)
+    thr_p = top_p_thresholds(masked, st.top_p[rows])
     return thr.index_put((rows,), torch.maximum(thr[rows], thr_p))
+
+
+def top_p_thresholds(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """The logit threshold of each row's nucleus (Holtzman et al., 2020): ``float32 [M]``.
+
+    ``logits``: ``float32 [M, V]`` (already temperature-scaled and top-k-masked); ``top_p``:
+    ``float32 [M]`` in (0, 1] (1: ``-inf``, keep all). The nucleus is the shortest prefix of the
+    tokens sorted by probability whose mass reaches ``p`` of the row's total (the most likely
+    token always stays), extended to every token tied with its last one.
+
+    The row total is a float64 sequential sum in vocabulary order and the prefix masses are
+    float64 cumulative sums over the sorted values, so the result does not depend on how many
+    sorted values were looked at: on the CPU (where reading a flag back is free) the nucleus is
+    first searched in the top ``CPU_TOP_P_CANDIDATES`` (a ``topk``, much cheaper than sorting the
+    vocabulary), and only if some row's nucleus is longer, in a full sort; elsewhere one sort.
+    """
+    vocab = logits.shape[1]
+    top = logits.amax(dim=-1, keepdim=True)
+    total = (logits - top).exp_().double().cumsum_(dim=-1)[:, -1:]
+    bound = top_p.to(torch.float64).unsqueeze(1) * total
+    k = min(vocab, CPU_TOP_P_CANDIDATES) if logits.device.type == "cpu" else vocab
+    while True:
+        vals = torch.sort(logits, dim=-1, descending=True).values if k == vocab \
+            else torch.topk(logits, k, dim=-1).values                             # [M, k], descending
+        e = (vals - top).exp_().double()
+        inside = e.cumsum(dim=-1) - e < bound                                    # mass strictly above < p
+        if k == vocab or not bool(inside[:, -1].any()):
+            break
+        k = vocab                                                                # a longer nucleus: sort
+    last = (inside.sum(-1) - 1).clamp(min=0)                                     # >= 0: the top stays
+    thr = vals.gather(1, last.unsqueeze(1)).squeeze(1)
+    return torch.where(top_p < 1, thr, _NEG_INF)
 
 
 class Sampler:
@@ -100,7 +127,7 @@ class Sampler:
         ``prompt_token_ids[i]`` / ``output_token_ids[i]`` are row i's prompt and output so far;
         they are read only for rows whose params have penalties (then they are required: raises
         ``ValueError`` without them). A thin wrapper: penalties, then :meth:`sample_tensors`."""
-        logits = self._penalized(logits, request_ids, params, prompt_token_ids, output_token_ids)
+        logits = self.penalized(logits, request_ids, params, prompt_token_ids, output_token_ids)
         draws = [self._next_draw(rid, p) for rid, p in zip(request_ids, params)]
         st = SamplingTensors.from_lists([p.temperature for p in params], [p.top_k for p in params],
                                         [p.top_p for p in params], [d[0] for d in draws],
@@ -140,11 +167,14 @@ class Sampler:
         drawn = drawn.clamp_(max=logits.shape[1] - 1)
         return torch.where((temp > 0) & (total > 0), drawn, greedy)
 
-    def _penalized(self, logits: torch.Tensor, request_ids: list[str], params: list[SamplingParams],
-                   prompts: Sequence[Sequence[int]] | None,
-                   outputs: Sequence[Sequence[int]] | None) -> torch.Tensor:
-        """``logits`` with the penalties of the rows that have any applied (one batched call over
-        those rows); ``logits`` itself when no row has penalties."""
+    def penalized(self, logits: torch.Tensor, request_ids: list[str], params: list[SamplingParams],
+                  prompts: Sequence[Sequence[int]] | None,
+                  outputs: Sequence[Sequence[int]] | None) -> torch.Tensor:
+        """``logits`` ``[N, vocab]`` with the penalties of the rows that have any applied (one
+        batched call over those rows; a float32 copy, the caller's tensor is not modified);
+        ``logits`` itself when no row has penalties. Call it before :meth:`sample_tensors`.
+        ``prompts`` / ``outputs``: each row's prompt and output token ids (required when a row
+        has penalties: ``ValueError`` otherwise)."""
         rows = [i for i, p in enumerate(params) if p.has_penalties]
         if not rows:
             return logits

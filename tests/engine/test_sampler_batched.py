@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from engine.request import SamplingParams
-from engine.sampler import Sampler, filter_thresholds
+import engine.sampler as sampler_module
+from engine.sampler import Sampler, filter_thresholds, top_p_thresholds
 from engine.sampling_rng import counter_uniform, lowbias32
 from engine.sampling_tensors import SamplingTensors
 
@@ -156,7 +157,10 @@ def reference_nucleus(row: list[float], temperature: float, k: int, p: float) ->
     return {i for i in order if scaled[i] >= scaled[order[last]]}
 
 
-def test_top_k_and_top_p_sets_match_a_per_row_reference_and_draws_stay_inside():
+@pytest.mark.parametrize("candidates", [4, 40, 1024])
+def test_top_k_and_top_p_sets_match_a_per_row_reference_and_draws_stay_inside(candidates, monkeypatch):
+    # candidates < vocab: the CPU's topk-first search of the nucleus, with its fall-back to a sort
+    monkeypatch.setattr(sampler_module, "CPU_TOP_P_CANDIDATES", candidates)
     n, vocab = 48, 300
     lg = randn(n, vocab, seed=4)
     gen = torch.Generator().manual_seed(5)
@@ -173,6 +177,17 @@ def test_top_k_and_top_p_sets_match_a_per_row_reference_and_draws_stay_inside():
         st = tensors(n, temperature=temps, top_k=ks, top_p=ps, seed=list(range(n)), counter=[c] * n)
         for i, tok in enumerate(sample(lg, st)):
             assert tok in reference_nucleus(lg[i].tolist(), temps[i], ks[i], ps[i])
+
+
+def test_the_nucleus_does_not_depend_on_how_many_candidates_were_sorted(monkeypatch):
+    lg = randn(64, 2000, seed=10)
+    ps = torch.tensor([1e-3, 0.2, 0.6, 0.9] * 16)
+    full = top_p_thresholds(lg, ps)
+    for candidates in (2, 16, 100):            # small nuclei fit; the others fall back to the sort
+        monkeypatch.setattr(sampler_module, "CPU_TOP_P_CANDIDATES", candidates)
+        assert torch.equal(top_p_thresholds(lg, ps), full)
+        for i in range(8):                     # one row at a time: each takes its own path
+            assert torch.equal(top_p_thresholds(lg[i:i + 1], ps[i:i + 1]), full[i:i + 1]), (candidates, i)
 
 
 def test_ties_at_the_top_k_boundary_are_all_kept_and_nothing_below():
