@@ -143,7 +143,7 @@ class Sampler:
         ``softmax(logits / temperature)`` restricted by top-k and top-p (see
         :func:`filter_thresholds`), drawing with ``counter_uniform(seed, counter)``. A row whose
         logits are all ``-inf`` gets token 0 (argmax's first index), never an error or NaN.
-        Reads nothing back to the host. Raises ``ValueError`` if ``logits`` is not 2-D or its
+        Reads nothing back to the host (but on the CPU, see :func:`top_p_thresholds`). Raises ``ValueError`` if ``logits`` is not 2-D or its
         row count differs from ``st``'s.
         """
         if logits.dim() != 2 or logits.shape[0] != st.num_rows:

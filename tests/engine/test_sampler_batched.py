@@ -289,3 +289,22 @@ def test_wrapper_rows_equal_the_tensor_call_with_each_requests_seed_and_draw_cou
         got = s.sample(lg, ["a", "b", "c"], params)
         st = SamplingTensors.from_lists([1.0, 0.0, 0.8], [0, 0, 0], [1.0, 1.0, 0.9], [11, 0, 12], [step] * 3)
         assert got == sample(lg, st)
+
+
+# --- devices ---------------------------------------------------------------------------------------
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_gpu_draws_the_cpus_tokens():
+    """Same integers from the hash, same thresholds, same draws on both devices (the float64 sums
+    may differ in their last bits, which moves a draw only when u falls within ~1e-16 of a
+    boundary)."""
+    n = 256
+    lg = randn(n, 5000, seed=11)
+    kw = dict(temperature=[[0.0, 0.8, 1.2, 0.7][i % 4] for i in range(n)],
+              top_k=[[0, 0, 40, 0][i % 4] for i in range(n)], top_p=[[1.0, 1.0, 1.0, 0.9][i % 4] for i in range(n)],
+              seed=list(range(n)))
+    cpu = sample(lg, tensors(n, **kw))
+    st = tensors(n, **kw)
+    on_gpu = SamplingTensors(*(t.cuda() for t in (st.temperature, st.top_k, st.top_p, st.seed, st.counter)),
+                             all_greedy=False, max_top_k=st.max_top_k, top_p_rows=st.top_p_rows.cuda())
+    assert Sampler.sample_tensors(lg.cuda(), on_gpu).tolist() == cpu
+    assert torch.equal(counter_uniform(st.seed.cuda(), st.counter.cuda()).cpu(), counter_uniform(st.seed, st.counter))
