@@ -87,6 +87,29 @@ def top_p_thresholds(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     return torch.where(top_p < 1, thr, _NEG_INF)
 
 
+def draw(logits: torch.Tensor, st: SamplingTensors) -> torch.Tensor:
+    """Sample one token per row, every row with temperature > 0: ``int64 [N]``, or -1 for a row
+    with no finite logit. ``logits``: ``[N, V]`` any float dtype (not modified); ``st``: the
+    same N rows (``st.sampled_rows`` None).
+
+    ``softmax(logits / temperature)``, cut by :func:`filter_thresholds`, then inverse-transform
+    sampling with ``u = counter_uniform(seed, counter)``: the first token whose float64 cumulative
+    unnormalized probability, in vocabulary order, exceeds ``u * total``.
+    """
+    scaled = logits.float() / st.temperature.unsqueeze(1)                     # a new [N, V] tensor
+    thr = filter_thresholds(scaled, st)
+    if thr is not None:
+        scaled.masked_fill_(scaled < thr.unsqueeze(1), _NEG_INF)
+    scaled -= scaled.amax(dim=-1, keepdim=True)
+    cum = scaled.exp_().double().cumsum_(dim=-1)                               # unnormalized CDF
+    total = cum[:, -1]
+    # u <= 1 - 2**-33, so target < total: the first cum > target is a token of nonzero
+    # probability (cum rises there). NaN rows (no finite logit) give -1.
+    target = counter_uniform(st.seed, st.counter) * total
+    drawn = torch.searchsorted(cum, target.unsqueeze(1), right=True).squeeze(1)
+    return torch.where(total > 0, drawn.clamp_(max=logits.shape[1] - 1), -1)
+
+
 class Sampler:
     """Samples one token per row of a logits matrix.
 
@@ -139,33 +162,25 @@ class Sampler:
         """One token per row, as one batched computation: ``int64 [N]`` on ``logits``' device.
 
         ``logits``: ``[N, V]``, any float dtype (penalties, if any, already applied; not
-        modified). Rows with temperature 0 take the argmax; the others sample from
-        ``softmax(logits / temperature)`` restricted by top-k and top-p (see
-        :func:`filter_thresholds`), drawing with ``counter_uniform(seed, counter)``. A row whose
-        logits are all ``-inf`` gets token 0 (argmax's first index), never an error or NaN.
-        Reads nothing back to the host (but on the CPU, see :func:`top_p_thresholds`). Raises ``ValueError`` if ``logits`` is not 2-D or its
-        row count differs from ``st``'s.
+        modified). Every row's argmax is taken; the rows with temperature > 0 (all, or those
+        gathered by ``st.sampled_rows``) are drawn by :func:`draw` and put in place with
+        ``torch.where`` / one ``index_put``. A row whose logits are all ``-inf`` gets token 0
+        (argmax's first index), never an error or NaN. Reads nothing back to the host (but on
+        the CPU, see :func:`top_p_thresholds`). Raises ``ValueError`` if ``logits`` is not 2-D or
+        its row count differs from ``st``'s.
         """
         if logits.dim() != 2 or logits.shape[0] != st.num_rows:
             raise ValueError(f"sample_tensors: logits must be [N, vocab] with N = {st.num_rows} rows "
                              f"(the SamplingTensors), got shape {tuple(logits.shape)}")
         greedy = logits.argmax(dim=-1)
-        if st.all_greedy or logits.shape[0] == 0:
+        if st.all_greedy:
             return greedy
-        temp = st.temperature
-        scaled = logits.float() / torch.where(temp > 0, temp, 1.0).unsqueeze(1)    # a new [N, V] tensor
-        thr = filter_thresholds(scaled, st)
-        if thr is not None:
-            scaled.masked_fill_(scaled < thr.unsqueeze(1), _NEG_INF)
-        scaled -= scaled.amax(dim=-1, keepdim=True)
-        cum = scaled.exp_().double().cumsum_(dim=-1)                               # unnormalized CDF
-        total = cum[:, -1]
-        # u <= 1 - 2**-33, so target < total: the first cum > target is a token of nonzero
-        # probability (cum rises there). The clamp only matters for NaN rows (no finite logit).
-        target = counter_uniform(st.seed, st.counter) * total
-        drawn = torch.searchsorted(cum, target.unsqueeze(1), right=True).squeeze(1)
-        drawn = drawn.clamp_(max=logits.shape[1] - 1)
-        return torch.where((temp > 0) & (total > 0), drawn, greedy)
+        rows = st.sampled_rows
+        sub = st.sampled()
+        drawn = draw(logits if rows is None else logits[rows], sub)
+        if rows is None:
+            return torch.where(drawn >= 0, drawn, greedy)
+        return greedy.index_put((rows,), torch.where(drawn >= 0, drawn, greedy[rows]))
 
     def penalized(self, logits: torch.Tensor, request_ids: list[str], params: list[SamplingParams],
                   prompts: Sequence[Sequence[int]] | None,

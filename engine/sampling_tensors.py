@@ -32,10 +32,12 @@ class SamplingTensors:
     far: each (seed, counter) pair gives one fixed uniform number, see ``engine.sampling_rng``).
 
     Host-side summaries (must agree with the tensors; :meth:`from_lists` computes them):
-    ``all_greedy`` True only if every temperature is 0; ``max_top_k`` >= every row's ``top_k``
-    (0 when no row has one); ``top_p_rows`` an int64 index tensor (on the device) of the rows
-    with ``top_p`` < 1 and temperature > 0, or None when there are none. A too large
-    ``max_top_k`` or extra rows in ``top_p_rows`` only cost time; the other direction is wrong.
+    ``sampled_rows`` an int64 index tensor (on the device) of the rows with temperature > 0, or
+    None when every row samples; ``top_p_rows`` an int64 index tensor of the sampled rows with
+    ``top_p`` < 1, as positions AMONG THE SAMPLED ROWS (into ``sampled_rows``, or into all rows
+    when that is None), or None when there are none; ``max_top_k`` >= every row's ``top_k`` (0
+    when no row has one). A too large ``max_top_k`` or extra rows in ``top_p_rows`` only cost
+    time; the other direction is wrong.
 
     Raises ``ValueError`` if a tensor has the wrong shape or dtype.
     """
@@ -45,9 +47,9 @@ class SamplingTensors:
     top_p: torch.Tensor
     seed: torch.Tensor
     counter: torch.Tensor
-    all_greedy: bool
-    max_top_k: int
+    sampled_rows: torch.Tensor | None
     top_p_rows: torch.Tensor | None
+    max_top_k: int
 
     def __post_init__(self) -> None:
         n = self.temperature.shape[0] if self.temperature.dim() == 1 else -1
@@ -58,11 +60,27 @@ class SamplingTensors:
             if t.dim() != 1 or t.shape[0] != n or t.dtype != dtype:
                 raise ValueError(f"SamplingTensors.{name} must be a 1-D {dtype} tensor of {max(n, 0)} rows "
                                  f"like temperature, got {t.dtype} of shape {tuple(t.shape)}")
-        if self.top_p_rows is not None and (self.top_p_rows.dim() != 1 or self.top_p_rows.dtype != torch.int64):
-            raise ValueError(f"SamplingTensors.top_p_rows must be a 1-D int64 index tensor, got "
-                             f"{self.top_p_rows.dtype} of shape {tuple(self.top_p_rows.shape)}")
+        for name in ("sampled_rows", "top_p_rows"):
+            t = getattr(self, name)
+            if t is not None and (t.dim() != 1 or t.dtype != torch.int64):
+                raise ValueError(f"SamplingTensors.{name} must be a 1-D int64 index tensor or None, got "
+                                 f"{t.dtype} of shape {tuple(t.shape)}")
         if self.max_top_k < 0:
             raise ValueError(f"SamplingTensors.max_top_k must be >= 0, got {self.max_top_k}")
+
+    @property
+    def all_greedy(self) -> bool:
+        """No row samples (read from index shapes: no device sync)."""
+        return self.num_rows == 0 or (self.sampled_rows is not None and self.sampled_rows.numel() == 0)
+
+    def sampled(self) -> "SamplingTensors":
+        """The sampled rows only (``self`` when every row samples): tensors gathered with
+        ``sampled_rows``; ``top_p_rows`` already counts among them."""
+        rows = self.sampled_rows
+        if rows is None:
+            return self
+        return SamplingTensors(self.temperature[rows], self.top_k[rows], self.top_p[rows], self.seed[rows],
+                               self.counter[rows], None, self.top_p_rows, self.max_top_k)
 
     @property
     def num_rows(self) -> int:
@@ -95,9 +113,10 @@ class SamplingTensors:
         s = torch.tensor([seed_to_int64(int(x)) for x in seed], dtype=torch.int64).reshape(n)
         c = torch.as_tensor(counter, dtype=torch.int64).reshape(n)
         sampled = temp > 0
-        p_rows = torch.nonzero(sampled & (p < 1)).reshape(-1)
+        sampled_rows = torch.nonzero(sampled).reshape(-1)
+        p_rows = torch.nonzero(p[sampled_rows] < 1).reshape(-1)
         dev = torch.device(device)
         return cls(temp.to(dev), k.to(dev), p.to(dev), s.to(dev), c.to(dev),
-                   all_greedy=not bool(sampled.any()),
-                   max_top_k=int(k.max()) if n else 0,
-                   top_p_rows=p_rows.to(dev) if len(p_rows) else None)
+                   sampled_rows=None if len(sampled_rows) == n else sampled_rows.to(dev),
+                   top_p_rows=p_rows.to(dev) if len(p_rows) else None,
+                   max_top_k=int(k.max()) if n else 0)

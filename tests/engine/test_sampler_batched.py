@@ -205,7 +205,7 @@ def test_filters_that_are_off_change_nothing():
     # Rows with p = 1 inside the top-p pass (a caller may list extra rows) keep every token.
     base = tensors(64, temperature=0.9)
     extra = SamplingTensors(base.temperature, base.top_k, base.top_p, base.seed, base.counter,
-                            all_greedy=False, max_top_k=0, top_p_rows=torch.arange(64))
+                            sampled_rows=None, top_p_rows=torch.arange(64), max_top_k=0)
     assert sample(lg, extra) == plain
 
 
@@ -240,7 +240,7 @@ def test_bad_parameters_and_shapes_are_refused():
         Sampler.sample_tensors(torch.zeros(2, 10), tensors(3))
     with pytest.raises(ValueError, match="SamplingTensors.seed must be a 1-D torch.int64"):
         st = tensors(2)
-        SamplingTensors(st.temperature, st.top_k, st.top_p, st.seed.float(), st.counter, False, 0, None)
+        SamplingTensors(st.temperature, st.top_k, st.top_p, st.seed.float(), st.counter, None, None, 0)
 
 
 def test_seeds_of_any_size_are_taken_modulo_2_64():
@@ -304,7 +304,7 @@ def test_the_gpu_draws_the_cpus_tokens():
               seed=list(range(n)))
     cpu = sample(lg, tensors(n, **kw))
     st = tensors(n, **kw)
-    on_gpu = SamplingTensors(*(t.cuda() for t in (st.temperature, st.top_k, st.top_p, st.seed, st.counter)),
-                             all_greedy=False, max_top_k=st.max_top_k, top_p_rows=st.top_p_rows.cuda())
+    on_gpu = SamplingTensors(*(t.cuda() for t in (st.temperature, st.top_k, st.top_p, st.seed, st.counter,
+                                                  st.sampled_rows, st.top_p_rows)), max_top_k=st.max_top_k)
     assert Sampler.sample_tensors(lg.cuda(), on_gpu).tolist() == cpu
     assert torch.equal(counter_uniform(st.seed.cuda(), st.counter.cuda()).cpu(), counter_uniform(st.seed, st.counter))
