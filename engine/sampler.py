@@ -117,8 +117,8 @@ class Sampler:
     device tensor). :meth:`sample` wraps it for callers that hold ``SamplingParams``: it keeps,
     per request id until :meth:`forget`, the row's seed (``SamplingParams.seed``, else derived from
     ``base_seed`` and a per-request counter) and its number of draws so far (the ``counter`` of
-    its next draw), and the prompt token ids of requests with penalties (as a tensor of distinct
-    ids, built once per request).
+    its next draw; greedy requests draw nothing and keep no stream), and the prompt token ids of
+    requests with penalties (as a tensor of distinct ids, built once per request).
     """
 
     def __init__(self, base_seed: int = 0) -> None:
@@ -127,14 +127,15 @@ class Sampler:
         self._prompt_ids: dict[str, torch.Tensor] = {}
         self._counter = 0
 
-    def _next_draw(self, request_id: str, params: SamplingParams) -> list[int]:
-        """[seed, counter] of the request's next draw (and count the draw)."""
+    def _next_draw(self, request_id: str, params: SamplingParams) -> tuple[int, int]:
+        """(seed, counter) of the request's next draw (and count the draw). Greedy rows draw
+        nothing and get no stream."""
         stream = self._streams.get(request_id)
         if stream is None:
             self._counter += 1
             seed = params.seed if params.seed is not None else self.base_seed * 1_000_003 + self._counter
             stream = self._streams[request_id] = [seed, 0]
-        draw = [stream[0], stream[1]]
+        draw = (stream[0], stream[1])
         stream[1] += 1
         return draw
 
@@ -151,7 +152,9 @@ class Sampler:
         they are read only for rows whose params have penalties (then they are required: raises
         ``ValueError`` without them). A thin wrapper: penalties, then :meth:`sample_tensors`."""
         logits = self.penalized(logits, request_ids, params, prompt_token_ids, output_token_ids)
-        draws = [self._next_draw(rid, p) for rid, p in zip(request_ids, params)]
+        if all(p.is_greedy for p in params):       # what sample_tensors does then, minus the build
+            return logits.argmax(dim=-1).tolist()
+        draws = [(0, 0) if p.is_greedy else self._next_draw(rid, p) for rid, p in zip(request_ids, params)]
         st = SamplingTensors.from_lists([p.temperature for p in params], [p.top_k for p in params],
                                         [p.top_p for p in params], [d[0] for d in draws],
                                         [d[1] for d in draws], logits.device)
