@@ -266,17 +266,19 @@ def test_the_hash_equals_its_definition_on_python_ints():
     assert python_lowbias32(1) != 1 and len({python_lowbias32(x) for x in range(1000)}) == 1000
 
 
-def test_counter_uniforms_are_uniform_and_fixed_per_pair():
+@pytest.mark.parametrize("along", ["counter", "seed"])
+def test_counter_uniforms_are_uniform_and_fixed_per_pair(along):
     n = 200_000
-    u = counter_uniform(torch.full((n,), 42, dtype=torch.long), torch.arange(n))
+    fixed, walk = torch.full((n,), 42, dtype=torch.long), torch.arange(n)
+    u = counter_uniform(fixed, walk) if along == "counter" else counter_uniform(walk, fixed)
     assert u.dtype == torch.float64 and bool(((u > 0) & (u < 1)).all())
     counts = torch.histc(u.float(), bins=8, min=0, max=1)
     assert chi2(counts, torch.full((8,), 1 / 8)) < CHI2_CRIT_DF7
-    # Consecutive pairs are not correlated (lag-1 serial correlation ~ N(0, 1/n)).
+    # Consecutive counters (or seeds) are not correlated (lag-1 serial correlation ~ N(0, 1/n)).
     x = u - u.mean()
     assert abs(float((x[1:] * x[:-1]).mean() / (x * x).mean())) < 4 / math.sqrt(n)
-    pick = torch.tensor([5, 17, 99_999])
-    again = counter_uniform(torch.full((3,), 42, dtype=torch.long), pick)
+    pick = torch.tensor([5, 17, 99_999])                   # the same pairs alone: the same numbers
+    again = counter_uniform(fixed[:3], pick) if along == "counter" else counter_uniform(pick, fixed[:3])
     assert torch.equal(again, u[pick])
 
 
