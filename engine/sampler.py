@@ -63,7 +63,7 @@ def top_p_thresholds(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     tokens sorted by probability whose mass reaches ``p`` of the row's total (the most likely
     token always stays), extended to every token tied with its last one.
 
-    The row total is a float64 sequential sum in vocabulary order and the prefix masses are
+    The row total is a float64 cumulative sum in vocabulary order and the prefix masses are
     float64 cumulative sums over the sorted values, so the result does not depend on how many
     sorted values were looked at: on the CPU (where reading a flag back is free) the nucleus is
     first searched in the top ``CPU_TOP_P_CANDIDATES`` (a ``topk``, much cheaper than sorting the
@@ -88,15 +88,16 @@ def top_p_thresholds(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
 
 
 def draw(logits: torch.Tensor, st: SamplingTensors) -> torch.Tensor:
-    """Sample one token per row, every row with temperature > 0: ``int64 [N]``, or -1 for a row
-    with no finite logit. ``logits``: ``[N, V]`` any float dtype (not modified); ``st``: the
-    same N rows (``st.sampled_rows`` None).
+    """Sample one token per row: ``int64 [N]``, or -1 for a row with no finite logit (rows with
+    temperature 0 are drawn at temperature 1; the caller keeps their argmax). ``logits``:
+    ``[N, V]`` any float dtype (not modified); ``st``: the same N rows (``st.sampled_rows`` None).
 
     ``softmax(logits / temperature)``, cut by :func:`filter_thresholds`, then inverse-transform
     sampling with ``u = counter_uniform(seed, counter)``: the first token whose float64 cumulative
     unnormalized probability, in vocabulary order, exceeds ``u * total``.
     """
-    scaled = logits.float() / st.temperature.unsqueeze(1)                     # a new [N, V] tensor
+    temp = st.temperature
+    scaled = logits.float() / torch.where(temp > 0, temp, 1.0).unsqueeze(1)    # a new [N, V] tensor
     thr = filter_thresholds(scaled, st)
     if thr is not None:
         scaled.masked_fill_(scaled < thr.unsqueeze(1), _NEG_INF)
@@ -182,7 +183,7 @@ class Sampler:
         sub = st.sampled()
         drawn = draw(logits if rows is None else logits[rows], sub)
         if rows is None:
-            return torch.where(drawn >= 0, drawn, greedy)
+            return torch.where((st.temperature > 0) & (drawn >= 0), drawn, greedy)
         return greedy.index_put((rows,), torch.where(drawn >= 0, drawn, greedy[rows]))
 
     def penalized(self, logits: torch.Tensor, request_ids: list[str], params: list[SamplingParams],

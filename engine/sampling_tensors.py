@@ -33,7 +33,8 @@ class SamplingTensors:
 
     Host-side summaries (must agree with the tensors; :meth:`from_lists` computes them):
     ``sampled_rows`` an int64 index tensor (on the device) of the rows with temperature > 0, or
-    None when every row samples; ``top_p_rows`` an int64 index tensor of the sampled rows with
+    None to draw for every row (right either way: greedy rows still take the argmax, the
+    index only saves the work of drawing for them); ``top_p_rows`` an int64 index tensor of the sampled rows with
     ``top_p`` < 1, as positions AMONG THE SAMPLED ROWS (into ``sampled_rows``, or into all rows
     when that is None), or None when there are none; ``max_top_k`` >= every row's ``top_k`` (0
     when no row has one). A too large ``max_top_k`` or extra rows in ``top_p_rows`` only cost

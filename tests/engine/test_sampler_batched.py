@@ -44,6 +44,11 @@ def test_greedy_rows_are_the_argmax_in_a_mixed_batch(dtype):
     assert out.dtype == torch.int64 and out.device == lg.device and out.shape == (6,)
     assert out[[0, 2, 4]].tolist() == lg.argmax(-1)[[0, 2, 4]].tolist()
     assert sample(lg, tensors(6, temperature=0.0)) == lg.argmax(-1).tolist()     # the all-greedy path
+    # Without the sampled_rows index every row is drawn (torch.where keeps the greedy argmax):
+    # the same tokens; top_p_rows then count among all rows.
+    every = SamplingTensors(st.temperature, st.top_k, st.top_p, st.seed, st.counter, None,
+                            st.sampled_rows[st.top_p_rows], st.max_top_k)
+    assert Sampler.sample_tensors(lg, every).tolist() == out.tolist()
 
 
 # --- batch independence ----------------------------------------------------------------------------
