@@ -1,0 +1,123 @@
+"""Per-row sampling parameters of one step as device tensors (the input of
+``Sampler.sample_tensors``), plus the few host-side summaries the sampler needs to choose its
+work without reading the tensors back (no device -> host sync on the hot path). vLLM v1 keeps the
+same split in its ``SamplingMetadata`` (tensors + ``all_greedy`` / ``no_top_p``-style flags)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+_INT64_SPAN = 1 << 64
+
+
+def seed_to_int64(seed: int) -> int:
+    """A Python int seed of any size as the int64 with the same low 64 bits (seeds are taken
+    modulo 2**64)."""
+    s = seed % _INT64_SPAN
+    return s - _INT64_SPAN if s >= 1 << 63 else s
+
+
+@dataclass(frozen=True)
+class SamplingTensors:
+    """Sampling parameters of ``N`` rows, on one device.
+
+    Tensors (all ``[N]``, on the logits' device):
+    ``temperature`` float32, >= 0 (0 = greedy: the row takes the argmax);
+    ``top_k`` int64, >= 0 (0, or >= vocab size, = off);
+    ``top_p`` float32 in (0, 1] (1 = off);
+    ``seed`` int64 (the row's random stream);
+    ``counter`` int64 (the draw's position in that stream, e.g. the number of output tokens so
+    far: each (seed, counter) pair gives one fixed uniform number, see ``engine.sampling_rng``).
+
+    Host-side summaries (must agree with the tensors; :meth:`from_lists` computes them):
+    ``sampled_rows`` an int64 index tensor (on the device) of the rows with temperature > 0, or
+    None to draw for every row (right either way: greedy rows still take the argmax, the
+    index only saves the work of drawing for them); ``top_p_rows`` an int64 index tensor of the sampled rows with
+    ``top_p`` < 1, as positions AMONG THE SAMPLED ROWS (into ``sampled_rows``, or into all rows
+    when that is None), or None when there are none; ``max_top_k`` >= every row's ``top_k`` (0
+    when no row has one). A too large ``max_top_k`` or extra rows in ``top_p_rows`` only cost
+    time; the other direction is wrong.
+
+    Raises ``ValueError`` if a tensor has the wrong shape or dtype.
+    """
+
+    temperature: torch.Tensor
+    top_k: torch.Tensor
+    top_p: torch.Tensor
+    seed: torch.Tensor
+    counter: torch.Tensor
+    sampled_rows: torch.Tensor | None
+    top_p_rows: torch.Tensor | None
+    max_top_k: int
+
+    def __post_init__(self) -> None:
+        n = self.temperature.shape[0] if self.temperature.dim() == 1 else -1
+        want = {"temperature": torch.float32, "top_k": torch.int64, "top_p": torch.float32,
+                "seed": torch.int64, "counter": torch.int64}
+        for name, dtype in want.items():
+            t = getattr(self, name)
+            if t.dim() != 1 or t.shape[0] != n or t.dtype != dtype:
+                raise ValueError(f"SamplingTensors.{name} must be a 1-D {dtype} tensor of {max(n, 0)} rows "
+                                 f"like temperature, got {t.dtype} of shape {tuple(t.shape)}")
+        for name in ("sampled_rows", "top_p_rows"):
+            t = getattr(self, name)
+            if t is not None and (t.dim() != 1 or t.dtype != torch.int64):
+                raise ValueError(f"SamplingTensors.{name} must be a 1-D int64 index tensor or None, got "
+                                 f"{t.dtype} of shape {tuple(t.shape)}")
+        if self.max_top_k < 0:
+            raise ValueError(f"SamplingTensors.max_top_k must be >= 0, got {self.max_top_k}")
+
+    @property
+    def all_greedy(self) -> bool:
+        """No row samples (read from index shapes: no device sync)."""
+        return self.num_rows == 0 or (self.sampled_rows is not None and self.sampled_rows.numel() == 0)
+
+    def sampled(self) -> "SamplingTensors":
+        """The sampled rows only (``self`` when every row samples): tensors gathered with
+        ``sampled_rows``; ``top_p_rows`` already counts among them."""
+        rows = self.sampled_rows
+        if rows is None:
+            return self
+        return SamplingTensors(self.temperature[rows], self.top_k[rows], self.top_p[rows], self.seed[rows],
+                               self.counter[rows], None, self.top_p_rows, self.max_top_k)
+
+    @property
+    def num_rows(self) -> int:
+        return self.temperature.shape[0]
+
+    @classmethod
+    def from_lists(cls, temperature: Sequence[float], top_k: Sequence[int], top_p: Sequence[float],
+                   seed: Sequence[int], counter: Sequence[int],
+                   device: torch.device | str = "cpu") -> "SamplingTensors":
+        """Build from host values (lists or numpy arrays of one value per row), validate them on
+        the host, compute the summaries and move the tensors to ``device`` (one copy each).
+
+        ``seed`` values may be any Python ints (taken modulo 2**64, see :func:`seed_to_int64`).
+        Raises ``ValueError`` naming the field and its limit: lengths differ, a temperature < 0
+        or not finite, a ``top_k`` < 0, a ``top_p`` outside (0, 1].
+        """
+        n = len(temperature)
+        lengths = {"top_k": len(top_k), "top_p": len(top_p), "seed": len(seed), "counter": len(counter)}
+        if any(v != n for v in lengths.values()):
+            raise ValueError(f"SamplingTensors.from_lists: {n} temperatures but {lengths}")
+        temp = torch.as_tensor(temperature, dtype=torch.float32).reshape(n)
+        k = torch.as_tensor(top_k, dtype=torch.int64).reshape(n)
+        p = torch.as_tensor(top_p, dtype=torch.float32).reshape(n)
+        if n and not bool(torch.isfinite(temp).all() and (temp >= 0).all()):
+            raise ValueError(f"temperature must be finite and >= 0, got {temp[~(torch.isfinite(temp) & (temp >= 0))][0].item()}")
+        if n and bool((k < 0).any()):
+            raise ValueError(f"top_k must be >= 0 (0 disables it), got {int(k[k < 0][0])}")
+        if n and not bool(((p > 0) & (p <= 1)).all()):
+            raise ValueError(f"top_p must be in (0, 1], got {p[~((p > 0) & (p <= 1))][0].item()}")
+        s = torch.tensor([seed_to_int64(int(x)) for x in seed], dtype=torch.int64).reshape(n)
+        c = torch.as_tensor(counter, dtype=torch.int64).reshape(n)
+        sampled = temp > 0
+        sampled_rows = torch.nonzero(sampled).reshape(-1)
+        p_rows = torch.nonzero(p[sampled_rows] < 1).reshape(-1)
+        dev = torch.device(device)
+        return cls(temp.to(dev), k.to(dev), p.to(dev), s.to(dev), c.to(dev),
+                   sampled_rows=None if len(sampled_rows) == n else sampled_rows.to(dev),
+                   top_p_rows=p_rows.to(dev) if len(p_rows) else None,
+                   max_top_k=int(k.max()) if n else 0)
