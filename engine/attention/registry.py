@@ -12,6 +12,7 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface
 
+from engine.attention.decode_static import StaticDecodeMetadata, static_decode_attention
 from engine.attention.reference import paged_attention
 from engine.attention.triton_attention import paged_attention_triton, triton_available
 
@@ -23,9 +24,12 @@ def select_paged_attention(query: torch.Tensor):
     oracle) unless ``BATCHSCOPE_ATTENTION=triton`` asks for our Triton kernels on CUDA. They pass
     the reference under the Triton interpreter but have not been compiled on a GPU yet, so they
     are opt-in until ``bench/triton_check.py`` has passed on one."""
-    if query.is_cuda and os.environ.get("BATCHSCOPE_ATTENTION", "") == "triton" and triton_available():
-        return paged_attention_triton
-    return paged_attention
+    return paged_attention_triton if triton_selected(query.device) else paged_attention
+
+
+def triton_selected(device: torch.device) -> bool:
+    """Whether the Triton kernels serve on ``device`` (the rule of :func:`select_paged_attention`)."""
+    return device.type == "cuda" and os.environ.get("BATCHSCOPE_ATTENTION", "") == "triton" and triton_available()
 
 
 def _paged_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
@@ -36,6 +40,8 @@ def _paged_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: 
         raise RuntimeError(f"{ATTN_IMPLEMENTATION} attention called without paged_meta: "
                            "run the model through engine.model_runner.ModelRunner")
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    if isinstance(meta, StaticDecodeMetadata):      # a padded decode-only batch (engine.cuda_graphs)
+        return static_decode_attention(query, key, value, meta, module.layer_idx, scale), None
     return select_paged_attention(query)(query, key, value, meta, module.layer_idx, scale), None
 
 
