@@ -118,16 +118,20 @@ class DecodeGraphs:
         return padded_size(num_reqs, self.sizes)
 
     def stage(self, input_ids: Sequence[int], positions: Sequence[int],
-              block_tables: Sequence[Sequence[int]]) -> int:
+              block_tables: Sequence[Sequence[int]] | np.ndarray | torch.Tensor) -> int:
         """Write one decode batch (``n`` requests: token id, its position, the request's block
         table) into the static inputs, padding rows up to the capture size, which it returns.
-        Raises ``ValueError`` for a batch of the wrong size or a block table longer than
-        ``max_blocks_per_req``."""
+        ``block_tables`` is one sequence of block ids per request, or a CPU integer array / tensor
+        ``[n, w]`` (an input batch's table; entries past a request's blocks must be block ids of the
+        cache: they are read under the mask). Raises ``ValueError`` for a batch of the wrong size or
+        a block table longer than ``max_blocks_per_req``."""
         n = len(input_ids)
         b = self.padded_size(n)
         if self._copied is not None:
             self._copied.synchronize()          # the previous step's copy has left the host buffer
-        lens = np.fromiter(map(len, block_tables), dtype=np.int64, count=n)
+        dense = isinstance(block_tables, (np.ndarray, torch.Tensor))
+        lens = (np.array([block_tables.shape[1]]) if dense
+                else np.fromiter(map(len, block_tables), dtype=np.int64, count=n))
         w = self.max_blocks_per_req
         if lens.max() > w:
             raise ValueError(f"a block table of {lens.max()} blocks is longer than max_model_len allows "
@@ -136,8 +140,11 @@ class DecodeGraphs:
         ids[:n] = input_ids
         pos[:n] = positions
         self._pad(n, b)
-        tables[:n][np.arange(w) < lens[:, None]] = np.fromiter(
-            chain.from_iterable(block_tables), dtype=np.int64, count=int(lens.sum()))
+        if dense:
+            tables[:n, :lens[0]] = np.asarray(block_tables)
+        else:
+            tables[:n][np.arange(w) < lens[:, None]] = np.fromiter(
+                chain.from_iterable(block_tables), dtype=np.int64, count=int(lens.sum()))
         self._upload()
         return b
 
@@ -159,7 +166,7 @@ class DecodeGraphs:
             self._copied.record()
 
     def run(self, input_ids: Sequence[int], positions: Sequence[int],
-            block_tables: Sequence[Sequence[int]]) -> torch.Tensor:
+            block_tables: Sequence[Sequence[int]] | np.ndarray | torch.Tensor) -> torch.Tensor:
         """The decode step of ``n`` requests (see :meth:`stage`): stores their K/V and returns the
         final hidden states ``[n, hidden_size]`` in the model's dtype, a view of a static buffer
         valid until the next call (apply the LM head to the rows to sample)."""

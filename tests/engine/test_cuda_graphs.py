@@ -171,6 +171,22 @@ def test_mixed_steps_and_big_batches_stay_eager(model):
         dg.stage([1], [0], [list(range(MAX_MODEL_LEN // BLOCK_SIZE + 1))])
 
 
+def test_a_dense_block_table_stages_like_lists(model):
+    _, graphs = runner_pair(model)
+    dg = graphs.graphs
+    tables = [[7, 3, 9], [4], [11, 12]]
+    dense = torch.tensor([[7, 3, 9], [4, 0, 0], [11, 12, 0]])     # an input batch's table, 0-padded
+    assert dg.stage([5, 6, 7], [9, 2, 5], tables) == 4
+    from_lists = dg.block_tables[:4].clone()
+    assert dg.stage([5, 6, 7], [9, 2, 5], dense) == 4
+    assert dg.block_tables[:3, :3].tolist() == dense.tolist()
+    assert torch.equal(dg.block_tables[:, 3:][:4], from_lists[:, 3:])       # the rest: scratch, as before
+    assert dg.block_tables[3].tolist() == from_lists[3].tolist()            # the pad row
+    dg._forward(4)
+    assert dg.metas[4].slot_mapping.tolist() == [9 * BLOCK_SIZE + 1, 4 * BLOCK_SIZE + 2, 12 * BLOCK_SIZE + 1,
+                                                 graphs.scratch_block * BLOCK_SIZE]
+
+
 class HostSyncError(AssertionError):
     pass
 
