@@ -36,21 +36,24 @@ from engine.config import EngineConfig  # noqa: E402
 from engine.cuda_graphs import enable_cuda_graphs  # noqa: E402
 from engine.engine import LLMEngine  # noqa: E402
 from engine.model_runner import ModelRunner  # noqa: E402
+from engine.attention.triton_attention import triton_available  # noqa: E402
 from engine.request import SamplingParams  # noqa: E402
 
 BUDGET_S = 8 * 60               # the whole check, as lent
 TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
 
 
-def make_engine(model, *, num_blocks: int, **knobs) -> LLMEngine:
+def make_engine(model, *, num_blocks: int, graphs_backend: str | None = None, **knobs) -> LLMEngine:
     cfg = EngineConfig(num_gpu_blocks=num_blocks, clock="virtual", **knobs)
     runner = ModelRunner(model, num_blocks, cfg.block_size)
-    enable_cuda_graphs(runner, cfg, progress=False)
+    enable_cuda_graphs(runner, cfg, progress=False, backend=graphs_backend)
     return LLMEngine(cfg, runner, num_blocks)
 
 
 def check_equality(device: str, small: bool) -> dict:
-    """Greedy engine outputs == per-request generate(), fp32: eager, and with CUDA graphs on."""
+    """Greedy engine outputs == per-request generate(), fp32: eager, with CUDA graphs on (the
+    device's decode attention), and on CUDA with triton installed also with graphs over our Triton
+    decode kernel."""
     cfg = LlamaConfig(hidden_size=128 if small else 512, intermediate_size=256 if small else 1536,
                       num_hidden_layers=2 if small else 6, num_attention_heads=4 if small else 8,
                       num_key_value_heads=2, vocab_size=1000 if small else 32000, max_position_embeddings=1024)
@@ -60,26 +63,30 @@ def check_equality(device: str, small: bool) -> dict:
     reqs = [([rng.randint(3, cfg.vocab_size - 1) for _ in range(rng.randint(5, 120))], rng.randint(4, 24))
             for _ in range(16)]
     runs = {}
-    for graphs in (False, True):
+    modes = [(False, None), (True, None)] + ([(True, "triton")] if device.startswith("cuda") and triton_available() else [])
+    for graphs, backend in modes:
         eng = make_engine(model, num_blocks=20, block_size=8, max_num_batched_tokens=64, max_num_seqs=16,
-                          cuda_graphs=graphs)
+                          cuda_graphs=graphs, graphs_backend=backend)
         done = eng.collect_finished()
         for i, (p, o) in enumerate(reqs):
             eng.add_request(p, SamplingParams(max_tokens=o, ignore_eos=True), request_id=f"r{i}")
-        runs[graphs] = (done, eng.run_until_done())
+        runs[backend or graphs] = (done, eng.run_until_done())
     done, recs = runs[False]
     preemptions = sum(r.num_preemptions for r in recs)
-    ok = ok_graphs = 0
+    equal = dict.fromkeys(runs, 0)
     model.set_attn_implementation("sdpa")      # the reference runs transformers' own attention
     with torch.inference_mode():
         for i, (p, o) in enumerate(reqs):
             ref = model.generate(torch.tensor([p], device=device), max_new_tokens=o, do_sample=False,
                                  eos_token_id=-1, pad_token_id=0)[0, len(p):].tolist()
-            ok += ref == done[f"r{i}"].output_token_ids
-            ok_graphs += ref == runs[True][0][f"r{i}"].output_token_ids
+            for mode, (d, _) in runs.items():
+                equal[mode] += ref == d[f"r{i}"].output_token_ids
     rejected = sum(d[f"r{i}"].status.value == "FINISHED_ERROR" for d, _ in runs.values() for i in range(len(reqs)))
-    return {"equal": ok, "equal_graphs": ok_graphs, "requests": len(reqs), "preemptions": preemptions,
-            "steps": len(recs), "rejected": rejected}
+    out = {"equal": equal[False], "equal_graphs": equal[True], "requests": len(reqs), "preemptions": preemptions,
+           "steps": len(recs), "rejected": rejected}
+    if "triton" in equal:
+        out["equal_graphs_triton"] = equal["triton"]
+    return out
 
 
 def azure_rows(n: int) -> list[tuple[int, int]]:
@@ -241,7 +248,9 @@ def summary_table(eq: dict, tri: dict, off: dict, on: dict, hf: dict, same_workl
         lines.append(f"CUDA graphs on / off: {fig_graphs['output_tokens_per_s'] / fig_off['output_tokens_per_s']:.2f}x "
                      "output tokens/s (recording off)")
     lines.append(f"equality fp32: {eq['equal']}/{eq['requests']} token-identical to generate() "
-                 f"({eq.get('equal_graphs', 0)}/{eq['requests']} with CUDA graphs); "
+                 f"({eq.get('equal_graphs', 0)}/{eq['requests']} with CUDA graphs"
+                 + (f", {eq['equal_graphs_triton']}/{eq['requests']} with graphs + Triton decode"
+                    if "equal_graphs_triton" in eq else "") + "); "
                  f"triton kernels: {'ok' if tri['ok'] else 'FAILED (exit ' + str(tri['rc']) + ')'} "
                  f"({tri['seconds']:.0f} s)")
     return "\n".join(lines)
@@ -265,7 +274,9 @@ def main() -> None:
     t = time.perf_counter()
     eq = check_equality(args.device, args.small)
     print(f"equality fp32 : {eq['equal']}/{eq['requests']} requests token-identical to generate() "
-          f"({eq['equal_graphs']}/{eq['requests']} with CUDA graphs), "
+          f"({eq['equal_graphs']}/{eq['requests']} with CUDA graphs"
+          + (f", {eq['equal_graphs_triton']}/{eq['requests']} with graphs + Triton decode" if "equal_graphs_triton" in eq
+             else "") + "), "
           f"{eq['preemptions']} preemptions, {eq['rejected']} rejected, {eq['steps']} steps "
           f"({time.perf_counter() - t:.1f} s)", flush=True)
     if gpu:
@@ -291,8 +302,8 @@ def main() -> None:
                                              for k, v in rp.items()))
     print()
     print(summary_table(eq, tri, off, on, hf, same_workload=not args.small, graphs=graphs))
-    ok = (eq["equal"] == eq["requests"] == eq["equal_graphs"] and tri["ok"] and "error" not in off
-          and "error" not in on)
+    ok = (eq["equal"] == eq["requests"] == eq["equal_graphs"] == eq.get("equal_graphs_triton", eq["requests"])
+          and tri["ok"] and "error" not in off and "error" not in on)
     sys.exit(0 if ok else 1)
 
 

@@ -125,9 +125,11 @@ def test_padded_static_decode_equals_the_eager_runner_for_every_batch_size(model
             v0.copy_(vg)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the kernels run compiled on CUDA tensors there: "
+                    "test_cuda_graph_replay_equals_eager[triton-*] checks them")
 def test_triton_decode_kernel_on_the_static_path_equals_the_eager_runner(model):
-    """The GPU's attention (our Triton decode kernel and K/V store; the Triton interpreter on a CPU)
-    over the static padded buffers, against the eager runner (the torch reference)."""
+    """The GPU's attention (our Triton decode kernel and K/V store, here under the Triton
+    interpreter) over the static padded buffers, against the eager runner (the torch reference)."""
     pytest.importorskip("triton")
     eager, graphs = runner_pair(model, backend="triton", capture=False)
     assert graphs.graphs.metas[8].decode_plan[:, :2].tolist() == [[i, i] for i in range(8)]
@@ -311,7 +313,10 @@ def test_engine_with_cuda_graphs_on_equals_generate():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: captures and replays real graphs")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_cuda_graph_replay_equals_eager(model, dtype):
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_cuda_graph_replay_equals_eager(model, dtype, backend):
+    if backend == "triton":
+        pytest.importorskip("triton")
     gpu_model = copy.deepcopy(model).to("cuda", dtype)
     replayed = ModelRunner(gpu_model, NUM_BLOCKS, BLOCK_SIZE)
     eager = ModelRunner(gpu_model, NUM_BLOCKS, BLOCK_SIZE)
@@ -319,7 +324,7 @@ def test_cuda_graph_replay_equals_eager(model, dtype):
         k0.normal_(), v0.normal_()
         k1.copy_(k0), v1.copy_(v0)
     replayed.graphs = DecodeGraphs(gpu_model, replayed.kv_caches, BLOCK_SIZE, replayed.scratch_block,
-                                   MAX_NUM_SEQS, MAX_MODEL_LEN, progress=False)
+                                   MAX_NUM_SEQS, MAX_MODEL_LEN, backend=backend, progress=False)
     assert replayed.graphs.use_graphs and sorted(replayed.graphs.graphs) == capture_sizes(MAX_NUM_SEQS)
     tol = 1e-4 if dtype == torch.float32 else 3e-2
     for n in range(1, MAX_NUM_SEQS + 1):
