@@ -311,6 +311,29 @@ def test_engine_with_cuda_graphs_on_equals_generate():
     assert result.num_preemptions > 0 and len(set(calls)) > 2     # decode batches of several sizes
 
 
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+def test_seeded_parallel_sampling_and_preemption_are_unchanged_with_graphs_on(mode):
+    """Seeded sampling (per-request generators), parallel sampling's copy-on-write and a group
+    preempted under a tight cache (recompute or swap): the same outputs with graphs on as off."""
+    from engine_harness import Arrival, distinct_prompt, run_workload
+
+    swap = {"preemption_mode": "swap", "num_cpu_blocks": 16} if mode == "swap" else {}
+    config = EngineConfig(block_size=4, num_gpu_blocks=16, max_num_seqs=4, max_num_batched_tokens=32, **swap)
+    arrivals = [Arrival("s", 0, distinct_prompt(1, 9, 500), SamplingParams(max_tokens=12, ignore_eos=True)),
+                Arrival("g", 1, distinct_prompt(0, 13, 500),
+                        SamplingParams(max_tokens=12, n=3, temperature=1.0, seed=7, ignore_eos=True))]
+    results = {}
+    for graphs in (False, True):
+        cfg = config.replace(cuda_graphs=graphs)
+        runner = ModelRunner(fresh_model(), cfg.num_gpu_blocks, cfg.block_size, num_cpu_blocks=cfg.num_cpu_blocks)
+        enable_cuda_graphs(runner, cfg)
+        assert (runner.graphs is not None) == graphs
+        results[graphs] = run_workload(cfg, arrivals, runner=runner)
+    assert results[True].outputs() == results[False].outputs()
+    assert len({tuple(results[True].outputs()[f"g#{k}"]) for k in range(3)}) == 3
+    assert results[True].num_preemptions > 0
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: captures and replays real graphs")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("backend", ["reference", "triton"])
