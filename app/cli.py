@@ -145,6 +145,8 @@ def engine_config(a: argparse.Namespace) -> EngineConfig:
         if given or clock == "sim":
             raise ConfigError(f"{', '.join(given) or '--clock sim'} needs --executor sim")
         return EngineConfig(**knobs)
+    if knobs["cuda_graphs"]:
+        raise ConfigError("--cuda-graphs on needs --executor model (the simulated executor runs no forward pass)")
     from engine.sim.config import SimConfig
     return SimConfig(**knobs, sim_model=sim_flags["sim_model"] or a.model,
                      sim_device=sim_flags["sim_device"] or "h100", sim_cost=sim_flags["sim_cost"])

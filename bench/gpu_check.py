@@ -63,7 +63,9 @@ def check_equality(device: str, small: bool) -> dict:
     reqs = [([rng.randint(3, cfg.vocab_size - 1) for _ in range(rng.randint(5, 120))], rng.randint(4, 24))
             for _ in range(16)]
     runs = {}
-    modes = [(False, None), (True, None)] + ([(True, "triton")] if device.startswith("cuda") and triton_available() else [])
+    modes = [(False, None), (True, None)]
+    if device.startswith("cuda") and triton_available():
+        modes.append((True, "triton"))
     for graphs, backend in modes:
         eng = make_engine(model, num_blocks=20, block_size=8, max_num_batched_tokens=64, max_num_seqs=16,
                           cuda_graphs=graphs, graphs_backend=backend)
@@ -206,6 +208,13 @@ def bench_cells(res: dict) -> list:
             f"{f['roofline_efficiency']:.1%}", f"{f['duration_s']:.1f}", f"{f['num_output_tokens']:,}"]
 
 
+def graphs_equality(eq: dict) -> str:
+    """``(a/n with CUDA graphs[, b/n with graphs + Triton decode])`` of a :func:`check_equality` result."""
+    n = eq["requests"]
+    triton = f", {eq['equal_graphs_triton']}/{n} with graphs + Triton decode" if "equal_graphs_triton" in eq else ""
+    return f"({eq.get('equal_graphs', 0)}/{n} with CUDA graphs{triton})"
+
+
 def summary_table(eq: dict, tri: dict, off: dict, on: dict, hf: dict, same_workload: bool = True,
                   graphs: dict | None = None) -> str:
     """The final table: one row per system, then the checks. ``same_workload`` False (``--small``:
@@ -247,10 +256,7 @@ def summary_table(eq: dict, tri: dict, off: dict, on: dict, hf: dict, same_workl
     if fig_off and fig_graphs:
         lines.append(f"CUDA graphs on / off: {fig_graphs['output_tokens_per_s'] / fig_off['output_tokens_per_s']:.2f}x "
                      "output tokens/s (recording off)")
-    lines.append(f"equality fp32: {eq['equal']}/{eq['requests']} token-identical to generate() "
-                 f"({eq.get('equal_graphs', 0)}/{eq['requests']} with CUDA graphs"
-                 + (f", {eq['equal_graphs_triton']}/{eq['requests']} with graphs + Triton decode"
-                    if "equal_graphs_triton" in eq else "") + "); "
+    lines.append(f"equality fp32: {eq['equal']}/{eq['requests']} token-identical to generate() {graphs_equality(eq)}; "
                  f"triton kernels: {'ok' if tri['ok'] else 'FAILED (exit ' + str(tri['rc']) + ')'} "
                  f"({tri['seconds']:.0f} s)")
     return "\n".join(lines)
@@ -274,9 +280,7 @@ def main() -> None:
     t = time.perf_counter()
     eq = check_equality(args.device, args.small)
     print(f"equality fp32 : {eq['equal']}/{eq['requests']} requests token-identical to generate() "
-          f"({eq['equal_graphs']}/{eq['requests']} with CUDA graphs"
-          + (f", {eq['equal_graphs_triton']}/{eq['requests']} with graphs + Triton decode" if "equal_graphs_triton" in eq
-             else "") + "), "
+          f"{graphs_equality(eq)}, "
           f"{eq['preemptions']} preemptions, {eq['rejected']} rejected, {eq['steps']} steps "
           f"({time.perf_counter() - t:.1f} s)", flush=True)
     if gpu:
@@ -293,8 +297,11 @@ def main() -> None:
         print("bench, recording on :", on.get("figures") or on, flush=True)
         hf = peer(args.small, peer_path, args.peer_variants or ("graphs" if gpu else "default"), d, timeout_s=200)
         left = BUDGET_S - (time.perf_counter() - started) - 10
-        graphs = (bench(args.small, args.device, None, d / "graphs.json", timeout_s=min(150.0, left), cuda_graphs=True)
-                  if left >= 45 else {"error": f"skipped: {max(0.0, left):.0f} s left of the {BUDGET_S // 60}-minute budget"})
+        if left >= 45:
+            graphs = bench(args.small, args.device, None, d / "graphs.json", timeout_s=min(150.0, left),
+                           cuda_graphs=True)
+        else:
+            graphs = {"error": f"skipped: {max(0.0, left):.0f} s left of the {BUDGET_S // 60}-minute budget"}
         print("bench, CUDA graphs  :", graphs.get("figures") or graphs, flush=True)
     if args.replay:
         rp = replay(args.device, args.small, args.n)

@@ -20,6 +20,15 @@ def test_the_flag_reaches_the_engine_config_and_is_off_by_default(command):
     assert engine_config(parse([*command, "--cuda-graphs", "off"])).cuda_graphs is False
 
 
+def test_the_simulated_executor_refuses_it():
+    from engine.config import ConfigError
+
+    sim_run = ["run", "--record", "r.sqlite", "--executor", "sim", "--cuda-graphs"]
+    with pytest.raises(ConfigError, match="--cuda-graphs on needs --executor model"):
+        engine_config(build_parser().parse_args([*sim_run, "on"]))
+    assert engine_config(build_parser().parse_args([*sim_run, "off"])).executor == "sim"
+
+
 def test_a_bad_value_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as e:
         main(["bench", "--cuda-graphs", "yes"])

@@ -10,11 +10,13 @@ logits agree to float rounding, not bit for bit.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import random
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from engine.config import EngineConfig
@@ -193,9 +195,8 @@ class HostSyncError(AssertionError):
     pass
 
 
-class ForbidHostSync(TorchDispatchMode):
-    """Raises on the ops that read device data on the host (``.item()``, ``.tolist()``, ``bool()``
-    of a tensor) or whose output shape depends on it: a CUDA graph cannot capture them."""
+class _ForbidSyncOps(TorchDispatchMode):
+    """Ops that read device data on the host or whose output shape depends on it."""
 
     FORBIDDEN = {"_local_scalar_dense", "nonzero", "masked_select", "equal", "is_nonzero", "unique",
                  "_unique2", "unique_consecutive", "repeat_interleave"}
@@ -206,6 +207,26 @@ class ForbidHostSync(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+class _ForbidSyncMethods(TorchFunctionMode):
+    """Tensor methods that hand device data to Python (on a CPU ``.tolist()`` and friends read
+    memory directly, below the dispatcher)."""
+
+    FORBIDDEN = {"tolist", "numpy", "item", "cpu", "__bool__", "__int__", "__float__", "__index__"}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", None) in self.FORBIDDEN:
+            raise HostSyncError(f"host sync in the captured body: Tensor.{func.__name__}")
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def forbid_host_sync():
+    """Raise :class:`HostSyncError` on anything a CUDA graph cannot capture: a read of device data
+    on the host (``.item()``, ``.tolist()``, ``bool()`` of a tensor) or a data-dependent shape."""
+    with _ForbidSyncMethods(), _ForbidSyncOps():
+        yield
+
+
 def test_the_captured_body_never_syncs_with_the_host(model):
     eager, graphs = runner_pair(model)
     dg = graphs.graphs
@@ -213,11 +234,15 @@ def test_the_captured_body_never_syncs_with_the_host(model):
     ids = [requests[s.request_id].token_ids(s.num_computed_tokens, s.num_computed_tokens + 1)[0]
            for s in sched.scheduled]
     b = dg.stage(ids, [s.num_computed_tokens for s in sched.scheduled], [s.block_ids for s in sched.scheduled])
-    with torch.inference_mode(), ForbidHostSync():
+    with torch.inference_mode(), forbid_host_sync():
         dg._forward(b)
-    # the check can fail: the eager runner's forward does sync (transformers' packed-sequence check)
-    with torch.inference_mode(), ForbidHostSync(), pytest.raises(HostSyncError):
-        eager.execute(sched, requests)
+    # the check can fail: the eager runner's forward does sync (transformers' packed-sequence check),
+    # and so does a .tolist() on a CPU tensor
+    with torch.inference_mode(), forbid_host_sync(), pytest.raises(HostSyncError, match="__bool__|_local_scalar_dense"):
+        eager.model.model(input_ids=dg.input_ids[:b].unsqueeze(0), position_ids=dg.positions[:b].unsqueeze(0),
+                          use_cache=False, paged_meta=dg.metas[b])
+    with forbid_host_sync(), pytest.raises(HostSyncError, match="tolist"):
+        dg.positions.tolist()
 
 
 class FakeGraph:
@@ -287,7 +312,8 @@ def test_engine_with_cuda_graphs_on_equals_generate():
     from engine_harness import Arrival, run_workload
 
     rng = random.Random(0)
-    arrivals = [Arrival(f"r{i}", rng.choice([0, 0, 1, 3]), tuple(rng.randrange(3, 512) for _ in range(rng.randint(3, 40))),
+    arrivals = [Arrival(f"r{i}", rng.choice([0, 0, 1, 3]),
+                        tuple(rng.randrange(3, 512) for _ in range(rng.randint(3, 40))),
                         SamplingParams(max_tokens=rng.randint(4, 16), ignore_eos=True)) for i in range(10)]
     refs, model = {}, fresh_model()
     for a in arrivals:
