@@ -68,8 +68,10 @@ def _engine_args(p: argparse.ArgumentParser, *, num_gpu_blocks: int | None, cloc
     g.add_argument("--seed", type=int, default=0, help="engine seed (default: %(default)s)")
     g.add_argument("--cuda-graphs", choices=["on", "off"], default="off",
                    help="on: decode-only steps run padded to a ladder of batch sizes (1, 2, 4, 8, 16, 24, ... "
-                        "up to --max-num-seqs) and replay CUDA graphs captured at start-up (on a CPU the same "
-                        "padded path runs without graphs); off until verified on a GPU (default: %(default)s)")
+                        "up to --max-num-seqs) and replay CUDA graphs captured at start-up, decoding with our "
+                        "Triton kernel (BATCHSCOPE_ATTENTION=reference: the torch reference); on a CPU the same "
+                        "padded path runs without graphs, slower (it is there to be tested); off until verified "
+                        "on a GPU (default: %(default)s)")
     _sim_args(p)
 
 

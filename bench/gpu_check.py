@@ -33,7 +33,7 @@ import torch  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from engine.config import EngineConfig  # noqa: E402
-from engine.cuda_graphs import enable_cuda_graphs  # noqa: E402
+from engine.cuda_graphs import decode_backend, enable_cuda_graphs  # noqa: E402
 from engine.engine import LLMEngine  # noqa: E402
 from engine.model_runner import ModelRunner  # noqa: E402
 from engine.attention.triton_attention import triton_available  # noqa: E402
@@ -51,8 +51,8 @@ def make_engine(model, *, num_blocks: int, graphs_backend: str | None = None, **
 
 
 def check_equality(device: str, small: bool) -> dict:
-    """Greedy engine outputs == per-request generate(), fp32: eager, with CUDA graphs on (the
-    device's decode attention), and on CUDA with triton installed also with graphs over our Triton
+    """Greedy engine outputs == per-request generate(), fp32: eager, with CUDA graphs on over the
+    torch reference attention, and on CUDA with triton installed also with graphs over our Triton
     decode kernel."""
     cfg = LlamaConfig(hidden_size=128 if small else 512, intermediate_size=256 if small else 1536,
                       num_hidden_layers=2 if small else 6, num_attention_heads=4 if small else 8,
@@ -63,7 +63,7 @@ def check_equality(device: str, small: bool) -> dict:
     reqs = [([rng.randint(3, cfg.vocab_size - 1) for _ in range(rng.randint(5, 120))], rng.randint(4, 24))
             for _ in range(16)]
     runs = {}
-    modes = [(False, None), (True, None)]
+    modes = [(False, None), (True, "reference")]
     if device.startswith("cuda") and triton_available():
         modes.append((True, "triton"))
     for graphs, backend in modes:
@@ -72,7 +72,7 @@ def check_equality(device: str, small: bool) -> dict:
         done = eng.collect_finished()
         for i, (p, o) in enumerate(reqs):
             eng.add_request(p, SamplingParams(max_tokens=o, ignore_eos=True), request_id=f"r{i}")
-        runs[backend or graphs] = (done, eng.run_until_done())
+        runs[backend if backend == "triton" else graphs] = (done, eng.run_until_done())
     done, recs = runs[False]
     preemptions = sum(r.num_preemptions for r in recs)
     equal = dict.fromkeys(runs, 0)
@@ -255,7 +255,7 @@ def summary_table(eq: dict, tri: dict, off: dict, on: dict, hf: dict, same_workl
     fig_graphs = (graphs or {}).get("figures")
     if fig_off and fig_graphs:
         lines.append(f"CUDA graphs on / off: {fig_graphs['output_tokens_per_s'] / fig_off['output_tokens_per_s']:.2f}x "
-                     "output tokens/s (recording off)")
+                     f"output tokens/s (recording off; graphs' decode attention: {graphs.get('backend', '?')})")
     lines.append(f"equality fp32: {eq['equal']}/{eq['requests']} token-identical to generate() {graphs_equality(eq)}; "
                  f"triton kernels: {'ok' if tri['ok'] else 'FAILED (exit ' + str(tri['rc']) + ')'} "
                  f"({tri['seconds']:.0f} s)")
@@ -300,6 +300,7 @@ def main() -> None:
         if left >= 45:
             graphs = bench(args.small, args.device, None, d / "graphs.json", timeout_s=min(150.0, left),
                            cuda_graphs=True)
+            graphs["backend"] = decode_backend(torch.device(args.device))   # the child's rule, same env
         else:
             graphs = {"error": f"skipped: {max(0.0, left):.0f} s left of the {BUDGET_S // 60}-minute budget"}
         print("bench, CUDA graphs  :", graphs.get("figures") or graphs, flush=True)

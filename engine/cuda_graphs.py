@@ -18,6 +18,7 @@ a warm-up run before each capture, outputs copied into a persistent buffer) and 
 from __future__ import annotations
 
 import bisect
+import os
 import time
 from itertools import chain
 from typing import Sequence
@@ -27,8 +28,7 @@ import torch
 from tqdm import tqdm
 
 from engine.attention.decode_static import StaticDecodeMetadata
-from engine.attention.registry import triton_selected
-from engine.attention.triton_attention import _sm_count, choose_num_splits
+from engine.attention.triton_attention import _sm_count, choose_num_splits, triton_available
 
 MAX_CAPTURE_SIZE = 512          # vLLM's cap: bigger decode batches run eagerly
 CAPTURE_DESC = "capturing CUDA graphs"
@@ -43,6 +43,16 @@ def capture_sizes(max_num_seqs: int, limit: int = MAX_CAPTURE_SIZE) -> list[int]
     top = min(max_num_seqs, limit)
     ladder = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, top + 1, 16))
     return sorted({s for s in ladder if s < top} | {top})
+
+
+def decode_backend(device: torch.device) -> str:
+    """The attention of the padded decode path on ``device``: ``triton`` (our decode kernel, which
+    reads only each row's context) on CUDA when triton imports and ``BATCHSCOPE_ATTENTION`` is not
+    ``reference``; else ``reference`` (torch; under a graph every row attends over the whole padded
+    table, ``max_model_len`` keys, masked). Graphs are opt-in, so they opt into the kernel too."""
+    if device.type != "cuda" or os.environ.get("BATCHSCOPE_ATTENTION", "") == "reference":
+        return "reference"
+    return "triton" if triton_available() else "reference"
 
 
 def padded_size(num_reqs: int, sizes: Sequence[int]) -> int:
@@ -62,8 +72,7 @@ class DecodeGraphs:
     num_kv_heads, head_dim]``; ``scratch_block``: a block id in them that no request owns (padding
     rows write there). Batches of up to ``max_num_seqs`` requests (at most
     :data:`MAX_CAPTURE_SIZE`) whose block tables fit ``max_model_len`` tokens are handled.
-    ``backend``: ``reference`` or ``triton`` attention (default: what
-    ``engine.attention.registry`` serves on the device). ``capture``: capture graphs (default: on
+    ``backend``: ``reference`` or ``triton`` attention (default: :func:`decode_backend`). ``capture``: capture graphs (default: on
     CUDA); ``progress``: a tqdm line while capturing. Raises ``ValueError`` when asked to capture
     off CUDA. Memory: the inputs (``max_rows * (2 + max_blocks_per_req)`` int64), one hidden-state
     buffer ``[max_rows, hidden_size]``, and the graphs' shared pool (the largest batch's activations).
@@ -88,7 +97,7 @@ class DecodeGraphs:
         self._copied = torch.cuda.Event() if cuda else None
         self.input_ids, self.positions = self._dev[:n], self._dev[n:2 * n]
         self.block_tables = self._dev[2 * n:].view(n, w)
-        backend = backend or ("triton" if triton_selected(device) else "reference")
+        backend = backend or decode_backend(device)
         full = StaticDecodeMetadata.allocate(self.positions, self.block_tables, kv_caches, block_size, backend)
         hkv = kv_caches[0][0].shape[2]
         self.metas = {b: full.head(b, choose_num_splits(b, hkv, max_model_len, _sm_count(device))

@@ -24,12 +24,9 @@ def select_paged_attention(query: torch.Tensor):
     oracle) unless ``BATCHSCOPE_ATTENTION=triton`` asks for our Triton kernels on CUDA. They pass
     the reference under the Triton interpreter but have not been compiled on a GPU yet, so they
     are opt-in until ``bench/triton_check.py`` has passed on one."""
-    return paged_attention_triton if triton_selected(query.device) else paged_attention
-
-
-def triton_selected(device: torch.device) -> bool:
-    """Whether the Triton kernels serve on ``device`` (the rule of :func:`select_paged_attention`)."""
-    return device.type == "cuda" and os.environ.get("BATCHSCOPE_ATTENTION", "") == "triton" and triton_available()
+    if query.is_cuda and os.environ.get("BATCHSCOPE_ATTENTION", "") == "triton" and triton_available():
+        return paged_attention_triton
+    return paged_attention
 
 
 def _paged_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,

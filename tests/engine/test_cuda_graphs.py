@@ -20,7 +20,9 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from engine.config import EngineConfig
-from engine.cuda_graphs import CAPTURE_DESC, DecodeGraphs, capture_sizes, enable_cuda_graphs, padded_size
+from engine.attention.triton_attention import triton_available
+from engine.cuda_graphs import (CAPTURE_DESC, DecodeGraphs, capture_sizes, decode_backend, enable_cuda_graphs,
+                                padded_size)
 from engine.model_runner import ModelRunner
 from engine.outputs import ScheduledRequest, SchedulerOutput
 from engine.request import Request, RequestStatus, SamplingParams
@@ -104,6 +106,16 @@ def test_ladder_is_vllms_and_pads_to_the_smallest_size_that_holds_the_batch():
     for bad in (0, 301):
         with pytest.raises(ValueError, match="1 to 300 requests"):
             padded_size(bad, sizes)
+
+
+def test_graphs_decode_with_the_triton_kernel_on_cuda_unless_told_otherwise(monkeypatch):
+    monkeypatch.delenv("BATCHSCOPE_ATTENTION", raising=False)
+    assert decode_backend(torch.device("cpu")) == "reference"
+    assert decode_backend(torch.device("cuda")) == ("triton" if triton_available() else "reference")
+    monkeypatch.setenv("BATCHSCOPE_ATTENTION", "reference")
+    assert decode_backend(torch.device("cuda")) == "reference"
+    monkeypatch.setenv("BATCHSCOPE_ATTENTION", "triton")
+    assert decode_backend(torch.device("cpu")) == "reference"       # no compiled kernels off CUDA
 
 
 def test_padded_static_decode_equals_the_eager_runner_for_every_batch_size(model):
