@@ -72,9 +72,9 @@ class DecodeGraphs:
     num_kv_heads, head_dim]``; ``scratch_block``: a block id in them that no request owns (padding
     rows write there). Batches of up to ``max_num_seqs`` requests (at most
     :data:`MAX_CAPTURE_SIZE`) whose block tables fit ``max_model_len`` tokens are handled.
-    ``backend``: ``reference`` or ``triton`` attention (default: :func:`decode_backend`). ``capture``: capture graphs (default: on
-    CUDA); ``progress``: a tqdm line while capturing. Raises ``ValueError`` when asked to capture
-    off CUDA. Memory: the inputs (``max_rows * (2 + max_blocks_per_req)`` int64), one hidden-state
+    ``backend``: ``reference`` or ``triton`` attention (default: :func:`decode_backend`).
+    ``capture``: capture graphs (default: on CUDA); ``progress``: a tqdm line while capturing.
+    Raises ``ValueError`` when asked to capture off CUDA. Memory: the inputs (``max_rows * (2 + max_blocks_per_req)`` int64), one hidden-state
     buffer ``[max_rows, hidden_size]``, and the graphs' shared pool (the largest batch's activations).
     """
 
