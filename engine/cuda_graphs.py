@@ -74,8 +74,9 @@ class DecodeGraphs:
     :data:`MAX_CAPTURE_SIZE`) whose block tables fit ``max_model_len`` tokens are handled.
     ``backend``: ``reference`` or ``triton`` attention (default: :func:`decode_backend`).
     ``capture``: capture graphs (default: on CUDA); ``progress``: a tqdm line while capturing.
-    Raises ``ValueError`` when asked to capture off CUDA. Memory: the inputs (``max_rows * (2 + max_blocks_per_req)`` int64), one hidden-state
-    buffer ``[max_rows, hidden_size]``, and the graphs' shared pool (the largest batch's activations).
+    Raises ``ValueError`` when asked to capture off CUDA. Memory: the inputs (``max_rows * (2 +
+    max_blocks_per_req)`` int64), one hidden-state buffer ``[max_rows, hidden_size]``, and the
+    graphs' shared pool (the largest batch's activations).
     """
 
     def __init__(self, model: torch.nn.Module, kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
