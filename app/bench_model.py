@@ -14,6 +14,7 @@ from app.factory import BuiltEngine, provenance
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.kv_memory import size_num_blocks
+from engine.cuda_graphs import enable_cuda_graphs
 from engine.model_runner import ModelRunner
 from engine.sim.model_shapes import MODELS, ModelShape
 
@@ -58,6 +59,7 @@ def random_engine(name: str, config: EngineConfig, device: torch.device, dtype: 
     config = config.replace(num_gpu_blocks=config.num_gpu_blocks or size_num_blocks(model.config, config, device, dtype))
     runner = ModelRunner(model, config.num_gpu_blocks, config.block_size, seed=config.seed,
                          num_cpu_blocks=config.num_cpu_blocks)
+    enable_cuda_graphs(runner, config)
     run_info = provenance(config, model, device, model_info={
         "name": f"random {name}", "path": None, "weight_file_hash": None, "architecture": "llama",
         "weights": "random (torch.manual_seed(0)), a dummy-weight benchmark model"})

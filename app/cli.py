@@ -66,6 +66,12 @@ def _engine_args(p: argparse.ArgumentParser, *, num_gpu_blocks: int | None, cloc
                         "schedules; sim: simulated seconds from --executor sim's step times, idle gaps "
                         "skipped; with --executor sim, wall means sim (default: %(default)s)")
     g.add_argument("--seed", type=int, default=0, help="engine seed (default: %(default)s)")
+    g.add_argument("--cuda-graphs", choices=["on", "off"], default="off",
+                   help="on: decode-only steps run padded to a ladder of batch sizes (1, 2, 4, 8, 16, 24, ... "
+                        "up to --max-num-seqs) and replay CUDA graphs captured at start-up, decoding with our "
+                        "Triton kernel (BATCHSCOPE_ATTENTION=reference: the torch reference); on a CPU the same "
+                        "padded path runs without graphs, slower (it is there to be tested); off until verified "
+                        "on a GPU (default: %(default)s)")
     _sim_args(p)
 
 
@@ -133,7 +139,7 @@ def engine_config(a: argparse.Namespace) -> EngineConfig:
                  enable_chunked_prefill=not a.no_chunked_prefill,
                  enable_prefix_caching=a.enable_prefix_caching, policy=a.policy,
                  preemption_mode=a.preemption_mode, num_cpu_blocks=a.num_cpu_blocks,
-                 check_invariants=a.check_invariants,
+                 check_invariants=a.check_invariants, cuda_graphs=getattr(a, "cuda_graphs", "off") == "on",
                  long_prefill_token_threshold=a.long_prefill_token_threshold, clock=clock)
     sim_flags = {k: getattr(a, k, None) for k in ("sim_model", "sim_device", "sim_cost")}
     if not sim:
@@ -141,6 +147,8 @@ def engine_config(a: argparse.Namespace) -> EngineConfig:
         if given or clock == "sim":
             raise ConfigError(f"{', '.join(given) or '--clock sim'} needs --executor sim")
         return EngineConfig(**knobs)
+    if knobs["cuda_graphs"]:
+        raise ConfigError("--cuda-graphs on needs --executor model (the simulated executor runs no forward pass)")
     from engine.sim.config import SimConfig
     return SimConfig(**knobs, sim_model=sim_flags["sim_model"] or a.model,
                      sim_device=sim_flags["sim_device"] or "h100", sim_cost=sim_flags["sim_cost"])

@@ -68,6 +68,7 @@ def build_engine(config: EngineConfig, *, recorder_factory=None, trace: dict | N
 
     from engine.kv_memory import size_num_blocks
     from engine.model_loader import load_model, resolve_model
+    from engine.cuda_graphs import enable_cuda_graphs
     from engine.model_runner import ModelRunner
 
     device = resolve_device(config.device)
@@ -82,6 +83,7 @@ def build_engine(config: EngineConfig, *, recorder_factory=None, trace: dict | N
     torch.manual_seed(config.seed)
     runner = ModelRunner(model, num_blocks, config.block_size, seed=config.seed,
                          num_cpu_blocks=config.num_cpu_blocks)
+    enable_cuda_graphs(runner, config)
     run_info = provenance(config, model, device, trace=trace,
                           model_info={"name": source.name, "path": str(source.folder),
                                       "weight_file_hash": source.weight_file_hash,

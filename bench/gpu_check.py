@@ -1,16 +1,19 @@
 """GPU check, one command, installs nothing (run it on the lent H200 through the device tool):
 
-    python bench/gpu_check.py            # ~6-7 minutes on an H200
+    python bench/gpu_check.py            # ~6-7 minutes on an H200, at most 8 (BUDGET_S)
 
 1. Output equality (fp32): 16 mixed-length greedy requests through the engine together, with
-   chunked prefill and recompute preemption, vs transformers `generate()` on each alone, on the GPU.
+   chunked prefill and recompute preemption, vs transformers `generate()` on each alone, on the GPU;
+   once eager and once with CUDA graphs for the decode-only steps (``--cuda-graphs on``).
 2. Triton paged-attention kernels vs the torch reference (``bench/triton_check.py``, bf16).
 3. ``batchscope bench`` on the anchor workload of ../shared/bench/README.md (random-weight
    Llama-3.2-1B shape, bf16, 512 requests at t=0, EOS off), recording off, then on.
 4. The peers in the same call: ``hf_peer.py`` of ../shared/bench (HF continuous batching at its best
    setting, CUDA graphs on); the device tool sends only the repository, so copy that file into
    ``shared/bench/`` of the checkout (or give ``--peer PATH``); without it the row says so.
-5. Optionally (``--replay``) a headless replay of Azure conv requests on the same architecture.
+5. ``batchscope bench`` on the anchor, recording off, with ``--cuda-graphs on`` (graphs captured
+   at start-up): last, and only when the budget still has room for it.
+6. Optionally (``--replay``) a headless replay of Azure conv requests on the same architecture.
 Prints one table at the end. ``--device cpu --small`` runs the same code paths on a CPU (tiny model,
 16 anchor requests, the Triton interpreter, ``hf_peer.py --tiny``).
 """
@@ -30,20 +33,27 @@ import torch  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from engine.config import EngineConfig  # noqa: E402
+from engine.cuda_graphs import decode_backend, enable_cuda_graphs  # noqa: E402
 from engine.engine import LLMEngine  # noqa: E402
 from engine.model_runner import ModelRunner  # noqa: E402
+from engine.attention.triton_attention import triton_available  # noqa: E402
 from engine.request import SamplingParams  # noqa: E402
 
+BUDGET_S = 8 * 60               # the whole check, as lent
 TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
 
 
-def make_engine(model, *, num_blocks: int, **knobs) -> LLMEngine:
+def make_engine(model, *, num_blocks: int, graphs_backend: str | None = None, **knobs) -> LLMEngine:
     cfg = EngineConfig(num_gpu_blocks=num_blocks, clock="virtual", **knobs)
-    return LLMEngine(cfg, ModelRunner(model, num_blocks, cfg.block_size), num_blocks)
+    runner = ModelRunner(model, num_blocks, cfg.block_size)
+    enable_cuda_graphs(runner, cfg, progress=False, backend=graphs_backend)
+    return LLMEngine(cfg, runner, num_blocks)
 
 
 def check_equality(device: str, small: bool) -> dict:
-    """Greedy engine outputs == per-request generate(), fp32."""
+    """Greedy engine outputs == per-request generate(), fp32: eager, with CUDA graphs on over the
+    torch reference attention, and on CUDA with triton installed also with graphs over our Triton
+    decode kernel."""
     cfg = LlamaConfig(hidden_size=128 if small else 512, intermediate_size=256 if small else 1536,
                       num_hidden_layers=2 if small else 6, num_attention_heads=4 if small else 8,
                       num_key_value_heads=2, vocab_size=1000 if small else 32000, max_position_embeddings=1024)
@@ -52,22 +62,33 @@ def check_equality(device: str, small: bool) -> dict:
     rng = random.Random(1)
     reqs = [([rng.randint(3, cfg.vocab_size - 1) for _ in range(rng.randint(5, 120))], rng.randint(4, 24))
             for _ in range(16)]
-    eng = make_engine(model, num_blocks=20, block_size=8, max_num_batched_tokens=64, max_num_seqs=16)
-    done = eng.collect_finished()
-    for i, (p, o) in enumerate(reqs):
-        eng.add_request(p, SamplingParams(max_tokens=o, ignore_eos=True), request_id=f"r{i}")
-    recs = eng.run_until_done()
+    runs = {}
+    modes = [(False, None), (True, "reference")]
+    if device.startswith("cuda") and triton_available():
+        modes.append((True, "triton"))
+    for graphs, backend in modes:
+        eng = make_engine(model, num_blocks=20, block_size=8, max_num_batched_tokens=64, max_num_seqs=16,
+                          cuda_graphs=graphs, graphs_backend=backend)
+        done = eng.collect_finished()
+        for i, (p, o) in enumerate(reqs):
+            eng.add_request(p, SamplingParams(max_tokens=o, ignore_eos=True), request_id=f"r{i}")
+        runs[backend if backend == "triton" else graphs] = (done, eng.run_until_done())
+    done, recs = runs[False]
     preemptions = sum(r.num_preemptions for r in recs)
-    ok = 0
+    equal = dict.fromkeys(runs, 0)
     model.set_attn_implementation("sdpa")      # the reference runs transformers' own attention
     with torch.inference_mode():
         for i, (p, o) in enumerate(reqs):
             ref = model.generate(torch.tensor([p], device=device), max_new_tokens=o, do_sample=False,
                                  eos_token_id=-1, pad_token_id=0)[0, len(p):].tolist()
-            ok += ref == done[f"r{i}"].output_token_ids
-    rejected = sum(done[f"r{i}"].status.value == "FINISHED_ERROR" for i in range(len(reqs)))
-    return {"equal": ok, "requests": len(reqs), "preemptions": preemptions, "steps": len(recs),
-            "rejected": rejected}
+            for mode, (d, _) in runs.items():
+                equal[mode] += ref == d[f"r{i}"].output_token_ids
+    rejected = sum(d[f"r{i}"].status.value == "FINISHED_ERROR" for d, _ in runs.values() for i in range(len(reqs)))
+    out = {"equal": equal[False], "equal_graphs": equal[True], "requests": len(reqs), "preemptions": preemptions,
+           "steps": len(recs), "rejected": rejected}
+    if "triton" in equal:
+        out["equal_graphs_triton"] = equal["triton"]
+    return out
 
 
 def azure_rows(n: int) -> list[tuple[int, int]]:
@@ -140,10 +161,13 @@ def run_tool(argv: list[str], timeout_s: float, env: dict | None = None) -> tupl
     return done.returncode, time.perf_counter() - t, (done.stdout + done.stderr)[-2000:]
 
 
-def bench(small: bool, device: str, record: str | None, json_out: Path, timeout_s: float) -> dict:
+def bench(small: bool, device: str, record: str | None, json_out: Path, timeout_s: float,
+          cuda_graphs: bool = False) -> dict:
     """``batchscope bench`` on the anchor workload (``--small --limit 16`` for a CPU smoke run),
-    recording to ``record`` or off; returns its --json figures, or ``error``."""
+    recording to ``record`` or off, ``--cuda-graphs on`` if ``cuda_graphs``; returns its --json
+    figures, or ``error``."""
     argv = ["-m", "app.cli", "bench", "--device", device, "--json", str(json_out)]
+    argv += ["--cuda-graphs", "on"] if cuda_graphs else []
     argv += ["--small", "--limit", "16"] if small else []
     argv += ["--record", record] if record else ["--no-record"]
     rc, secs, tail = run_tool(argv, timeout_s)
@@ -184,13 +208,24 @@ def bench_cells(res: dict) -> list:
             f"{f['roofline_efficiency']:.1%}", f"{f['duration_s']:.1f}", f"{f['num_output_tokens']:,}"]
 
 
-def summary_table(eq: dict, tri: dict, off: dict, on: dict, hf: dict, same_workload: bool = True) -> str:
+def graphs_equality(eq: dict) -> str:
+    """``(a/n with CUDA graphs[, b/n with graphs + Triton decode])`` of a :func:`check_equality` result."""
+    n = eq["requests"]
+    triton = f", {eq['equal_graphs_triton']}/{n} with graphs + Triton decode" if "equal_graphs_triton" in eq else ""
+    return f"({eq.get('equal_graphs', 0)}/{n} with CUDA graphs{triton})"
+
+
+def summary_table(eq: dict, tri: dict, off: dict, on: dict, hf: dict, same_workload: bool = True,
+                  graphs: dict | None = None) -> str:
     """The final table: one row per system, then the checks. ``same_workload`` False (``--small``:
-    hf_peer.py --tiny draws its own requests) leaves out the engine / HF ratio."""
+    hf_peer.py --tiny draws its own requests) leaves out the engine / HF ratio. ``graphs``: the
+    bench with CUDA graphs on (recording off), when it ran."""
     from tabulate import tabulate
 
     rows = [["BatchScope bench, recording off", *bench_cells(off)],
             ["BatchScope bench, recording on", *bench_cells(on)]]
+    if graphs is not None:
+        rows.append(["BatchScope bench, CUDA graphs on", *bench_cells(graphs)])
     best = None
     for key, value in hf.items():
         if key.startswith("hf_cb") and isinstance(value, dict):
@@ -217,7 +252,11 @@ def summary_table(eq: dict, tri: dict, off: dict, on: dict, hf: dict, same_workl
                      f"{peaks['mem_bandwidth'] / 1e12:.3g} TB/s copy"
                      + (f"; by hf_peer: {hf['bf16_TFLOPs']:.4g} TFLOP/s, {hf['copy_TBps_rw']:.3g} TB/s"
                         if "bf16_TFLOPs" in hf else ""))
-    lines.append(f"equality fp32: {eq['equal']}/{eq['requests']} token-identical to generate(); "
+    fig_graphs = (graphs or {}).get("figures")
+    if fig_off and fig_graphs:
+        lines.append(f"CUDA graphs on / off: {fig_graphs['output_tokens_per_s'] / fig_off['output_tokens_per_s']:.2f}x "
+                     f"output tokens/s (recording off; graphs' decode attention: {graphs.get('backend', '?')})")
+    lines.append(f"equality fp32: {eq['equal']}/{eq['requests']} token-identical to generate() {graphs_equality(eq)}; "
                  f"triton kernels: {'ok' if tri['ok'] else 'FAILED (exit ' + str(tri['rc']) + ')'} "
                  f"({tri['seconds']:.0f} s)")
     return "\n".join(lines)
@@ -234,12 +273,14 @@ def main() -> None:
     ap.add_argument("--replay", action="store_true", help="also the headless Azure replay")
     ap.add_argument("--n", type=int, default=256, help="requests in the replay (default: %(default)s)")
     args = ap.parse_args()
+    started = time.perf_counter()
     gpu = args.device.startswith("cuda")
     print(f"torch {torch.__version__}  device {args.device}"
           + (f" ({torch.cuda.get_device_name()})" if gpu else ""), flush=True)
     t = time.perf_counter()
     eq = check_equality(args.device, args.small)
-    print(f"equality fp32 : {eq['equal']}/{eq['requests']} requests token-identical to generate(), "
+    print(f"equality fp32 : {eq['equal']}/{eq['requests']} requests token-identical to generate() "
+          f"{graphs_equality(eq)}, "
           f"{eq['preemptions']} preemptions, {eq['rejected']} rejected, {eq['steps']} steps "
           f"({time.perf_counter() - t:.1f} s)", flush=True)
     if gpu:
@@ -255,13 +296,22 @@ def main() -> None:
         on = bench(args.small, args.device, str(d / "on.sqlite"), d / "on.json", timeout_s=150)
         print("bench, recording on :", on.get("figures") or on, flush=True)
         hf = peer(args.small, peer_path, args.peer_variants or ("graphs" if gpu else "default"), d, timeout_s=200)
+        left = BUDGET_S - (time.perf_counter() - started) - 10
+        if left >= 45:
+            graphs = bench(args.small, args.device, None, d / "graphs.json", timeout_s=min(150.0, left),
+                           cuda_graphs=True)
+            graphs["backend"] = decode_backend(torch.device(args.device))   # the child's rule, same env
+        else:
+            graphs = {"error": f"skipped: {max(0.0, left):.0f} s left of the {BUDGET_S // 60}-minute budget"}
+        print("bench, CUDA graphs  :", graphs.get("figures") or graphs, flush=True)
     if args.replay:
         rp = replay(args.device, args.small, args.n)
         print("replay        : " + "  ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
                                              for k, v in rp.items()))
     print()
-    print(summary_table(eq, tri, off, on, hf, same_workload=not args.small))
-    ok = eq["equal"] == eq["requests"] and tri["ok"] and "error" not in off and "error" not in on
+    print(summary_table(eq, tri, off, on, hf, same_workload=not args.small, graphs=graphs))
+    ok = (eq["equal"] == eq["requests"] == eq["equal_graphs"] == eq.get("equal_graphs_triton", eq["requests"])
+          and tri["ok"] and "error" not in off and "error" not in on)
     sys.exit(0 if ok else 1)
 
 

@@ -34,6 +34,9 @@ class EngineConfig:
     durations; idle gaps jump to the next arrival). ``kv_cache_memory_fraction`` bounds the automatic sizing.
     ``dtype`` ``auto`` means float32 on the CPU and bfloat16 on a GPU; ``device`` ``auto`` picks
     CUDA when available. ``check_invariants`` asserts G1-G4 after every step (tests, debugging).
+    ``cuda_graphs`` runs decode-only steps padded to a ladder of batch sizes, from CUDA graphs
+    captured at start-up on a GPU (the same padded path eagerly on a CPU; see
+    ``engine.cuda_graphs``; vLLM's ``cudagraph_mode`` FULL_DECODE_ONLY); off until verified on a GPU.
     """
 
     model: str = "default"
@@ -54,6 +57,7 @@ class EngineConfig:
     num_cpu_blocks: int = 0
     clock: str = "virtual"
     check_invariants: bool = False
+    cuda_graphs: bool = False
 
     def __post_init__(self) -> None:
         def need(cond: bool, msg: str) -> None:

@@ -38,7 +38,8 @@ class ModelRunner:
         self.block_size = block_size
         self.num_blocks = num_blocks
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        shape = (num_blocks, block_size, cfg.num_key_value_heads, head_dim)
+        self.scratch_block = num_blocks
+        shape = (num_blocks + 1, block_size, cfg.num_key_value_heads, head_dim)
         self.kv_caches = [(torch.zeros(shape, dtype=self.dtype, device=self.device),
                            torch.zeros(shape, dtype=self.dtype, device=self.device))
                           for _ in range(cfg.num_hidden_layers)]
@@ -51,6 +52,7 @@ class ModelRunner:
         model.set_attn_implementation(register_paged_attention())
         assert model.config._attn_implementation == ATTN_IMPLEMENTATION
         self.sampler = Sampler(seed)
+        self.graphs = None
 
     @torch.inference_mode()
     def execute(self, sched: SchedulerOutput, requests: Mapping[str, Request]) -> ModelRunnerOutput:
@@ -78,6 +80,9 @@ class ModelRunner:
             if end == req.num_tokens:
                 sample_rows.append(len(ids) - 1)
                 sample_reqs.append(req)
+        if self.graphs is not None and self.graphs.handles(len(qlens), len(ids)):   # decode-only step
+            hidden = self.graphs.run(ids, pos, tables)
+            return self._sample(self.model.lm_head(hidden[sample_rows]), sched, requests, sample_reqs)
         meta = PagedAttentionMetadata.build(qlens, ctxs, tables, self.kv_caches, self.block_size, self.device)
         input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
         position_ids = torch.tensor([pos], dtype=torch.long, device=self.device)
@@ -88,6 +93,14 @@ class ModelRunner:
         keep = torch.tensor(sample_rows, dtype=torch.long, device=self.device)
         logits = self.model(input_ids=input_ids, position_ids=position_ids, use_cache=False,
                             logits_to_keep=keep, paged_meta=meta).logits[0]   # [N, vocab]
+        return self._sample(logits, sched, requests, sample_reqs)
+
+    def _sample(self, logits: torch.Tensor, sched: SchedulerOutput, requests: Mapping[str, Request],
+                sample_reqs: list[Request]) -> ModelRunnerOutput:
+        """One token per row of ``logits`` ``[len(sample_reqs), vocab]``, plus the parallel samples
+        that take their first token from a head's row."""
+        if not sample_reqs:
+            return ModelRunnerOutput()
         if sched.parallel_samples:      # further sequences sample from their head's last row
             extra = parallel_sample_rows(sched.parallel_samples, requests, sample_reqs)
             logits = torch.cat([logits, logits[[row for row, _ in extra]]])

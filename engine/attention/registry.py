@@ -12,6 +12,7 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface
 
+from engine.attention.decode_static import StaticDecodeMetadata, static_decode_attention
 from engine.attention.reference import paged_attention
 from engine.attention.triton_attention import paged_attention_triton, triton_available
 
@@ -36,6 +37,8 @@ def _paged_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: 
         raise RuntimeError(f"{ATTN_IMPLEMENTATION} attention called without paged_meta: "
                            "run the model through engine.model_runner.ModelRunner")
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    if isinstance(meta, StaticDecodeMetadata):      # a padded decode-only batch (engine.cuda_graphs)
+        return static_decode_attention(query, key, value, meta, module.layer_idx, scale), None
     return select_paged_attention(query)(query, key, value, meta, module.layer_idx, scale), None
 
 

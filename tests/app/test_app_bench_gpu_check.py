@@ -43,3 +43,17 @@ def test_a_failed_bench_is_a_row_not_a_crash_and_small_runs_give_no_ratio():
                                    same_workload=False)
     assert "CUDA out of memory" in text and "engine / HF best" not in text and "recording cost" not in text
     assert "triton kernels: FAILED (exit 1)" in text
+
+
+def test_the_cuda_graphs_run_is_a_row_with_its_speed_up_or_says_why_it_did_not_run():
+    hf = {"hf_cb_graphs": {"out_tok_per_s": 972.0, "run_s": 80.1, "out_tokens": 77888}}
+    eq = {**EQ, "equal_graphs": 15}
+    text = gpu_check.summary_table(eq, TRI, _bench(10_000.0, 0.25), _bench(9_600.0, 0.24), hf,
+                                   graphs={**_bench(12_500.0, 0.31), "backend": "triton"})
+    assert any(line.startswith("BatchScope bench, CUDA graphs on") and "12,500" in line and "31.0%" in line
+               for line in text.splitlines())
+    assert "CUDA graphs on / off: 1.25x output tokens/s (recording off; graphs' decode attention: triton)" in text
+    assert "(15/16 with CUDA graphs)" in text
+    skipped = {"error": "skipped: 20 s left of the 8-minute budget"}
+    text = gpu_check.summary_table(eq, TRI, _bench(10_000.0, 0.25), _bench(9_600.0, 0.24), hf, graphs=skipped)
+    assert "skipped: 20 s left" in text and "CUDA graphs on / off" not in text

@@ -14,6 +14,7 @@ def test_equality_check_runs_mixed_batches_with_preemption_and_matches_generate(
     assert eq["rejected"] == 0
     assert eq["preemptions"] > 0
     assert eq["equal"] == eq["requests"] == 16
+    assert eq["equal_graphs"] == 16            # decode steps on the padded static path (eager on a CPU)
 
 
 def test_replay_reports_its_figures():
