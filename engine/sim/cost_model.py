@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Protocol
 
+import numpy as np
+
 from engine.sim.hardware import CPU, DevicePeaks, get_device, host_memory_bytes
 from engine.sim.model_shapes import ModelShape, get_model_shape
 
@@ -67,6 +69,13 @@ class CostParams:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def floor(cls) -> "CostParams":
+        """The roofline floor: both peaks fully reached, no per-step or per-request overhead.
+        A step then costs the sum over its operators of ``max(FLOPs / peak_flops, bytes /
+        mem_bandwidth)`` (Williams et al., CACM 2009), the least time the device could take."""
+        return cls(per_step_overhead_s=0.0, per_seq_overhead_s=0.0, flops_efficiency=1.0, bw_efficiency=1.0)
 
     @classmethod
     def from_dict(cls, d: dict) -> "CostParams":
@@ -112,6 +121,25 @@ class StepWork:
             ctx += c + q
             n += 1
         return cls(t, n, n if num_sampled is None else num_sampled, pairs, ctx)
+
+    @classmethod
+    def of_batches(cls, num_tokens: np.ndarray, num_computed_tokens: np.ndarray, batch_start: np.ndarray,
+                   num_sampled: np.ndarray) -> list["StepWork"]:
+        """The sums of :meth:`of` for many steps at once, without a Python loop over requests:
+        the steps' batches concatenated as aligned integer arrays (one entry per scheduled
+        request: tokens this step ``q_i``, ``num_computed_tokens`` before it ``c_i``), step ``k``'s
+        entries at ``batch_start[k]:batch_start[k + 1]`` (``len(num_sampled) + 1`` offsets), and
+        each step's sampled rows."""
+        q = np.asarray(num_tokens, np.int64)
+        c = np.asarray(num_computed_tokens, np.int64)
+        start = np.asarray(batch_start, np.int64)
+
+        def per_step(x: np.ndarray) -> list[int]:
+            total = np.concatenate(([0], np.cumsum(x)))
+            return (total[start[1:]] - total[start[:-1]]).tolist()
+
+        return [cls(*w) for w in zip(per_step(q), np.diff(start).tolist(), np.asarray(num_sampled).tolist(),
+                                     per_step(q * c + q * (q + 1) // 2), per_step(c + q))]
 
 
 @dataclass(frozen=True)
@@ -197,7 +225,10 @@ class CostModel:
 
     def step_time(self, scheduled: Iterable[Scheduled], num_sampled: int | None = None) -> float:
         """Predicted seconds of the step; 0.0 for an empty step (nothing runs)."""
-        w = StepWork.of(scheduled, num_sampled)
+        return self.work_time(StepWork.of(scheduled, num_sampled))
+
+    def work_time(self, w: StepWork) -> float:
+        """Predicted seconds of a step that does ``w``; 0.0 when it schedules nothing."""
         if not w.num_seqs:
             return 0.0
         return self.overhead_s(w.num_seqs) + sum(op.time_s for op in self._ops(w).values())
