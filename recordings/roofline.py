@@ -67,8 +67,7 @@ class Roofline:
         ``ValueError`` when there is no cost model."""
         if self.cost is None:
             raise ValueError(f"no roofline: {self.note}")
-        work = StepWork.of_batches(num_tokens, num_computed_tokens, batch_start, num_sampled)
-        return np.array([self.cost.work_time(w) for w in work], float)
+        return self.cost.work_times(StepWork.of_batches(num_tokens, num_computed_tokens, batch_start, num_sampled))
 
 
 def _cost(model: Mapping, device: Mapping) -> CostModel:

@@ -103,9 +103,15 @@ def test_many_steps_at_once_do_the_work_of_each_alone():
     start = np.cumsum([0] + [len(s) for s in steps])
     work = StepWork.of_batches(np.array([c.num_tokens for c in flat], int),
                                np.array([c.num_computed_tokens for c in flat], int), start, np.array(sampled))
-    assert work == [StepWork.of(s, n) for s, n in zip(steps, sampled)]
+    alone = [StepWork.of(s, n) for s, n in zip(steps, sampled)]
+    for field in ("num_tokens", "num_seqs", "num_sampled", "attn_pairs", "context_tokens"):
+        assert getattr(work, field).tolist() == [getattr(w, field) for w in alone], field
+    for model in (H100_8B, H100_8B.with_params(CostParams.floor())):
+        times = model.work_times(work)
+        np.testing.assert_allclose(times, [model.step_time(s, n) for s, n in zip(steps, sampled)], rtol=1e-12)
+        assert (times[[not s for s in steps]] == 0).all() and (times[[bool(s) for s in steps]] > 0).all()
     floor = H100_8B.with_params(CostParams.floor())
-    for s, n, w in zip(steps, sampled, work):
+    for s, n, w in zip(steps, sampled, alone):    # the floor: each operator's roofline, no overhead
         ops = floor.breakdown(s, n)
         assert floor.work_time(w) == pytest.approx(sum(max(o.compute_s, o.memory_s) for o in ops.values()) if s else 0.0)
 

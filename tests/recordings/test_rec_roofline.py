@@ -13,6 +13,7 @@ from engine.sim.hardware import DevicePeaks
 from engine.sim.model_shapes import ModelShape, get_model_shape
 from engine_runs import SMALL_SEED, run_engine
 from recordings import Reader
+from recordings.export.summary_json import summary_dict
 from recordings.roofline import roofline_info, roofline_of, step_floors, step_seconds, summarize_roofline
 from recordings.summary_lines import summary_lines
 
@@ -68,6 +69,8 @@ def test_the_runs_figures_sum_and_rank_the_steps(with_peaks):
     text = "\n".join(summary_lines(reader))
     assert f"{run.efficiency:.2%} of the run's time" in text and "per step p50/p90/p99" in text
     assert "peaks measured at start (0.02 TFLOP/s, 10 GB/s), toy shape" in text
+    as_json = summary_dict(reader)["roofline"]                     # batchscope summary --json
+    assert as_json["efficiency"] == run.efficiency and as_json["per_step"]["p50"] == run.per_step.p50
 
 
 def test_without_peaks_the_summary_says_why():
@@ -75,6 +78,8 @@ def test_without_peaks_the_summary_says_why():
     lines = [line for line in summary_lines(reader) if line.startswith("roofline efficiency")]
     assert len(lines) == 1 and "n/a: the run names no device peaks and model shape" in lines[0]
     assert summarize_roofline(reader).efficiency is None
+    as_json = summary_dict(reader)["roofline"]
+    assert as_json["efficiency"] is None and "names no device peaks" in as_json["basis"]
 
 
 def test_simulated_runs_are_labelled_as_the_simulators_assumption():
