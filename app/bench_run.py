@@ -57,7 +57,7 @@ def _bench(args: argparse.Namespace) -> int:
         built = random_engine(shape, config.replace(device=str(device)), device, dtype)
     else:
         print(f"loading model {config.model!r}…", file=sys.stderr)
-        built = build_engine(config)
+        built = build_engine(config, peaks=peaks)
     requests, trace_info, notes = _workload(args, built)
     if args.num_gpu_blocks is None:
         built = fit_kv_to_workload(built, requests)

@@ -54,12 +54,14 @@ class BuiltEngine:
 
 
 def build_engine(config: EngineConfig, *, recorder_factory=None, trace: dict | None = None,
-                 progress: bool = True) -> BuiltEngine:
+                 progress: bool = True, peaks: "DevicePeaks | None" = None) -> BuiltEngine:
     """Load the model named by ``config.model`` and build an :class:`LLMEngine` on it.
 
     ``recorder_factory(run_info) -> recorder`` (e.g. ``lambda info: RecordingWriter(path, info)``)
     is called once the provenance is known. ``trace`` (name, sha256, scaling notes) goes into the
-    provenance. Raises ``engine.model_loader.ModelLoadError`` when the model does not load and
+    provenance, with the device's ``peaks`` (measured here first unless given:
+    ``app.bench_peaks.measure_peaks``, about a second on a GPU). Raises
+    ``engine.model_loader.ModelLoadError`` when the model does not load and
     ``RuntimeError`` when the device or the KV cache cannot be set up. A ``SimConfig``
     (``--executor sim``) builds a simulated engine instead: see :func:`build_sim_engine`.
     """
@@ -75,7 +77,7 @@ def build_engine(config: EngineConfig, *, recorder_factory=None, trace: dict | N
 
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)
-    peaks = measure_peaks(device, dtype)       # before the model: the whole device is free
+    peaks = peaks or measure_peaks(device, dtype)       # before the model: the whole device is free
     source = resolve_model(config.model, progress=progress)
     transformers.utils.logging.disable_progress_bar()   # the cached load takes ~1 s: no bar needed
     model, tokenizer = load_model(source, dtype, device)
