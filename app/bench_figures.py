@@ -18,8 +18,7 @@ from engine.outputs import StepRecord
 from engine.sim.cost_model import CostModel, CostParams
 from recordings.metrics import Percentiles
 
-FLOOR_PARAMS = CostParams(per_step_overhead_s=0.0, per_seq_overhead_s=0.0, flops_efficiency=1.0,
-                          bw_efficiency=1.0)
+FLOOR_PARAMS = CostParams.floor()
 
 
 def floor_s(cost: CostModel, records: Iterable[StepRecord]) -> float:

@@ -37,6 +37,8 @@ def measure_peaks(device: torch.device, dtype: torch.dtype, repeats: int = 5) ->
     dst = torch.empty_like(src)
     bandwidth = 2.0 * src.numel() / _best(lambda: dst.copy_(src), device, repeats)
     del src, dst
+    if gpu:
+        torch.cuda.empty_cache()    # give the buffers back: the KV cache is sized from free memory next
     memory = torch.cuda.get_device_properties(device).total_memory if gpu else host_memory_bytes()
     name = torch.cuda.get_device_name(device) if gpu else CPU
     return DevicePeaks(name, flops, bandwidth, int(memory),

@@ -24,6 +24,7 @@ from engine.engine import LLMEngine
 from engine.request import SamplingParams
 from engine.sim.cost_model import CostModel
 from engine.sim.model_shapes import ModelShape
+from recordings.roofline import roofline_info
 
 WARMUP_REQUESTS = 4
 WARMUP_TOKENS = 4
@@ -56,7 +57,7 @@ def _bench(args: argparse.Namespace) -> int:
         built = random_engine(shape, config.replace(device=str(device)), device, dtype)
     else:
         print(f"loading model {config.model!r}…", file=sys.stderr)
-        built = build_engine(config)
+        built = build_engine(config, peaks=peaks)
     requests, trace_info, notes = _workload(args, built)
     if args.num_gpu_blocks is None:
         built = fit_kv_to_workload(built, requests)
@@ -70,7 +71,8 @@ def _bench(args: argparse.Namespace) -> int:
     writer = None
     if args.record:
         from recordings import RecordingWriter
-        info = {**built.run_info, "trace": trace_info, "bench": {"peaks": peaks.to_dict()}}
+        info = {**built.run_info, "trace": trace_info, "bench": {"peaks": peaks.to_dict()},
+                "roofline": roofline_info(cost.shape, peaks)}
         writer = RecordingWriter(args.record, info, store_prompt_token_ids=False)
     eng = LLMEngine(built.config, runner, built.config.num_gpu_blocks, tokenizer=built.tokenizer,
                     eos_token_id=built.engine.eos_token_id, recorder=writer)

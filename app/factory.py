@@ -16,6 +16,8 @@ from engine.engine import LLMEngine
 if TYPE_CHECKING:
     import torch
 
+    from engine.sim.hardware import DevicePeaks
+
 
 def resolve_device(spec: str) -> "torch.device":
     """``auto`` -> CUDA if available else CPU; otherwise ``torch.device(spec)``.
@@ -52,12 +54,14 @@ class BuiltEngine:
 
 
 def build_engine(config: EngineConfig, *, recorder_factory=None, trace: dict | None = None,
-                 progress: bool = True) -> BuiltEngine:
+                 progress: bool = True, peaks: "DevicePeaks | None" = None) -> BuiltEngine:
     """Load the model named by ``config.model`` and build an :class:`LLMEngine` on it.
 
     ``recorder_factory(run_info) -> recorder`` (e.g. ``lambda info: RecordingWriter(path, info)``)
     is called once the provenance is known. ``trace`` (name, sha256, scaling notes) goes into the
-    provenance. Raises ``engine.model_loader.ModelLoadError`` when the model does not load and
+    provenance, with the device's ``peaks`` (measured here first unless given:
+    ``app.bench_peaks.measure_peaks``, about a second on a GPU). Raises
+    ``engine.model_loader.ModelLoadError`` when the model does not load and
     ``RuntimeError`` when the device or the KV cache cannot be set up. A ``SimConfig``
     (``--executor sim``) builds a simulated engine instead: see :func:`build_sim_engine`.
     """
@@ -66,6 +70,7 @@ def build_engine(config: EngineConfig, *, recorder_factory=None, trace: dict | N
     import torch
     import transformers
 
+    from app.bench_peaks import measure_peaks
     from engine.kv_memory import size_num_blocks
     from engine.model_loader import load_model, resolve_model
     from engine.cuda_graphs import enable_cuda_graphs
@@ -73,6 +78,7 @@ def build_engine(config: EngineConfig, *, recorder_factory=None, trace: dict | N
 
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)
+    peaks = peaks or measure_peaks(device, dtype)       # before the model: the whole device is free
     source = resolve_model(config.model, progress=progress)
     transformers.utils.logging.disable_progress_bar()   # the cached load takes ~1 s: no bar needed
     model, tokenizer = load_model(source, dtype, device)
@@ -84,7 +90,7 @@ def build_engine(config: EngineConfig, *, recorder_factory=None, trace: dict | N
     runner = ModelRunner(model, num_blocks, config.block_size, seed=config.seed,
                          num_cpu_blocks=config.num_cpu_blocks)
     enable_cuda_graphs(runner, config)
-    run_info = provenance(config, model, device, trace=trace,
+    run_info = provenance(config, model, device, trace=trace, peaks=peaks,
                           model_info={"name": source.name, "path": str(source.folder),
                                       "weight_file_hash": source.weight_file_hash,
                                       "architecture": getattr(model.config, "model_type", "?")})
@@ -95,10 +101,12 @@ def build_engine(config: EngineConfig, *, recorder_factory=None, trace: dict | N
 
 
 def provenance(config: EngineConfig, model, device: "torch.device", *, model_info: dict,
-               trace: dict | None = None) -> dict[str, Any]:
+               trace: dict | None = None, peaks: "DevicePeaks | None" = None) -> dict[str, Any]:
     """The recording's ``run_info`` of a model run: the config, ``model_info`` (name, path, weight
     hash, architecture...) plus the model's parameter count, the device and its name, dtype,
-    library versions, seed, ``trace`` and the start time (UTC, ISO 8601)."""
+    library versions, seed, ``trace`` and the start time (UTC, ISO 8601). With the device's
+    measured ``peaks``, also ``roofline`` (``recordings.roofline.roofline_info``: the model's
+    shape in the run's dtype and the peaks), from which each step's roofline efficiency follows."""
     import torch
     import transformers
 
@@ -114,6 +122,15 @@ def provenance(config: EngineConfig, model, device: "torch.device", *, model_inf
         "trace": trace,
         "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
+    if peaks is not None:
+        from engine.sim.model_shapes import ModelShape
+        from recordings.roofline import roofline_info
+
+        try:
+            shape = ModelShape.from_config(model.config.to_dict(), model_info["name"]).with_dtype(config.dtype)
+            info["roofline"] = roofline_info(shape, peaks)
+        except ValueError as e:                  # not a Llama-family config: the cost model has no shape
+            info["roofline"] = {"error": str(e)}
     return info
 
 

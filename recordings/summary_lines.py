@@ -1,11 +1,12 @@
 """The run's metrics as the text lines ``batchscope summary`` prints and the window's Run summary
 shows: one two-column table of ``recordings.metrics`` (totals, TTFT, ITL, preemptions,
-batching, TPOT, paused time and wall-clock latencies of a virtual-clock run) and ``recordings.serving_metrics`` (E2E latency, queue time, requests/s,
-prefill / decode split, goodput). No Qt."""
+batching, TPOT, paused time and wall-clock latencies of a virtual-clock run), ``recordings.serving_metrics`` (E2E latency, queue time, requests/s,
+prefill / decode split, goodput) and ``recordings.roofline`` (roofline efficiency). No Qt."""
 from __future__ import annotations
 
 from recordings.metrics import summarize, summarize_batching
 from recordings.reader import Reader
+from recordings.roofline import summarize_roofline
 from recordings.serving_metrics import Slo, summarize_serving
 from recordings.wall_clock import wall_clock
 
@@ -21,4 +22,5 @@ def summary_lines(reader: Reader, slo: Slo | None = None) -> list[str]:
         f"token times"]
     return [*summarize(reader).format_table(NAME_WIDTH).splitlines(),
             *summarize_batching(reader).format_lines(NAME_WIDTH),
-            *wall_clock(reader).format_lines(NAME_WIDTH), *extra]
+            *wall_clock(reader).format_lines(NAME_WIDTH), *extra,
+            *summarize_roofline(reader).format_lines(NAME_WIDTH)]

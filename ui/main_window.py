@@ -217,7 +217,7 @@ class MainWindow(QMainWindow, RecordingStatus):
         self.status["run"].setToolTip(as_rich("\n".join(f"{k} = {v}" for k, v in details.items())))
         clock = (info.get("config") or {}).get("clock")
         self.time_unit = {"wall": "s", "virtual": "steps", "sim": "sim s"}.get(clock, "")
-        self.metrics.set_simulated(bool(info.get("simulated")))
+        self.metrics.set_run_info(info)
         if info.get("simulated"):      # a simulated executor's run: say so wherever it shows
             self.status["mode"].setText(f"{self.status['mode'].text()} · <b>SIMULATED</b>")
             self.status["mode"].setToolTip("step times from the roofline cost model, tokens "

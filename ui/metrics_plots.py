@@ -1,7 +1,8 @@
 """Per-step metrics over the shown window: output tokens/s, batch size, KV usage, queue depth,
-scheduled tokens, step time and the engine's wait for the recorder.
+scheduled tokens, step time and the engine's wait for the recorder, and roofline efficiency.
 
-Six pyqtgraph plots in a 2x3 grid of one layout widget with linked step axes; every curve is a
+Seven pyqtgraph plots in a grid of two columns of one layout widget with linked step axes (the
+last, roofline efficiency, spans both); every curve is a
 long-lived PlotCurveItem updated with ``setData``. The x axis counts steps back from the shown
 step (0 = the shown step, at the right edge), so it stays put while the run advances: moving
 axes cost more to paint than the curves. While the run is shorter than the window the plotted
@@ -14,12 +15,18 @@ two axes instead of moving six linked views (which re-lays out and repaints ever
 every step. A step where the user changed live knobs (``StepRecord.knobs``, recorded with the
 step they first hold in) gets a dashed vertical line in every plot, and the changes in view are
 listed in a line under the plots.
+
+Roofline efficiency is each step's roofline floor / its time (``recordings.roofline``: the cost
+model of ``batchscope bench`` and the simulated executor, fed the step's scheduled tokens and
+context lengths), against the shape and device peaks the run's provenance names
+(:meth:`MetricsPlots.set_run_info`). A simulated run's is labelled as the simulator's assumption;
+a run without peaks or shape shows, in place of the curve, why.
 """
 from __future__ import annotations
 
 import functools
 
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pyqtgraph as pg
@@ -27,7 +34,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from engine.outputs import StepRecord
-from ui.colors import PALETTE, css
+from recordings.roofline import Roofline, roofline_of
+from ui.colors import MUTED, PALETTE, TEXT, css
 from ui.record_cache import StepMemo, step_span
 from ui.step_summary import StepSummary, as_summaries
 from ui.theme import PLOT_BG, PLOT_FG, cache_decorations, style_axis
@@ -42,12 +50,14 @@ PLOTS = (
     ("tokens", "Scheduled tokens", "tokens", None, [("tokens", PALETTE[5])]),
     ("time", "Step time", "ms", None,
      [("step_ms", PALETTE[6]), ("recorder_wait_ms", PALETTE[7])]),
+    ("efficiency", "Roofline efficiency", "% of step time", None, [("efficiency", TEXT)]),
 )
 # step_metrics keys, in the order of metric_row's tuple
 FIELDS = ("step", "seconds", "new", "scheduled", "tokens", "kv", "waiting", "running", "paused",
-          "step_ms", "recorder_wait_ms")
+          "step_ms", "recorder_wait_ms", "floor_s")
 KNOB_COLOR = (237, 201, 72)       # the knob-change markers and their line
 MAX_KNOB_LINES = 3                # knob changes listed under the plots (the newest)
+EFFICIENCY_NOTE_WIDTH = 340       # pixels: the note that replaces the efficiency curve wraps at this
 
 
 def knobs_text(changes: Sequence[tuple[int, Sequence[tuple[str, int]]]]) -> str:
@@ -65,25 +75,31 @@ def _label(key: str) -> str:
     return key.removesuffix("_ms").replace("_", " ")
 
 
-def metric_row(s: StepSummary, simulated: bool = False) -> tuple:
-    """One step's numbers, in :data:`FIELDS` order (seconds of the step, counts, KV %, ms). The
-    step's seconds are its wall time, or for a simulated run its simulated duration
-    (``token_time - clock``), so tokens/s and step times are those of the simulated device."""
+def metric_row(s: StepSummary, simulated: bool = False, roofline: Roofline | None = None) -> tuple:
+    """One step's numbers, in :data:`FIELDS` order (seconds of the step, counts, KV %, ms, the
+    roofline floor in seconds: 0 without a ``roofline`` cost model). The step's seconds are its
+    wall time, or for a simulated run its simulated duration (``token_time - clock``), so
+    tokens/s and step times are those of the simulated device."""
     dur_ns = max(round((s.token_time - s.clock) * 1e9) if simulated else s.end_ns - s.start_ns, 1)
+    floor = 0.0
+    if roofline is not None and roofline.cost is not None:
+        floor = float(roofline.floors_s(s.num_tokens, s.num_computed_tokens, (0, len(s.slots)), (s.num_new_tokens,))[0])
     return (s.step, dur_ns * 1e-9, s.num_new_tokens, len(s.slots), s.num_scheduled_tokens,
             100.0 * s.kv_cache_usage, s.num_waiting, s.num_running, s.num_paused, dur_ns * 1e-6,
-            s.recorder_wait_ns * 1e-6)
+            s.recorder_wait_ns * 1e-6, floor)
 
 
 def step_metrics(steps: Sequence[StepSummary | StepRecord],
                  rows: Sequence[tuple] | None = None) -> dict[str, np.ndarray]:
     """float64 arrays over ``steps`` (summaries or records, in step order), one per
-    :data:`FIELDS` key plus ``output`` (output tokens/s = new tokens / step wall time).
-    ``rows``: their :func:`metric_row`s when already known."""
+    :data:`FIELDS` key plus ``output`` (output tokens/s = new tokens / step wall time) and
+    ``efficiency`` (roofline floor / step time, in %). ``rows``: their :func:`metric_row`s when
+    already known."""
     rows = [metric_row(s) for s in as_summaries(steps)] if rows is None else rows
     table = np.array(rows, float).reshape(len(rows), len(FIELDS))
     m = {k: table[:, i] for i, k in enumerate(FIELDS)}
     m["output"] = m["new"] / np.maximum(m["seconds"], 1e-9)
+    m["efficiency"] = 100.0 * m["floor_s"] / np.maximum(m["seconds"], 1e-9)
     return m
 
 
@@ -136,8 +152,9 @@ class MetricsPlots(QWidget):
         super().__init__(parent)
         self.window = window
         self.metrics: dict[str, np.ndarray] = step_metrics(())
-        self._memo = StepMemo(metric_row)
         self.simulated = False
+        self.roofline: Roofline = roofline_of({})
+        self._memo = StepMemo(metric_row)
         self.layout_widget = pg.GraphicsLayoutWidget(border=False)
         self.layout_widget.setBackground(PLOT_BG)
         self.layout_widget.ci.setSpacing(0)
@@ -159,7 +176,8 @@ class MetricsPlots(QWidget):
         rows = (len(PLOTS) + 1) // 2
         first = None
         for i, (key, title, ylabel, units, series) in enumerate(PLOTS):
-            p = self.layout_widget.addPlot(row=i // 2, col=i % 2)
+            wide = i == len(PLOTS) - 1 and len(PLOTS) % 2       # the last of an odd count: both columns
+            p = self.layout_widget.addPlot(row=i // 2, col=i % 2, colspan=2 if wide else 1)
             p.setMenuEnabled(False)
             p.hideButtons()
             if len(series) > 1:
@@ -184,14 +202,21 @@ class MetricsPlots(QWidget):
                 p.addItem(self.curves[name])
             p.setYRange(0, 100 if key == "kv" else 1, padding=0.02)
             cache_decorations(p)
-            if first is None:
-                first = p
+            if first is None or wide:
+                # the range never changes (curves are stretched to it); a linked view of another
+                # width would get the other's units per pixel, not its range
+                first = first or p
                 p.setXRange(-window + 0.5, 0.5, padding=0)
             else:
                 p.setXLink(first)
             self.plots[key] = p
-        self._step_axes = [self.plots[key].getAxis("bottom")       # the ones shown
-                           for i, (key, *_) in enumerate(PLOTS) if i // 2 == rows - 1]
+        # every step axis follows the span (hidden ones cost nothing to rescale)
+        self._step_axes = [p.getAxis("bottom") for p in self.plots.values()]
+        self.efficiency_note = pg.TextItem(color=MUTED, anchor=(0.5, 0.5))   # why no curve
+        self.efficiency_note.setTextWidth(EFFICIENCY_NOTE_WIDTH)
+        self.plots["efficiency"].addItem(self.efficiency_note, ignoreBounds=True)
+        self.efficiency_note.setPos(-window / 2, 0.5)
+        self._show_roofline()
 
     def set_records(self, records: Sequence[StepSummary | StepRecord], shown_step: int,
                     latest_step: int | None = None) -> None:
@@ -202,10 +227,13 @@ class MetricsPlots(QWidget):
         recs = as_summaries([r for r in records if shown_step - span < r.step <= shown_step])
         m = self.metrics = step_metrics(recs, self._memo.get(recs))
         x = (m["step"] - shown_step) * (self.window / span)
+        no_roofline = self.roofline.cost is None
         for name, curve in self.curves.items():
-            curve.setData(x, m[name])
+            if not (no_roofline and name == "efficiency"):     # no floor: no curve (the note says why)
+                curve.setData(x, m[name])
         for key, _t, _l, _u, series in PLOTS:
-            if key != "kv":      # y from 0 to the window's maximum: no jitter, no false zero
+            if key != "kv" and not (no_roofline and key == "efficiency"):
+                # y from 0 to the window's maximum: no jitter, no false zero
                 top = nice_ceiling(max([1.0] + [float(m[n].max()) for n, _c in series if len(m[n])]))
                 if self._top.get(key) != top:
                     self._top[key] = top
@@ -243,7 +271,39 @@ class MetricsPlots(QWidget):
         """Plot a simulated run's step times and tokens/s in simulated seconds."""
         if simulated != self.simulated:
             self.simulated = simulated
-            self._memo = StepMemo(functools.partial(metric_row, simulated=simulated))
+            self._reset_memo()
+
+    def set_run_info(self, info: Mapping[str, Any]) -> None:
+        """Take the run's provenance (``StepSource.run_info()``): simulated or not, and the shape
+        and device peaks roofline efficiency is computed against (``recordings.roofline.roofline_of``).
+        Call it when the run info changes (a live run has it once its model is loaded)."""
+        self.set_simulated(bool(info.get("simulated")))
+        roofline = roofline_of(info)
+        if (roofline.note, roofline.simulated) != (self.roofline.note, self.roofline.simulated):
+            self.roofline = roofline
+            self._reset_memo()
+            self._show_roofline()
+
+    def _reset_memo(self) -> None:
+        self._memo = StepMemo(functools.partial(metric_row, simulated=self.simulated, roofline=self.roofline))
+
+    def _show_roofline(self) -> None:
+        """The efficiency plot's title, tooltip and note for :attr:`roofline`."""
+        r, plot = self.roofline, self.plots["efficiency"]
+        basis = ("not shown" if r.cost is None else "simulated: the cost model's assumption" if r.simulated
+                 else "floor / measured step time")
+        plot.setTitle(f"Roofline efficiency <span style='font-size:8pt; color:{css(MUTED)}'>· {basis}</span>",
+                      color=PLOT_FG, size="9pt")
+        plot.setToolTip(f"Roofline efficiency: each step's roofline floor (sum over its operators of max(FLOPs / "
+                        f"peak FLOP/s, bytes / bandwidth), from its scheduled tokens and context lengths) / its "
+                        f"time.\n{'No efficiency: ' if r.cost is None else 'Basis: '}{r.note}")
+        self.efficiency_note.setText(f"No roofline efficiency: {r.note}." if r.cost is None else "")
+        self.efficiency_note.setVisible(r.cost is None)
+        plot.getAxis("left").setStyle(showValues=r.cost is not None)   # no curve: no scale to read
+        if r.cost is None:
+            self.curves["efficiency"].setData([], [])
+            self._top.pop("efficiency", None)
+            plot.setYRange(0, 1, padding=0.02)
 
     def mean_output_tps(self, last: int = 10) -> float | None:
         """Mean output tokens/s over the last ``last`` plotted steps (None with no steps)."""

@@ -2,8 +2,8 @@
 
 The text comes from ``recordings.summary_lines`` (the CLI's code), recomputed from the recording's
 rows: totals, TTFT / ITL / TPOT / E2E latency / queue time percentiles, requests/s, the prefill /
-decode split of step time and, with an SLO set in the two boxes (milliseconds; 0 = no limit),
-goodput. Each line names its unit (steps, s or sim s). A live run's recording grows: Refresh
+decode split of step time, roofline efficiency (``recordings.roofline``) and, with an SLO set in
+the two boxes (milliseconds; 0 = no limit), goodput. Each line names its unit (steps, s or sim s). A live run's recording grows: Refresh
 reads it again. Errors (a file not readable yet) are shown in the dialog, never raised into Qt.
 """
 from __future__ import annotations

@@ -34,8 +34,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Protocol
 
+import numpy as np
+
 from engine.sim.hardware import CPU, DevicePeaks, get_device, host_memory_bytes
 from engine.sim.model_shapes import ModelShape, get_model_shape
+
+
+def _as_float(x):
+    """A count as a float, or an integer array as float64."""
+    return np.asarray(x, float) if isinstance(x, np.ndarray) else float(x)
 
 
 class Scheduled(Protocol):
@@ -67,6 +74,13 @@ class CostParams:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def floor(cls) -> "CostParams":
+        """The roofline floor: both peaks fully reached, no per-step or per-request overhead.
+        A step then costs the sum over its operators of ``max(FLOPs / peak_flops, bytes /
+        mem_bandwidth)`` (Williams et al., CACM 2009), the least time the device could take."""
+        return cls(per_step_overhead_s=0.0, per_seq_overhead_s=0.0, flops_efficiency=1.0, bw_efficiency=1.0)
 
     @classmethod
     def from_dict(cls, d: dict) -> "CostParams":
@@ -113,10 +127,31 @@ class StepWork:
             n += 1
         return cls(t, n, n if num_sampled is None else num_sampled, pairs, ctx)
 
+    @classmethod
+    def of_batches(cls, num_tokens: np.ndarray, num_computed_tokens: np.ndarray, batch_start: np.ndarray,
+                   num_sampled: np.ndarray) -> "StepWork":
+        """The sums of :meth:`of` for many steps at once, as one ``StepWork`` whose fields are
+        int64 arrays (one entry per step; :meth:`CostModel.work_times` prices them), without a
+        Python loop: the steps' batches concatenated as aligned integer arrays (one entry per
+        scheduled request: tokens this step ``q_i``, ``num_computed_tokens`` before it ``c_i``),
+        step ``k``'s entries at ``batch_start[k]:batch_start[k + 1]`` (``len(num_sampled) + 1``
+        offsets), and each step's sampled rows."""
+        q = np.asarray(num_tokens, np.int64)
+        c = np.asarray(num_computed_tokens, np.int64)
+        start = np.asarray(batch_start, np.int64)
+
+        def per_step(x: np.ndarray) -> np.ndarray:
+            total = np.concatenate(([0], np.cumsum(x)))
+            return total[start[1:]] - total[start[:-1]]
+
+        return cls(per_step(q), np.diff(start), np.asarray(num_sampled, np.int64),
+                   per_step(q * c + q * (q + 1) // 2), per_step(c + q))
+
 
 @dataclass(frozen=True)
 class OpCost:
-    """One operator over the whole step (all layers): work, its two roofline times and the max."""
+    """One operator over the whole step (all layers): work, its two roofline times and the max
+    (floats; float64 arrays, one entry per step, when priced for many steps at once)."""
 
     flops: float
     bytes: float
@@ -172,15 +207,15 @@ class CostModel:
             "o_proj": (L * 2 * T * m.o_params, L * (m.o_params + T * (q + h))),
             "mlp": (L * 2 * T * m.mlp_params, L * (m.mlp_params + T * (2 * h + 3 * i))),
             "elementwise": (L * T * (10 * h + 4 * i), L * T * (10 * h + 3 * i)),
-            "lm_head": (2 * S * m.lm_head_params,
-                        (m.lm_head_params if S else 0) + S * (h + V) + T * h),
+            "lm_head": (2 * S * m.lm_head_params,       # the head's weights are read only if S > 0
+                        m.lm_head_params * (S > 0) + S * (h + V) + T * h),
         }
         peak = self.device.peak_flops * self.params.flops_efficiency
         bw = self.device.mem_bandwidth * self.params.bw_efficiency
         out = {}
         for name, (flops, elems) in work.items():
-            nbytes = float(elems * m.bytes_per_param)
-            out[name] = OpCost(float(flops), nbytes, flops / peak, nbytes / bw)
+            flops, nbytes = _as_float(flops), _as_float(elems * m.bytes_per_param)
+            out[name] = OpCost(flops, nbytes, flops / peak, nbytes / bw)
         return out
 
     def swap_time_s(self, num_blocks: int, block_size: int) -> float:
@@ -197,7 +232,18 @@ class CostModel:
 
     def step_time(self, scheduled: Iterable[Scheduled], num_sampled: int | None = None) -> float:
         """Predicted seconds of the step; 0.0 for an empty step (nothing runs)."""
-        w = StepWork.of(scheduled, num_sampled)
+        return self.work_time(StepWork.of(scheduled, num_sampled))
+
+    def work_times(self, w: StepWork) -> np.ndarray:
+        """:meth:`work_time` of many steps at once (float64, one entry per step): ``w``'s fields
+        are aligned integer arrays, as :meth:`StepWork.of_batches` gives them."""
+        seqs = np.asarray(w.num_seqs)
+        roofline = sum(np.maximum(op.compute_s, op.memory_s) for op in self._ops(w).values())
+        overhead = self.params.per_step_overhead_s + self.params.per_seq_overhead_s * seqs
+        return np.where(seqs > 0, overhead + roofline, 0.0)
+
+    def work_time(self, w: StepWork) -> float:
+        """Predicted seconds of a step that does ``w``; 0.0 when it schedules nothing."""
         if not w.num_seqs:
             return 0.0
         return self.overhead_s(w.num_seqs) + sum(op.time_s for op in self._ops(w).values())

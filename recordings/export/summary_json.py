@@ -3,8 +3,9 @@
 ``summary_dict`` gathers :func:`recordings.summarize` (``RunSummary``) and
 :func:`recordings.metrics.summarize_batching` (``BatchingSummary``) as plain dicts (every field,
 so fields added to those classes appear here too; percentiles as ``{p50, p90, p99,
-num_samples}``), their derived rates, whether the recording is complete, and the run's
-provenance (model, device, clock and engine config, trace and its scaling).
+num_samples}``), their derived rates, the roofline efficiency (``recordings.roofline``: the run's
+and its per-step percentiles, with the basis or why there is none), whether the recording is
+complete, and the run's provenance (model, device, clock and engine config, trace and its scaling).
 """
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ def summary_dict(reader) -> dict[str, Any]:
     become None). Raises ``RecordingError`` for an unreadable recording."""
     from recordings import summarize
     from recordings.metrics import summarize_batching
+    from recordings.roofline import summarize_roofline
 
     run = summarize(reader)
+    roof = summarize_roofline(reader)
     info = reader.run_info()
     out = {
         "recording": str(reader.path),
@@ -29,6 +32,9 @@ def summary_dict(reader) -> dict[str, Any]:
         "summary": dataclasses.asdict(run) | {"num_finished": run.num_finished,
                                               "prefix_cache_hit_rate": run.prefix_cache_hit_rate},
         "batching": dataclasses.asdict(summarize_batching(reader)),
+        "roofline": {"efficiency": roof.efficiency, "floor_s": roof.floor_s, "step_s": roof.step_s,
+                     "run_s": roof.run_s, "per_step": dataclasses.asdict(roof.per_step),
+                     "simulated": roof.roofline.simulated, "basis": roof.roofline.note},
         "run": {k: info.get(k) for k in ("model", "device", "dtype", "executor", "simulated", "seed",
                                          "started_at", "config", "trace") if k in info},
     }

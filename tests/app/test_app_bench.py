@@ -133,3 +133,19 @@ def test_recording_off_schedules_the_same_steps(recorded_run, tmp_path, capsys):
     assert json.loads(out.read_text())["recording"] is None
     printed = capsys.readouterr().out
     assert "roofline efficiency" in printed and "recording off" in printed
+
+
+def test_the_recording_gives_the_benchs_floor_and_peaks(recorded_run):
+    """The recording names the shape and the peaks the bench measured, so its summary's floor is
+    the bench's; its run time (first step to last) lies inside the bench's measured time."""
+    from recordings import Reader
+    from recordings.roofline import summarize_roofline
+
+    rec, out = recorded_run
+    fig = out["figures"]
+    run = summarize_roofline(Reader(rec))
+    assert run.roofline.cost.device.peak_flops == out["peaks"]["peak_flops"]
+    assert run.roofline.cost.shape.bytes_per_param == 4                 # float32 on the CPU
+    assert run.floor_s == pytest.approx(fig["roofline_floor_s"], rel=1e-9)
+    assert 0 < run.run_s <= fig["duration_s"] and run.efficiency >= fig["roofline_efficiency"]
+    assert run.num_steps == fig["num_steps"] and run.per_step.num_samples > 0

@@ -86,6 +86,36 @@ def test_breakdown_sums_to_the_total_and_empty_steps_cost_nothing():
     assert no_sample.flops == 0 and no_sample.bytes < ops["lm_head"].bytes
 
 
+def test_many_steps_at_once_do_the_work_of_each_alone():
+    """``StepWork.of_batches`` (a recording's batch arrays) sums as ``StepWork.of`` does per step,
+    empty steps included; under the floor parameters a step costs its operators' roofline only."""
+    import random
+
+    import numpy as np
+
+    from engine.sim.cost_model import StepWork
+
+    rng = random.Random(3)
+    steps = [[chunk(f"r{i}", rng.choice((1, 1, 7, 300)), rng.randrange(0, 2000))
+              for i in range(rng.randrange(0, 6))] for _ in range(40)]
+    sampled = [rng.randrange(0, len(s) + 1) for s in steps]
+    flat = [c for s in steps for c in s]
+    start = np.cumsum([0] + [len(s) for s in steps])
+    work = StepWork.of_batches(np.array([c.num_tokens for c in flat], int),
+                               np.array([c.num_computed_tokens for c in flat], int), start, np.array(sampled))
+    alone = [StepWork.of(s, n) for s, n in zip(steps, sampled)]
+    for field in ("num_tokens", "num_seqs", "num_sampled", "attn_pairs", "context_tokens"):
+        assert getattr(work, field).tolist() == [getattr(w, field) for w in alone], field
+    for model in (H100_8B, H100_8B.with_params(CostParams.floor())):
+        times = model.work_times(work)
+        np.testing.assert_allclose(times, [model.step_time(s, n) for s, n in zip(steps, sampled)], rtol=1e-12)
+        assert (times[[not s for s in steps]] == 0).all() and (times[[bool(s) for s in steps]] > 0).all()
+    floor = H100_8B.with_params(CostParams.floor())
+    for s, n, w in zip(steps, sampled, alone):    # the floor: each operator's roofline, no overhead
+        ops = floor.breakdown(s, n)
+        assert floor.work_time(w) == pytest.approx(sum(max(o.compute_s, o.memory_s) for o in ops.values()) if s else 0.0)
+
+
 def test_cost_params_json_round_trip(tmp_path):
     p = CostParams(0.0123, 0.004, 0.37, 0.91, device="cpu", peak_flops=5e10, mem_bandwidth=1.5e10)
     p.save(tmp_path / "fit.json")

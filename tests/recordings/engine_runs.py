@@ -83,14 +83,17 @@ def run_engine(path=None, seed: int = 0, *, num_requests: int = 14, fail_steps=(
                max_prompt: int = 24, max_output: int = 12, arrivals_per_step: float = 0.5,
                p_action: float = 0.06, max_steps: int | None = None, keep_states: bool = True,
                between_steps: Callable[[Run], None] | None = None, close: bool = True,
-               writer_kwargs: dict | None = None, num_prefixes: int = 0, **config_kwargs) -> Run:
+               writer_kwargs: dict | None = None, num_prefixes: int = 0, run_info: dict | None = None,
+               **config_kwargs) -> Run:
     """Run a seeded random workload to the end (or ``max_steps``), recorded to ``path`` if given
     (``writer_kwargs`` go to :class:`RecordingWriter`, closed at the end unless ``close`` is
     false). ``config_kwargs`` go to :func:`make_config`. ``between_steps(run)`` is called after
     each step (after the user's actions). ``num_prefixes`` > 0: every prompt starts with one of
-    that many shared prefixes (cut at a random length), so a prefix cache has hits."""
+    that many shared prefixes (cut at a random length), so a prefix cache has hits. ``run_info``:
+    entries added to the recorded provenance."""
     rng = random.Random(seed)
-    config, run_info = make_config(seed, **config_kwargs)
+    config, info = make_config(seed, **config_kwargs)
+    run_info = {**info, **(run_info or {})}
     writer = None if path is None else RecordingWriter(path, run_info, **(writer_kwargs or {}))
     blocks = config.num_gpu_blocks
     engine = LLMEngine(config, FakeRunner(blocks, config.block_size, fail_steps=fail_steps),
