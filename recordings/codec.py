@@ -272,6 +272,13 @@ def _narrow(a: np.ndarray) -> np.ndarray:
     return a.astype(np.result_type(np.min_scalar_type(a.min()), np.min_scalar_type(a.max())))
 
 
+def _column(z, name: str, n: int) -> np.ndarray:
+    """Keyframe column ``name`` of ``n`` rows; zeros for a column added after the keyframe was
+    written (e.g. ``priority``, which older files of the same schema version lack)."""
+    key = f"col_{name}"
+    return z[key] if key in z.files else np.zeros(n, COLUMNS[name])
+
+
 def state_from_blob(blob: bytes, finished_json: str, static_of: StaticOf) -> EngineState:
     """The :class:`EngineState` a :func:`state_blob` keyframe holds; ``static_of(seqs)`` gives
     the request ids and static columns of those arrival numbers (from the ``requests`` table).
@@ -282,12 +289,11 @@ def state_from_blob(blob: bytes, finished_json: str, static_of: StaticOf) -> Eng
             step, nb, bs, mns, next_seq = (int(x) for x in z["scalars"])
             if "request_ids" in z.files:
                 ids = tuple(str(x) for x in z["request_ids"])
-                columns = {k: z[f"col_{k}"] for k in COLUMNS}
+                columns = {k: _column(z, k, len(ids)) for k in COLUMNS}
             else:
                 seq = np.cumsum(z["seq_delta"].astype(np.int64))
                 ids, static = static_of(seq)
-                columns = {k: z[f"col_{k}"] if f"col_{k}" in z.files else np.zeros(len(seq), COLUMNS[k])
-                           for k in COLUMNS if k != "seq" and k not in static}   # later columns: 0
+                columns = {k: _column(z, k, len(seq)) for k in COLUMNS if k != "seq" and k not in static}
                 columns.update(static, seq=seq)
             return EngineState(
                 step, float(z["clock"][0]), nb, bs, mns, next_seq=next_seq,
