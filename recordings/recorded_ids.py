@@ -6,14 +6,18 @@ read-only connection of its own (``recordings.opening.connect_readonly``; WAL le
 the writer writes) and answers for the ids queued but not committed yet from a set the writer
 keeps (at most its queue's worth). Both together are exact, in this order: the writer commits a
 batch and only then drops its ids from the queued set, and a lookup checks the queued set before
-the file, so an id is always in one or the other.
+the file, so an id is always in one or the other. The writer's map of the live requests it has
+written (id -> arrival number; a request leaves it once its finish is written) answers first,
+without a query: a request the engine just finished is always in it or in the queued set. (The
+writer thread changes that map and the set while the engine thread reads them: single ``in``
+tests, atomic under CPython's GIL.)
 """
 from __future__ import annotations
 
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Iterable
+from typing import Container, Iterable
 
 from engine.sequence_group import sequence_id
 from recordings.opening import connect_readonly
@@ -26,9 +30,10 @@ class RecordedIds:
     ``committed`` are called by the writer (engine thread and writer thread), :meth:`find` by
     the engine thread; the read connection is opened on first use."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, live: Container[str] = ()) -> None:
         self.path = path
         self.queued: set[str] = set()
+        self._live = live          # the writer's live requests (committed, finish not written)
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
 
@@ -41,8 +46,11 @@ class RecordedIds:
         prompt (it holds ``<name>#0``), committed or queued. Raises ``sqlite3.Error`` if the
         file cannot be read."""
         wanted, first = set(names), {sequence_id(n, 0): n for n in names}
-        found = {n for n in names if n in self.queued}
-        found.update(first[s] for s in first if s in self.queued)
+        queued, live = self.queued, self._live
+        found = {n for n in names if n in queued or n in live}
+        found.update(first[s] for s in first if s in queued or s in live)
+        if len(found) == len(names):
+            return found
         ask = [n for n in names if n not in found]
         ask += [s for s, n in first.items() if n not in found]
         with self._lock:

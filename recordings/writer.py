@@ -105,7 +105,7 @@ class RecordingWriter:
         self._seq: dict[str, int] = {}      # live request id -> arrival number
         self._num_prompt: dict[str, int] = {}  # live request id -> prompt length
         self._next_seq = 0
-        self._recorded = RecordedIds(self.path)   # for the engine's duplicate-id check
+        self._recorded = RecordedIds(self.path, self._seq)   # for the engine's duplicate-id check
         self._last_keyframe = (-1, 0)        # (step, bytes)
         self._bytes_since_keyframe = 0
         self._ready = threading.Event()

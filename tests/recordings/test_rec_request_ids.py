@@ -38,6 +38,7 @@ def test_finished_ids_are_checked_through_the_recording(tmp_path, committed):
     if committed:
         writer.flush()
     assert bool(writer._recorded.queued) is not committed
+    assert writer._recorded._conn is None    # at finish each id was in the writer's memory: no query
     ids = engine._request_ids
     assert ids.live == {} and len(ids.hashes) == 0 and ids.lookups == [writer.recorded_ids]
     assert_used_refused(engine)
