@@ -156,7 +156,7 @@ def engine_config(a: argparse.Namespace) -> EngineConfig:
 
 def build_parser(preset: str | None = None) -> argparse.ArgumentParser:
     """The ``batchscope`` argument parser; ``preset`` (a name of ``app.presets.PRESETS``) becomes
-    the defaults of ``run`` and ``demo`` (flags given on the command line still win)."""
+    the defaults of ``run``, ``demo`` and ``compare`` (flags given on the command line still win)."""
     return _parser_and_commands(preset)[0]
 
 
@@ -202,7 +202,7 @@ def _parser_and_commands(preset: str | None) -> tuple[argparse.ArgumentParser, d
     from app.compare import add_compare_parser
     from app.export import add_export_parser
     add_export_parser(sub)
-    add_compare_parser(sub, _engine_args, _workload_args, _slo_args)
+    add_compare_parser(sub, _engine_args, _workload_args, _slo_args, preset)
     add_bench_parser(sub)
     return p, sub.choices
 

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from app.compare_configs import RunConfig, knob_actions, parse_configs, policy_configs, run_args
+from app.presets import add_preset_arg, apply_preset
 
 HELP = "compare runs of one workload: static vs continuous batching, or any two configs"
 DESCRIPTION = """Compare runs of one workload. Run it under several configs (--policies static,fcfs or
@@ -24,9 +25,10 @@ occupancy with the ratio of each run to the first, who got slower and why (queue
 prefill chunking, decode batch), fairness (Jain's index, latency per prompt-length bucket), then
 opens the compare window (runs stacked, one transport, synced by time or step). See docs/compare.md."""
 EPILOG = """examples:
-  batchscope compare --policies static,fcfs --limit 100 --time-scale 0.1 --prompt-scale 0.0833 \\
-      --output-scale 0.25 --min-prompt-tokens 8 --max-prompt-tokens 96 --min-output-tokens 8 \\
-      --max-output-tokens 64 --num-gpu-blocks 112       the demo workload, static vs continuous
+  batchscope compare --preset demo --limit 100 --policies static,fcfs
+                                                        the demo workload, static vs continuous
+  batchscope compare --preset sim --trace conv.csv --policies static,fcfs --no-window
+                                                        the whole trace on a simulated H100
   batchscope compare --trace conv.csv --limit 300 --executor sim --sim-model llama-3.1-8b \\
       --policies static,fcfs --no-window                simulated H100, no model loaded
   batchscope compare --configs "policy=fcfs;policy=fcfs,enable_prefix_caching=1" --trace mooncake.jsonl
@@ -37,9 +39,12 @@ exit codes: 0 done; 2 usage error (bad flag or --configs, fewer than two runs); 
 ENGINE_GROUPS = ("engine", "simulated executor")
 
 
-def add_compare_parser(sub, engine_args, workload_args, slo_args) -> argparse.ArgumentParser:
+def add_compare_parser(sub, engine_args, workload_args, slo_args,
+                       preset: str | None = None) -> argparse.ArgumentParser:
     """Register ``compare`` on the subparsers ``sub``; ``engine_args(p, ...)``,
-    ``workload_args(p, ...)`` and ``slo_args(p)`` add the flags ``run`` has (app.cli's helpers)."""
+    ``workload_args(p, ...)`` and ``slo_args(p)`` add the flags ``run`` has (app.cli's helpers),
+    and ``--preset`` as ``run``'s: ``preset`` (a name of ``app.presets.PRESETS``, read from the
+    command line before the parse) becomes the defaults; flags given on the command line win."""
     p = sub.add_parser("compare", help=HELP, description=DESCRIPTION, epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("recordings", nargs="*", metavar="REC.sqlite",
@@ -52,6 +57,7 @@ def add_compare_parser(sub, engine_args, workload_args, slo_args) -> argparse.Ar
                    help="one run per ';'-separated config of knob=value overrides, knobs named as their "
                         "flags (policy, max_num_seqs, enable_prefix_caching=1, enable_chunked_prefill=0, "
                         "preemption_mode, sim_device, ...)")
+    add_preset_arg(g)
     g.add_argument("--out", metavar="DIR", help="folder for the runs' recordings and logs (default: a new "
                                                 "compare-* folder under the runs folder)")
     o = p.add_argument_group("output")
@@ -63,6 +69,7 @@ def add_compare_parser(sub, engine_args, workload_args, slo_args) -> argparse.Ar
     workload_args(p, time_scale=1.0)
     slo_args(p)
     p.set_defaults(compare_parser=p)
+    apply_preset(p, preset)
     return p
 
 

@@ -25,6 +25,7 @@ from engine.engine_recording import EngineRecording, Recorder
 from engine.outputs import (Arrival, BatchEntry, ModelRunnerOutput, NewToken, SchedulerOutput,
                             StepRecord, Transition)
 from engine.request import Request
+from engine.request_ids import RequestIds
 from engine.scheduler import Scheduler
 from engine.state import EngineState
 from engine.state_check import check_engine_state
@@ -95,7 +96,7 @@ class LLMEngine(EngineAdmission, EngineControls, EngineRecording):
         self._seq = itertools.count()
         self._detok: dict[str, IncrementalDetokenizer] = {}
         self._ids = itertools.count()
-        self._seen_ids: set[str] = set()
+        self._request_ids = RequestIds()
         self._deltas: dict[str, str] = {}
         self._sim_time = 0.0
         self.on_finished = None
@@ -188,7 +189,9 @@ class LLMEngine(EngineAdmission, EngineControls, EngineRecording):
     def _collect_finished(self, when: float | None = None, release: bool = True) -> None:
         """Take finished requests from the scheduler: stamp ``finished_time`` (``when``, default
         now), release runner state (unless ``release`` is False), keep their final text; they are
-        reported with the next step and then dropped."""
+        reported with the next step and then dropped, their ids checked from then on through
+        the recording (``engine.request_ids``)."""
+        finished = []
         for req in self.scheduler.take_finished():
             req.finished_time = self.now() if when is None else when
             if release:
@@ -200,6 +203,9 @@ class LLMEngine(EngineAdmission, EngineControls, EngineRecording):
                 req.output_text = det.streamed_text
             self._touched.add(req.request_id)
             self._finished_now.append(req)
+            finished.append((req.request_id, None if req.group is None else req.group.parent_id))
+        if finished:
+            self._request_ids.finish(finished, self.recorder)
 
     # --- the step -------------------------------------------------------------------------
     @property

@@ -26,20 +26,20 @@ class EngineAdmission:
 
         An impossible request (empty prompt, over ``max_model_len`` or the whole cache) is kept and
         finished at once with FINISHED_ERROR and an error naming the limit; others keep running.
-        Raises ``ValueError`` for a duplicate id or stop strings without a tokenizer.
+        Raises ``ValueError`` for a duplicate id or stop strings without a tokenizer. Ids are
+        unique within a run: checked against live requests in memory and against finished ones
+        through the recording, or without one through 64-bit hashes (``engine.request_ids``).
         """
         rid = request_id if request_id is not None else f"req-{next(self._ids)}"
         if params.stop and self.tokenizer is None:
             raise ValueError("stop strings need a tokenizer; this engine runs on token ids only")
-        ids = {rid, *sequence_ids(rid, params.n)}
-        if ids & self._seen_ids:
-            raise ValueError(f"duplicate request id {min(ids & self._seen_ids)!r} (ids are unique within a run)")
-        self._seen_ids |= ids
         now = self.now()
         at = now if arrival_time is None else arrival_time
         # The caller's sequence is kept as is: a compact array('i') stays 4 bytes per token.
-        for req in make_sequences(rid, prompt_token_ids, params, arrival_time=at, prompt_text=prompt_text,
-                                  eos_token_id=self.eos_token_id, priority=priority):
+        reqs = make_sequences(rid, prompt_token_ids, params, arrival_time=at, prompt_text=prompt_text,
+                              eos_token_id=self.eos_token_id, priority=priority)
+        self._request_ids.add([rid, *sequence_ids(rid, params.n)])
+        for req in reqs:
             if at <= now:
                 self._admit(req)
             else:

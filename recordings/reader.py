@@ -42,6 +42,7 @@ def _select(columns, version: int) -> str:
     return ", ".join(f"{codec.V2_DEFAULTS[c]} AS {c}" if c in codec.V2_DEFAULTS else c for c in columns)
 CURSOR_REACH = 64   # a forward seek within this many steps continues the last replay
 ID_WINDOW = 512   # request numbers loaded around one the reader has not seen yet
+ID_CACHE_MAX = 1 << 16   # request numbers -> ids kept; beyond, the cache starts over (flat memory)
 _ARRIVAL_SQL = ("SELECT request_id, arrival_step, arrival_time, num_prompt_tokens, max_tokens, "
                 "json_extract(sampling_json, '$.priority') "
                 "FROM requests WHERE arrival_step >= ? AND arrival_step <= ? ORDER BY seq")
@@ -273,6 +274,7 @@ class Reader:
         if name is None:
             # The requests near ``seq`` (a step's batch and queue are near each other in arrival
             # order), through the covering index: never the whole table and its prompt blobs.
+            self._forget_ids()
             for s, rid, n in self._rows(
                     f"SELECT seq, request_id, num_prompt_tokens FROM requests {self._by_seq} "
                     "WHERE seq BETWEEN ? AND ?", (seq - ID_WINDOW, seq + ID_WINDOW)):
@@ -299,6 +301,7 @@ class Reader:
         at = np.searchsorted(found, seqs)
         if len(seqs) and (at.max() >= len(found) or not np.array_equal(found[at], seqs)):
             raise KeyError("a keyframe names a request number the requests table does not have")
+        self._forget_ids()
         for r in rows:
             self._ids[r[0]], self._num_prompt[r[0]] = r[1], r[4]
         picked = [rows[i] for i in at.tolist()]
@@ -306,6 +309,14 @@ class Reader:
                   for j, name in ((2, "arrival_step"), (3, "arrival_time"),
                                   (4, "num_prompt_tokens"), (5, "max_tokens"))}
         return tuple(r[1] for r in picked), static
+
+    def _forget_ids(self) -> None:
+        """Start the id cache over once it holds ``ID_CACHE_MAX`` requests: a reader that has
+        scrubbed a long recording (or the live view of a long run) keeps no id per request of
+        its history."""
+        if len(self._ids) >= ID_CACHE_MAX:
+            self._ids.clear()
+            self._num_prompt.clear()
 
     def _num_prompt_of(self, seq: int) -> int:
         self._id_of(seq)

@@ -35,6 +35,7 @@ from engine.outputs import StepRecord
 from engine.timeline import StateTimeline
 from recordings import codec
 from recordings.errors import RecordingError
+from recordings.recorded_ids import RecordedIds
 from recordings.schema import migrate
 
 BATCH_ITEMS = 256       # commit at the latest after this many queued items
@@ -104,6 +105,7 @@ class RecordingWriter:
         self._seq: dict[str, int] = {}      # live request id -> arrival number
         self._num_prompt: dict[str, int] = {}  # live request id -> prompt length
         self._next_seq = 0
+        self._recorded = RecordedIds(self.path, self._seq)   # for the engine's duplicate-id check
         self._last_keyframe = (-1, 0)        # (step, bytes)
         self._bytes_since_keyframe = 0
         self._ready = threading.Event()
@@ -131,6 +133,7 @@ class RecordingWriter:
         if not self._store_text:
             prompt_text = None
             sampling.pop("stop", None)
+        self._recorded.queued.add(request_id)
         self._put(("request", (request_id, arrival_step, arrival_time,
                                      tuple(prompt_token_ids), prompt_text, sampling)))
 
@@ -139,6 +142,13 @@ class RecordingWriter:
         writer is behind). Raises :class:`RecordingError` after a writer failure or close."""
         self._check()
         self._put(("step", record))
+
+    def recorded_ids(self, names: list[str]) -> set[str]:
+        """The ``names`` this recording holds (committed or queued) as request ids or as a
+        parallel-sampling prompt's id (``recordings.recorded_ids.RecordedIds.find``): how the
+        engine checks new ids against finished ones without keeping them. Any thread; raises
+        ``sqlite3.Error`` if the file cannot be read."""
+        return self._recorded.find(names)
 
     def flush(self) -> None:
         """Block until everything queued so far is committed. Raises :class:`RecordingError`
@@ -169,6 +179,7 @@ class RecordingWriter:
         """
         if not self._closed:
             self._closed = True
+            self._recorded.close()     # no reader of ours keeps the WAL from folding back
             if self._thread.is_alive():
                 self._put(("stop", None))
             self._thread.join()
@@ -316,10 +327,11 @@ class RecordingWriter:
         try:
             rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
             outcomes: list[dict[str, Any]] = []
-            last_step = self._last_step
+            last_step, request_ids = self._last_step, []
             for kind, payload in pending:
                 if kind == "request":
                     rid = payload[0]
+                    request_ids.append(rid)
                     self._seq[rid] = self._next_seq
                     self._num_prompt[rid] = len(payload[3])
                     rows["requests"].append(codec.request_row(
@@ -338,6 +350,7 @@ class RecordingWriter:
                         "ttft = :ttft, mean_itl = :mean_itl, num_preemptions = :num_preemptions, "
                         "error = :error WHERE request_id = :request_id", outcomes)
             self._last_step = last_step
+            self._recorded.committed(request_ids)
         except BaseException as exc:
             self._error = exc
         finally:

@@ -9,6 +9,11 @@ chunks in the step; the rest of ``num_scheduled_tokens`` is decode). Times are o
 engine clock (steps, seconds or simulated seconds: the ``clock`` of ``batchscope summary``);
 ``*_ns`` columns are wall nanoseconds. NULL is an empty field. Rows are read and written in
 chunks (:data:`ROWS_PER_QUERY`), never the whole table at once.
+
+Recordings come from others, and a spreadsheet runs a cell that starts with ``=`` as a formula
+(a request id ``=HYPERLINK(...)``): a text value (a ``str`` read from the file) that starts with
+one of :data:`FORMULA_PREFIXES` is written with a leading apostrophe, as OWASP's "CSV Injection"
+guidance says; numbers are written as they are (``-1`` stays a number).
 """
 from __future__ import annotations
 
@@ -21,6 +26,15 @@ from engine.outputs import NOT_ADMITTED_BEHIND
 ROWS_PER_QUERY = 2048
 REQUEST_FILE, STEP_FILE = "requests.csv", "steps.csv"
 _LEFT_OUT = {"prompt_token_ids", "prompt_text"}
+# first characters that make a spreadsheet read a cell as a formula (OWASP, "CSV Injection")
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+
+
+def neutralised(row) -> list:
+    """``row``'s values with each text value (``str``) that starts with one of
+    :data:`FORMULA_PREFIXES` prefixed by an apostrophe (a spreadsheet shows it as text); numbers
+    and ``None`` unchanged."""
+    return [f"'{v}" if v.__class__ is str and v.startswith(FORMULA_PREFIXES) else v for v in row]
 
 
 def csv_paths(out: str | Path) -> tuple[Path, Path]:
@@ -88,7 +102,7 @@ def _write(path: Path, header: list[str], reader, sql: str, progress=None) -> in
         writer.writerow(header)
         while True:
             rows = reader.execute(f"{sql} LIMIT {ROWS_PER_QUERY}", (lo,))
-            writer.writerows(r[1:] for r in rows)
+            writer.writerows(neutralised(r[1:]) for r in rows)
             n += len(rows)
             if progress is not None and rows:
                 progress(len(rows))

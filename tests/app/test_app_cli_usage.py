@@ -17,10 +17,10 @@ DEMO_TRACE = ROOT / "recordings" / "data" / "azure_conv_demo.csv"
 HEAVY = ("torch", "transformers", "PySide6", "pyqtgraph", "tqdm")
 
 
-@pytest.mark.parametrize("command", ["run", "demo"])
+@pytest.mark.parametrize("command", ["run", "demo", "compare"])
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_a_preset_sets_its_values_and_a_given_flag_wins(command, name):
-    base = [command, "--trace", "t.csv", "--record", "r.sqlite"]
+    base = [command, "--trace", "t.csv", *(("--record", "r.sqlite") if command != "compare" else ())]
     plain = vars(parse_args(base))
     args = vars(parse_args([*base, "--preset", name]))
     values = PRESETS[name].values

@@ -9,6 +9,7 @@ import shutil
 import pytest
 
 from app.cli import main
+from app.presets import PRESETS
 from recordings import Reader
 from recordings.workload import DEMO_TRACE
 
@@ -34,6 +35,22 @@ def test_compare_runs_each_policy_and_prints_the_ratios(sim_pair, capsys):
     assert re.search(r"output tokens/s\s+[\d,.]+\s+[\d,.]+\s+\([\d.]+x\)", out)
     assert "TTFT p99 (s)" in out and "slot occupancy %" in out and "Jain's index" in out
     assert "per request, B = 2-fcfs vs A = 1-static" in out
+
+
+def test_a_preset_sizes_every_run_and_a_given_flag_wins(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["compare", "--preset", "sim", "--trace", str(DEMO_TRACE), "--limit", "12",
+                 "--max-num-seqs", "8", "--policies", "static,fcfs", "--out", str(out), "--no-window"]) == 0
+    infos = [Reader(p).run_info() for p in sorted(out.glob("*.sqlite"))]
+    sim = PRESETS["sim"].values
+    assert [i["config"]["policy"] for i in infos] == ["static", "fcfs"]
+    for info in infos:
+        c = info["config"]
+        assert c["max_num_seqs"] == 8                                   # given on the command line
+        assert (c["max_model_len"], c["max_num_batched_tokens"]) == (sim["max_model_len"],
+                                                                    sim["max_num_batched_tokens"])
+        assert info["executor"] == "sim" and info["trace"]["num_rows"] == 12
+    assert "Jain's index" in capsys.readouterr().out
 
 
 def test_configs_override_knobs_per_run(tmp_path, capsys):

@@ -72,3 +72,50 @@ def test_summary_json_holds_every_summary_field(recorded, tmp_path):
     assert s["preemptions_by_reason"] == run.preemptions_by_reason and s["time_unit"] == "steps"
     assert data["complete"] is True and data["run"]["config"]["max_num_seqs"] == 4
     assert set(data["batching"]) >= {"slot_occupancy", "tpot", "num_prefill_tokens"}
+
+
+HOSTILE_IDS = ('=HYPERLINK("http://evil.example","click")', "+1+2", "-3+4", "@SUM(A1:A2)",
+               "\t=1", "\r=1")
+
+
+def test_neutralised_prefixes_text_only():
+    row = [-1, -2.5, 0, None, "=x", "+", "-3", "@a", "\tb", "\rc", "ok", "a=b", " =x"]
+    assert tables.neutralised(row) == [-1, -2.5, 0, None, "'=x", "'+", "'-3", "'@a", "'\tb", "'\rc",
+                                       "ok", "a=b", " =x"]
+
+
+def test_csv_cells_never_start_a_formula(tmp_path):
+    import sqlite3
+
+    from engine.engine import LLMEngine
+    from engine.request import SamplingParams
+    from engine_runs import make_config
+    from fake_runner import NullRunner
+    from recordings import RecordingWriter
+
+    config, run_info = make_config(num_gpu_blocks=32, max_num_seqs=8)
+    path = tmp_path / "hostile.sqlite"
+    with RecordingWriter(path, run_info) as writer:
+        engine = LLMEngine(config, NullRunner(), config.num_gpu_blocks, recorder=writer)
+        for rid in (*HOSTILE_IDS, "plain", "a=b"):
+            engine.add_request([1, 2, 3], SamplingParams(max_tokens=2, ignore_eos=True), request_id=rid)
+        engine.run_until_done()
+    # a hostile file: formulas in text columns, text in a number column, a negative number
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE steps SET error = '=1+1', waiting_reason = '@x' WHERE step = 0")
+        db.execute("UPDATE requests SET status = '-2+3', ttft = '=A1' WHERE request_id = 'plain'")
+        db.execute("UPDATE requests SET ttft = -5 WHERE request_id = 'a=b'")
+    db.close()
+    with Reader(path) as reader:
+        req_path, _, step_path, _ = export_csv(reader, tmp_path / "out")
+    requests, steps = _read(req_path), _read(step_path)
+    assert [r["request_id"] for r in requests] == [f"'{rid}" for rid in HOSTILE_IDS] + ["plain", "a=b"]
+    plain, negative = requests[-2], requests[-1]
+    assert (plain["status"], plain["ttft"]) == ("'-2+3", "'=A1")
+    assert float(negative["ttft"]) == -5                     # a number stays a number
+    assert (steps[0]["error"], steps[0]["waiting_reason"]) == ("'=1+1", "'@x")
+    # no cell starts like a formula unless it is a number
+    for row in requests + steps:
+        for cell in row.values():
+            if cell.startswith(tables.FORMULA_PREFIXES):
+                float(cell)

@@ -11,6 +11,7 @@ from engine.source import StepSource
 from engine.state import NUM_RECENTLY_FINISHED
 from engine_runs import Run, run_engine
 from recordings import Reader
+from recordings import reader as reader_module
 
 
 def assert_replays(run: Run, path, num_random: int | None = None) -> None:
@@ -79,6 +80,20 @@ def test_round_trip_with_thousands_of_finished_requests(tmp_path):
     with Reader(path) as reader:
         (keyframes,), = reader.execute("SELECT count(*) FROM keyframes")
         assert 1 < keyframes < len(run.records) / 8
+
+
+def test_reader_id_cache_stays_bounded_and_replays_stay_equal(recorded, monkeypatch):
+    # a cache of 4 request numbers, loaded 2 either side at a time: it starts over again and again
+    monkeypatch.setattr(reader_module, "ID_CACHE_MAX", 4)
+    monkeypatch.setattr(reader_module, "ID_WINDOW", 2)
+    # at most the cap plus one load (a window of 5, or a keyframe's requests): fewer than the run's
+    bound = 4 + max(5, max(len(s) for s in recorded.states))
+    assert bound < len(recorded.prompts)
+    with Reader(recorded.path, cache_size=1) as reader:
+        for k in range(len(recorded.records)):
+            assert reader.state_at(k) == recorded.states[k]
+            assert len(reader._ids) <= bound
+        assert reader.records(0, len(recorded.records)) == recorded.records
 
 
 def test_reader_is_a_step_source(recorded):
