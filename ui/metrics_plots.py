@@ -70,7 +70,7 @@ def metric_row(s: StepSummary, simulated: bool = False) -> tuple:
     step's seconds are its wall time, or for a simulated run its simulated duration
     (``token_time - clock``), so tokens/s and step times are those of the simulated device."""
     dur_ns = max(round((s.token_time - s.clock) * 1e9) if simulated else s.end_ns - s.start_ns, 1)
-    return (s.step, dur_ns * 1e-9, s.num_new_tokens, len(s.slots), s.num_scheduled_tokens,
+    return (s.step, dur_ns * 1e-9, s.num_new_tokens, len(s.slots), s.total_num_scheduled_tokens,
             100.0 * s.kv_cache_usage, s.num_waiting, s.num_running, s.num_paused, dur_ns * 1e-6,
             s.recorder_wait_ns * 1e-6)
 
