@@ -33,6 +33,11 @@ class RunnerSync:
         self.held: set[str] = set()
         self._dropped: list[str] = []
 
+    @property
+    def pending_drops(self) -> tuple[str, ...]:
+        """Ids dropped since the last :meth:`step_diff` (the next step's ``finished_req_ids``)."""
+        return tuple(self._dropped)
+
     def drop(self, request_id: str) -> None:
         """``request_id`` left the running set: the runner must drop its state (if it holds it)."""
         if request_id in self.held:

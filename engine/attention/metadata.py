@@ -101,8 +101,11 @@ def _decode_groups(q: np.ndarray, qs: np.ndarray, ctx: np.ndarray, block_tables:
         ids = order[g * len(order) // n:(g + 1) * len(order) // n]
         width = max(1, int(num_blocks[ids].max()))
         tables = torch.from_numpy(np.ascontiguousarray(block_tables[ids, :width], dtype=np.int64)).to(device)
-        c = torch.from_numpy(ctx[ids]).to(device)
-        mask = torch.arange(width * block_size, device=device)[None, :] < c[:, None]
+        if device.type == "cpu":       # numpy builds the host mask about twice as fast
+            mask = torch.from_numpy(np.arange(width * block_size)[None, :] < ctx[ids][:, None])
+        else:
+            c = torch.from_numpy(ctx[ids]).to(device)
+            mask = torch.arange(width * block_size, device=device)[None, :] < c[:, None]
         rows = torch.from_numpy(qs[ids]).to(device)
         groups.append((rows, tables, mask))
     return groups

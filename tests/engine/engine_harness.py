@@ -42,6 +42,7 @@ from engine.timeline import StateTimeline
 from recordings.checks import StateChecker
 from recordings.file_checks import check_file
 from fake_runner import FakeRunner, hash_next_token
+from runner_state import assert_runner_matches_scheduler
 
 ACTIONS = ("abort", "pause", "resume", "move_to_front")
 # Actions with a value: a request's new priority (policy "priority"; refused under the others),
@@ -380,6 +381,8 @@ class InvariantChecker:
             # Each hash -> block entry names a block whose tokens -- in the fake runner's paged
             # cache, the truth -- hash to it: a stale entry would name other content.
             kv.check_invariants(lambda b: self.runner.cache[b])
+            # The runner's own state (kept from the scheduler's diffs) is the scheduler's truth.
+            self.runner.num_state_checks += assert_runner_matches_scheduler(s, self.runner.batch)
         e.check_state()
         # ... and again from what the UI and the recording see (EngineState, StepRecord).
         st = e.state()

@@ -94,6 +94,7 @@ class FakeRunner:
         self.released: list[str] = []
         self.num_calls = 0
         self.batch = InputBatch(4, 64, 4, block_size)        # grows as needed
+        self.num_state_checks = 0       # held requests compared with the scheduler (the harness)
 
     def _violation(self, msg: str) -> None:
         self.violations.append(msg)
