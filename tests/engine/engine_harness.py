@@ -381,8 +381,10 @@ class InvariantChecker:
             # Each hash -> block entry names a block whose tokens -- in the fake runner's paged
             # cache, the truth -- hash to it: a stale entry would name other content.
             kv.check_invariants(lambda b: self.runner.cache[b])
+        if hasattr(self.runner, "input_batch"):
             # The runner's own state (kept from the scheduler's diffs) is the scheduler's truth.
-            self.runner.num_state_checks += assert_runner_matches_scheduler(s, self.runner.batch)
+            n = assert_runner_matches_scheduler(s, self.runner.input_batch)
+            self.runner.num_state_checks = getattr(self.runner, "num_state_checks", 0) + n
         e.check_state()
         # ... and again from what the UI and the recording see (EngineState, StepRecord).
         st = e.state()

@@ -93,7 +93,7 @@ class FakeRunner:
         self.violations: list[str] = []
         self.released: list[str] = []
         self.num_calls = 0
-        self.batch = InputBatch(4, 64, 4, block_size)        # grows as needed
+        self.input_batch = InputBatch(4, 64, 4, block_size)        # grows as needed
         self.num_state_checks = 0       # held requests compared with the scheduler (the harness)
 
     def _violation(self, msg: str) -> None:
@@ -105,7 +105,7 @@ class FakeRunner:
 
     def _check_diff(self, sched: SchedulerOutput) -> None:
         """The held requests' progress in the diff must be the runner's own."""
-        batch, cached = self.batch, sched.scheduled_cached_reqs
+        batch, cached = self.input_batch, sched.scheduled_cached_reqs
         gone = set(sched.finished_req_ids)
         for rid, computed in zip(cached.req_ids, cached.num_computed_tokens):
             row = batch.req_id_to_index.get(rid)
@@ -117,7 +117,7 @@ class FakeRunner:
 
     def execute(self, sched: SchedulerOutput) -> ModelRunnerOutput:
         self.num_calls += 1
-        bs, batch = self.block_size, self.batch
+        bs, batch = self.block_size, self.input_batch
         self._check_diff(sched)
         batch.update(sched)
         # Like a real runner: the step's copy-on-write and swap copies land before its forward

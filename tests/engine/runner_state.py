@@ -2,6 +2,8 @@
 scheduler's live requests: the check the random-workload tests run after every step."""
 from __future__ import annotations
 
+import numpy as np
+
 from engine.input_batch import InputBatch
 from engine.scheduler import Scheduler
 
@@ -29,6 +31,7 @@ def assert_runner_matches_scheduler(scheduler: Scheduler, batch: InputBatch) -> 
         assert batch.block_ids(row).tolist() == list(scheduler.kv.block_ids(rid)), f"{rid}: block table"
         p = req.sampling_params
         assert batch.sampling_params[row] == p, f"{rid}: sampling params"
-        assert (float(batch.temperature[row]), int(batch.top_k[row]), int(batch.seed[row])) == (
-            float(p.temperature), p.top_k, -1 if p.seed is None else p.seed), f"{rid}: sampling arrays"
+        assert (batch.temperature[row], batch.top_p[row], batch.top_k[row], batch.seed[row]) == (
+            np.float32(p.temperature), np.float32(p.top_p), p.top_k, -1 if p.seed is None else p.seed), (
+            f"{rid}: sampling arrays")
     return len(sync.held)
