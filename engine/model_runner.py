@@ -91,9 +91,10 @@ class ModelRunner:
         stage = self.staging
         input_ids = stage.put("input_ids", inp.input_ids)[None]
         position_ids = stage.put("positions", inp.positions)[None]
-        meta = PagedAttentionMetadata.from_arrays(inp.query_lens, inp.context_lens, inp.block_tables,
-                                                  inp.num_blocks, stage.put("slot_mapping", inp.slot_mapping),
-                                                  self.kv_caches, self.block_size, self.device)
+        meta = PagedAttentionMetadata.from_arrays(
+            inp.query_lens, inp.context_lens, inp.block_tables, inp.num_blocks,
+            stage.put("slot_mapping", inp.slot_mapping), self.kv_caches, self.block_size, self.device,
+            block_tables_device=stage.put("block_tables", inp.block_tables))
         if not len(inp.sample_idx):
             self.model.model(input_ids=input_ids, position_ids=position_ids, use_cache=False,
                              paged_meta=meta)

@@ -65,16 +65,20 @@ class PagedAttentionMetadata:
     def from_arrays(cls, query_lens: np.ndarray, context_lens: np.ndarray, block_tables: np.ndarray,
                     num_blocks: np.ndarray, slot_mapping: torch.Tensor,
                     kv_caches: list[tuple[torch.Tensor, torch.Tensor]], block_size: int,
-                    device: torch.device) -> "PagedAttentionMetadata":
+                    device: torch.device, block_tables_device: torch.Tensor | None = None
+                    ) -> "PagedAttentionMetadata":
         """The metadata from host arrays: ``query_lens`` / ``context_lens`` / ``num_blocks``
         int [R], ``block_tables`` int [R, W] (zero beyond each row's ``num_blocks``) and the
-        step's ``slot_mapping`` int64 [T] already on ``device``. Decode groups are cut with
-        numpy (sorted by block count, stable), per group, not per token."""
+        step's ``slot_mapping`` int64 [T] already on ``device`` (as ``block_tables_device``,
+        int64 [R, W], when the caller staged it; else it is copied here). Decode groups are cut
+        with numpy (sorted by block count, stable), per group, not per token."""
         q = np.asarray(query_lens, dtype=np.int64)
         ctx = np.asarray(context_lens, dtype=np.int64)
         qs = np.zeros(len(q) + 1, dtype=np.int64)
         np.cumsum(q, out=qs[1:])
-        tables = torch.from_numpy(np.ascontiguousarray(block_tables, dtype=np.int64)).to(device)
+        tables = block_tables_device
+        if tables is None:
+            tables = torch.from_numpy(np.ascontiguousarray(block_tables, dtype=np.int64)).to(device)
         return cls(
             slot_mapping=slot_mapping,
             block_tables=tables,

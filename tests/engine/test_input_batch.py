@@ -173,3 +173,15 @@ def test_vectorized_slot_mapping_equals_the_per_token_construction(case):
     assert meta.slot_mapping.tolist() == want
     assert inp.sample_idx.tolist() == list(range(len(reqs)))         # every chunk ends its tokens
     assert inp.logits_idx.tolist() == (np.cumsum(q_lens) - 1).tolist()
+
+
+def test_staging_buffers_return_the_values_in_shape_and_grow_past_their_capacity():
+    from engine.runner_buffers import StagingBuffers
+
+    stage = StagingBuffers(4, torch.device("cpu"))
+    first = stage.put("input_ids", np.array([5, 6, 7]))
+    assert first.tolist() == [5, 6, 7] and first.dtype == torch.int64
+    table = stage.put("block_tables", np.arange(12, dtype=np.int32).reshape(3, 4))   # 12 > 4: grows
+    assert table.shape == (3, 4) and table.tolist() == np.arange(12).reshape(3, 4).tolist()
+    again = stage.put("input_ids", np.array([1]))
+    assert again.tolist() == [1] and again.data_ptr() == first.data_ptr()          # reused, not reallocated
