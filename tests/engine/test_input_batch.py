@@ -185,3 +185,12 @@ def test_staging_buffers_return_the_values_in_shape_and_grow_past_their_capacity
     assert table.shape == (3, 4) and table.tolist() == np.arange(12).reshape(3, 4).tolist()
     again = stage.put("input_ids", np.array([1]))
     assert again.tolist() == [1] and again.data_ptr() == first.data_ptr()          # reused, not reallocated
+
+
+def test_tokens_the_runner_did_not_sample_are_appended_from_the_diff():
+    batch = InputBatch(2, 8, 2, block_size=4)
+    batch.add(_new("a", [1, 2, 3], [5], output=(9,)))
+    batch.update(SchedulerOutput(1, (), scheduled_cached_reqs=CachedRequestData(
+        ["a"], [(6,)], [4], new_token_ids={"a": (10, 11)})))
+    assert batch.output_token_ids(0).tolist() == [9, 10, 11] and int(batch.num_tokens[0]) == 6
+    assert batch.block_ids(0).tolist() == [5, 6] and int(batch.num_computed_tokens[0]) == 4
