@@ -57,8 +57,7 @@ def random_engine(name: str, config: EngineConfig, device: torch.device, dtype: 
     config = config.replace(device=str(device), dtype=str(dtype).removeprefix("torch."), max_model_len=max_len,
                             model=f"random:{name}")
     config = config.replace(num_gpu_blocks=config.num_gpu_blocks or size_num_blocks(model.config, config, device, dtype))
-    runner = ModelRunner(model, config.num_gpu_blocks, config.block_size, seed=config.seed,
-                         num_cpu_blocks=config.num_cpu_blocks)
+    runner = ModelRunner.from_config(model, config)
     enable_cuda_graphs(runner, config)
     run_info = provenance(config, model, device, model_info={
         "name": f"random {name}", "path": None, "weight_file_hash": None, "architecture": "llama",

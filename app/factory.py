@@ -87,8 +87,7 @@ def build_engine(config: EngineConfig, *, recorder_factory=None, trace: dict | N
     num_blocks = config.num_gpu_blocks or size_num_blocks(model.config, config, device, dtype)
     config = config.replace(num_gpu_blocks=num_blocks)
     torch.manual_seed(config.seed)
-    runner = ModelRunner(model, num_blocks, config.block_size, seed=config.seed,
-                         num_cpu_blocks=config.num_cpu_blocks)
+    runner = ModelRunner.from_config(model, config)
     enable_cuda_graphs(runner, config)
     run_info = provenance(config, model, device, trace=trace, peaks=peaks,
                           model_info={"name": source.name, "path": str(source.folder),

@@ -45,7 +45,7 @@ TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "azure-llm-2
 
 def make_engine(model, *, num_blocks: int, graphs_backend: str | None = None, **knobs) -> LLMEngine:
     cfg = EngineConfig(num_gpu_blocks=num_blocks, clock="virtual", **knobs)
-    runner = ModelRunner(model, num_blocks, cfg.block_size)
+    runner = ModelRunner.from_config(model, cfg)
     enable_cuda_graphs(runner, cfg, progress=False, backend=graphs_backend)
     return LLMEngine(cfg, runner, num_blocks)
 

@@ -41,7 +41,7 @@ _new = tuple.__new__
 class Runner(Protocol):
     """What the engine needs from a model runner (``engine.model_runner.ModelRunner`` or a fake)."""
 
-    def execute(self, sched: SchedulerOutput, requests: dict[str, Request]) -> ModelRunnerOutput: ...
+    def execute(self, sched: SchedulerOutput) -> ModelRunnerOutput: ...
     def release(self, request_id: str) -> None: ...
 
 
@@ -232,7 +232,7 @@ class LLMEngine(EngineAdmission, EngineControls, EngineRecording):
         t1 = time.perf_counter_ns()
         error = None
         try:
-            out = self.runner.execute(sched, self.scheduler.requests) if run_batch else ModelRunnerOutput()
+            out = self.runner.execute(sched) if run_batch else ModelRunnerOutput()
         except Exception as e:  # noqa: BLE001 - a failing step must not take the engine down
             log.exception("step %d failed", step)
             error = f"{type(e).__name__}: {e}"

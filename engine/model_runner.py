@@ -1,15 +1,16 @@
 """The model runner: packs one scheduler step into ONE forward pass of a transformers model over
 every scheduled token of every request (no padding), with K/V read and written through block tables
-in one preallocated paged cache, then samples."""
+in one preallocated paged cache, then samples. Its inputs come from its own per-request state
+(``engine.input_batch``), kept from the scheduler's diffs, built with vectorized numpy."""
 from __future__ import annotations
 
-from typing import Mapping
-
+import numpy as np
 import torch
 
 from engine.attention import ATTN_IMPLEMENTATION, PagedAttentionMetadata, register_paged_attention
+from engine.input_batch import InputBatch
 from engine.outputs import ModelRunnerOutput, SchedulerOutput
-from engine.request import Request
+from engine.runner_buffers import RowTokens, StagingBuffers
 from engine.sampler import Sampler
 from engine.sequence_group import parallel_sample_rows
 
@@ -27,10 +28,16 @@ class ModelRunner:
     ``model`` must be an eval-mode causal LM on ``device``; its attention implementation is switched
     to our paged attention. The cache is ``num_hidden_layers`` pairs of tensors
     ``[num_blocks, block_size, num_kv_heads, head_dim]`` in the model's dtype, allocated once.
+    The runner keeps its own per-request state in an :class:`engine.input_batch.InputBatch`
+    (sized by ``max_num_seqs``, ``max_model_len``; it grows if live knobs raise them), fed only by
+    :class:`engine.outputs.SchedulerOutput` diffs: it never reads live ``Request`` objects.
+    Packed inputs go through :class:`StagingBuffers` (``max_num_batched_tokens`` tokens, pinned
+    host memory on a GPU).
     """
 
     def __init__(self, model: torch.nn.Module, num_blocks: int, block_size: int, seed: int = 0,
-                 num_cpu_blocks: int = 0) -> None:
+                 num_cpu_blocks: int = 0, *, max_num_seqs: int = 16, max_model_len: int = 2048,
+                 max_num_batched_tokens: int = 256) -> None:
         self.model = model
         cfg = model.config
         self.device = next(model.parameters()).device
@@ -38,7 +45,7 @@ class ModelRunner:
         self.block_size = block_size
         self.num_blocks = num_blocks
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        self.scratch_block = num_blocks
+        self.scratch_block = num_blocks        # one more block, owned by no request: CUDA-graph padding rows
         shape = (num_blocks + 1, block_size, cfg.num_key_value_heads, head_dim)
         self.kv_caches = [(torch.zeros(shape, dtype=self.dtype, device=self.device),
                            torch.zeros(shape, dtype=self.dtype, device=self.device))
@@ -52,64 +59,75 @@ class ModelRunner:
         model.set_attn_implementation(register_paged_attention())
         assert model.config._attn_implementation == ATTN_IMPLEMENTATION
         self.sampler = Sampler(seed)
-        self.graphs = None
+        self.input_batch = InputBatch(max_num_seqs, max_model_len, -(-max_model_len // block_size),
+                                      block_size)
+        self.staging = StagingBuffers(max_num_batched_tokens, self.device)
+        self.graphs = None                     # engine.cuda_graphs.DecodeGraphs when enabled
+
+    @classmethod
+    def from_config(cls, model: torch.nn.Module, config) -> "ModelRunner":
+        """A runner sized by an ``engine.config.EngineConfig`` whose ``num_gpu_blocks`` is
+        resolved (``block_size``, ``seed``, ``num_cpu_blocks``, ``max_num_seqs``,
+        ``max_model_len``, ``max_num_batched_tokens``)."""
+        return cls(model, config.num_gpu_blocks, config.block_size, seed=config.seed,
+                   num_cpu_blocks=config.num_cpu_blocks, max_num_seqs=config.max_num_seqs,
+                   max_model_len=config.max_model_len,
+                   max_num_batched_tokens=config.max_num_batched_tokens)
 
     @torch.inference_mode()
-    def execute(self, sched: SchedulerOutput, requests: Mapping[str, Request]) -> ModelRunnerOutput:
+    def execute(self, sched: SchedulerOutput) -> ModelRunnerOutput:
         """Run the step ``sched``; returns the token sampled for each request whose chunk reached
-        the end of its known tokens. Raises whatever the model raises (the engine fails the step's
-        requests and keeps serving). Copies first: copy-on-write blocks, then swap-outs, then
-        swap-ins (each may read a block the next one writes)."""
+        the end of its known tokens (and each sequence of ``parallel_samples``), appended to the
+        runner's own state too. Raises whatever the model raises (the engine fails the step's
+        requests and keeps serving), ``ValueError`` when ``sched`` names a request the runner
+        does not hold. Applies the diff first, then copies: copy-on-write blocks, then swap-outs,
+        then swap-ins (each may read a block the next one writes)."""
+        batch = self.input_batch
+        batch.update(sched)
         self.copy_blocks(sched.blocks_to_copy)
         self.swap_blocks(sched.blocks_to_swap_out, to_cpu=True)
         self.swap_blocks(sched.blocks_to_swap_in, to_cpu=False)
         if sched.is_empty:
             return ModelRunnerOutput()
-        ids: list[int] = []
-        pos: list[int] = []
-        qlens, ctxs, tables = [], [], []
-        sample_rows, sample_reqs = [], []
-        for s in sched.scheduled:
-            req = requests[s.request_id]
-            start, end = s.num_computed_tokens, s.num_computed_tokens + s.num_tokens
-            ids.extend(req.token_ids(start, end))
-            pos.extend(range(start, end))
-            qlens.append(s.num_tokens)
-            ctxs.append(end)
-            tables.append(list(s.block_ids))
-            if end == req.num_tokens:
-                sample_rows.append(len(ids) - 1)
-                sample_reqs.append(req)
-        if self.graphs is not None and self.graphs.handles(len(qlens), len(ids)):   # decode-only step
-            hidden = self.graphs.run(ids, pos, tables)
-            return self._sample(self.model.lm_head(hidden[sample_rows]), sched, requests, sample_reqs)
-        meta = PagedAttentionMetadata.build(qlens, ctxs, tables, self.kv_caches, self.block_size, self.device)
-        input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
-        position_ids = torch.tensor([pos], dtype=torch.long, device=self.device)
-        if not sample_rows:
+        inp = batch.prepare(sched.scheduled)
+        if self.graphs is not None and self.graphs.handles(len(inp.query_lens), len(inp.input_ids)):
+            hidden = self.graphs.run(inp.input_ids, inp.positions, inp.block_tables)   # decode-only step
+            if not len(inp.sample_idx):
+                return ModelRunnerOutput()
+            keep = torch.from_numpy(inp.logits_idx).to(self.device)
+            return self._sample(self.model.lm_head(hidden[keep]), sched, inp)
+        stage = self.staging
+        input_ids = stage.put("input_ids", inp.input_ids)[None]
+        position_ids = stage.put("positions", inp.positions)[None]
+        meta = PagedAttentionMetadata.from_arrays(
+            inp.query_lens, inp.context_lens, inp.block_tables, inp.num_blocks,
+            stage.put("slot_mapping", inp.slot_mapping), self.kv_caches, self.block_size, self.device,
+            block_tables_device=stage.put("block_tables", inp.block_tables))
+        if not len(inp.sample_idx):
             self.model.model(input_ids=input_ids, position_ids=position_ids, use_cache=False,
                              paged_meta=meta)
             return ModelRunnerOutput()
-        keep = torch.tensor(sample_rows, dtype=torch.long, device=self.device)
+        keep = stage.put("logits_idx", inp.logits_idx)
         logits = self.model(input_ids=input_ids, position_ids=position_ids, use_cache=False,
-                            logits_to_keep=keep, paged_meta=meta).logits[0]   # [N, vocab]
-        return self._sample(logits, sched, requests, sample_reqs)
+                            logits_to_keep=keep, paged_meta=meta).logits[0]   # [S, vocab]
+        return self._sample(logits, sched, inp)
 
-    def _sample(self, logits: torch.Tensor, sched: SchedulerOutput, requests: Mapping[str, Request],
-                sample_reqs: list[Request]) -> ModelRunnerOutput:
-        """One token per row of ``logits`` ``[len(sample_reqs), vocab]``, plus the parallel samples
-        that take their first token from a head's row."""
-        if not sample_reqs:
-            return ModelRunnerOutput()
+    def _sample(self, logits: torch.Tensor, sched: SchedulerOutput, inp) -> ModelRunnerOutput:
+        """One token per row of ``logits`` ``[S, vocab]`` (the rows of ``inp.sample_idx``), plus
+        the parallel samples that take their first token from a head's row; appended to the
+        runner's own state."""
+        batch = self.input_batch
+        rows = inp.rows[inp.sample_idx].tolist()
+        ids = [batch.req_ids[r] for r in rows]
         if sched.parallel_samples:      # further sequences sample from their head's last row
-            extra = parallel_sample_rows(sched.parallel_samples, requests, sample_reqs)
+            extra = parallel_sample_rows(sched.parallel_samples, ids)
             logits = torch.cat([logits, logits[[row for row, _ in extra]]])
-            sample_reqs = sample_reqs + [r for _, r in extra]
-        toks = self.sampler.sample(logits, [r.request_id for r in sample_reqs],
-                                   [r.sampling_params for r in sample_reqs],
-                                   [r.prompt_token_ids for r in sample_reqs],
-                                   [r.output_token_ids for r in sample_reqs])
-        return ModelRunnerOutput(sampled_token_ids={r.request_id: t for r, t in zip(sample_reqs, toks)})
+            ids += [rid for _, rid in extra]
+            rows += [batch.req_id_to_index[rid] for _, rid in extra]
+        toks = self.sampler.sample(logits, ids, [batch.sampling_params[r] for r in rows],
+                                   RowTokens(batch, rows, prompt=True), RowTokens(batch, rows, prompt=False))
+        batch.append_tokens(np.asarray(rows, dtype=np.int64), np.asarray(toks, dtype=np.int32))
+        return ModelRunnerOutput(sampled_token_ids=dict(zip(ids, toks)))
 
     def copy_blocks(self, pairs) -> None:
         """Copy KV blocks within the GPU cache, every layer: ``pairs`` of (source block,

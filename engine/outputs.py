@@ -13,7 +13,8 @@ build on the engine's hot path and equal by value.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from functools import cached_property
+from typing import Any, NamedTuple, Sequence
 
 # Reasons a waiting request was not admitted in a step (recorded per step).
 NOT_ADMITTED_TOKEN_BUDGET = "token_budget"      # max_num_batched_tokens already spent
@@ -61,11 +62,61 @@ class ScheduledRequest(NamedTuple):
     block_ids: tuple[int, ...]
 
 
+class NewRequestData(NamedTuple):
+    """A request the runner holds no state for, sent in full ONCE (vLLM v1 ``NewRequestData``):
+    on first admission, and again after anything that made the runner drop it (recompute
+    preemption, swap-out, pause; then ``output_token_ids`` carries the output so far, which it
+    recomputes or keeps). ``block_ids`` is its whole block table and ``num_computed_tokens`` the
+    value before the step (a prefix-cache hit or a swapped-in request starts above 0; a forked
+    parallel-sampling sequence at its prompt length). ``prompt_token_ids`` is the request's own
+    sequence (immutable once added); ``output_token_ids`` a copy. ``sampling_params`` is an
+    ``engine.request.SamplingParams``."""
+
+    request_id: str
+    prompt_token_ids: Sequence[int]
+    output_token_ids: tuple[int, ...]
+    sampling_params: Any
+    block_ids: tuple[int, ...]
+    num_computed_tokens: int
+
+
+@dataclass(frozen=True)
+class CachedRequestData:
+    """The step's diff for requests the runner already holds (vLLM v1 ``CachedRequestData``),
+    as parallel lists in batch order: ``new_block_ids[i]`` were appended to ``req_ids[i]``'s
+    block table this step (usually empty; one block every ``block_size`` decode steps) and
+    ``num_computed_tokens[i]`` is its value before the step. ``new_token_ids`` maps a request to
+    output tokens it gained that the runner did not sample itself, which it must append before
+    the step (empty in this engine, where every output token is one the runner returned in
+    its ``ModelRunnerOutput`` and appended to its own state; the field is the contract for
+    callers that add tokens elsewhere, as vLLM's pipeline-parallel ranks do)."""
+
+    req_ids: list[str] = field(default_factory=list)
+    new_block_ids: list[tuple[int, ...]] = field(default_factory=list)
+    num_computed_tokens: list[int] = field(default_factory=list)
+    new_token_ids: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+    @property
+    def num_reqs(self) -> int:
+        return len(self.req_ids)
+
+
+NO_CACHED_REQUESTS = CachedRequestData()
+
+
 @dataclass(frozen=True)
 class SchedulerOutput:
-    """The scheduler's decision for one step (vLLM v1 ``SchedulerOutput``, simplified).
+    """The scheduler's decision for one step (vLLM v1 ``SchedulerOutput``, simplified), and the
+    runner's whole contract: a runner keeps its own per-request state from
+    ``scheduled_new_reqs`` (sent once, in full), ``scheduled_cached_reqs`` (the diff of the
+    requests it holds) and ``finished_req_ids`` (requests it must drop before this step:
+    finished, aborted, failed, and those that left the batch with their state elsewhere:
+    preempted, swapped out, paused; a dropped request that comes back is sent in full again).
+    It never reads live ``Request`` objects.
 
-    ``scheduled`` in batch order (running requests first, then new admissions).
+    ``scheduled`` in batch order (running requests first, then new admissions); a runner packs
+    its forward pass in this order. ``num_scheduled_tokens`` maps each scheduled request to its
+    token count this step and ``total_num_scheduled_tokens`` is their sum (vLLM's names).
     ``preempted_ids`` lost their blocks this step (recompute preemption).
     ``not_admitted`` pairs waiting request ids with the reason they did not start
     (``NOT_ADMITTED_*``) for the requests the step looked at; every other waiting request has
@@ -79,7 +130,8 @@ class SchedulerOutput:
     id with the ids of the sequences that take their first token from ITS last logits row in
     this step (each sampled with its own parameters and random stream). Those sequences are
     also in ``forked``: their batch entries, computing nothing (``num_tokens`` 0) but sampling
-    in their batch slot (the engine records them after ``scheduled``).
+    in their batch slot (the engine records them after ``scheduled``); they are new to the
+    runner in that step (in ``scheduled_new_reqs``).
     """
 
     step: int
@@ -92,10 +144,18 @@ class SchedulerOutput:
     blocks_to_copy: tuple[tuple[int, int], ...] = ()
     parallel_samples: tuple[tuple[str, tuple[str, ...]], ...] = ()
     forked: tuple[ScheduledRequest, ...] = ()
+    scheduled_new_reqs: tuple[NewRequestData, ...] = ()
+    scheduled_cached_reqs: CachedRequestData = NO_CACHED_REQUESTS
+    finished_req_ids: tuple[str, ...] = ()
+
+    @cached_property
+    def num_scheduled_tokens(self) -> dict[str, int]:
+        """``{request_id: tokens scheduled this step}`` over ``scheduled`` (built on first use)."""
+        return {s.request_id: s.num_tokens for s in self.scheduled}
 
     @property
-    def num_scheduled_tokens(self) -> int:
-        return sum(s.num_tokens for s in self.scheduled)
+    def total_num_scheduled_tokens(self) -> int:
+        return sum([s.num_tokens for s in self.scheduled])
 
     @property
     def is_empty(self) -> bool:
@@ -267,8 +327,13 @@ class StepRecord:
     prefix_cache_hits: int = 0
 
     @property
-    def num_scheduled_tokens(self) -> int:
-        return sum(s.num_tokens for s in self.scheduled)
+    def num_scheduled_tokens(self) -> dict[str, int]:
+        """``{request_id: tokens computed in this step}`` over ``scheduled``."""
+        return {s.request_id: s.num_tokens for s in self.scheduled}
+
+    @property
+    def total_num_scheduled_tokens(self) -> int:
+        return sum([s.num_tokens for s in self.scheduled])
 
     @property
     def kv_cache_usage(self) -> float:

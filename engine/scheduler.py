@@ -91,6 +91,7 @@ from engine.preemption import NEEDED_BLOCKS, PAUSED_KV
 from engine.prefix_explain import EVENT_KIND as PREFIX_EVENT
 from engine.request import Request, RequestStatus
 from engine.request_queue import make_queue
+from engine.runner_sync import RunnerSync
 from engine.scheduler_controls import SchedulerControls
 from engine.scheduler_invariants import check_scheduler
 from engine.scheduler_preemption import SchedulerPreemption
@@ -128,6 +129,7 @@ class Scheduler(SchedulerControls, SchedulerPreemption):
         self._swap_out: list[tuple[int, int]] = []
         self._swap_in: list[tuple[int, int]] = []
         self.groups = GroupScheduling(self)     # parallel sampling (engine.group_scheduling)
+        self.runner_sync = RunnerSync()         # which requests the runner holds state for
 
     # --- admission ----------------------------------------------------------------------
     def admission_error(self, req: Request) -> str | None:
@@ -258,10 +260,13 @@ class Scheduler(SchedulerControls, SchedulerPreemption):
         swap_out, swap_in = tuple(self._swap_out), tuple(self._swap_in)
         self._swap_out, self._swap_in = [], []
         copies, samples, forked = self.groups.take_step_outputs()       # parallel sampling
+        new, cached, finished = self.runner_sync.step_diff(scheduled, forked, self.requests)
         return SchedulerOutput(step=step, scheduled=tuple(scheduled), preempted_ids=tuple(preempted),
                                not_admitted=tuple(not_admitted), waiting_reason=waiting_reason,
                                blocks_to_swap_out=swap_out, blocks_to_swap_in=swap_in,
-                               blocks_to_copy=copies, parallel_samples=samples, forked=forked)
+                               blocks_to_copy=copies, parallel_samples=samples, forked=forked,
+                               scheduled_new_reqs=new, scheduled_cached_reqs=cached,
+                               finished_req_ids=finished)
 
     def _admission(self, step: int, budget: int, scheduled: list, preempted: list,
                    not_admitted: list, memory_preempted: bool) -> str:

@@ -118,6 +118,7 @@ class SchedulerPreemption:
         self.events.append(RequestEvent(req.request_id, "scheduled"))
 
     def _leave_running(self, req: Request) -> None:
+        self.runner_sync.drop(req.request_id)       # the runner drops its state of req
         if req in self.running:
             self.running.remove(req)
         if req.slot is not None:

@@ -20,7 +20,7 @@ swapped, resumed and paused as a whole; each sequence finishes on its own.
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping, Sequence
+from typing import Sequence
 
 from engine.request import Request, SamplingParams
 
@@ -100,12 +100,11 @@ def make_sequences(request_id: str, prompt_token_ids: Sequence[int], params: Sam
     return group.members
 
 
-def parallel_sample_rows(parallel_samples, requests: Mapping[str, Request],
-                         sampled: Sequence[Request]) -> list[tuple[int, Request]]:
-    """For a runner: ``(row, sequence)`` for every sequence of
-    ``SchedulerOutput.parallel_samples``, ``row`` being the index in ``sampled`` (the requests
-    the runner samples this step, in its row order) of the request whose last logits row the
-    sequence samples its first token from. Raises ``KeyError`` if that request is not sampled
-    (a scheduler bug: its chunk must end its prompt)."""
-    position = {r.request_id: i for i, r in enumerate(sampled)}
-    return [(position[head], requests[rid]) for head, rids in parallel_samples for rid in rids]
+def parallel_sample_rows(parallel_samples, sampled_ids: Sequence[str]) -> list[tuple[int, str]]:
+    """For a runner: ``(row, sequence id)`` for every sequence of
+    ``SchedulerOutput.parallel_samples``, ``row`` being the index in ``sampled_ids`` (the
+    requests the runner samples this step, in its row order) of the request whose last logits
+    row the sequence samples its first token from. Raises ``KeyError`` if that request is not
+    sampled (a scheduler bug: its chunk must end its prompt)."""
+    position = {rid: i for i, rid in enumerate(sampled_ids)}
+    return [(position[head], rid) for head, rids in parallel_samples for rid in rids]

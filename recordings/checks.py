@@ -285,8 +285,8 @@ class StateChecker:
                       f"{_names(sorted(slots.tolist()))}")
         if len(rec.scheduled) > cap:
             bad("G4", f"{len(rec.scheduled)} requests scheduled > max_num_seqs {cap}")
-        if rec.num_scheduled_tokens > self.max_num_batched_tokens:
-            bad("G4", f"{rec.num_scheduled_tokens} tokens scheduled > max_num_batched_tokens "
+        if rec.total_num_scheduled_tokens > self.max_num_batched_tokens:
+            bad("G4", f"{rec.total_num_scheduled_tokens} tokens scheduled > max_num_batched_tokens "
                       f"{self.max_num_batched_tokens}")
 
 

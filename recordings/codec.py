@@ -119,7 +119,7 @@ def step_rows(record: StepRecord, seq_of: SeqOf,
     steps_row = {
         "step": step, "start_ns": record.start_ns, "end_ns": record.end_ns,
         "clock": record.clock, "token_time": record.token_time,
-        "num_scheduled_tokens": record.num_scheduled_tokens,
+        "num_scheduled_tokens": record.total_num_scheduled_tokens,
         "num_scheduled_requests": len(batch), "num_new_tokens": len(record.new_tokens),
         "num_waiting": record.num_waiting, "num_running": record.num_running,
         "num_paused": record.num_paused, "num_finished": record.num_finished,

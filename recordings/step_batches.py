@@ -100,7 +100,8 @@ def batch_columns(records: Sequence[StepRecord]) -> dict[str, Any]:
     n = len(records)
     out: dict[str, Any] = {
         name: np.array([getattr(r, name) for r in records], dtype).reshape(n)
-        for name, dtype in STEP_FIELDS if name != "num_new_tokens"}
+        for name, dtype in STEP_FIELDS if name not in ("num_new_tokens", "num_scheduled_tokens")}
+    out["num_scheduled_tokens"] = np.array([r.total_num_scheduled_tokens for r in records], np.int64).reshape(n)
     out["num_new_tokens"] = np.array([len(r.new_tokens) for r in records], np.int64).reshape(n)
     out["error"] = [r.error for r in records]
     out["preempted_ids"] = [tuple(r.preempted_ids) for r in records]

@@ -84,7 +84,7 @@ def metric_row(s: StepSummary, simulated: bool = False, roofline: Roofline | Non
     floor = 0.0
     if roofline is not None and roofline.cost is not None:
         floor = float(roofline.floors_s(s.num_tokens, s.num_computed_tokens, (0, len(s.slots)), (s.num_new_tokens,))[0])
-    return (s.step, dur_ns * 1e-9, s.num_new_tokens, len(s.slots), s.num_scheduled_tokens,
+    return (s.step, dur_ns * 1e-9, s.num_new_tokens, len(s.slots), s.total_num_scheduled_tokens,
             100.0 * s.kv_cache_usage, s.num_waiting, s.num_running, s.num_paused, dur_ns * 1e-6,
             s.recorder_wait_ns * 1e-6, floor)
 

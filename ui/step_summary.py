@@ -24,8 +24,10 @@ from recordings.step_batches import batch_columns
 
 SCALARS = ("step", "start_ns", "end_ns", "clock", "token_time", "num_waiting", "num_running",
            "num_paused", "num_finished", "num_free_blocks", "num_total_blocks", "schedule_ns",
-           "forward_ns", "update_ns", "recorder_wait_ns", "num_scheduled_tokens",
+           "forward_ns", "update_ns", "recorder_wait_ns", "total_num_scheduled_tokens",
            "num_new_tokens", "error", "preempted_ids", "not_admitted", "waiting_reason", "knobs")
+# the recording's steps column keeps its name (renaming it would need a schema migration)
+COLUMN_OF = {"total_num_scheduled_tokens": "num_scheduled_tokens"}
 BATCH = ("request_ids", "slots", "num_tokens", "num_computed_tokens", "is_prefill")
 
 
@@ -71,7 +73,7 @@ def summaries_from_columns(cols: dict[str, Any]) -> list[StepSummary]:
     a step's batch arrays are views of the range's arrays."""
     n = len(cols["step"])
     scalars = zip(*(cols[k].tolist() if isinstance(cols[k], np.ndarray) else cols[k]
-                    for k in SCALARS))
+                    for k in (COLUMN_OF.get(name, name) for name in SCALARS)))
     entry = (cols["request_id"], cols["slot"], cols["num_tokens"], cols["num_computed_tokens"],
              cols["is_prefill"])
     bounds = cols["batch_start"].tolist()

@@ -6,10 +6,8 @@ cost model's predicted duration in ``ModelRunnerOutput.step_duration_s``, by whi
 from __future__ import annotations
 
 import hashlib
-from typing import Mapping
-
 from engine.outputs import ModelRunnerOutput, SchedulerOutput
-from engine.request import Request
+from engine.runner_lengths import RunnerLengths
 from engine.sim.cost_model import CostModel
 
 
@@ -37,10 +35,11 @@ def synthetic_token(seed: int, request_id: str, index: int, vocab_size: int, eos
 
 
 class SimExecutor:
-    """Implements ``engine.engine.Runner``: ``execute(sched, requests)`` and ``release(id)``.
+    """Implements ``engine.engine.Runner``: ``execute(sched)`` and ``release(id)``.
 
-    A request whose scheduled chunk reaches the end of its known tokens
-    (``num_computed_tokens + num_tokens == request.num_tokens``) gets a synthetic token; the step's
+    It keeps each request's token counts from the scheduler's diffs (``engine.runner_lengths``;
+    no ``Request`` objects). A request whose scheduled chunk reaches the end of its known tokens
+    (``num_computed_tokens + num_tokens == num_tokens``) gets a synthetic token; the step's
     duration is ``cost_model.step_time`` of the scheduled chunks with that many sampled rows, plus
     the host-link time of the step's swap copies (``block_size`` tokens of KV per block) and the
     device-memory time of its copy-on-write block copies (parallel sampling). The sequences a
@@ -56,20 +55,17 @@ class SimExecutor:
         self.total_time_s = 0.0
         self.num_steps = 0
         self._keys: dict[str, int] = {}
+        self.lengths = RunnerLengths()      # its own per-request state, from the scheduler's diffs
 
-    def execute(self, sched: SchedulerOutput, requests: Mapping[str, Request]) -> ModelRunnerOutput:
+    def execute(self, sched: SchedulerOutput) -> ModelRunnerOutput:
+        self.lengths.update(sched)
         sampled: dict[str, int] = {}
-        for s in sched.scheduled:
-            req = requests[s.request_id]
-            if s.num_computed_tokens + s.num_tokens == req.num_tokens:
-                key = self._keys.get(s.request_id)
-                if key is None:
-                    key = self._keys[s.request_id] = request_key(self.seed, s.request_id)
-                sampled[s.request_id] = synthetic_token(self.seed, s.request_id, req.num_output_tokens,
-                                                        self.vocab_size, key=key)
-        for _, rids in sched.parallel_samples:     # first tokens of forked sequences
-            for rid in rids:
-                sampled[rid] = synthetic_token(self.seed, rid, 0, self.vocab_size)
+        keys = self._keys
+        for rid, index in self.lengths.sampling(sched):
+            key = keys.get(rid)
+            if key is None:
+                key = keys[rid] = request_key(self.seed, rid)
+            sampled[rid] = synthetic_token(self.seed, rid, index, self.vocab_size, key=key)
         duration = self.cost_model.step_time(sched.scheduled, len(sampled))
         num_swapped = len(sched.blocks_to_swap_out) + len(sched.blocks_to_swap_in)
         if num_swapped:                       # swap preemption's copies over the host link

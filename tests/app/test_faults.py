@@ -30,10 +30,10 @@ OOM_STEP = 5
 class OutOfMemoryRunner(FakeRunner):
     """A model runner whose forward pass runs out of GPU memory at ``OOM_STEP``."""
 
-    def execute(self, sched, requests):
+    def execute(self, sched):
         if sched.step == OOM_STEP:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return super().execute(sched, requests)
+        return super().execute(sched)
 
 
 def serve(path, runner=None, num_requests=10, writer_kwargs=None, pause_s=0.0):

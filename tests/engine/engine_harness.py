@@ -42,6 +42,7 @@ from engine.timeline import StateTimeline
 from recordings.checks import StateChecker
 from recordings.file_checks import check_file
 from fake_runner import FakeRunner, hash_next_token
+from runner_state import assert_runner_matches_scheduler
 
 ACTIONS = ("abort", "pause", "resume", "move_to_front")
 # Actions with a value: a request's new priority (policy "priority"; refused under the others),
@@ -380,6 +381,10 @@ class InvariantChecker:
             # Each hash -> block entry names a block whose tokens -- in the fake runner's paged
             # cache, the truth -- hash to it: a stale entry would name other content.
             kv.check_invariants(lambda b: self.runner.cache[b])
+        if hasattr(self.runner, "input_batch"):
+            # The runner's own state (kept from the scheduler's diffs) is the scheduler's truth.
+            n = assert_runner_matches_scheduler(s, self.runner.input_batch)
+            self.runner.num_state_checks = getattr(self.runner, "num_state_checks", 0) + n
         e.check_state()
         # ... and again from what the UI and the recording see (EngineState, StepRecord).
         st = e.state()
@@ -429,7 +434,7 @@ class InvariantChecker:
         # G4: limits.
         assert rec.num_running <= c.max_num_seqs, "G4: running > max_num_seqs"
         assert len(rec.scheduled) <= c.max_num_seqs, "G4: scheduled > max_num_seqs"
-        assert rec.num_scheduled_tokens <= c.max_num_batched_tokens, "G4: token budget exceeded"
+        assert rec.total_num_scheduled_tokens <= c.max_num_batched_tokens, "G4: token budget exceeded"
         assert len(set(sched_ids)) == len(sched_ids)
         slots = [x.slot for x in rec.scheduled]
         assert len(set(slots)) == len(slots) and all(0 <= x < c.max_num_seqs for x in slots), slots
@@ -595,7 +600,7 @@ class InvariantChecker:
             assert rec.not_admitted_reason(head) == reason
             running_at_decision = (len([r for r in pre["running"] if r not in rec.preempted_ids])
                                    + len(admitted) + len(forked))
-            left = c.max_num_batched_tokens - rec.num_scheduled_tokens
+            left = c.max_num_batched_tokens - rec.total_num_scheduled_tokens
             free_at_decision = e.num_gpu_blocks - held_at_decision
             # a parallel-sampling group starts as a whole: a slot for each waiting sequence, its
             # whole prompt in the step, the blocks of its other sequences beyond the shared ones
@@ -617,7 +622,7 @@ class InvariantChecker:
 
         # G5 liveness: with waiting or running work, something computes or changes state at
         # least once every 2 steps; nobody waits who can never run.
-        progress = rec.num_scheduled_tokens > 0 or any(ev.kind != "arrived" for ev in rec.events)
+        progress = rec.total_num_scheduled_tokens > 0 or any(ev.kind != "arrived" for ev in rec.events)
         if pre["running"] or pre["waiting"]:
             self.idle_steps = 0 if progress else self.idle_steps + 1
             assert self.idle_steps < 2, f"G5: no progress for {self.idle_steps} steps at step {rec.step}"

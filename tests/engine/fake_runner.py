@@ -16,8 +16,12 @@ from __future__ import annotations
 
 from typing import Callable, Mapping, Sequence
 
+import numpy as np
+
+from engine.input_batch import InputBatch
 from engine.outputs import ModelRunnerOutput, SchedulerOutput
-from engine.request import Request
+from engine.request import SamplingParams
+from engine.runner_lengths import RunnerLengths
 from engine.sequence_group import parallel_sample_rows
 
 VOCAB_SIZE = 1000
@@ -43,11 +47,10 @@ def reference_output(prompt: Sequence[int], max_tokens: int, fn: NextTokenFn = h
     return seq[len(prompt):]
 
 
-def seeded_context(context: Sequence[int], req: Request) -> Sequence[int]:
-    """What the fake "model" reads for ``req``: its context, plus a marker of its seed when it
-    samples (not greedy) with a seed."""
-    p = req.sampling_params
-    return context if p.is_greedy or p.seed is None else [*context, -1 - p.seed]
+def seeded_context(context: Sequence[int], params: SamplingParams) -> Sequence[int]:
+    """What the fake "model" reads for a request sampling with ``params``: its context, plus a
+    marker of its seed when it samples (not greedy) with a seed."""
+    return context if params.is_greedy or params.seed is None else [*context, -1 - params.seed]
 
 
 def script_next_token(continuation: Sequence[int]) -> NextTokenFn:
@@ -63,7 +66,14 @@ class FakeRunnerError(RuntimeError):
 
 
 class FakeRunner:
-    """Implements the engine's ``Runner`` protocol: ``execute(sched, requests)`` and ``release(id)``.
+    """Implements the engine's ``Runner`` protocol: ``execute(sched)`` and ``release(id)``.
+
+    Like the real runner it keeps its own per-request state in an
+    :class:`engine.input_batch.InputBatch` fed by the scheduler's diffs alone (no ``Request``
+    objects): the tokens it writes and the block tables it writes them through are the batch's,
+    so a wrong diff changes the tokens read back. It also checks the diff against its state
+    every step: a held request's ``num_computed_tokens`` must be what the runner computed, and
+    every scheduled request's block table must equal the scheduler's.
 
     ``fail_steps``: step indices at which ``execute`` raises ``RuntimeError`` (to test the engine's
     error path). ``violations`` collects every consistency problem found in a scheduled step.
@@ -83,6 +93,8 @@ class FakeRunner:
         self.violations: list[str] = []
         self.released: list[str] = []
         self.num_calls = 0
+        self.input_batch = InputBatch(4, 64, 4, block_size)        # grows as needed
+        self.num_state_checks = 0       # held requests compared with the scheduler (the harness)
 
     def _violation(self, msg: str) -> None:
         self.violations.append(msg)
@@ -91,9 +103,23 @@ class FakeRunner:
     def _slot(self, block_ids: Sequence[int], pos: int) -> tuple[int, int]:
         return block_ids[pos // self.block_size], pos % self.block_size
 
-    def execute(self, sched: SchedulerOutput, requests: Mapping[str, Request]) -> ModelRunnerOutput:
+    def _check_diff(self, sched: SchedulerOutput) -> None:
+        """The held requests' progress in the diff must be the runner's own."""
+        batch, cached = self.input_batch, sched.scheduled_cached_reqs
+        gone = set(sched.finished_req_ids)
+        for rid, computed in zip(cached.req_ids, cached.num_computed_tokens):
+            row = batch.req_id_to_index.get(rid)
+            if row is None or rid in gone:
+                self._violation(f"step {sched.step}: cached request {rid} is not held by the runner")
+            if int(batch.num_computed_tokens[row]) != computed:
+                self._violation(f"step {sched.step}: {rid} computed {computed} per the scheduler but "
+                                f"{int(batch.num_computed_tokens[row])} per the runner")
+
+    def execute(self, sched: SchedulerOutput) -> ModelRunnerOutput:
         self.num_calls += 1
-        bs = self.block_size
+        bs, batch = self.block_size, self.input_batch
+        self._check_diff(sched)
+        batch.update(sched)
         # Like a real runner: the step's copy-on-write and swap copies land before its forward
         # pass (which may fail), in that order.
         for src, dst in sched.blocks_to_copy:
@@ -108,39 +134,49 @@ class FakeRunner:
             raise RuntimeError(f"injected failure at step {sched.step}")
         seen: set[str] = set()
         for s in sched.scheduled:
-            req = requests[s.request_id]
+            row = batch.req_id_to_index.get(s.request_id)
+            if row is None:
+                self._violation(f"step {sched.step}: {s.request_id} scheduled but never sent to the runner")
             end = s.num_computed_tokens + s.num_tokens
             if s.request_id in seen:
                 self._violation(f"step {sched.step}: {s.request_id} scheduled twice")
             seen.add(s.request_id)
-            if s.num_tokens < 1 or s.num_computed_tokens != req.num_computed_tokens or end > req.num_tokens:
+            known = int(batch.num_tokens[row])
+            if s.num_tokens < 1 or s.num_computed_tokens != batch.num_computed_tokens[row] or end > known:
                 self._violation(f"step {sched.step}: {s.request_id} chunk [{s.num_computed_tokens}, {end}) "
-                                f"vs computed {req.num_computed_tokens} of {req.num_tokens}")
-            if len(s.block_ids) * bs < end or len(set(s.block_ids)) != len(s.block_ids):
-                self._violation(f"step {sched.step}: {s.request_id} block table {s.block_ids} "
+                                f"vs computed {int(batch.num_computed_tokens[row])} of {known}")
+            table = batch.block_ids(row).tolist()
+            if table != list(s.block_ids):
+                self._violation(f"step {sched.step}: {s.request_id} runner block table {table} != "
+                                f"scheduler's {list(s.block_ids)}")
+            if len(table) * bs < end or len(set(table)) != len(table):
+                self._violation(f"step {sched.step}: {s.request_id} block table {table} "
                                 f"cannot hold {end} tokens")
-            if any(not 0 <= b < self.num_blocks for b in s.block_ids):
+            if any(not 0 <= b < self.num_blocks for b in table):
                 self._violation(f"step {sched.step}: {s.request_id} names a block outside the pool")
-            tokens = req.all_token_ids
+            tokens = batch.token_ids[row]
             for pos in range(s.num_computed_tokens, end):
-                b, off = self._slot(s.block_ids, pos)
-                self.cache[b][off] = tokens[pos]
+                b, off = self._slot(table, pos)
+                self.cache[b][off] = int(tokens[pos])
+        if sched.is_empty:
+            return ModelRunnerOutput()
+        inp = batch.prepare(sched.scheduled)
         # Like a real forward pass: every write of the step lands before anything is read.
-        sampled: dict[str, int] = {}
-        contexts: list[list[int]] = []
-        rows: list[Request] = []
-        for s in sched.scheduled:
-            req = requests[s.request_id]
-            end = s.num_computed_tokens + s.num_tokens
-            if end != req.num_tokens:
-                continue
-            contexts.append([self.cache[b][off] for b, off in (self._slot(s.block_ids, p) for p in range(end))])
-            rows.append(req)
+        rows = inp.rows[inp.sample_idx].tolist()
+        ids = [batch.req_ids[r] for r in rows]
+        contexts = [[self.cache[b][off] for b, off in (self._slot(batch.block_ids(r), p)
+                                                       for p in range(int(batch.num_tokens[r])))]
+                    for r in rows]
         # parallel sampling: further sequences sample from their head's context (its last row)
-        extra = parallel_sample_rows(sched.parallel_samples, requests, rows)
-        for row, req in [*enumerate(rows), *extra]:
-            sampled[req.request_id] = self.next_token_fn(seeded_context(contexts[row], req),
-                                                         req.num_prompt_tokens)
+        extra = parallel_sample_rows(sched.parallel_samples, ids)
+        pairs = [*enumerate(ids), *extra]
+        sampled: dict[str, int] = {}
+        for row, rid in pairs:
+            r = batch.req_id_to_index[rid]
+            sampled[rid] = self.next_token_fn(seeded_context(contexts[row], batch.sampling_params[r]),
+                                              int(batch.num_prompt_tokens[r]))
+        batch.append_tokens(np.array([batch.req_id_to_index[rid] for _, rid in pairs], dtype=np.int64),
+                            np.array([sampled[rid] for _, rid in pairs], dtype=np.int64))
         return ModelRunnerOutput(sampled_token_ids=sampled)
 
     def release(self, request_id: str) -> None:
@@ -148,7 +184,8 @@ class FakeRunner:
 
 
 class NullRunner:
-    """A runner that does no model work and keeps no per-request state (scale tests, benches).
+    """A runner that does no model work and keeps only each request's token counts (scale tests,
+    benches; ``engine.runner_lengths``).
 
     Returns ``token_id`` for each request whose scheduled chunk reaches the end of its known
     tokens (like :class:`FakeRunner`, without the cache bookkeeping) and, when ``step_duration``
@@ -161,13 +198,13 @@ class NullRunner:
         self.token_id = token_id
         self.step_duration = step_duration
         self.num_calls = 0
+        self.lengths = RunnerLengths()
 
-    def execute(self, sched: SchedulerOutput, requests: Mapping[str, Request]) -> ModelRunnerOutput:
+    def execute(self, sched: SchedulerOutput) -> ModelRunnerOutput:
         self.num_calls += 1
+        self.lengths.update(sched)
         tok = self.token_id
-        sampled = {s.request_id: tok for s in sched.scheduled
-                   if s.num_computed_tokens + s.num_tokens == requests[s.request_id].num_tokens}
-        sampled.update((rid, tok) for _, rids in sched.parallel_samples for rid in rids)
+        sampled = {rid: tok for rid, _ in self.lengths.sampling(sched)}
         duration = None if self.step_duration is None else self.step_duration(sched)
         return ModelRunnerOutput(sampled_token_ids=sampled, step_duration_s=duration)
 

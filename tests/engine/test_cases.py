@@ -103,7 +103,7 @@ def test_capacity_never_fits(prefix_caching):
         assert result.finish_step(r["id"]) <= 12
     for rec in result.records:   # never idle while someone waits with free blocks and no one runs
         assert not (rec.num_waiting > 0 and rec.num_running == 0 and rec.num_free_blocks > 0
-                    and rec.num_scheduled_tokens == 0), rec.step
+                    and rec.total_num_scheduled_tokens == 0), rec.step
 
 
 def wl_lone_request() -> Workload:
@@ -198,7 +198,7 @@ def test_readmit_preempt_loop(prefix_caching):
     # No repeating cycle: the scheduler state after a step that did something is never seen again.
     seen = set()
     for rec, st in zip(result.records, replay_states(result)):
-        if rec.num_scheduled_tokens == 0 and not rec.events:
+        if rec.total_num_scheduled_tokens == 0 and not rec.events:
             continue
         key = tuple((v.request_id, v.status, v.num_computed_tokens, v.num_output_tokens)
                     for v in st.requests.values())
@@ -585,7 +585,7 @@ def live_summary(result):
         peak_kv_cache_usage=max(x.kv_cache_usage for x in recs),
         prefix_cache_queries=sum(x.prefix_cache_queries for x in recs),
         prefix_cache_hits=sum(x.prefix_cache_hits for x in recs),
-        num_computed_tokens=sum(x.num_scheduled_tokens for x in recs),
+        num_computed_tokens=sum(x.total_num_scheduled_tokens for x in recs),
         **live_preemption_totals(recs, reqs, result.engine.config.block_size))
 
 

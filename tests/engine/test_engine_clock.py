@@ -20,7 +20,7 @@ WORKLOAD = [("a", 0.0, 20, 3), ("b", 0.0, 5, 4), ("c", 0.015, 3, 2), ("d", 10.0,
 
 def duration(sched) -> float:
     """A stand-in cost model: 5 ms per step plus 0.25 ms per scheduled token (binary-exact)."""
-    return 0.005 + 0.00025 * sched.num_scheduled_tokens
+    return 0.005 + 0.00025 * sched.total_num_scheduled_tokens
 
 
 def run_sim():
@@ -39,8 +39,8 @@ def test_sim_clock_advances_by_step_duration_and_jumps_idle_gaps():
     assert set(done) == {"a", "b", "c", "d"} and not engine.has_unfinished
     clock = 0.0
     for rec in records:
-        d = 0.005 + 0.00025 * rec.num_scheduled_tokens
-        if rec.num_scheduled_tokens == 0:
+        d = 0.005 + 0.00025 * rec.total_num_scheduled_tokens
+        if rec.total_num_scheduled_tokens == 0:
             pytest.fail(f"idle step {rec.step}: the sim clock should have jumped to the next arrival")
         if rec.clock != clock:
             # Only an idle engine jumps, and only to the next arrival.

@@ -42,22 +42,23 @@ def hf_model():
     return model
 
 
-def generate(model, prompt, max_tokens: int) -> tuple[list[int], float]:
-    """Greedy ``generate()`` on one request alone; also the smallest top-1/top-2 logit gap seen."""
+def generate(model, prompt, max_tokens: int, **kw) -> tuple[list[int], float]:
+    """Greedy ``generate()`` on one request alone (``kw``: further generation options, e.g.
+    ``repetition_penalty``); also the smallest top-1/top-2 gap of the processed logits seen."""
     ids = torch.tensor([list(prompt)], device=model.device)
     with torch.no_grad():
         # An explicit mask: else generate() infers one that hides prompt tokens equal to pad (0).
         out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_tokens,
                              eos_token_id=-1, pad_token_id=0, output_scores=True,
-                             return_dict_in_generate=True)
+                             return_dict_in_generate=True, **kw)
     gaps = [float(s[0].topk(2).values[0] - s[0].topk(2).values[1]) for s in out.scores]
     return out.sequences[0, len(prompt):].tolist(), min(gaps)
 
 
-def references(model, arrivals) -> dict[str, list[int]]:
+def references(model, arrivals, **kw) -> dict[str, list[int]]:
     refs = {}
     for a in arrivals:
-        refs[a.request_id], gap = generate(model, a.prompt, a.params.max_tokens)
+        refs[a.request_id], gap = generate(model, a.prompt, a.params.max_tokens, **kw)
         assert len(refs[a.request_id]) == a.params.max_tokens
         # fp32 batching noise is ~1e-6: a closer race between the top two logits would make the
         # comparison meaningless (random weights make that unlikely; this checks it).
@@ -149,6 +150,23 @@ def test_prefix_caching_hits_equal_generate(hf_model, device):
         assert req.output_token_ids == refs[a.request_id], a.request_id
     assert sum(r.prefix_cache_hits for r in result.records) > 0
     assert any(len(st.shared_block) for st in result.states), "no block shared by live requests"
+
+
+def test_repetition_penalty_under_preemption_equals_generate(hf_model):
+    """Penalties read each row's prompt and output so far from the runner's own state (its
+    InputBatch, rebuilt in full after a recompute preemption): greedy outputs with a
+    repetition penalty equal ``generate(repetition_penalty=...)`` (the same CTRL rule) alone."""
+    penalized = [Arrival(a.request_id, a.arrive_step, a.prompt,
+                         SamplingParams(max_tokens=a.params.max_tokens, ignore_eos=True, repetition_penalty=1.8))
+                 for a in mixed_workload()]
+    refs = references(hf_model, penalized, repetition_penalty=1.8)
+    assert refs != references(hf_model, mixed_workload())       # the penalty changes outputs
+    config = EngineConfig(block_size=8, num_gpu_blocks=24, max_model_len=256, max_num_seqs=8,
+                          max_num_batched_tokens=64)
+    result = run_real(hf_model, config, penalized)
+    assert result.num_preemptions > 0
+    for a in penalized:
+        assert result.requests[a.request_id].output_token_ids == refs[a.request_id], a.request_id
 
 
 @pytest.mark.parametrize("case_id", ["recompute-keeps-output-split", "pressure-many-small"])

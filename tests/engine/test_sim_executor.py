@@ -6,8 +6,8 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
-from engine.outputs import ScheduledRequest, SchedulerOutput
-from engine.request import Request, SamplingParams
+from engine.outputs import NewRequestData, ScheduledRequest, SchedulerOutput
+from engine.request import SamplingParams
 from engine.sim.cost_model import CostModel, CostParams
 from engine.sim.executor import SimExecutor, synthetic_token
 from engine.sim.hardware import DEVICES
@@ -16,20 +16,22 @@ from engine.sim.model_shapes import get_model_shape
 MODEL = CostModel(get_model_shape("llama-3.2-1b"), DEVICES["a100"], CostParams(0.001, 2e-5, 0.6, 0.7))
 
 
-def _step() -> tuple[SchedulerOutput, dict[str, Request]]:
-    reqs = {"p": Request("p", list(range(100)), SamplingParams(max_tokens=4)),
-            "q": Request("q", list(range(40)), SamplingParams(max_tokens=4)),
-            "d": Request("d", list(range(10)), SamplingParams(max_tokens=4), output_token_ids=[5, 6])}
-    reqs["d"].num_computed_tokens = 11
-    sched = SchedulerOutput(0, (ScheduledRequest("p", 0, 64, 0, True, (), ()),      # mid-prefill: no token
-                                ScheduledRequest("q", 1, 40, 0, True, (), ()),      # last prefill chunk
-                                ScheduledRequest("d", 2, 1, 11, False, (), ())))    # decode
-    return sched, reqs
+def _new(rid: str, prompt_len: int, output=(), computed: int = 0) -> NewRequestData:
+    return NewRequestData(rid, list(range(prompt_len)), tuple(output), SamplingParams(max_tokens=4), (), computed)
+
+
+def _step() -> SchedulerOutput:
+    """One step of three requests the executor has not seen (sent in full): a mid-prefill
+    chunk, a last prefill chunk and a decode."""
+    return SchedulerOutput(0, (ScheduledRequest("p", 0, 64, 0, True, (), ()),      # mid-prefill: no token
+                               ScheduledRequest("q", 1, 40, 0, True, (), ()),      # last prefill chunk
+                               ScheduledRequest("d", 2, 1, 11, False, (), ())),    # decode
+                           scheduled_new_reqs=(_new("p", 100), _new("q", 40), _new("d", 10, (5, 6), 11)))
 
 
 def test_tokens_only_where_a_chunk_ends_and_duration_from_the_cost_model():
-    sched, reqs = _step()
-    out = SimExecutor(MODEL, seed=3).execute(sched, reqs)
+    sched = _step()
+    out = SimExecutor(MODEL, seed=3).execute(sched)
     assert set(out.sampled_token_ids) == {"q", "d"}
     assert out.sampled_token_ids["d"] == synthetic_token(3, "d", 2, 128256)
     assert out.step_duration_s == MODEL.step_time(sched.scheduled, num_sampled=2) > 0
@@ -37,10 +39,10 @@ def test_tokens_only_where_a_chunk_ends_and_duration_from_the_cost_model():
 
 
 def test_same_inputs_same_outputs_and_seed_matters():
-    sched, reqs = _step()
-    a = SimExecutor(MODEL, seed=1).execute(sched, reqs)
-    b = SimExecutor(MODEL, seed=1).execute(sched, reqs)
-    c = SimExecutor(MODEL, seed=2).execute(sched, reqs)
+    sched = _step()
+    a = SimExecutor(MODEL, seed=1).execute(sched)
+    b = SimExecutor(MODEL, seed=1).execute(sched)
+    c = SimExecutor(MODEL, seed=2).execute(sched)
     assert a == b
     assert a.sampled_token_ids != c.sampled_token_ids and a.step_duration_s == c.step_duration_s
 
@@ -84,7 +86,7 @@ def test_swap_copies_cost_host_link_time():
     runner = SimExecutor(MODEL, seed=0, block_size=16)
     base = SchedulerOutput(step=0, scheduled=())
     swapping = dataclasses.replace(base, blocks_to_swap_out=((0, 0), (1, 1)), blocks_to_swap_in=((2, 5),))
-    extra = runner.execute(swapping, {}).step_duration_s - runner.execute(base, {}).step_duration_s
+    extra = runner.execute(swapping).step_duration_s - runner.execute(base).step_duration_s
     want = 3 * 16 * MODEL.shape.kv_bytes_per_token / MODEL.device.host_bandwidth
     assert extra == pytest.approx(want) and extra > 0
 
@@ -95,15 +97,16 @@ def test_forked_sequences_get_first_tokens_and_copies_cost_device_memory_time():
     write) over the achievable device memory bandwidth."""
     import dataclasses
 
-    sched, reqs = _step()
-    reqs |= {f"q#{k}": Request(f"q#{k}", list(range(40)), SamplingParams(max_tokens=4)) for k in (1, 2)}
+    sched = _step()
     runner = SimExecutor(MODEL, seed=3, block_size=16)
-    forked = dataclasses.replace(sched, parallel_samples=(("q", ("q#1", "q#2")),))
-    out = runner.execute(forked, reqs)
+    forked = dataclasses.replace(sched, parallel_samples=(("q", ("q#1", "q#2")),),
+                                 scheduled_new_reqs=sched.scheduled_new_reqs + (_new("q#1", 40, (), 40),
+                                                                                _new("q#2", 40, (), 40)))
+    out = runner.execute(forked)
     assert set(out.sampled_token_ids) == {"q", "d", "q#1", "q#2"}
     assert out.sampled_token_ids["q#2"] == synthetic_token(3, "q#2", 0, 128256)
     assert out.step_duration_s == MODEL.step_time(sched.scheduled, num_sampled=4)
     copying = dataclasses.replace(sched, blocks_to_copy=((0, 7), (0, 8)))
-    extra = runner.execute(copying, reqs).step_duration_s - runner.execute(sched, reqs).step_duration_s
+    extra = runner.execute(copying).step_duration_s - runner.execute(sched).step_duration_s
     want = 2 * 2 * 16 * MODEL.shape.kv_bytes_per_token / (MODEL.device.mem_bandwidth * MODEL.params.bw_efficiency)
     assert extra == pytest.approx(want) and extra > 0

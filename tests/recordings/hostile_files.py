@@ -57,10 +57,10 @@ def hostile_runner(num_blocks: int, block_size: int):
     from fake_runner import FakeRunner
 
     class HostileRunner(FakeRunner):
-        def execute(self, sched, requests):
+        def execute(self, sched):
             if sched.step == 3:
                 raise RuntimeError(HOSTILE[0] + HOSTILE[1] + HOSTILE[2])
-            return super().execute(sched, requests)
+            return super().execute(sched)
 
     return HostileRunner(num_blocks, block_size)
 

@@ -95,7 +95,7 @@ def test_batchscope_check_exit_codes_and_one_line_per_problem(clean, tmp_path, c
 def test_limits_come_from_the_runs_config(clean):
     """G4 against the stored config: lower its token budget and exactly the steps above it fail."""
     with Reader(clean) as reader:
-        tokens = {r.step: r.num_scheduled_tokens for r in reader.records(0, reader.latest_step() + 1)}
+        tokens = {r.step: r.total_num_scheduled_tokens for r in reader.records(0, reader.latest_step() + 1)}
         info = reader.run_info()
     limit = sorted(set(tokens.values()))[-2]         # below the busiest steps only
     info["config"]["max_num_batched_tokens"] = limit

@@ -75,7 +75,7 @@ def assert_preemption_totals(summary, records, finished, block_size: int) -> Non
     assert per_request == Counter({r.request_id: r.num_preemptions for r in finished
                                    if r.num_preemptions})
     assert summary.num_preempted_tokens > 0
-    assert summary.num_computed_tokens == sum(r.num_scheduled_tokens for r in records)
+    assert summary.num_computed_tokens == sum(r.total_num_scheduled_tokens for r in records)
     rows = dict(line.split("  ", 1) for line in summary.format_table().splitlines())
     rows = {name.strip(): value.strip() for name, value in rows.items()}
     assert rows["wasted by preemption"].startswith(

@@ -8,6 +8,7 @@ import os
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.outputs import ModelRunnerOutput
+from engine.runner_lengths import RunnerLengths
 from engine.request import SamplingParams
 from recordings import RecordingWriter
 
@@ -19,12 +20,16 @@ BLOCK_SIZE = 16
 
 class NoModel:
     """Samples a token (a 5-digit id, as real vocabularies have) for every request whose chunk
-    reaches its last known token; no model work."""
+    reaches its last known token (its token counts kept from the scheduler's diffs); no model
+    work."""
 
-    def execute(self, sched, requests):
+    def __init__(self):
+        self.lengths = RunnerLengths()
+
+    def execute(self, sched):
+        self.lengths.update(sched)
         return ModelRunnerOutput(sampled_token_ids={
-            s.request_id: 10_000 + (s.num_computed_tokens * 7919) % 40_000 for s in sched.scheduled
-            if s.num_computed_tokens + s.num_tokens == requests[s.request_id].num_tokens})
+            rid: 10_000 + (index * 7919) % 40_000 for rid, index in self.lengths.sampling(sched)})
 
     def release(self, request_id):
         pass

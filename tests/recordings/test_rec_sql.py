@@ -67,7 +67,7 @@ def test_select_star_from_events(recorded, sql):
 def test_steps_requests_and_block_events_in_plain_sql(recorded, sql):
     steps = sql("SELECT step, clock, token_time, num_scheduled_tokens, num_running, "
                 "num_free_blocks, num_preemptions, error FROM steps ORDER BY step").fetchall()
-    assert steps == [(r.step, r.clock, r.token_time, r.num_scheduled_tokens, r.num_running,
+    assert steps == [(r.step, r.clock, r.token_time, r.total_num_scheduled_tokens, r.num_running,
                       r.num_free_blocks, r.num_preemptions, r.error) for r in recorded.records]
     outcome = dict(sql("SELECT request_id, num_output_tokens FROM requests").fetchall())
     assert outcome == {rid: req.num_output_tokens for rid, req in recorded.finished.items()}

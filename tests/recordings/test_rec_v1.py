@@ -86,7 +86,7 @@ def test_records_in_todays_shape(v1_path):
     assert [r.step for r in records] == list(range(33))
     rows = reader.execute("SELECT step, num_scheduled_requests, num_scheduled_tokens, "
                           "num_preemptions, clock FROM steps ORDER BY step")
-    assert [(r.step, len(r.scheduled), r.num_scheduled_tokens, r.num_preemptions, r.clock)
+    assert [(r.step, len(r.scheduled), r.total_num_scheduled_tokens, r.num_preemptions, r.clock)
             for r in records] == rows
     assert sum(len(r.new_tokens) for r in records) == 89
     assert sum(r.num_preemptions for r in records) == 3
