@@ -24,7 +24,7 @@ from engine.attention.triton_attention import triton_available
 from engine.cuda_graphs import (CAPTURE_DESC, DecodeGraphs, capture_sizes, decode_backend, enable_cuda_graphs,
                                 padded_size)
 from engine.model_runner import ModelRunner
-from engine.outputs import ScheduledRequest, SchedulerOutput
+from engine.outputs import NewRequestData, ScheduledRequest, SchedulerOutput
 from engine.request import Request, RequestStatus, SamplingParams
 from engine.tiny_model import tiny_llama
 
@@ -74,7 +74,9 @@ def decode_step(n: int, seed: int):
         requests[req.request_id] = req
         scheduled.append(ScheduledRequest(req.request_id, i, 1, pos, False, (), table))
         written.add((table[-1], pos % BLOCK_SIZE))
-    return SchedulerOutput(step=0, scheduled=tuple(scheduled)), requests, written
+    new = tuple(NewRequestData(r.request_id, r.prompt_token_ids, (), r.sampling_params, s.block_ids,
+                               s.num_computed_tokens) for r, s in zip(requests.values(), scheduled))
+    return SchedulerOutput(step=0, scheduled=tuple(scheduled), scheduled_new_reqs=new), requests, written
 
 
 def run_with_logits(runner, sched, requests):
@@ -87,7 +89,7 @@ def run_with_logits(runner, sched, requests):
         return sample(logits, *args)
     runner._sample = keep
     try:
-        out = runner.execute(sched, requests)
+        out = runner.execute(sched)
     finally:
         del runner._sample
     return out.sampled_token_ids, seen[0]
@@ -164,7 +166,7 @@ def test_pad_rows_write_only_the_scratch_block(model):
     sched, requests, written = decode_step(5, seed=3)          # 5 requests padded to 8 rows
     assert dg.padded_size(5) == 8
     before = [k.clone() for k, _ in graphs.kv_caches]
-    graphs.execute(sched, requests)
+    graphs.execute(sched)
     for (k, _), k0 in zip(graphs.kv_caches, before):
         assert not torch.equal(k[graphs.scratch_block], k0[graphs.scratch_block])     # the pads wrote there
         changed = {(int(b), int(o)) for b, o in (k[:NUM_BLOCKS] != k0[:NUM_BLOCKS]).any(-1).any(-1).nonzero()}
@@ -305,7 +307,7 @@ def test_capture_warms_up_then_captures_each_size_largest_first_into_one_pool(mo
     forwards.clear()
     for n in (1, 3, 5, 9, 12):
         sched, requests, _ = decode_step(n, seed=n)
-        graphs.execute(sched, requests)
+        graphs.execute(sched)
     assert FakeGraph.log == [("replay", b) for b in (1, 4, 8, 12, 12)]
     assert forwards == []                                   # replays only, no eager forward
 
