@@ -34,7 +34,7 @@ from ui.slot_timeline import SlotTimeline
 from ui.theme import apply_theme, fix_size
 from ui.transport import TransportBar
 
-RUN_COLORS: tuple[RGB, ...] = (PALETTE[1], PALETTE[9], PALETTE[2], PALETTE[4], PALETTE[5], PALETTE[3])
+RUN_COLORS: tuple[RGB, ...] = (PALETTE[1], PALETTE[2], PALETTE[0], PALETTE[4], PALETTE[3], PALETTE[5])   # cyan, amber, rose, green, violet, orange
 GOOD, BAD = (89, 161, 79), (225, 87, 89)
 UNITS = {"wall": "s", "virtual": "steps", "sim": "sim s"}
 

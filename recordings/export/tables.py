@@ -79,9 +79,12 @@ def export_csv(reader, out: str | Path, progress: Callable[[int], object] | None
                           f"SELECT r.rowid, {', '.join(select)} FROM requests r {join} "
                           "WHERE r.rowid >= ? ORDER BY r.rowid")
     step_header = _columns(reader, "steps")
-    # NULL waiting_reason: every waiting request was behind an older one (docs/recording.md)
-    step_select = [f"coalesce({c}, '{NOT_ADMITTED_BEHIND}')" if c == "waiting_reason" else c
-                   for c in step_header]
+    # NULL waiting_reason: every waiting request was behind an older one (docs/recording.md);
+    # a step with nobody waiting has no reason (empty cell)
+    reason = f"coalesce(waiting_reason, '{NOT_ADMITTED_BEHIND}')"
+    if "num_waiting" in step_header:
+        reason = f"CASE WHEN num_waiting > 0 THEN {reason} END"
+    step_select = [reason if c == "waiting_reason" else c for c in step_header]
     if "batch_prefill_json" in step_has:
         step_select.append("(SELECT coalesce(sum(json_extract(p.value, '$[1]')), 0) "
                            "FROM json_each(steps.batch_prefill_json) p)")
