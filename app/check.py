@@ -45,7 +45,19 @@ def run_check(path: str, *, max_problems: int = 100, out: TextIO | None = None) 
         print(f"{visible(path)}: {num_steps} steps checked: clean: SQLite integrity, schema, every "
               f"step's rows, no invariant violated (G1 blocks, G3 queues, G4 limits, G6 drain), "
               f"metrics recomputed equal the stored outcomes, closed by its writer", file=out)
+        for line in _stopped_early(path):      # an intact file of a run stopped early: said, not a problem
+            print(visible(f"{path}: {line}", keep_newlines=False), file=out)
     return 1 if lines else 0
+
+
+def _stopped_early(path: str) -> list[str]:
+    """The INCOMPLETE lines of a recording closed by its writer before every request finished
+    (``recordings.completeness``); none for a whole run."""
+    from recordings import Reader
+    from recordings.completeness import completeness
+
+    with Reader(path) as reader:
+        return completeness(reader).format_lines()
 
 
 def warn_before_replay(path: str) -> None:

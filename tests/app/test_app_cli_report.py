@@ -79,11 +79,17 @@ def test_a_run_stopped_early_is_summarised_as_incomplete(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("INCOMPLETE recording: the run was stopped after 6 steps")
     assert f"unfinished requests: {len(unfinished)} of {len(recorded)} (" in out
+    assert main(["check", str(path)]) == 0              # an intact file: said, not a problem
+    lines = capsys.readouterr().out.splitlines()
+    assert "clean" in lines[0] and "INCOMPLETE recording: the run was stopped after 6 steps" in lines[1]
+    assert f"unfinished requests: {len(unfinished)} of {len(recorded)} (" in lines[2]
 
     whole = tmp_path / "whole.sqlite"
     run_engine(whole, seed=3, num_requests=6, fail_steps=())
     assert completeness(Reader(whole)).is_complete
     assert main(["summary", str(whole)]) == 0
+    assert "INCOMPLETE" not in capsys.readouterr().out
+    assert main(["check", str(whole)]) == 0
     assert "INCOMPLETE" not in capsys.readouterr().out
 
 
