@@ -132,7 +132,8 @@ class RunRoofline:
     """A run's roofline figures: ``floor_s`` (sum of its steps' floors), ``step_s`` (sum of their
     measured times), ``run_s`` (first step start to last step end, less pauses: what
     ``batchscope bench`` divides by; sim seconds for a simulated run) and ``per_step`` (the
-    percentiles of floor / time over the steps that scheduled work). ``roofline.cost`` None:
+    percentiles of floor / time over the steps that scheduled work; ``num_above_peak`` of them
+    beat the floor, which means the peaks understate the device). ``roofline.cost`` None:
     no figures (``roofline.note`` says why), the numbers are 0."""
 
     roofline: Roofline
@@ -141,6 +142,7 @@ class RunRoofline:
     step_s: float = 0.0
     run_s: float = 0.0
     per_step: Percentiles = Percentiles(None, None, None, 0)
+    num_above_peak: int = 0
 
     @property
     def efficiency(self) -> float | None:
@@ -160,7 +162,10 @@ class RunRoofline:
                 f"{self.run_s:.4g} {unit}); {self.floor_s / self.step_s:.2%} of the step time",
                 f"{'  per step p50/p90/p99':<{width}}  {pct(p.p50)} / {pct(p.p90)} / {pct(p.p99)}  "
                 f"(floor / step time, n={p.num_samples})",
-                f"{'  peaks':<{width}}  {self.roofline.note}"]
+                f"{'  peaks':<{width}}  {self.roofline.note}"] + ([
+                f"{'  above 100%':<{width}}  {self.num_above_peak} steps ran faster than the floor: the "
+                f"peaks measured at start understate this device (a loaded machine measures low); "
+                f"compare efficiencies only between runs with the same peaks"] if self.num_above_peak else [])
 
 
 def summarize_roofline(reader, chunk: int = CHUNK_STEPS) -> RunRoofline:
@@ -193,5 +198,6 @@ def summarize_roofline(reader, chunk: int = CHUNK_STEPS) -> RunRoofline:
         wall = wall_clock(reader)
         run_s = wall.span_s - wall.paused_s
     ok = busy_steps & (sec > 0)
+    eff = floor[ok] / sec[ok]
     return RunRoofline(roofline, len(floor), float(floor.sum()), float(sec.sum()), float(run_s),
-                       Percentiles.of(floor[ok] / sec[ok]))
+                       Percentiles.of(eff), int((eff > 1.0).sum()))

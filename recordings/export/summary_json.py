@@ -34,6 +34,7 @@ def summary_dict(reader) -> dict[str, Any]:
         "batching": dataclasses.asdict(summarize_batching(reader)),
         "roofline": {"efficiency": roof.efficiency, "floor_s": roof.floor_s, "step_s": roof.step_s,
                      "run_s": roof.run_s, "per_step": dataclasses.asdict(roof.per_step),
+                     "num_above_peak": roof.num_above_peak,
                      "simulated": roof.roofline.simulated, "basis": roof.roofline.note},
         "run": {k: info.get(k) for k in ("model", "device", "dtype", "executor", "simulated", "seed",
                                          "started_at", "config", "trace") if k in info},

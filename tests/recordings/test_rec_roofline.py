@@ -71,6 +71,20 @@ def test_the_runs_figures_sum_and_rank_the_steps(with_peaks):
     assert "peaks measured at start (0.02 TFLOP/s, 10 GB/s), toy shape" in text
     as_json = summary_dict(reader)["roofline"]                     # batchscope summary --json
     assert as_json["efficiency"] == run.efficiency and as_json["per_step"]["p50"] == run.per_step.p50
+    assert run.num_above_peak == int((eff > 1).sum())
+    assert ("above 100%" in text) == bool(run.num_above_peak)
+
+
+def test_steps_faster_than_the_floor_are_counted_and_explained(tmp_path):
+    """Peaks far below the device's (as measured on a loaded machine): steps beat the floor,
+    and the summary says the peaks understate the device instead of printing >100% silently."""
+    path = tmp_path / "low.sqlite"
+    low = DevicePeaks("cpu", 1e3, 1e3, 1 << 30, "a far too low measurement")
+    run_engine(path, seed=SMALL_SEED, run_info={"roofline": roofline_info(SHAPE, low)}, keep_states=False)
+    reader = Reader(path)
+    run = summarize_roofline(reader)
+    assert run.per_step.p50 > 1 and run.num_above_peak == run.per_step.num_samples
+    assert f"{run.num_above_peak} steps ran faster than the floor" in "\n".join(summary_lines(reader))
 
 
 def test_without_peaks_the_summary_says_why():
