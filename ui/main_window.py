@@ -23,7 +23,7 @@ from typing import Callable
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (QApplication, QFileDialog, QGroupBox, QLabel, QMainWindow,
-                               QMessageBox, QSplitter, QVBoxLayout, QWidget)
+                               QMessageBox, QSizePolicy, QSplitter, QVBoxLayout, QWidget)
 
 from engine.source import EngineControl, StepSource
 from engine.state import EngineState
@@ -180,6 +180,9 @@ class MainWindow(QMainWindow, RecordingStatus):
                 self.statusBar().addPermanentWidget(self.check_btn)
             self.statusBar().addPermanentWidget(lab, 1 if k == "run" else 0)
         self.status["run"].setAlignment(Qt.AlignRight | Qt.AlignVCenter)
+        # the model line gives way first (clipped; its tooltip has it all), so the check and
+        # incomplete buttons never overlap on a narrow window
+        self.status["run"].setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
 
     # --- public API --------------------------------------------------------------------------
     def set_source(self, source: StepSource, control: EngineControl | None = None) -> None:

@@ -50,6 +50,7 @@ class RecordingStatus:
         self.check_btn.setToolTip(CHECK_TIP)
         self.check_btn.setStyleSheet("")
         self.check = worker = CheckWorker(path, self)
+        self.check_btn.setMinimumWidth(self.check_btn.fontMetrics().horizontalAdvance("checking… 100%") + 16)
         worker.progress.connect(lambda done, total: worker is self.check and self.check_btn.setText(
             f"checking… {100 * done // max(total, 1)}%"))
         worker.checked.connect(lambda problems, total: worker is self.check and self._checked(problems, total))
@@ -76,6 +77,7 @@ class RecordingStatus:
         if problems is None:
             self.check_btn.setText("check failed")
             self.check_btn.setToolTip(as_rich(f"The recording could not be checked: {error}"))
+            self.check_btn.setStyleSheet(f"color: {css(ERROR)};")
         elif problems:
             n = len(problems)
             self.check_btn.setText(f"check: {n} problem{'s' * (n != 1)}")

@@ -36,7 +36,7 @@ class RunEnd:
         """:meth:`summary` in fewer words, for the status bar ('' for a complete run)."""
         if self.is_complete:
             return ""
-        return f"incomplete: stopped at step {self.last_step}, {len(self.unfinished):,} unfinished"
+        return f"incomplete: {len(self.unfinished):,} unfinished"      # the step: in the tooltip
 
 
 def run_end(source) -> RunEnd | None:
