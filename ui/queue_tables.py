@@ -333,10 +333,15 @@ class QueueTables(QWidget):
                 n = len(state.recently_finished) if name == "finished" else len(self._rows(state, name))
                 self._set_title(i, f"{name.capitalize()} ({n:,} · {HELD})")
                 continue
-            if name == "finished":                  # newest first
-                moved = model.set_views(state.recently_finished[::-1])
-            else:
-                moved = model.set_state_rows(state, self._rows(state, name), record) or model.moved
+            # Qt moves a selection whose row is removed to a neighbour: that is not a user's pick
+            self._restoring = True
+            try:
+                if name == "finished":                  # newest first
+                    moved = model.set_views(state.recently_finished[::-1])
+                else:
+                    moved = model.set_state_rows(state, self._rows(state, name), record) or model.moved
+            finally:
+                self._restoring = False
             if moved and (self.selected is not None or self.views[name].selectionModel().hasSelection()):
                 self._restore(name)
             if name == "swapped" and self.tabs.bar.isTabVisible(i) != bool(len(state.cpu_owner)):
