@@ -88,7 +88,7 @@ def main() -> None:
         requests[req.request_id] = req
         new.append(NewRequestData(req.request_id, req.prompt_token_ids, tuple(req.output_token_ids),
                                   req.sampling_params, table, ctx - 1))
-        scheduled.append(ScheduledRequest(req.request_id, i, 1, ctx - 1, False, (), table))
+        scheduled.append(ScheduledRequest(req.request_id, i, 1, ctx - 1, False, ()))
     batch = InputBatch(n, int(lens.max()) + args.steps + 2, int(lens.max()) // BLOCK_SIZE + 4, BLOCK_SIZE)
     staging = StagingBuffers(n, CPU)
     batch.update(SchedulerOutput(0, (), scheduled_new_reqs=tuple(new)))

@@ -79,7 +79,7 @@ def test_new_requests_are_sent_once_then_as_a_diff_and_a_preempted_one_again_in_
     first = _drive(s, 0)
     assert [n.request_id for n in first.scheduled_new_reqs] == ["a", "b"]
     assert first.scheduled_new_reqs[0] == NewRequestData("a", a.prompt_token_ids, (), a.sampling_params,
-                                                         first.scheduled[0].block_ids, 0)
+                                                         s.kv.block_table("a"), 0)
     assert first.scheduled_cached_reqs.req_ids == [] and first.finished_req_ids == ()
     second = _drive(s, 1)
     assert second.scheduled_new_reqs == ()
@@ -147,7 +147,7 @@ def test_a_diff_naming_a_request_the_runner_does_not_hold_is_an_error():
         batch.update(SchedulerOutput(0, (), scheduled_cached_reqs=CachedRequestData(["x"], [()], [0])))
     batch.add(_new("a", [1, 2, 3], [5]))
     with pytest.raises(ValueError, match="runs past"):
-        batch.prepare([ScheduledRequest("a", 0, 4, 0, True, (), ())])
+        batch.prepare([ScheduledRequest("a", 0, 4, 0, True, ())])
 
 
 @settings(max_examples=200, deadline=None)
@@ -162,7 +162,7 @@ def test_vectorized_slot_mapping_equals_the_per_token_construction(case):
         ctx = computed + q
         table = rng.permutation(500)[:-(-ctx // block_size)].tolist()
         batch.add(_new(f"r{i}", rng.integers(0, 100, ctx), table, computed=computed))
-        scheduled.append(ScheduledRequest(f"r{i}", i, q, computed, True, (), tuple(table)))
+        scheduled.append(ScheduledRequest(f"r{i}", i, q, computed, True, ()))
         tables.append(table)
         q_lens.append(q)
         ctx_lens.append(ctx)
