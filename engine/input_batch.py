@@ -14,9 +14,9 @@ added: ``SamplingParams.seed`` (as int64, modulo 2**64), else, for a sampled (te
 request, a seed derived from ``base_seed`` and the count of such requests so far
 (``engine.sampling_tensors.derived_seed``), remembered by request id until :meth:`forget`, so a
 request dropped and sent again in full (recompute preemption) keeps its stream; greedy rows 0.
-A row's draw counter is its number of output tokens so far (:meth:`sampling_counters`). Capacity starts at the configured limits
-(``max_num_reqs`` rows, ``max_model_len`` tokens, ``max_blocks_per_req`` blocks) and grows
-when a live knob raises them.
+A row's draw counter is its number of output tokens so far (:meth:`sampling_counters`).
+Capacity starts at the configured limits (``max_num_reqs`` rows, ``max_model_len`` tokens,
+``max_blocks_per_req`` blocks) and grows when a live knob raises them.
 
 :meth:`prepare` turns the step's batch into packed model inputs with vectorized numpy: no Python
 work per token, only per request (the id-to-row lookup).

@@ -42,7 +42,8 @@ def penalized_rows(logits: torch.Tensor, batch: InputBatch, rows: np.ndarray) ->
 def sample_rows(logits: torch.Tensor, batch: InputBatch, rows: np.ndarray) -> torch.Tensor:
     """One token per row of ``logits`` ``[S, vocab]`` (any float dtype; row i belongs to batch
     row ``rows[i]``, int64 [S]; parallel sampling's further sequences are rows of their own,
-    their logits a copy of their head's): ``int64 [S]`` on ``logits``' device, not read back (the caller syncs once).
+    their logits a copy of their head's): ``int64 [S]`` on ``logits``' device, not read back
+    (the caller syncs once).
 
     Penalties (:func:`penalized_rows`), then one ``Sampler.sample_tensors`` call whose
     :class:`SamplingTensors` come from the rows' columns (``temperature``, ``top_k``,
