@@ -30,9 +30,11 @@ BLOCK_SIZE = 16
 CPU = torch.device("cpu")
 
 
-def legacy_prepare(scheduled, requests) -> PagedAttentionMetadata:
+def legacy_prepare(scheduled, requests, block_tables) -> PagedAttentionMetadata:
     """The runner's inputs as built before the InputBatch: Python lists filled token by token
-    from the live requests, and a slot mapping filled token by token (the baseline)."""
+    from the live requests and their block tables (``block_tables``: request id -> table, as
+    each step's ``ScheduledRequest`` carried it then), and a slot mapping filled token by token
+    (the baseline)."""
     ids, pos, qlens, ctxs, tables, slots, starts = [], [], [], [], [], [], [0]
     for s in scheduled:
         req = requests[s.request_id]
@@ -41,10 +43,11 @@ def legacy_prepare(scheduled, requests) -> PagedAttentionMetadata:
         pos.extend(range(start, end))
         qlens.append(s.num_tokens)
         ctxs.append(end)
-        tables.append(list(s.block_ids))
+        table = block_tables[s.request_id]
+        tables.append(list(table))
         starts.append(starts[-1] + s.num_tokens)
         for p in range(start, end):
-            slots.append(s.block_ids[p // BLOCK_SIZE] * BLOCK_SIZE + p % BLOCK_SIZE)
+            slots.append(table[p // BLOCK_SIZE] * BLOCK_SIZE + p % BLOCK_SIZE)
     torch.tensor([ids], dtype=torch.long)
     torch.tensor([pos], dtype=torch.long)
     width = max(len(t) for t in tables)
@@ -77,7 +80,7 @@ def main() -> None:
     n = args.running
     lens = rng.integers(args.context // 2, args.context * 3 // 2, n)
     blocks = rng.permutation(n * (int(lens.max()) // BLOCK_SIZE + 2))
-    requests, new, scheduled, at = {}, [], [], 0
+    requests, new, scheduled, at, block_tables = {}, [], [], 0, {}
     for i, ctx in enumerate(lens.tolist()):
         nb = -(-(ctx + args.steps + 1) // BLOCK_SIZE)
         table = tuple(blocks[at:at + nb].tolist())
@@ -86,9 +89,10 @@ def main() -> None:
         req.output_token_ids.append(int(rng.integers(0, 50_000)))
         req.num_computed_tokens = ctx - 1
         requests[req.request_id] = req
+        block_tables[req.request_id] = table
         new.append(NewRequestData(req.request_id, req.prompt_token_ids, tuple(req.output_token_ids),
                                   req.sampling_params, table, ctx - 1))
-        scheduled.append(ScheduledRequest(req.request_id, i, 1, ctx - 1, False, (), table))
+        scheduled.append(ScheduledRequest(req.request_id, i, 1, ctx - 1, False, ()))
     batch = InputBatch(n, int(lens.max()) + args.steps + 2, int(lens.max()) // BLOCK_SIZE + 4, BLOCK_SIZE)
     staging = StagingBuffers(n, CPU)
     batch.update(SchedulerOutput(0, (), scheduled_new_reqs=tuple(new)))
@@ -98,7 +102,7 @@ def main() -> None:
         sched = SchedulerOutput(step, tuple(scheduled), scheduled_cached_reqs=CachedRequestData(
             [s.request_id for s in scheduled], [()] * n, [s.num_computed_tokens for s in scheduled]))
         t0 = time.thread_time_ns()
-        legacy_prepare(scheduled, requests)
+        legacy_prepare(scheduled, requests, block_tables)
         t1 = time.thread_time_ns()
         new_prepare(batch, staging, sched)
         t2 = time.thread_time_ns()

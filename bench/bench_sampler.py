@@ -79,13 +79,12 @@ def bench_one(rows: int, vocab: int, repeat: int, device: torch.device) -> list:
     logits = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(rows)).to(device) * 3
     params = [replace(MIX[i % len(MIX)], seed=i) for i in range(rows)]
     gens = [torch.Generator(device=device).manual_seed(i) for i in range(rows)]
-    ids = [f"r{i}" for i in range(rows)]
     st = SamplingTensors.from_lists([p.temperature for p in params], [p.top_k for p in params],
                                     [p.top_p for p in params], [p.seed for p in params], [0] * rows, device)
     sampler = Sampler()
     peer = median_ms(lambda: peer_sample(logits, params, gens), repeat, device)
     tensors = median_ms(lambda: Sampler.sample_tensors(logits, st), repeat, device)
-    wrapper = median_ms(lambda: sampler.sample(logits, ids, params), repeat, device)
+    wrapper = median_ms(lambda: sampler.sample(logits, params, [0] * rows), repeat, device)
     return [vocab, rows, f"{peer:.2f}", f"{tensors:.2f}", f"{wrapper:.2f}", f"{peer / tensors:.2f}x"]
 
 

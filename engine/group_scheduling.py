@@ -163,7 +163,7 @@ class GroupScheduling:
             if not m.output_token_ids:
                 first.append(m.request_id)
                 table = kv.block_table(m.request_id)
-                self._entries.append(ScheduledRequest(m.request_id, m.slot, 0, p, False, table, table))
+                self._entries.append(ScheduledRequest(m.request_id, m.slot, 0, p, False, table))
         if first:
             self._samples.append((head.request_id, tuple(first)))
         if forked:
@@ -269,7 +269,7 @@ class GroupScheduling:
             s._start_running(m)
             table = kv.block_table(m.request_id)
             scheduled.append(ScheduledRequest(m.request_id, m.slot, n, m.num_computed_tokens,
-                                              m.is_prefill, table, table))
+                                              m.is_prefill, table))
         return left
 
     # --- user actions ---------------------------------------------------------------------

@@ -1,16 +1,22 @@
 """The runner's own per-request state, kept from :class:`engine.outputs.SchedulerOutput` diffs
 alone (after vLLM v1's ``InputBatch``, vllm/v1/worker/gpu_input_batch.py, and its runner's
-``_update_states`` / ``_prepare_inputs``; our own code). numpy only: no torch, no ``Request``.
+``_update_states`` / ``_prepare_inputs``; our own code). numpy arrays only: no torch tensors, no
+``Request``.
 
 One row per request the runner holds, rows dense (``0 .. num_reqs - 1``): a removed row is
 filled by moving the last row into it (vLLM's ``condense``, done at once). Per row: the token
 ids so far (prompt then output) in ``token_ids [rows, width] int32``, ``num_tokens``,
 ``num_prompt_tokens``, ``num_computed_tokens``, the block table ``block_table [rows, blocks]
 int32`` (zero beyond ``num_blocks``), and the sampling parameters as arrays (``temperature``,
-``top_k``, ``top_p``, ``seed`` (-1 = none), the three penalties) for a batched sampler, plus the
-``SamplingParams`` objects for the per-row one. Capacity starts at the configured limits
-(``max_num_reqs`` rows, ``max_model_len`` tokens, ``max_blocks_per_req`` blocks) and grows
-when a live knob raises them.
+``top_k``, ``top_p``, ``seed``, the three penalties) for the batched sampler, plus the
+``SamplingParams`` objects. ``seed`` is each row's random stream, set once when the request is
+added: ``SamplingParams.seed`` (as int64, modulo 2**64), else, for a sampled (temperature > 0)
+request, a seed derived from ``base_seed`` and the count of such requests so far
+(``engine.sampling_tensors.derived_seed``), remembered by request id until :meth:`forget`, so a
+request dropped and sent again in full (recompute preemption) keeps its stream; greedy rows 0.
+A row's draw counter is its number of output tokens so far (:meth:`sampling_counters`).
+Capacity starts at the configured limits (``max_num_reqs`` rows, ``max_model_len`` tokens,
+``max_blocks_per_req`` blocks) and grows when a live knob raises them.
 
 :meth:`prepare` turns the step's batch into packed model inputs with vectorized numpy: no Python
 work per token, only per request (the id-to-row lookup).
@@ -23,6 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from engine.outputs import NewRequestData, ScheduledRequest, SchedulerOutput
+from engine.sampling_tensors import derived_seed, seed_to_int64
 
 _SAMPLING_FIELDS = (("temperature", np.float32), ("top_k", np.int32), ("top_p", np.float32),
                     ("seed", np.int64), ("repetition_penalty", np.float32),
@@ -71,12 +78,16 @@ def slot_mapping_of(positions: np.ndarray, token_rows: np.ndarray, block_table: 
 
 class InputBatch:
     """Dense per-request state of a runner (see the module docstring). ``req_ids[row]`` and
-    ``req_id_to_index`` map rows and ids. Raises ``ValueError`` on a diff that names a request
-    it does not hold (a scheduler/runner desync)."""
+    ``req_id_to_index`` map rows and ids. ``base_seed`` derives the seeds of unseeded sampled
+    requests. Raises ``ValueError`` on a diff that names a request it does not hold (a
+    scheduler/runner desync)."""
 
     def __init__(self, max_num_reqs: int, max_model_len: int, max_blocks_per_req: int,
-                 block_size: int) -> None:
+                 block_size: int, base_seed: int = 0) -> None:
         self.block_size = block_size
+        self.base_seed = base_seed
+        self._derived_seeds: dict[str, int] = {}     # unseeded sampled request id -> its seed
+        self._num_derived = 0
         self.req_ids: list[str] = []
         self.req_id_to_index: dict[str, int] = {}
         self.sampling_params: list = []
@@ -165,7 +176,7 @@ class InputBatch:
         self.temperature[row] = p.temperature
         self.top_k[row] = p.top_k
         self.top_p[row] = p.top_p
-        self.seed[row] = -1 if p.seed is None else p.seed
+        self.seed[row] = self._seed_of(new.request_id, p)
         self.repetition_penalty[row] = p.repetition_penalty
         self.frequency_penalty[row] = p.frequency_penalty
         self.presence_penalty[row] = p.presence_penalty
@@ -173,6 +184,23 @@ class InputBatch:
         self.sampling_params.append(p)
         self.req_id_to_index[new.request_id] = row
         return row
+
+    def _seed_of(self, request_id: str, p) -> int:
+        """The int64 seed of a request's stream (see the module docstring)."""
+        if p.seed is not None:
+            return seed_to_int64(p.seed)
+        if p.temperature <= 0:
+            return 0
+        seed = self._derived_seeds.get(request_id)
+        if seed is None:
+            self._num_derived += 1
+            seed = self._derived_seeds[request_id] = seed_to_int64(derived_seed(self.base_seed, self._num_derived))
+        return seed
+
+    def forget(self, request_id: str) -> None:
+        """Drop what is kept for a request beyond its row (its derived seed), once it finished
+        for good; a request that comes back under the same id later gets a new seed."""
+        self._derived_seeds.pop(request_id, None)
 
     def remove(self, request_id: str) -> None:
         """Drop a request; the last row moves into its place (rows stay dense). Raises
@@ -229,6 +257,24 @@ class InputBatch:
     def block_ids(self, row: int) -> np.ndarray:
         """``row``'s block table, int32 [num_blocks] (a view)."""
         return self.block_table[row, :self.num_blocks[row]]
+
+    def sampling_counters(self, rows: np.ndarray) -> np.ndarray:
+        """The draw counter of each row of ``rows`` (int [S]): its number of output tokens so
+        far, int64 [S]."""
+        return self.num_tokens[rows] - self.num_prompt_tokens[rows]
+
+    def token_pairs(self, rows: np.ndarray, prompt: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Every prompt (``prompt``) or output token of the rows ``rows`` (int [S]) as flat
+        pairs ``(i, token id)``, ``i`` the position in ``rows``: two int64 arrays [P], row by row
+        in token order, vectorized (the input of ``engine.penalties.apply_penalties_pairs``)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        start = np.zeros(len(rows), dtype=np.int64) if prompt else self.num_prompt_tokens[rows]
+        stop = self.num_prompt_tokens[rows] if prompt else self.num_tokens[rows]
+        lengths = stop - start
+        which = np.repeat(np.arange(len(rows)), lengths)
+        first = np.cumsum(lengths) - lengths
+        cols = np.arange(int(lengths.sum())) - np.repeat(first - start, lengths)
+        return which, self.token_ids[rows[which], cols].astype(np.int64)
 
     # --- the step's inputs -----------------------------------------------------------------
     def prepare(self, scheduled: Sequence[ScheduledRequest]) -> BatchInputs:

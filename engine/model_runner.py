@@ -10,8 +10,8 @@ import torch
 from engine.attention import ATTN_IMPLEMENTATION, PagedAttentionMetadata, register_paged_attention
 from engine.input_batch import InputBatch
 from engine.outputs import ModelRunnerOutput, SchedulerOutput
-from engine.runner_buffers import RowTokens, StagingBuffers
-from engine.sampler import Sampler
+from engine.runner_buffers import StagingBuffers
+from engine.runner_sampling import sample_rows
 from engine.sequence_group import parallel_sample_rows
 
 
@@ -58,9 +58,8 @@ class ModelRunner:
                            for _ in range(cfg.num_hidden_layers)] if num_cpu_blocks else []
         model.set_attn_implementation(register_paged_attention())
         assert model.config._attn_implementation == ATTN_IMPLEMENTATION
-        self.sampler = Sampler(seed)
         self.input_batch = InputBatch(max_num_seqs, max_model_len, -(-max_model_len // block_size),
-                                      block_size)
+                                      block_size, base_seed=seed)
         self.staging = StagingBuffers(max_num_batched_tokens, self.device)
         self.graphs = None                     # engine.cuda_graphs.DecodeGraphs when enabled
 
@@ -114,19 +113,21 @@ class ModelRunner:
 
     def _sample(self, logits: torch.Tensor, sched: SchedulerOutput, inp) -> ModelRunnerOutput:
         """One token per row of ``logits`` ``[S, vocab]`` (the rows of ``inp.sample_idx``), plus
-        the parallel samples that take their first token from a head's row; appended to the
+        the parallel samples that take their first token from a head's row, in one batched
+        sampling call (``engine.runner_sampling``) and one device -> host read; appended to the
         runner's own state."""
         batch = self.input_batch
-        rows = inp.rows[inp.sample_idx].tolist()
-        ids = [batch.req_ids[r] for r in rows]
+        rows = inp.rows[inp.sample_idx]
+        ids = [batch.req_ids[r] for r in rows.tolist()]
         if sched.parallel_samples:      # further sequences sample from their head's last row
             extra = parallel_sample_rows(sched.parallel_samples, ids)
-            logits = torch.cat([logits, logits[[row for row, _ in extra]]])
+            src = torch.tensor([i for i, _ in extra], dtype=torch.long, device=logits.device)
+            logits = torch.cat([logits, logits[src]])
             ids += [rid for _, rid in extra]
-            rows += [batch.req_id_to_index[rid] for _, rid in extra]
-        toks = self.sampler.sample(logits, ids, [batch.sampling_params[r] for r in rows],
-                                   RowTokens(batch, rows, prompt=True), RowTokens(batch, rows, prompt=False))
-        batch.append_tokens(np.asarray(rows, dtype=np.int64), np.asarray(toks, dtype=np.int32))
+            rows = np.concatenate([rows, np.fromiter((batch.req_id_to_index[rid] for _, rid in extra),
+                                                     dtype=np.int64, count=len(extra))])
+        toks = sample_rows(logits, batch, rows).tolist()        # the step's one host sync
+        batch.append_tokens(rows, np.asarray(toks, dtype=np.int32))
         return ModelRunnerOutput(sampled_token_ids=dict(zip(ids, toks)))
 
     def copy_blocks(self, pairs) -> None:
@@ -158,5 +159,6 @@ class ModelRunner:
                 gv[gpu_idx] = cv[src].to(self.device, non_blocking=True)
 
     def release(self, request_id: str) -> None:
-        """Drop per-request state (the sampling generator) once a request finished."""
-        self.sampler.forget(request_id)
+        """Drop what the runner keeps for a finished request beyond its row (its derived
+        sampling seed: ``InputBatch.forget``)."""
+        self.input_batch.forget(request_id)

@@ -46,8 +46,8 @@ class ScheduledRequest(NamedTuple):
 
     ``num_computed_tokens`` is the value *before* the step; the step computes tokens
     ``[num_computed_tokens, num_computed_tokens + num_tokens)`` of the request's sequence.
-    ``new_block_ids`` were allocated to it this step; ``block_ids`` is its whole block table
-    (the runner's contract; it is not recorded: the recording keeps block events).
+    ``new_block_ids`` were allocated to it this step (a runner appends them to the table it
+    holds; a request sent in full gets its whole table in :class:`NewRequestData` instead).
     ``slot`` is its batch slot (0 .. max_num_seqs - 1), stable while it keeps running.
     Its first five fields are a :class:`BatchEntry`'s, in the same order (the engine's record
     is ``s[:5]``).
@@ -59,7 +59,6 @@ class ScheduledRequest(NamedTuple):
     num_computed_tokens: int
     is_prefill: bool
     new_block_ids: tuple[int, ...]
-    block_ids: tuple[int, ...]
 
 
 class NewRequestData(NamedTuple):

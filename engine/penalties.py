@@ -58,7 +58,7 @@ def apply_penalties(logits: torch.Tensor, prompt_ids: Sequence[torch.Tensor],
     gather reads those logits, the penalties are applied to them, and one scatter writes them back.
     The work is O(prompt + output tokens) beyond the copy, not O(N * vocab).
     """
-    n, vocab = logits.shape
+    n = logits.shape[0]
     if not (len(prompt_ids) == len(output_ids) == len(repetition_penalty) == len(frequency_penalty)
             == len(presence_penalty) == n):
         raise ValueError(f"apply_penalties: {n} logit rows but {len(prompt_ids)} prompts, "
@@ -66,7 +66,23 @@ def apply_penalties(logits: torch.Tensor, prompt_ids: Sequence[torch.Tensor],
                          f"{len(frequency_penalty)}/{len(presence_penalty)} penalty values")
     out_rows, out_ids = _flatten(output_ids)
     prompt_rows, prompt_ids_flat = _flatten(prompt_ids)
-    ids = torch.cat([out_ids, prompt_ids_flat])
+    return apply_penalties_pairs(logits, out_rows, out_ids, prompt_rows, prompt_ids_flat,
+                                 repetition_penalty, frequency_penalty, presence_penalty, inplace=inplace)
+
+
+def apply_penalties_pairs(logits: torch.Tensor, out_rows: torch.Tensor, out_ids: torch.Tensor,
+                          prompt_rows: torch.Tensor, prompt_ids: torch.Tensor,
+                          repetition_penalty: Sequence[float], frequency_penalty: Sequence[float],
+                          presence_penalty: Sequence[float], *, inplace: bool = False) -> torch.Tensor:
+    """:func:`apply_penalties` on flat (row, token id) pairs: ``out_rows`` / ``out_ids`` int64
+    CPU ``[P_out]`` (one pair per output token so far, repeats counted), ``prompt_rows`` /
+    ``prompt_ids`` int64 CPU ``[P_prompt]`` (repeats do not matter). Rows index ``logits``
+    ``[N, vocab]``; the penalty values are one per row (sequences or arrays of length N). The
+    model runner builds the pairs straight from its ``InputBatch`` rows with numpy; the result
+    and the errors are those of :func:`apply_penalties`.
+    """
+    vocab = logits.shape[1]
+    ids = torch.cat([out_ids, prompt_ids])
     bad = (ids < 0) | (ids >= vocab)
     if bool(bad.any()):
         raise ValueError(f"token id {int(ids[bad][0])} is outside the vocabulary [0, {vocab}): "
@@ -79,7 +95,7 @@ def apply_penalties(logits: torch.Tensor, prompt_ids: Sequence[torch.Tensor],
     row = seen // vocab
 
     def per_row(values: Sequence[float]) -> torch.Tensor:
-        return torch.tensor(list(values), dtype=torch.float32, device=dev)[row]
+        return torch.as_tensor(values, dtype=torch.float32).to(dev)[row]
 
     if inplace and logits.dtype != torch.float32:
         raise ValueError(f"apply_penalties(inplace=True) needs float32 logits, got {logits.dtype}")

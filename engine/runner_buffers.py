@@ -1,13 +1,10 @@
 """Host-to-device plumbing of the model runner: preallocated staging buffers for the packed step
-inputs, and a lazy view of the runner's token rows for the sampler's penalties."""
+inputs."""
 from __future__ import annotations
-
-from typing import Sequence
 
 import numpy as np
 import torch
 
-from engine.input_batch import InputBatch
 
 STAGED = ("input_ids", "positions", "slot_mapping", "logits_idx", "block_tables")
 
@@ -48,19 +45,3 @@ class StagingBuffers:
         out = self.dev[name][:n].view(values.shape)
         out.copy_(host, non_blocking=True)
         return out
-
-
-class RowTokens(Sequence):
-    """``InputBatch`` rows' prompt (``prompt=True``) or output token ids, one int32 numpy view
-    per row, read only when indexed (the sampler reads them for rows with penalties only)."""
-
-    def __init__(self, batch: InputBatch, rows: Sequence[int], prompt: bool) -> None:
-        self._batch, self._rows, self._prompt = batch, rows, prompt
-
-    def __len__(self) -> int:
-        return len(self._rows)
-
-    def __getitem__(self, i):
-        row = self._rows[i]
-        b = self._batch
-        return b.prompt_token_ids(row) if self._prompt else b.output_token_ids(row)

@@ -14,7 +14,7 @@ live ``Request`` object, and a request's prompt crosses over once per admission,
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from engine.outputs import CachedRequestData, NewRequestData, ScheduledRequest
 from engine.request import Request
@@ -50,12 +50,13 @@ class RunnerSync:
             self._dropped.append(request_id)
 
     def step_diff(self, scheduled: Sequence[ScheduledRequest], forked: Sequence[ScheduledRequest],
-                  requests: Mapping[str, Request]
+                  requests: Mapping[str, Request], block_table: Callable[[str], tuple[int, ...]]
                   ) -> tuple[tuple[NewRequestData, ...], CachedRequestData, tuple[str, ...]]:
         """(``scheduled_new_reqs``, ``scheduled_cached_reqs``, ``finished_req_ids``) of a step
         whose batch entries are ``scheduled`` then ``forked`` (parallel-sampling sequences that
-        sample in this step without computing). Requests not held are sent in full and become
-        held. The drops collected since the last call are returned and forgotten. O(scheduled)
+        sample in this step without computing). Requests not held are sent in full (their whole
+        block table from ``block_table(request_id)``, e.g. ``KVCacheManager.block_table``) and
+        become held. The drops collected since the last call are returned and forgotten. O(scheduled)
         plus the tokens of the requests sent in full."""
         held = self.held
         finished, self._dropped = tuple(self._dropped), []
@@ -74,13 +75,13 @@ class RunnerSync:
                 blocks.append(s.new_block_ids)
                 computed.append(s.num_computed_tokens)
             else:
-                new.append(self._full(requests[rid], s))
+                new.append(self._full(requests[rid], s, block_table(rid)))
         for s in forked:
             if s.request_id not in held:
-                new.append(self._full(requests[s.request_id], s))
+                new.append(self._full(requests[s.request_id], s, block_table(s.request_id)))
         return tuple(new), CachedRequestData(ids, blocks, computed), finished
 
-    def _full(self, req: Request, s: ScheduledRequest) -> NewRequestData:
+    def _full(self, req: Request, s: ScheduledRequest, table: tuple[int, ...]) -> NewRequestData:
         self.held.add(req.request_id)
         return NewRequestData(req.request_id, req.prompt_token_ids, tuple(req.output_token_ids),
-                              req.sampling_params, s.block_ids, s.num_computed_tokens)
+                              req.sampling_params, table, s.num_computed_tokens)

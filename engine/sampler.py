@@ -20,7 +20,7 @@ import torch
 from engine.penalties import apply_penalties, token_ids_tensor
 from engine.request import SamplingParams
 from engine.sampling_rng import counter_uniform
-from engine.sampling_tensors import SamplingTensors
+from engine.sampling_tensors import SamplingTensors, derived_seed
 
 _NEG_INF = float("-inf")
 
@@ -112,53 +112,39 @@ def draw(logits: torch.Tensor, st: SamplingTensors) -> torch.Tensor:
 
 
 class Sampler:
-    """Samples one token per row of a logits matrix.
+    """Samples one token per row of a logits matrix. Holds no per-request state: a request's
+    random stream is its (seed, counter) pairs, which the caller keeps (the model runner in its
+    ``InputBatch``: the seed set once when the request is added, the counter its number of
+    output tokens so far).
 
     :meth:`sample_tensors` is the batched call (parameters as :class:`SamplingTensors`, result a
-    device tensor). :meth:`sample` wraps it for callers that hold ``SamplingParams``: it keeps,
-    per request id until :meth:`forget`, the row's seed (``SamplingParams.seed``, else derived from
-    ``base_seed`` and a per-request counter) and its number of draws so far (the ``counter`` of
-    its next draw; greedy requests draw nothing and keep no stream), and the prompt token ids of
-    requests with penalties (as a tensor of distinct ids, built once per request).
+    device tensor). :meth:`sample` wraps it for callers that hold ``SamplingParams`` objects.
+    ``base_seed`` derives the seeds of unseeded requests (:func:`derived_seed`).
     """
 
     def __init__(self, base_seed: int = 0) -> None:
         self.base_seed = base_seed
-        self._streams: dict[str, list[int]] = {}          # request id -> [seed, draws so far]
-        self._prompt_ids: dict[str, torch.Tensor] = {}
-        self._counter = 0
 
-    def _next_draw(self, request_id: str, params: SamplingParams) -> tuple[int, int]:
-        """(seed, counter) of the request's next draw (and count the draw). Greedy rows draw
-        nothing and get no stream."""
-        stream = self._streams.get(request_id)
-        if stream is None:
-            self._counter += 1
-            seed = params.seed if params.seed is not None else self.base_seed * 1_000_003 + self._counter
-            stream = self._streams[request_id] = [seed, 0]
-        draw = (stream[0], stream[1])
-        stream[1] += 1
-        return draw
-
-    def forget(self, request_id: str) -> None:
-        self._streams.pop(request_id, None)
-        self._prompt_ids.pop(request_id, None)
-
-    def sample(self, logits: torch.Tensor, request_ids: list[str], params: list[SamplingParams],
+    def sample(self, logits: torch.Tensor, params: Sequence[SamplingParams],
+               counters: Sequence[int] | None = None,
                prompt_token_ids: Sequence[Sequence[int]] | None = None,
                output_token_ids: Sequence[Sequence[int]] | None = None) -> list[int]:
         """``logits`` ``[N, vocab]`` (any float dtype) -> one token id per row (Python ints).
 
+        Row i draws from seed ``params[i].seed``, or :func:`derived_seed` ``(base_seed, i + 1)``
+        when unseeded, at counter ``counters[i]`` (default: the length of
+        ``output_token_ids[i]`` when given, else 0): the same arguments give the same tokens.
         ``prompt_token_ids[i]`` / ``output_token_ids[i]`` are row i's prompt and output so far;
         they are read only for rows whose params have penalties (then they are required: raises
         ``ValueError`` without them). A thin wrapper: penalties, then :meth:`sample_tensors`."""
-        logits = self.penalized(logits, request_ids, params, prompt_token_ids, output_token_ids)
+        logits = self.penalized(logits, params, prompt_token_ids, output_token_ids)
         if all(p.is_greedy for p in params):       # what sample_tensors does then, minus the build
             return logits.argmax(dim=-1).tolist()
-        draws = [(0, 0) if p.is_greedy else self._next_draw(rid, p) for rid, p in zip(request_ids, params)]
+        if counters is None:
+            counters = [len(o) for o in output_token_ids] if output_token_ids is not None else [0] * len(params)
+        seeds = [derived_seed(self.base_seed, i + 1) if p.seed is None else p.seed for i, p in enumerate(params)]
         st = SamplingTensors.from_lists([p.temperature for p in params], [p.top_k for p in params],
-                                        [p.top_p for p in params], [d[0] for d in draws],
-                                        [d[1] for d in draws], logits.device)
+                                        [p.top_p for p in params], seeds, counters, logits.device)
         return self.sample_tensors(logits, st).tolist()
 
     @staticmethod
@@ -186,41 +172,37 @@ class Sampler:
             return torch.where((st.temperature > 0) & (drawn >= 0), drawn, greedy)
         return greedy.index_put((rows,), torch.where(drawn >= 0, drawn, greedy[rows]))
 
-    def penalized(self, logits: torch.Tensor, request_ids: list[str], params: list[SamplingParams],
+    @staticmethod
+    def penalized(logits: torch.Tensor, params: Sequence[SamplingParams],
                   prompts: Sequence[Sequence[int]] | None,
                   outputs: Sequence[Sequence[int]] | None) -> torch.Tensor:
-        """``logits`` ``[N, vocab]`` with the penalties of the rows that have any applied (one
-        batched call over those rows; a float32 copy, the caller's tensor is not modified);
-        ``logits`` itself when no row has penalties. Call it before :meth:`sample_tensors`.
-        ``prompts`` / ``outputs``: each row's prompt and output token ids (required when a row
-        has penalties: ``ValueError`` otherwise)."""
+        """``logits`` ``[N, vocab]`` with the penalties of the rows that have any applied (see
+        :func:`penalize_rows`); ``logits`` itself when no row has penalties. ``prompts`` /
+        ``outputs``: each row's prompt and output token ids (required when a row has penalties:
+        ``ValueError`` otherwise)."""
         rows = [i for i, p in enumerate(params) if p.has_penalties]
         if not rows:
             return logits
         if prompts is None or outputs is None:
             raise ValueError("sampling penalties need each request's prompt and output token ids")
         ps = [params[i] for i in rows]
-        every_row = len(rows) == len(params)
-        # One copy of what is penalized: the whole matrix, or the selected rows (indexing copies).
-        sub = logits if every_row else logits[rows].float()
-        penalized = apply_penalties(
-            sub, [self._prompt_tensor(request_ids[i], prompts[i]) for i in rows],
-            [token_ids_tensor(outputs[i]) for i in rows], [p.repetition_penalty for p in ps],
-            [p.frequency_penalty for p in ps], [p.presence_penalty for p in ps], inplace=not every_row)
-        if every_row:
-            return penalized
-        logits = logits.to(torch.float32, copy=True)     # the caller's tensor stays as it was
-        logits[rows] = penalized
-        return logits
+        return penalize_rows(logits, rows, lambda sub, inplace: apply_penalties(
+            sub, [token_ids_tensor(prompts[i]) for i in rows], [token_ids_tensor(outputs[i]) for i in rows],
+            [p.repetition_penalty for p in ps], [p.frequency_penalty for p in ps],
+            [p.presence_penalty for p in ps], inplace=inplace))
 
-    def _prompt_tensor(self, request_id: str, prompt: Sequence[int]) -> torch.Tensor:
-        t = self._prompt_ids.get(request_id)
-        if t is None:
-            t = self._prompt_ids[request_id] = torch.unique(token_ids_tensor(prompt))
-        return t
 
-    def _prompt_tensor(self, request_id: str, prompt: Sequence[int]) -> torch.Tensor:
-        t = self._prompt_ids.get(request_id)
-        if t is None:
-            t = self._prompt_ids[request_id] = torch.unique(token_ids_tensor(prompt))
-        return t
+def penalize_rows(logits: torch.Tensor, rows: Sequence[int], apply) -> torch.Tensor:
+    """``logits`` ``[N, vocab]`` with ``apply`` run on the selected ``rows`` (a list or an int
+    array, in increasing order): ``apply(sub, inplace)`` gets ``sub``, the ``[len(rows), vocab]``
+    rows to penalize, and returns them penalized (an ``engine.penalties`` call with that
+    ``inplace``: True for a float32 copy of the selected rows, False when every row is selected
+    and ``sub`` is ``logits`` itself). Returns a float32 tensor; the caller's ``logits`` is never modified. One copy of
+    what is penalized, plus one of the whole matrix when only some rows are."""
+    if len(rows) == logits.shape[0]:
+        return apply(logits, False)
+    idx = torch.as_tensor(rows, dtype=torch.long).to(logits.device)
+    penalized = apply(logits[idx].float(), True)
+    logits = logits.to(torch.float32, copy=True)     # the caller's tensor stays as it was
+    logits[idx] = penalized
+    return logits

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
 import torch
 
 _INT64_SPAN = 1 << 64
@@ -17,6 +18,16 @@ def seed_to_int64(seed: int) -> int:
     modulo 2**64)."""
     s = seed % _INT64_SPAN
     return s - _INT64_SPAN if s >= 1 << 63 else s
+
+
+DERIVED_SEED_STRIDE = 1_000_003
+
+
+def derived_seed(base_seed: int, k: int) -> int:
+    """The seed of the ``k``-th unseeded request (k = 1, 2, ...) of a runner or sampler whose
+    base seed is ``base_seed``: ``base_seed * 1_000_003 + k`` (distinct streams per request, the
+    same ones in every run with that base seed and order of requests)."""
+    return base_seed * DERIVED_SEED_STRIDE + k
 
 
 @dataclass(frozen=True)
@@ -91,33 +102,55 @@ class SamplingTensors:
     def from_lists(cls, temperature: Sequence[float], top_k: Sequence[int], top_p: Sequence[float],
                    seed: Sequence[int], counter: Sequence[int],
                    device: torch.device | str = "cpu") -> "SamplingTensors":
-        """Build from host values (lists or numpy arrays of one value per row), validate them on
-        the host, compute the summaries and move the tensors to ``device`` (one copy each).
-
-        ``seed`` values may be any Python ints (taken modulo 2**64, see :func:`seed_to_int64`).
-        Raises ``ValueError`` naming the field and its limit: lengths differ, a temperature < 0
-        or not finite, a ``top_k`` < 0, a ``top_p`` outside (0, 1].
-        """
+        """Build from host values (lists or numpy arrays of one value per row): as
+        :meth:`from_arrays`, but ``seed`` values may be any Python ints (taken modulo 2**64, see
+        :func:`seed_to_int64`). Raises what :meth:`from_arrays` raises."""
         n = len(temperature)
         lengths = {"top_k": len(top_k), "top_p": len(top_p), "seed": len(seed), "counter": len(counter)}
         if any(v != n for v in lengths.values()):
             raise ValueError(f"SamplingTensors.from_lists: {n} temperatures but {lengths}")
-        temp = torch.as_tensor(temperature, dtype=torch.float32).reshape(n)
-        k = torch.as_tensor(top_k, dtype=torch.int64).reshape(n)
-        p = torch.as_tensor(top_p, dtype=torch.float32).reshape(n)
-        if n and not bool(torch.isfinite(temp).all() and (temp >= 0).all()):
-            raise ValueError(f"temperature must be finite and >= 0, got {temp[~(torch.isfinite(temp) & (temp >= 0))][0].item()}")
-        if n and bool((k < 0).any()):
-            raise ValueError(f"top_k must be >= 0 (0 disables it), got {int(k[k < 0][0])}")
-        if n and not bool(((p > 0) & (p <= 1)).all()):
-            raise ValueError(f"top_p must be in (0, 1], got {p[~((p > 0) & (p <= 1))][0].item()}")
-        s = torch.tensor([seed_to_int64(int(x)) for x in seed], dtype=torch.int64).reshape(n)
-        c = torch.as_tensor(counter, dtype=torch.int64).reshape(n)
-        sampled = temp > 0
-        sampled_rows = torch.nonzero(sampled).reshape(-1)
-        p_rows = torch.nonzero(p[sampled_rows] < 1).reshape(-1)
+        return cls.from_arrays(np.asarray(temperature, dtype=np.float32), np.asarray(top_k, dtype=np.int64),
+                               np.asarray(top_p, dtype=np.float32),
+                               np.fromiter((seed_to_int64(int(x)) for x in seed), dtype=np.int64, count=n),
+                               np.asarray(counter, dtype=np.int64), device)
+
+    @classmethod
+    def from_arrays(cls, temperature: np.ndarray, top_k: np.ndarray, top_p: np.ndarray,
+                    seed: np.ndarray, counter: np.ndarray,
+                    device: torch.device | str = "cpu") -> "SamplingTensors":
+        """Build from numpy arrays ``[N]`` (any int / float dtypes; ``seed`` int64, e.g. an
+        ``InputBatch``'s columns indexed by the step's rows), validate them on the host with
+        numpy, compute the summaries and move the tensors to ``device`` (one copy each; on the
+        CPU the tensors share the arrays' memory when the dtypes already match, so pass arrays
+        the caller will not modify, such as fancy-indexed copies).
+
+        Raises ``ValueError`` naming the field and its limit: lengths differ, a temperature < 0
+        or not finite, a ``top_k`` < 0, a ``top_p`` outside (0, 1].
+        """
+        n = len(temperature)
+        if not len(top_k) == len(top_p) == len(seed) == len(counter) == n:
+            raise ValueError(f"SamplingTensors.from_arrays: {n} temperatures but {len(top_k)} top_k, "
+                             f"{len(top_p)} top_p, {len(seed)} seeds, {len(counter)} counters")
+        temp = np.asarray(temperature, dtype=np.float32).reshape(n)
+        k = np.asarray(top_k, dtype=np.int64).reshape(n)
+        p = np.asarray(top_p, dtype=np.float32).reshape(n)
+        bad = ~(np.isfinite(temp) & (temp >= 0))
+        if bad.any():
+            raise ValueError(f"temperature must be finite and >= 0, got {temp[bad][0]}")
+        if (k < 0).any():
+            raise ValueError(f"top_k must be >= 0 (0 disables it), got {k[k < 0][0]}")
+        bad = ~((p > 0) & (p <= 1))
+        if bad.any():
+            raise ValueError(f"top_p must be in (0, 1], got {p[bad][0]}")
+        sampled_rows = np.flatnonzero(temp > 0)
+        p_rows = np.flatnonzero(p[sampled_rows] < 1)
         dev = torch.device(device)
-        return cls(temp.to(dev), k.to(dev), p.to(dev), s.to(dev), c.to(dev),
-                   sampled_rows=None if len(sampled_rows) == n else sampled_rows.to(dev),
-                   top_p_rows=p_rows.to(dev) if len(p_rows) else None,
+
+        def put(a: np.ndarray, dtype) -> torch.Tensor:
+            return torch.from_numpy(np.ascontiguousarray(a, dtype=dtype)).to(dev)
+
+        return cls(put(temp, np.float32), put(k, np.int64), put(p, np.float32),
+                   put(np.asarray(seed).reshape(n), np.int64), put(np.asarray(counter).reshape(n), np.int64),
+                   sampled_rows=None if len(sampled_rows) == n else put(sampled_rows, np.int64),
+                   top_p_rows=put(p_rows, np.int64) if len(p_rows) else None,
                    max_top_k=int(k.max()) if n else 0)

@@ -191,7 +191,6 @@ class Scheduler(SchedulerControls, SchedulerPreemption):
         had_swapped = bool(self.swapped)
         kv = self.kv
         kv.step = step
-        table = kv.block_table
 
         # The hot loop (every running request, every step): locals, _chunk and is_prefill inlined.
         running = self.running
@@ -227,7 +226,7 @@ class Scheduler(SchedulerControls, SchedulerPreemption):
             # is_prefill as Request.is_prefill: unless it decodes the one token sampled last.
             scheduled.append(ScheduledRequest(rid, req.slot, n, computed,
                                               not (req.output_token_ids and lacking == 1),
-                                              tuple(new_blocks) if new_blocks else (), table(rid)))
+                                              tuple(new_blocks) if new_blocks else ()))
             budget -= n
             i += 1
         if preempted and self.groups:       # a group preempted after some of it was scheduled
@@ -260,7 +259,7 @@ class Scheduler(SchedulerControls, SchedulerPreemption):
         swap_out, swap_in = tuple(self._swap_out), tuple(self._swap_in)
         self._swap_out, self._swap_in = [], []
         copies, samples, forked = self.groups.take_step_outputs()       # parallel sampling
-        new, cached, finished = self.runner_sync.step_diff(scheduled, forked, self.requests)
+        new, cached, finished = self.runner_sync.step_diff(scheduled, forked, self.requests, kv.block_table)
         return SchedulerOutput(step=step, scheduled=tuple(scheduled), preempted_ids=tuple(preempted),
                                not_admitted=tuple(not_admitted), waiting_reason=waiting_reason,
                                blocks_to_swap_out=swap_out, blocks_to_swap_in=swap_in,
@@ -302,7 +301,7 @@ class Scheduler(SchedulerControls, SchedulerPreemption):
                not_admitted: list) -> int:
         """Admit waiting requests in queue order while slots, budget and blocks allow; the first
         that cannot start is listed in ``not_admitted`` with its reason. Returns the budget left."""
-        kv, table, c = self.kv, self.kv.block_table, self.config
+        kv, c = self.kv, self.config
         static = self.policy == "static"
         while self.waiting:
             req = self.waiting.peek()
@@ -355,7 +354,7 @@ class Scheduler(SchedulerControls, SchedulerPreemption):
                 self.events.append(RequestEvent(req.request_id, PREFIX_EVENT, kv.explain(req, hit).to_detail()))
             self._start_running(req)
             scheduled.append(ScheduledRequest(req.request_id, req.slot, n, req.num_computed_tokens,
-                                              req.is_prefill, tuple(new_blocks), table(req.request_id)))
+                                              req.is_prefill, tuple(new_blocks)))
             budget -= n
             if req.group is not None:       # parallel sampling: the other sequences fork onto it
                 self.groups.fork(req)

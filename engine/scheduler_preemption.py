@@ -45,8 +45,7 @@ class SchedulerPreemption:
             assert grown is not None          # counted above
             self._start_running(req)
             table = kv.block_table(req.request_id)
-            scheduled.append(ScheduledRequest(req.request_id, req.slot, n, computed, req.is_prefill,
-                                              table, table))
+            scheduled.append(ScheduledRequest(req.request_id, req.slot, n, computed, req.is_prefill, table))
             budget -= n
         return budget
 

@@ -145,10 +145,9 @@ class FakeRunner:
             if s.num_tokens < 1 or s.num_computed_tokens != batch.num_computed_tokens[row] or end > known:
                 self._violation(f"step {sched.step}: {s.request_id} chunk [{s.num_computed_tokens}, {end}) "
                                 f"vs computed {int(batch.num_computed_tokens[row])} of {known}")
+            # Its own table, kept from the diffs (the harness compares it with the scheduler's
+            # after every step): it must hold the chunk, name no block twice, stay in the pool.
             table = batch.block_ids(row).tolist()
-            if table != list(s.block_ids):
-                self._violation(f"step {sched.step}: {s.request_id} runner block table {table} != "
-                                f"scheduler's {list(s.block_ids)}")
             if len(table) * bs < end or len(set(table)) != len(table):
                 self._violation(f"step {sched.step}: {s.request_id} block table {table} "
                                 f"cannot hold {end} tokens")

@@ -65,17 +65,18 @@ def decode_step(n: int, seed: int):
     rng = random.Random(seed)
     free = list(range(NUM_BLOCKS))
     rng.shuffle(free)
-    scheduled, requests, written = [], {}, set()
+    scheduled, requests, written, tables = [], {}, set(), []
     for i in range(n):
         pos = rng.randrange(MAX_MODEL_LEN)
         table = tuple(free.pop() for _ in range(pos // BLOCK_SIZE + 1))
         req = Request(f"r{i}", [rng.randrange(3, 512) for _ in range(pos + 1)], GREEDY)
         req.num_computed_tokens = pos
         requests[req.request_id] = req
-        scheduled.append(ScheduledRequest(req.request_id, i, 1, pos, False, (), table))
+        scheduled.append(ScheduledRequest(req.request_id, i, 1, pos, False, ()))
+        tables.append(table)
         written.add((table[-1], pos % BLOCK_SIZE))
-    new = tuple(NewRequestData(r.request_id, r.prompt_token_ids, (), r.sampling_params, s.block_ids,
-                               s.num_computed_tokens) for r, s in zip(requests.values(), scheduled))
+    new = tuple(NewRequestData(r.request_id, r.prompt_token_ids, (), r.sampling_params, table,
+                               s.num_computed_tokens) for r, s, table in zip(requests.values(), scheduled, tables))
     return SchedulerOutput(step=0, scheduled=tuple(scheduled), scheduled_new_reqs=new), requests, written
 
 
@@ -247,7 +248,7 @@ def test_the_captured_body_never_syncs_with_the_host(model):
     sched, requests, _ = decode_step(7, seed=5)
     ids = [requests[s.request_id].token_ids(s.num_computed_tokens, s.num_computed_tokens + 1)[0]
            for s in sched.scheduled]
-    b = dg.stage(ids, [s.num_computed_tokens for s in sched.scheduled], [s.block_ids for s in sched.scheduled])
+    b = dg.stage(ids, [s.num_computed_tokens for s in sched.scheduled], [n.block_ids for n in sched.scheduled_new_reqs])
     with torch.inference_mode(), forbid_host_sync():
         dg._forward(b)
     # the check can fail: the eager runner's forward does sync (transformers' packed-sequence check),

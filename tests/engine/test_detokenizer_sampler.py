@@ -76,7 +76,7 @@ def logits(rows=3, vocab=50, seed=0):
 
 def test_greedy_is_argmax():
     lg = logits()
-    assert Sampler().sample(lg, ["a", "b", "c"], [SamplingParams()] * 3) == lg.argmax(-1).tolist()
+    assert Sampler().sample(lg, [SamplingParams()] * 3) == lg.argmax(-1).tolist()
 
 
 @pytest.mark.parametrize("params", [SamplingParams(temperature=1.5, top_k=1),
@@ -84,14 +84,14 @@ def test_greedy_is_argmax():
 def test_top_k_1_and_tiny_top_p_keep_only_the_most_likely(params):
     s = Sampler()
     lg = logits(rows=1)
-    assert all(s.sample(lg, ["a"], [params]) == [int(lg[0].argmax())] for _ in range(20))
+    assert all(s.sample(lg, [params], [i]) == [int(lg[0].argmax())] for i in range(20))
 
 
 def test_top_k_samples_only_among_the_k_best():
     s = Sampler(base_seed=3)
     lg = logits(rows=1, vocab=100)
     best = set(lg[0].topk(3).indices.tolist())
-    seen = {s.sample(lg, ["a"], [SamplingParams(temperature=5.0, top_k=3)])[0] for _ in range(200)}
+    seen = {s.sample(lg, [SamplingParams(temperature=5.0, top_k=3)], [i])[0] for i in range(200)}
     assert seen <= best and len(seen) > 1
 
 
@@ -99,12 +99,24 @@ def test_seeded_request_is_reproducible_whatever_else_is_in_the_batch():
     p = SamplingParams(temperature=1.0, seed=7)
     lg = logits(rows=1, vocab=200)
     alone = Sampler()
-    seq_alone = [alone.sample(lg, ["x"], [p])[0] for _ in range(10)]
+    seq_alone = [alone.sample(lg, [p], [i])[0] for i in range(10)]
     busy = Sampler(base_seed=99)
     others = [SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, seed=1), SamplingParams()]
     batch = torch.cat([logits(rows=3, vocab=200, seed=5), lg])
-    seq_busy = [busy.sample(batch, ["o1", "o2", "o3", "x"], others + [p])[3] for _ in range(10)]
+    seq_busy = [busy.sample(batch, others + [p], [7, 0, 3, i])[3] for i in range(10)]
     assert seq_busy == seq_alone
     assert len(set(seq_alone)) > 1                                 # it really samples
-    alone.forget("x")                                              # a new request restarts its seed
-    assert [alone.sample(lg, ["x"], [p])[0] for _ in range(10)] == seq_alone
+    # The counter is the position in the stream: the same counters give the same tokens again.
+    assert [alone.sample(lg, [p], [i])[0] for i in range(10)] == seq_alone
+
+
+def test_unseeded_rows_draw_streams_derived_from_the_base_seed():
+    lg = logits(rows=2, vocab=200)
+    p = [SamplingParams(temperature=1.0)] * 2
+
+    def run(base_seed):
+        return [Sampler(base_seed).sample(lg, p, [i, i]) for i in range(12)]
+
+    assert run(4) == run(4)
+    assert run(4) != run(5)
+    assert [a for a, _ in run(4)] != [b for _, b in run(4)]       # each row a stream of its own

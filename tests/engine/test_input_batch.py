@@ -16,6 +16,7 @@ from engine.config import EngineConfig
 from engine.input_batch import InputBatch
 from engine.outputs import CachedRequestData, ModelRunnerOutput, NewRequestData, ScheduledRequest, SchedulerOutput
 from engine.request import Request, SamplingParams
+from engine.sampling_tensors import derived_seed
 from engine.scheduler import Scheduler
 from engine_harness import run_workload
 from fake_runner import FakeRunner, ToyTokenizer, hash_next_token
@@ -78,7 +79,7 @@ def test_new_requests_are_sent_once_then_as_a_diff_and_a_preempted_one_again_in_
     first = _drive(s, 0)
     assert [n.request_id for n in first.scheduled_new_reqs] == ["a", "b"]
     assert first.scheduled_new_reqs[0] == NewRequestData("a", a.prompt_token_ids, (), a.sampling_params,
-                                                         first.scheduled[0].block_ids, 0)
+                                                         s.kv.block_table("a"), 0)
     assert first.scheduled_cached_reqs.req_ids == [] and first.finished_req_ids == ()
     second = _drive(s, 1)
     assert second.scheduled_new_reqs == ()
@@ -146,7 +147,7 @@ def test_a_diff_naming_a_request_the_runner_does_not_hold_is_an_error():
         batch.update(SchedulerOutput(0, (), scheduled_cached_reqs=CachedRequestData(["x"], [()], [0])))
     batch.add(_new("a", [1, 2, 3], [5]))
     with pytest.raises(ValueError, match="runs past"):
-        batch.prepare([ScheduledRequest("a", 0, 4, 0, True, (), ())])
+        batch.prepare([ScheduledRequest("a", 0, 4, 0, True, ())])
 
 
 @settings(max_examples=200, deadline=None)
@@ -161,7 +162,7 @@ def test_vectorized_slot_mapping_equals_the_per_token_construction(case):
         ctx = computed + q
         table = rng.permutation(500)[:-(-ctx // block_size)].tolist()
         batch.add(_new(f"r{i}", rng.integers(0, 100, ctx), table, computed=computed))
-        scheduled.append(ScheduledRequest(f"r{i}", i, q, computed, True, (), tuple(table)))
+        scheduled.append(ScheduledRequest(f"r{i}", i, q, computed, True, ()))
         tables.append(table)
         q_lens.append(q)
         ctx_lens.append(ctx)
@@ -194,3 +195,33 @@ def test_tokens_the_runner_did_not_sample_are_appended_from_the_diff():
         ["a"], [(6,)], [4], new_token_ids={"a": (10, 11)})))
     assert batch.output_token_ids(0).tolist() == [9, 10, 11] and int(batch.num_tokens[0]) == 6
     assert batch.block_ids(0).tolist() == [5, 6] and int(batch.num_computed_tokens[0]) == 4
+
+
+def test_token_pairs_and_counters_are_the_rows_prompts_and_outputs():
+    batch = InputBatch(2, 4, 2, block_size=4)          # grows past its first capacity
+    batch.add(_new("a", [1, 2, 3], [5], output=(9, 9)))
+    batch.add(_new("b", [4], [6]))
+    batch.add(_new("c", range(10, 16), [7, 8], output=(20, 21, 22)))
+    rows = np.array([2, 0, 1])
+    for prompt, want in ((True, [list(range(10, 16)), [1, 2, 3], [4]]), (False, [[20, 21, 22], [9, 9], []])):
+        which, ids = batch.token_pairs(rows, prompt)
+        assert [ids[which == i].tolist() for i in range(3)] == want
+    assert batch.sampling_counters(rows).tolist() == [3, 2, 0]
+    assert batch.token_pairs(np.array([], dtype=np.int64), True)[1].tolist() == []
+
+
+def test_unseeded_sampled_requests_keep_their_derived_seed_until_forgotten():
+    batch = InputBatch(4, 8, 2, block_size=4, base_seed=5)
+    batch.add(_new("g", [1], [1]))                                         # greedy: no stream
+    batch.add(_new("x", [1], [2], temperature=1.0))
+    batch.add(_new("y", [1], [3], temperature=1.0))
+    batch.add(_new("s", [1], [4], temperature=1.0, seed=2 ** 64 + 3))     # seeds are taken mod 2**64
+    seeds = {rid: int(batch.seed[batch.req_id_to_index[rid]]) for rid in "gxys"}
+    assert seeds == {"g": 0, "x": derived_seed(5, 1), "y": derived_seed(5, 2), "s": 3}
+    batch.remove("x")                                # recompute preemption: sent in full again
+    batch.add(_new("x", [1], [2], output=(7,), temperature=1.0))
+    assert int(batch.seed[batch.req_id_to_index["x"]]) == seeds["x"]
+    batch.remove("x")
+    batch.forget("x")                                # finished: the id's stream is gone
+    batch.add(_new("x", [1], [2], temperature=1.0))
+    assert int(batch.seed[batch.req_id_to_index["x"]]) == derived_seed(5, 3)

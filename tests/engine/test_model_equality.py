@@ -207,6 +207,52 @@ def test_seeded_sampling_does_not_depend_on_the_batch(hf_model):
     assert run_real(hf_model, config, [Arrival("x", 0, prompt, other)]).requests["x"].output_token_ids != alone
 
 
+def sampled_busy(seed: int) -> list[Arrival]:
+    """A mixed workload where every other request samples with a seed of its own."""
+    return [Arrival(a.request_id, a.arrive_step, a.prompt,
+                    SamplingParams(max_tokens=a.params.max_tokens, temperature=1.0, seed=100 * seed + i,
+                                   ignore_eos=True) if i % 2 else a.params)
+            for i, a in enumerate(mixed_workload(8, seed=seed))]
+
+
+def test_a_seeded_request_preempted_by_recompute_continues_its_stream_in_any_batch(hf_model):
+    """The runner draws a request's token k from (its seed, k): runs with other co-scheduled
+    requests, one of them preempting it (recompute: its row rebuilt from the output so far),
+    give the tokens of the run where it is alone."""
+    prompt = tuple(range(40, 70))
+    config = EngineConfig(block_size=8, num_gpu_blocks=20, max_model_len=256, max_num_seqs=6,
+                          max_num_batched_tokens=48)
+    alone = run_real(hf_model, config, [Arrival("x", 0, prompt, SAMPLED)]).requests["x"].output_token_ids
+    preempted = set()
+    for busy_seed in (1, 2, 3):
+        result = run_real(hf_model, config, sampled_busy(busy_seed) + [Arrival("x", 0, prompt, SAMPLED)],
+                          seed=busy_seed)
+        assert result.requests["x"].output_token_ids == alone, busy_seed
+        preempted |= {busy_seed for r in result.records if "x" in r.preempted_ids}
+    assert preempted, "x was never preempted: the test lost its point"
+
+
+def test_unseeded_sampling_is_reproducible_and_survives_recompute_preemption(hf_model):
+    """Unseeded sampled requests draw from seeds derived from the runner's base seed in order
+    of arrival: the same run twice gives the same tokens, a run short of KV blocks (requests
+    preempted and recomputed) too, and another base seed gives others."""
+    arrivals = [Arrival(a.request_id, a.arrive_step, a.prompt,
+                        SamplingParams(max_tokens=a.params.max_tokens, temperature=1.0, top_k=50, ignore_eos=True))
+                for a in mixed_workload()]
+
+    def outputs(num_blocks: int, seed: int = 5):
+        config = EngineConfig(block_size=8, num_gpu_blocks=num_blocks, max_model_len=256, max_num_seqs=8,
+                              max_num_batched_tokens=64)
+        result = run_real(hf_model, config, arrivals, seed=seed)
+        return {rid: r.output_token_ids for rid, r in result.requests.items()}, result.num_preemptions
+
+    roomy, none = outputs(200)
+    tight, some = outputs(20)
+    assert none == 0 and some > 0
+    assert tight == roomy == outputs(200)[0]
+    assert outputs(200, seed=6)[0] != roomy
+
+
 def test_runner_exception_fails_only_that_steps_requests(hf_model):
     model = copy.deepcopy(hf_model)
     fail_at_call, calls = 2, []

@@ -18,7 +18,7 @@ from engine.sampler import Sampler
 def greedy(logits, prompt, output, **penalties) -> int:
     """The Sampler's greedy token for one row of ``logits`` with these penalties."""
     lg = torch.tensor([logits])
-    return Sampler().sample(lg, ["r"], [SamplingParams(**penalties)], [prompt], [output])[0]
+    return Sampler().sample(lg, [SamplingParams(**penalties)], prompt_token_ids=[prompt], output_token_ids=[output])[0]
 
 
 # --- argmax computed by hand ---------------------------------------------------------------------
@@ -60,8 +60,8 @@ def test_penalties_steer_sampling_too():
     s = Sampler()
 
     def draws(**penalty):
-        return [s.sample(lg, [f"{penalty}{i}"], [SamplingParams(temperature=1.0, seed=i, **penalty)],
-                         [[]], [[0] * 10])[0] for i in range(20)]
+        return [s.sample(lg, [SamplingParams(temperature=1.0, seed=i, **penalty)], None, [[]], [[0] * 10])[0]
+                for i in range(20)]
 
     assert 0 not in draws(frequency_penalty=2.0)
     assert draws().count(0) >= 15
@@ -101,7 +101,7 @@ def test_sampler_penalizes_only_the_rows_that_ask_for_it():
     lg = torch.tensor([[2.0, 1.9, 0.0], [2.0, 1.9, 0.0], [2.0, 1.9, 0.0]], dtype=torch.bfloat16)
     params = [SamplingParams(), SamplingParams(presence_penalty=0.5), SamplingParams()]
     prompts, outputs = [[0], [2], [0]], [[0], [0], [0]]
-    assert Sampler().sample(lg, ["a", "b", "c"], params, prompts, outputs) == [0, 1, 0]
+    assert Sampler().sample(lg, params, None, prompts, outputs) == [0, 1, 0]
     assert lg.dtype == torch.bfloat16 and lg[1, 0] == 2.0                  # the caller's tensor kept
 
 
@@ -110,14 +110,14 @@ def test_compact_prompt_arrays_and_missing_history():
     assert token_ids_tensor(prompt).tolist() == [0, 0, 3]
     assert greedy([2.0, 1.5, 0.0, 0.0], prompt, [], repetition_penalty=2.0) == 1
     with pytest.raises(ValueError, match="prompt and output token ids"):
-        Sampler().sample(torch.zeros(1, 4), ["r"], [SamplingParams(repetition_penalty=1.2)])
+        Sampler().sample(torch.zeros(1, 4), [SamplingParams(repetition_penalty=1.2)])
     with pytest.raises(ValueError, match=r"token id 9 is outside the vocabulary \[0, 4\)"):
         greedy([0.0] * 4, [], [9], frequency_penalty=1.0)
 
 
 def test_greedy_without_penalties_needs_no_history():
     lg = torch.tensor([[0.0, 1.0]])
-    assert Sampler().sample(lg, ["r"], [SamplingParams()]) == [1]
+    assert Sampler().sample(lg, [SamplingParams()]) == [1]
 
 
 # --- validation -----------------------------------------------------------------------------------

@@ -288,12 +288,12 @@ def test_counter_uniforms_are_uniform_and_fixed_per_pair(along):
 
 
 # --- the SamplingParams wrapper --------------------------------------------------------------------
-def test_wrapper_rows_equal_the_tensor_call_with_each_requests_seed_and_draw_count():
+def test_wrapper_rows_equal_the_tensor_call_with_each_requests_seed_and_counter():
     lg = randn(3, 100, seed=9)
     s = Sampler()
     params = [SamplingParams(temperature=1.0, seed=11), SamplingParams(), SamplingParams(temperature=0.8, top_p=0.9, seed=12)]
     for step in range(3):
-        got = s.sample(lg, ["a", "b", "c"], params)
+        got = s.sample(lg, params, [step] * 3)
         st = SamplingTensors.from_lists([1.0, 0.0, 0.8], [0, 0, 0], [1.0, 1.0, 0.9], [11, 0, 12], [step] * 3)
         assert got == sample(lg, st)
 

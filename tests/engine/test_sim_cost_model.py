@@ -17,7 +17,7 @@ from engine.sim.model_shapes import get_model_shape
 
 
 def chunk(rid: str, num_tokens: int, computed: int) -> ScheduledRequest:
-    return ScheduledRequest(rid, 0, num_tokens, computed, computed == 0, (), ())
+    return ScheduledRequest(rid, 0, num_tokens, computed, computed == 0, ())
 
 
 H100_8B = CostModel(get_model_shape("llama-3.1-8b"), DEVICES["h100"], CostParams())

@@ -23,9 +23,9 @@ def _new(rid: str, prompt_len: int, output=(), computed: int = 0) -> NewRequestD
 def _step() -> SchedulerOutput:
     """One step of three requests the executor has not seen (sent in full): a mid-prefill
     chunk, a last prefill chunk and a decode."""
-    return SchedulerOutput(0, (ScheduledRequest("p", 0, 64, 0, True, (), ()),      # mid-prefill: no token
-                               ScheduledRequest("q", 1, 40, 0, True, (), ()),      # last prefill chunk
-                               ScheduledRequest("d", 2, 1, 11, False, (), ())),    # decode
+    return SchedulerOutput(0, (ScheduledRequest("p", 0, 64, 0, True, ()),      # mid-prefill: no token
+                               ScheduledRequest("q", 1, 40, 0, True, ()),      # last prefill chunk
+                               ScheduledRequest("d", 2, 1, 11, False, ())),    # decode
                            scheduled_new_reqs=(_new("p", 100), _new("q", 40), _new("d", 10, (5, 6), 11)))
 
 

@@ -18,10 +18,10 @@ def _random_steps(n: int, seed: int = 0) -> list:
     rng = random.Random(seed)
     steps = []
     for k in range(n):
-        sched = [ScheduledRequest(f"d{i}", i, 1, rng.randint(10, 3000), False, (), ())
+        sched = [ScheduledRequest(f"d{i}", i, 1, rng.randint(10, 3000), False, ())
                  for i in range(rng.randint(1, 128))]
         if k % 3 == 0:
-            sched.append(ScheduledRequest("p", 200, rng.randint(64, 4096), rng.choice([0, 512]), True, (), ()))
+            sched.append(ScheduledRequest("p", 200, rng.randint(64, 4096), rng.choice([0, 512]), True, ()))
         steps.append((sched, len(sched) - (k % 6 == 0)))
     return steps
 
