@@ -234,9 +234,22 @@ def rejection_report(rejected: list, total: int, max_kinds: int = 6) -> str:
     if len(ordered) > max_kinds:
         rest = ordered[max_kinds:]
         lines.append(f"  ... and {sum(map(len, rest))} requests for {len(rest)} other reasons")
-    lines.append("  (shrink requests with --prompt-scale / --max-prompt-tokens / --max-output-tokens, or "
-                 "raise --max-model-len / --num-gpu-blocks; --preset cpu sizes a trace for this machine)")
+    if any(re.search(r"max_model_len|KV blocks|whole cache", r.error or "") for r in rejected):
+        lines.append("  (shrink requests with --prompt-scale / --max-prompt-tokens / --max-output-tokens, or "
+                     "raise --max-model-len / --num-gpu-blocks; --preset cpu sizes a trace for this machine)")
     return "\n".join(lines)
+
+
+def recorded_rejections(reader) -> list:
+    """The requests of a recording that finished with an error (rejected at admission or failed
+    in a step), as the objects :func:`rejection_report` reads, in arrival order."""
+    from types import SimpleNamespace
+
+    return [SimpleNamespace(request_id=rid, error=error, num_prompt_tokens=n,
+                            sampling_params=SimpleNamespace(max_tokens=m))
+            for rid, error, n, m in reader.execute(
+                "SELECT request_id, error, num_prompt_tokens, max_tokens FROM requests "
+                "WHERE status = 'FINISHED_ERROR' ORDER BY rowid")]
 
 
 def _numbers_as_ranges(texts: list[str]) -> str:
@@ -295,7 +308,11 @@ def print_report(reader, slo=None) -> None:
     from recordings.safe_text import visible
     from recordings.summary_lines import summary_lines
 
-    lines = [*completeness(reader).format_lines(), *summary_lines(reader, slo), *describe_run(reader.run_info())]
+    rejected = recorded_rejections(reader)
+    (total,), = reader.execute("SELECT count(*) FROM requests")
+    lines = [*completeness(reader).format_lines(), *summary_lines(reader, slo),
+             *(rejection_report(rejected, total).splitlines() if rejected else ()),
+             *describe_run(reader.run_info())]
     if reader.run_info().get("text_stored") is False:
         lines.append("text: not stored (recorded with --no-text: token ids and lengths only)")
     for line in lines:                  # no terminal escapes, no RTL tricks

@@ -30,7 +30,7 @@ def _check_engine_run(args: argparse.Namespace) -> None:
     if args.trace is not None:                  # files first: no import needed
         _need_file(args.trace, "trace")
     if getattr(args, "sim_cost", None):
-        _need_file(args.sim_cost, "--sim-cost file")
+        _need_file(args.sim_cost, "--sim-cost")
     if args.record is not None:
         out = Path(args.record)
         if out.exists():

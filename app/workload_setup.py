@@ -138,8 +138,10 @@ def load_workload(args: argparse.Namespace, load, tokenizer, vocab_size: int | N
     notes = source + list(wl.scaling_notes)
     num_ranked = sum(1 for r in wl.requests if r.priority)
     if num_ranked and getattr(args, "policy", "fcfs") != "priority":
-        notes.append(f"{num_ranked} requests carry a nonzero priority: only --policy priority honours "
-                     f"it; under --policy {args.policy} the scheduler rejects them at admission")
+        carry = "request carries" if num_ranked == 1 else "requests carry"
+        notes.append(f"{num_ranked} {carry} a nonzero priority: only --policy priority honours "
+                     f"it; under --policy {args.policy} the scheduler rejects {'it' if num_ranked == 1 else 'them'} "
+                     f"at admission")
     notes += [f"skipped malformed row {line}" for line in skipped[:5]]
     if len(skipped) > 5:
         notes.append(f"... and {len(skipped) - 5} more malformed rows skipped")

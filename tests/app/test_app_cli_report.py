@@ -217,3 +217,30 @@ def test_closing_the_window_waits_for_the_step_in_progress(capsys):
     stop_worker(worker, patience_s=0.1)
     assert not worker.is_alive() and worker.closed
     assert "waiting for the engine's current step to finish" in capsys.readouterr().err
+
+
+def test_summary_groups_a_recordings_rejections_by_reason(tmp_path, capsys):
+    """The reasons ``run`` printed are in ``summary`` too, read back from the recording; the
+    hint about shrinking requests only comes with a length reason."""
+    from engine_runs import make_config
+    from fake_runner import NullRunner
+    from recordings import RecordingWriter
+
+    config, run_info = make_config(num_gpu_blocks=32, max_num_seqs=8)
+    path = tmp_path / "rejected.sqlite"
+    with RecordingWriter(path, run_info) as writer:
+        eng = LLMEngine(config, NullRunner(), config.num_gpu_blocks, recorder=writer)
+        too_long = config.max_model_len + 5
+        for i in range(3):
+            eng.add_request([1] * (too_long + i), SamplingParams(max_tokens=2), request_id=f"long{i}")
+        eng.add_request([1, 2, 3], SamplingParams(max_tokens=2, ignore_eos=True), request_id="ok")
+        eng.run_until_done()
+    assert main(["summary", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "3 of 4 requests failed or were rejected at admission:" in out
+    line = next(x for x in out.splitlines() if x.strip().startswith("3 x prompt"))
+    assert f"exceeds max_model_len {config.max_model_len}" in line and "[long0, long1, long2]" in line
+    assert "--max-prompt-tokens" in out
+    rejected = [type("R", (), {"request_id": "p", "error": "priority 3 needs policy=priority",
+                               "num_prompt_tokens": 4, "sampling_params": SamplingParams(max_tokens=2)})()]
+    assert "--max-prompt-tokens" not in rejection_report(rejected, total=1)

@@ -69,7 +69,7 @@ def test_jsonl_workload_runs_with_its_own_ids_and_priorities(tmp_path, capsys):
     # under fcfs the priority row is refused by the scheduler, and the notes said so beforehand
     assert main(["run", "--trace", str(wl), "--record", str(tmp_path / "fcfs.sqlite"), *SIM]) == 0
     captured = capsys.readouterr()
-    assert "1 requests carry a nonzero priority: only --policy priority honours it" in captured.err
+    assert "1 request carries a nonzero priority: only --policy priority honours it" in captured.err
     assert "1 of 2 requests failed or were rejected" in captured.out
 
 
