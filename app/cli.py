@@ -249,8 +249,12 @@ def add_run_parser(sub, preset: str | None = None) -> None:
 
 def add_replay_parser(sub) -> None:
     """``batchscope replay``: a recording in the window."""
-    rep = sub.add_parser("replay", help="open a recording in the window, step by step")
-    rep.add_argument("recording")
+    rep = sub.add_parser("replay", help="open a recording in the window, step by step",
+                         description="Open a recording (.sqlite from run, demo, compare or bench --record) in the "
+                                     "window: play, pause, step, scrub and jump to any step, time or "
+                                     "request id. The file is opened read-only and checked in the "
+                                     "background; a run cut short is marked incomplete.")
+    rep.add_argument("recording", help="the recording file (.sqlite)")
     rep.add_argument("--check-invariants", action="store_true",
                      help="first replay every step and check the invariants (G1 blocks, G3 queues, G4 "
                           "limits, G6 drain), print each violation with its step, then open the window")
@@ -272,8 +276,13 @@ def add_check_parser(sub) -> None:
 
 def add_summary_parser(sub) -> None:
     """``batchscope summary``: a recording's metrics."""
-    summ = sub.add_parser("summary", help="print the metrics of a recording, recomputed from its rows")
-    summ.add_argument("recording")
+    summ = sub.add_parser("summary", help="print the metrics of a recording, recomputed from its rows",
+                          description="Print a recording's metrics recomputed from its rows: TTFT, "
+                                      "ITL, TPOT, E2E and queue time percentiles, batching, "
+                                      "preemptions, goodput under --slo-ttft/--slo-tpot, roofline "
+                                      "efficiency, rejected requests by reason, and the run's "
+                                      "provenance. Whether the run is complete comes first.")
+    summ.add_argument("recording", help="the recording file (.sqlite)")
     summ.add_argument("--json", action="store_true", help="print the summary as JSON (as 'export --format json')")
     _slo_args(summ)
 

@@ -308,7 +308,8 @@ def _is_count(value: object) -> bool:
 
 def _json_count(value: object, name: str) -> int:
     if not _is_count(value):
-        raise ValueError(f"{name} is not a non-negative integer: {_short(value)}")
+        shown = repr(_short(value)) if isinstance(value, str) else _short(value)   # "100": a string
+        raise ValueError(f"{name} is not a non-negative integer: {shown}")
     return _within_limit(value, name)  # type: ignore[arg-type]
 
 
