@@ -226,3 +226,50 @@ def test_reason_column_fits_every_reason_and_takes_the_room_left(qtbot):
     w.set_time_unit("steps")                                          # headers with their unit fit
     ttft = COLUMNS.index("TTFT")
     assert view.columnWidth(ttft) > header.fontMetrics().horizontalAdvance("TTFT (steps)")
+
+
+def test_a_frame_paints_the_table_once_with_the_selected_row_highlighted(qtbot, source):
+    """However many cells and rows a new state changes, the table's viewport gets one paint
+    per frame (``QueueView.paintEvent`` draws every row in it); the selected request's row is
+    the palette's highlight, the others alternate its base colours."""
+    from PySide6.QtCore import QEvent, QObject
+    from PySide6.QtGui import QPalette
+    from PySide6.QtWidgets import QApplication
+
+    w = QueueTables()
+    qtbot.addWidget(w)
+    w.resize(640, 430)
+    w.show()
+    qtbot.waitExposed(w)
+    view = w.views["running"]
+    paints = []
+
+    class Count(QObject):
+        def eventFilter(self, obj, ev):
+            if ev.type() == QEvent.Type.Paint:
+                paints.append(1)
+            return False
+
+    counter = Count()
+    view.viewport().installEventFilter(counter)
+    w.set_state(source.state_at(3), source.records(3, 4)[0])
+    QApplication.processEvents()
+    w.set_selected(w.models["running"].request_id(0))
+    for k in range(4, 30):
+        paints.clear()
+        w.set_state(source.state_at(k), source.records(k, k + 1)[0])
+        QApplication.processEvents()
+        assert len(paints) <= 1, k
+    model, pal = w.models["running"], view.palette()
+    assert model.rowCount() >= 2
+    w.set_selected(model.request_id(1))
+    QApplication.processEvents()
+    image = view.viewport().grab().toImage()
+    row_of = model.row_of(w.selected)
+    assert row_of is not None and row_of < 3
+    for row in range(min(model.rowCount(), 3)):
+        y = view.rowViewportPosition(row) + view.rowHeight(row) // 2
+        x = view.columnViewportPosition(1) + view.columnWidth(1) - 3      # right of the state text
+        role = (QPalette.ColorRole.Highlight if row == row_of else
+                QPalette.ColorRole.AlternateBase if row % 2 else QPalette.ColorRole.Base)
+        assert image.pixelColor(x, y).name() == pal.color(role).name(), row
