@@ -25,6 +25,16 @@ def expected_cells(state, row: int) -> list[str]:
             ttft, itl, str(int(c["num_preemptions"][row])), str(int(c["priority"][row]))]
 
 
+def shown_tables(qtbot) -> QueueTables:
+    """Queue tables on screen, 640x430 (a dozen rows visible)."""
+    w = QueueTables()
+    qtbot.addWidget(w)
+    w.resize(640, 430)
+    w.show()
+    qtbot.waitExposed(w)
+    return w
+
+
 def cells(model: RequestTableModel, i: int) -> list[str]:
     return [model.data(model.index(i, col)) for col in range(len(COLUMNS))]
 
@@ -56,11 +66,7 @@ def test_models_are_the_state_columns_at_scale(qtbot, big):
 
 def test_same_rows_update_without_reset_and_repaint_only_changed_cells(qtbot, big):
     k = big.latest_step()
-    w = QueueTables()
-    qtbot.addWidget(w)
-    w.resize(640, 430)
-    w.show()
-    qtbot.waitExposed(w)
+    w = shown_tables(qtbot)
     w.set_state(big.state_at(k - 1), big.records(k - 1, k)[0])
     resets = {n: [] for n in w.models}
     changed = {n: [] for n in w.models}
@@ -89,11 +95,7 @@ def test_a_changing_queue_moves_rows_without_a_reset(qtbot, source):
     """Rows are positions: a request that finishes or is admitted adds or removes rows at the
     end, the rows on screen that now hold another request are announced whole, and the model
     is never reset (the view keeps its scroll position, header and layout)."""
-    w = QueueTables()
-    qtbot.addWidget(w)
-    w.resize(640, 430)
-    w.show()
-    qtbot.waitExposed(w)
+    w = shown_tables(qtbot)
     model = w.models["running"]
     resets, inserted, removed, changed = [], [], [], []
     model.modelReset.connect(lambda: resets.append(1))
@@ -236,11 +238,7 @@ def test_a_frame_paints_the_table_once_with_the_selected_row_highlighted(qtbot, 
     from PySide6.QtGui import QPalette
     from PySide6.QtWidgets import QApplication
 
-    w = QueueTables()
-    qtbot.addWidget(w)
-    w.resize(640, 430)
-    w.show()
-    qtbot.waitExposed(w)
+    w = shown_tables(qtbot)
     view = w.views["running"]
     paints = []
 
