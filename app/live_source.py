@@ -6,6 +6,12 @@ older history is read back from the recording being written through a ``recordin
 committed step, advanced through the ring with :class:`engine.timeline.StateTimeline`: the one
 implementation of state + record, so live and replay cannot differ.
 
+Past states the window asks for are kept in a bounded :class:`app.state_cache.StateCache`
+(with the states the engine published with their step, one a frame while the window follows):
+a step back replays a few steps from a nearby cached state, and :class:`app.state_cache.BackFill`
+fills the steps below the shown one a few per call ahead of a scrub back, instead of each step
+back loading a keyframe of the file and replaying up to it (~25 ms at 10k live requests).
+
 The ring keeps each record packed (``app.step_ring``: the batch and tokens as numpy columns, the
 rest as plain tuples), not as the record's ~500 named tuples at 256 running: the garbage
 collector does not walk it, so a full collection stays short however long the run.
@@ -17,19 +23,20 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
 from app import step_ring
+from app.state_cache import BackFill, StateCache, replay
 from app.step_ring import PackedStep, step_of
 from engine.outputs import StepRecord
 from engine.state import EngineState
-from engine.timeline import StateTimeline
 from recordings.info import timeline_events
 
 RING_STEPS = 1024           # newest records kept in memory
 PUBLISH_INTERVAL_S = 1 / 60  # the engine hands over a fresh state at most this often
+NEAR_STEPS = 32             # a cached state this close before a step is replayed from
 
 
 class LiveSource:
@@ -47,6 +54,8 @@ class LiveSource:
         self._open_reader = open_reader
         self._reader = None
         self._last_publish = 0.0
+        self.states = StateCache()        # exact past states near the shown step (bounded)
+        self._fill = BackFill()
 
     def reset(self, initial: EngineState, run_info: dict[str, Any]) -> None:
         """Start over for a new engine (called once the engine is built)."""
@@ -55,6 +64,8 @@ class LiveSource:
             self._latest = initial
             self._run_info = dict(run_info)
             self._reader = None
+            self.states.clear()
+            self._fill.reset()
 
     # --- engine thread --------------------------------------------------------------------
     def wants_state(self) -> bool:
@@ -62,13 +73,17 @@ class LiveSource:
         return time.perf_counter() - self._last_publish >= PUBLISH_INTERVAL_S
 
     def publish(self, state: EngineState, record: StepRecord | None = None) -> None:
-        """Hand over the newest state (and the record of the step that made it)."""
+        """Hand over the newest state (and the record of the step that made it: the state is
+        then exactly the one after that step, and kept in :attr:`states` for scrubbing back;
+        one without a record may hold changes made since, recorded with the next step)."""
         packed = step_ring.pack(record) if record is not None else None
         with self._lock:
             if record is not None:
                 self._ring.append(packed)
             self._latest = state
             self._last_publish = time.perf_counter()
+        if record is not None and state.step == record.step:
+            self.states.add(state)
 
     def publish_record(self, record: StepRecord) -> None:
         """Hand over a step's record without a state (between frames)."""
@@ -92,30 +107,71 @@ class LiveSource:
             return self._latest
 
     def state_at(self, step: int) -> EngineState:
+        """The state after ``step``: the newest one for ``step >= latest_step()``; else from
+        :attr:`states`, or replayed from a cached state at most :data:`NEAR_STEPS` before it,
+        or from the recording's state at its last committed step at or before ``step``
+        (through the ring). Then fills a few of the steps below ``step`` (:class:`BackFill`)."""
         with self._lock:
             latest, ring = self._latest, list(self._ring)
         if step >= latest.step:
+            self.states.cursor = None
             return latest
-        reader = self._history()
-        if reader is None:
-            return latest
-        committed = reader.latest_step()
-        base = reader.state_at(min(step, committed))
-        return self._replay_from_ring(base, [p for p in ring if base.step < step_of(p) <= step],
-                                      step) or base
+        self.states.cursor = step
+        state = self.states.get(step)
+        if state is None:
+            state = self._replayed(step, ring)
+        if state.step == step:
+            self._fill.run(step, self.states, lambda s: self._fill_base(s, ring),
+                           lambda a, b: self._records_iter(ring, a, b))
+        return state
 
-    @staticmethod
-    def _replay_from_ring(base: EngineState, ring: list[PackedStep], step: int) -> EngineState | None:
-        """``base`` advanced through ``ring`` (the packed steps after it) up to ``step``; None
-        when ``ring`` cannot get there (a gap between the file and the ring)."""
-        if base.step == step:
+    def _fill_base(self, step: int, ring: list[PackedStep]) -> EngineState | None:
+        """Where :class:`BackFill` starts a replay up to ``step``: a cached state near it, else
+        the recording's keyframe at or before it (a keyframe is read without replaying steps:
+        ~10 ms at 10k live requests, once a keyframe interval), when the ring holds the steps
+        after it; None otherwise (history older than the ring: each step is read from the file)."""
+        base = self._near_base(step, ring)
+        reader = self._history() if base is None and ring else None
+        if reader is None:
             return base
-        if not ring or step_of(ring[0]) != base.step + 1:
+        keyframe = reader.execute("SELECT max(step) FROM keyframes WHERE step <= ?", (step,))[0][0]
+        if keyframe is None or step_of(ring[0]) > keyframe + 1:
             return None
-        timeline = StateTimeline.from_state(base)
-        for p in ring:
-            timeline.apply(step_ring.unpack(p))
-        return timeline.snapshot()
+        base = reader.state_at(keyframe)
+        self.states.add(base)
+        return base
+
+    def _near_base(self, step: int, ring: list[PackedStep]) -> EngineState | None:
+        """The newest cached state at most :data:`NEAR_STEPS` before ``step`` whose following
+        steps are in ``ring`` (or None)."""
+        base = self.states.at_or_before(step)
+        if base is None or step - base.step > NEAR_STEPS or not ring or step_of(ring[0]) > base.step + 1:
+            return None
+        return base
+
+    def _replayed(self, step: int, ring: list[PackedStep]) -> EngineState:
+        """The state after ``step`` (< the newest), replayed and kept in :attr:`states`; the
+        recording's newest state before it when the ring does not reach (a gap between the
+        file and the ring)."""
+        base = self._near_base(step, ring)
+        if base is None:
+            reader = self._history()
+            if reader is None:
+                with self._lock:
+                    return self._latest
+            base = reader.state_at(min(step, reader.latest_step()))
+        try:
+            state = replay(base, self._records_iter(ring, base.step + 1, step + 1), step)
+        except ValueError:
+            return base
+        self.states.add(state)
+        return state
+
+    def _records_iter(self, ring: list[PackedStep], start: int, stop: int) -> Iterator[StepRecord]:
+        """The records ``start <= step < stop`` from ``ring`` (unpacked one at a time, as a
+        replay uses them)."""
+        lo, hi = (bisect.bisect_left(ring, k, key=step_of) for k in (start, stop))
+        return map(step_ring.unpack, ring[lo:hi])
 
     def records(self, start: int, stop: int) -> Sequence[StepRecord]:
         with self._lock:

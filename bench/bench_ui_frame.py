@@ -6,7 +6,10 @@ Live (the default): the window on the live data path of ``batchscope demo`` with
 ``app.live_source.LiveSource``, in steady churn (requests finish and waiting ones are admitted at
 nearly every step, the queue topped up to 10,000). A frame is what the window's 30 Hz timer does
 when new steps arrived (``MainWindow.refresh()``) plus the repaint it triggers
-(``processEvents``); the engine's steps between frames are not timed.
+(``processEvents``); the engine's steps between frames are not timed. After the scenarios
+the window scrubs back one step a frame from the newest step: a live run's past states come
+from the live source's bounded state cache (``app.state_cache``, filled ahead of the scrub;
+its size and bound are printed).
 
     QT_QPA_PLATFORM=offscreen .venv/bin/python bench/bench_ui_frame.py \
         [--frames 1000] [--steps-per-frame 1,7,20] [--no-recording] [--profile OUT.prof]
@@ -343,6 +346,10 @@ def bench_live(args) -> None:
             app.processEvents()
     scrub.report("scrub back, 1 step/frame")
     GC.report(gcs, " " * 38)
+    cache = getattr(run.source, "states", None)       # app.state_cache.StateCache (bounded)
+    if cache is not None:
+        print(f"{'':38s} state cache: {len(cache)} states, {cache.nbytes / 2**20:.0f} MiB "
+              f"(bound {cache.max_bytes / 2**20:.0f} MiB); {memory()}")
     state, records, k = w.state, w.records, w.shown_step
     parts = {
         "block map": lambda: w.block_map.set_state(state),

@@ -25,6 +25,16 @@ def expected_cells(state, row: int) -> list[str]:
             ttft, itl, str(int(c["num_preemptions"][row])), str(int(c["priority"][row]))]
 
 
+def shown_tables(qtbot) -> QueueTables:
+    """Queue tables on screen, 640x430 (a dozen rows visible)."""
+    w = QueueTables()
+    qtbot.addWidget(w)
+    w.resize(640, 430)
+    w.show()
+    qtbot.waitExposed(w)
+    return w
+
+
 def cells(model: RequestTableModel, i: int) -> list[str]:
     return [model.data(model.index(i, col)) for col in range(len(COLUMNS))]
 
@@ -56,11 +66,7 @@ def test_models_are_the_state_columns_at_scale(qtbot, big):
 
 def test_same_rows_update_without_reset_and_repaint_only_changed_cells(qtbot, big):
     k = big.latest_step()
-    w = QueueTables()
-    qtbot.addWidget(w)
-    w.resize(640, 430)
-    w.show()
-    qtbot.waitExposed(w)
+    w = shown_tables(qtbot)
     w.set_state(big.state_at(k - 1), big.records(k - 1, k)[0])
     resets = {n: [] for n in w.models}
     changed = {n: [] for n in w.models}
@@ -89,11 +95,7 @@ def test_a_changing_queue_moves_rows_without_a_reset(qtbot, source):
     """Rows are positions: a request that finishes or is admitted adds or removes rows at the
     end, the rows on screen that now hold another request are announced whole, and the model
     is never reset (the view keeps its scroll position, header and layout)."""
-    w = QueueTables()
-    qtbot.addWidget(w)
-    w.resize(640, 430)
-    w.show()
-    qtbot.waitExposed(w)
+    w = shown_tables(qtbot)
     model = w.models["running"]
     resets, inserted, removed, changed = [], [], [], []
     model.modelReset.connect(lambda: resets.append(1))
@@ -226,3 +228,46 @@ def test_reason_column_fits_every_reason_and_takes_the_room_left(qtbot):
     w.set_time_unit("steps")                                          # headers with their unit fit
     ttft = COLUMNS.index("TTFT")
     assert view.columnWidth(ttft) > header.fontMetrics().horizontalAdvance("TTFT (steps)")
+
+
+def test_a_frame_paints_the_table_once_with_the_selected_row_highlighted(qtbot, source):
+    """However many cells and rows a new state changes, the table's viewport gets one paint
+    per frame (``QueueView.paintEvent`` draws every row in it); the selected request's row is
+    the palette's highlight, the others alternate its base colours."""
+    from PySide6.QtCore import QEvent, QObject
+    from PySide6.QtGui import QPalette
+    from PySide6.QtWidgets import QApplication
+
+    w = shown_tables(qtbot)
+    view = w.views["running"]
+    paints = []
+
+    class Count(QObject):
+        def eventFilter(self, obj, ev):
+            if ev.type() == QEvent.Type.Paint:
+                paints.append(1)
+            return False
+
+    counter = Count()
+    view.viewport().installEventFilter(counter)
+    w.set_state(source.state_at(3), source.records(3, 4)[0])
+    QApplication.processEvents()
+    w.set_selected(w.models["running"].request_id(0))
+    for k in range(4, 30):
+        paints.clear()
+        w.set_state(source.state_at(k), source.records(k, k + 1)[0])
+        QApplication.processEvents()
+        assert len(paints) <= 1, k
+    model, pal = w.models["running"], view.palette()
+    assert model.rowCount() >= 2
+    w.set_selected(model.request_id(1))
+    QApplication.processEvents()
+    image = view.viewport().grab().toImage()
+    row_of = model.row_of(w.selected)
+    assert row_of is not None and row_of < 3
+    for row in range(min(model.rowCount(), 3)):
+        y = view.rowViewportPosition(row) + view.rowHeight(row) // 2
+        x = view.columnViewportPosition(1) + view.columnWidth(1) - 3      # right of the state text
+        role = (QPalette.ColorRole.Highlight if row == row_of else
+                QPalette.ColorRole.AlternateBase if row % 2 else QPalette.ColorRole.Base)
+        assert image.pixelColor(x, y).name() == pal.color(role).name(), row
