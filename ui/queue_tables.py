@@ -418,7 +418,16 @@ class QueueTables(QWidget):
                 self._restore(name)
             if name == "swapped" and self.tabs.bar.isTabVisible(i) != bool(len(state.cpu_owner)):
                 self.tabs.bar.setTabVisible(i, bool(len(state.cpu_owner)))   # runs with a pool
-            self._set_title(i, f"{name.capitalize()} ({model.rowCount():,})")
+            self._set_title(i, self._title(name, model.rowCount(), record))
+
+    @staticmethod
+    def _title(name: str, rows: int, record) -> str:
+        """The tab's text: the queue and its row count; the finished tab, which keeps only the
+        most recent, also says how many finished in all (``record.num_finished``)."""
+        total = getattr(record, "num_finished", rows) if name == "finished" else rows
+        if total > rows:
+            return f"Finished (last {rows:,} of {total:,})"
+        return f"{name.capitalize()} ({rows:,})"
 
     def _set_title(self, index: int, title: str) -> None:
         if self.tabs.tabText(index) != title:
