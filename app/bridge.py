@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from app.factory import BuiltEngine
 from app.live_source import LiveSource
-from engine.request import SamplingParams
+from engine.request import Request, SamplingParams
 from engine.source import check_knobs, current_knobs
 from engine.state import EngineState
 
@@ -77,16 +77,25 @@ class EngineWorker(threading.Thread):
     def add_request(self, prompt: str, max_tokens: int, temperature: float = 0.0,
                     top_p: float = 1.0, seed: int | None = None, **sampling: Any) -> str:
         """Queue a text request; ``sampling``: further :class:`SamplingParams` fields by name
-        (``priority``, penalties...). Raises ``ValueError`` at once for an unknown field or a
-        value out of range; the prompt is encoded on the engine thread (errors: ``last_error``)."""
+        (``priority``, penalties...). Raises ``ValueError`` at once for an unknown field, a value
+        out of range, or (once the engine is built) a request it could never serve: the
+        scheduler's admission check, e.g. prompt + max_tokens over ``max_model_len``. Other
+        errors come from the engine thread (``last_error``)."""
         params = sampling_params(max_tokens=max_tokens, temperature=temperature, top_p=top_p,
                                  seed=seed, **sampling)
         rid = f"inj-{next(self._ids)}"
+        built = self.built
+        ids = None
+        if built is not None:                   # the limits only read the config: refuse now
+            ids = encode_prompt(built.tokenizer, prompt)
+            problem = built.engine.scheduler.admission_error(Request(rid, ids, params))
+            if problem:
+                raise ValueError(f"it can never be served: {problem}")
 
         def add() -> None:
             built = self.built
-            ids = encode_prompt(built.tokenizer, prompt)
-            built.engine.add_request(ids, params, request_id=rid, prompt_text=prompt)
+            tokens = ids if ids is not None else encode_prompt(built.tokenizer, prompt)
+            built.engine.add_request(tokens, params, request_id=rid, prompt_text=prompt)
         self._commands.put(add)
         return rid
 

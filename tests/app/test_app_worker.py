@@ -123,6 +123,10 @@ def test_sampling_fields_and_set_priority_reach_the_engine():
             worker.add_request("x", 4, bogus=1)
         with pytest.raises(ValueError, match="presence_penalty"):
             worker.add_request("x", 4, presence_penalty=9.0)
+        limit = worker.built.config.max_model_len
+        with pytest.raises(ValueError, match=f"never be served.*exceeds max_model_len {limit}"):
+            worker.add_request("some words", limit + 1)          # refused at once, never queued
+        assert worker.last_error() is None
     finally:
         worker.stop()
 
