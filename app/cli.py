@@ -9,6 +9,7 @@ import time
 
 PROCESS_START = time.perf_counter()   # for "first token after N s" (import of torch etc. included)
 
+from app.exit_quiet import quiet_triton_teardown
 from app.privacy import add_recording_privacy_args
 from app.presets import add_preset_arg, apply_preset, preset_name
 from app.usage import UsageError, check_usage
@@ -364,7 +365,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def console_main() -> int:
     """The ``batchscope`` console script: :func:`main`, quiet when the reader of its output goes
-    away (``batchscope summary run.sqlite | head``: exit status 1, no traceback)."""
+    away (``batchscope summary run.sqlite | head``: exit status 1, no traceback), and without
+    Triton's teardown report at exit (:mod:`app.exit_quiet`)."""
+    quiet_triton_teardown()
     try:
         return main()
     except BrokenPipeError:

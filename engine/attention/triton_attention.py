@@ -27,7 +27,6 @@ MIN_SPLIT_TOKENS = 256          # a decode split covers at least this many conte
 
 
 @functools.lru_cache(maxsize=1)
-@functools.lru_cache(maxsize=1)
 def triton_available() -> bool:
     """True when ``triton`` imports (its kernels can then run on CUDA tensors, or on CPU tensors
     under ``TRITON_INTERPRET=1``). Checked once per process: the attention hook asks every layer."""
