@@ -28,6 +28,10 @@ def _engine_args(p: argparse.ArgumentParser, *, num_gpu_blocks: int | None, cloc
     g.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default: %(default)s)")
     g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
                    help="auto = float32 on CPU, bfloat16 on GPU (default: %(default)s)")
+    g.add_argument("--threads", type=int, metavar="N",
+                   help="torch's CPU threads for the forward pass (torch.set_num_threads; default: torch's "
+                        "choice, one per core). On a machine busy with other work, fewer threads than "
+                        "cores (e.g. 1 on 2 cores) avoid the threads waiting on each other")
     g.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default: %(default)s)")
     g.add_argument("--num-gpu-blocks", type=int, default=num_gpu_blocks,
                    help="physical KV blocks; omit to size from free memory (default: %(default)s)")
@@ -334,6 +338,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"batchscope: {e}", file=sys.stderr)
         return 2
+    if getattr(args, "threads", None):
+        import torch
+        torch.set_num_threads(args.threads)
     if command == "run":
         from app.headless import run_headless
         return run_headless(args)

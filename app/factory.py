@@ -29,7 +29,7 @@ def resolve_device(spec: str) -> "torch.device":
     dev = torch.device(spec)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(f"device {spec!r} asked for, but torch sees no CUDA GPU "
-                           f"(torch {torch.__version__}); use --device cpu")
+                           f"(torch {torch.__version__}); use device 'cpu' (--device cpu)")
     return dev
 
 
@@ -102,7 +102,8 @@ def build_engine(config: EngineConfig, *, recorder_factory=None, trace: dict | N
 def provenance(config: EngineConfig, model, device: "torch.device", *, model_info: dict,
                trace: dict | None = None, peaks: "DevicePeaks | None" = None) -> dict[str, Any]:
     """The recording's ``run_info`` of a model run: the config, ``model_info`` (name, path, weight
-    hash, architecture...) plus the model's parameter count, the device and its name, dtype,
+    hash, architecture...) plus the model's parameter count, the device and its name, torch's CPU
+    threads (``torch_threads``), dtype,
     library versions, seed, ``trace`` and the start time (UTC, ISO 8601). With the device's
     measured ``peaks``, also ``roofline`` (``recordings.roofline.roofline_info``: the model's
     shape in the run's dtype and the peaks), from which each step's roofline efficiency follows."""
@@ -114,6 +115,7 @@ def provenance(config: EngineConfig, model, device: "torch.device", *, model_inf
         "model": {**model_info, "num_parameters": sum(p.numel() for p in model.parameters())},
         "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "torch_threads": torch.get_num_threads(),
         "dtype": config.dtype,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                      "python": platform.python_version()},

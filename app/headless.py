@@ -72,7 +72,7 @@ def run_headless(args: argparse.Namespace) -> int:
     add_workload(eng, wl.requests, clock=built.config.clock, steps_per_second=args.steps_per_second)
     gc.freeze()        # model and workload live for the whole run: out of the full GC passes
     if wl.notes:
-        print("workload scaled to fit this machine:", file=sys.stderr)
+        print("workload:", file=sys.stderr)
         for line in wl.notes:
             print(f"  - {line}", file=sys.stderr)
     interrupted = False
@@ -236,7 +236,8 @@ def rejection_report(rejected: list, total: int, max_kinds: int = 6) -> str:
         lines.append(f"  ... and {sum(map(len, rest))} requests for {len(rest)} other reasons")
     if any(re.search(r"max_model_len|KV blocks|whole cache", r.error or "") for r in rejected):
         lines.append("  (shrink requests with --prompt-scale / --max-prompt-tokens / --max-output-tokens, or "
-                     "raise --max-model-len / --num-gpu-blocks; --preset cpu sizes a trace for this machine)")
+                     "raise --max-model-len / --num-gpu-blocks; --preset cpu (this CPU) or --preset sim "
+                     "(a simulated GPU) size a trace to fit)")
     return "\n".join(lines)
 
 

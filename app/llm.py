@@ -128,7 +128,8 @@ class LLM:
 
     def generate(self, prompts: Prompt | Sequence[Prompt],
                  sampling_params: SamplingParams | Sequence[SamplingParams] | None = None, *,
-                 record: str | Path | None = None, use_tqdm: bool = True) -> list[RequestOutput]:
+                 record: str | Path | None = None, overwrite: bool = False,
+                 use_tqdm: bool = True) -> list[RequestOutput]:
         """Generate for every prompt; returns one :class:`RequestOutput` per prompt, in input order.
 
         ``prompts``: a string, a list of token ids, or a list of those (strings are encoded with
@@ -136,11 +137,12 @@ class LLM:
         one for all prompts (default ``SamplingParams()``: greedy, 16 tokens) or one per prompt.
         Request ids (``"0"``, ``"1"``, ...) are unique across calls; a prompt sampled with
         ``n`` > 1 (parallel sampling) has its ``n`` results in ``RequestOutput.sequences``. ``record``: also write the
-        run to this new recording file (``recordings.RecordingWriter``). ``use_tqdm``: a progress
+        run to this recording file (``recordings.RecordingWriter``; an existing file is replaced only
+        with ``overwrite=True``). ``use_tqdm``: a progress
         bar of finished requests on stderr. Raises ``ValueError`` for a text prompt without a
         tokenizer, a list of sampling params of the wrong length, or stop strings without a
         tokenizer; ``TypeError`` for a prompt of another type; ``recordings.RecordingError`` when
-        ``record`` cannot be created (an existing file is never overwritten).
+        ``record`` cannot be created or exists and ``overwrite`` is False.
         """
         items = self._prompts(prompts)
         params = self._params(sampling_params, len(items))
@@ -153,7 +155,7 @@ class LLM:
 
             info = {**self.run_info, "source": "app.llm.LLM.generate",
                     "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
-            writer = RecordingWriter(record, info)
+            writer = RecordingWriter(record, info, overwrite=overwrite)
         engine = LLMEngine(self.config, self._runner, self.config.num_gpu_blocks, tokenizer=self.tokenizer,
                            eos_token_id=self._eos_token_id, recorder=writer)
         done = engine.collect_finished()

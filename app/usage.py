@@ -16,6 +16,9 @@ def check_usage(args: argparse.Namespace) -> None:
     engine knob out of range (naming the knob and its limit) and :class:`UsageError` for the rest."""
     command = args.command
     _check_slo(args)
+    threads = getattr(args, "threads", None)
+    if threads is not None and threads < 1:
+        raise UsageError(f"--threads must be >= 1, got {threads}")
     if command in ("run", "demo"):
         _check_engine_run(args)
     elif command in ("replay", "summary", "check", "fit"):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 
 POLICIES = ("fcfs", "priority", "static")
@@ -89,6 +90,9 @@ class EngineConfig:
              f"num_cpu_blocks={self.num_cpu_blocks} is only used with preemption_mode='swap' "
              f"(this config has preemption_mode={self.preemption_mode!r})")
         need(self.clock in CLOCKS, f"clock must be one of {CLOCKS}, got {self.clock!r}")
+        need(re.fullmatch(r"auto|cpu|cuda(:\d+)?|sim:\S+", self.device) is not None,   # sim: SimConfig
+             f"device must be auto, cpu, cuda or cuda:N (the engine runs on CUDA GPUs and CPUs), "
+             f"got {self.device!r}")
         need(self.dtype in ("auto", "float32", "bfloat16", "float16"),
              f"dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}")
 

@@ -91,6 +91,10 @@ def roofline_of(run_info: Mapping[str, Any]) -> Roofline:
             return Roofline(cost, False, f"{r.get('peaks') or MEASURED} ({_describe(cost.device)}), "
                                          f"{cost.shape.name} shape")
         if run_info.get("simulated") and isinstance(run_info.get("sim"), Mapping):
+            clock = (run_info.get("config") or {}).get("clock", "sim")
+            if clock != "sim":
+                return Roofline(None, True, f"a simulated run on the {clock} clock: its steps' times "
+                                            f"are not the cost model's durations (use --clock sim)")
             cost = _cost(run_info["sim"]["model"], run_info["sim"]["device"])
             return Roofline(cost, True, f"simulated: the cost model's assumed efficiency on "
                                         f"{cost.device.name} ({_describe(cost.device)}), not a measurement")
@@ -147,13 +151,16 @@ class RunRoofline:
     @property
     def efficiency(self) -> float | None:
         """Floor / run time (``batchscope bench``'s figure), None without either."""
-        return self.floor_s / self.run_s if self.roofline.cost is not None and self.run_s > 0 else None
+        ok = self.roofline.cost is not None and self.run_s > 0 and self.step_s > 0
+        return self.floor_s / self.run_s if ok else None
 
     def format_lines(self, width: int = 27) -> list[str]:
         """Lines in ``RunSummary.format_table``'s two-column style."""
         name = f"{'roofline efficiency':<{width}}  "
         if self.efficiency is None:
-            why = self.roofline.note if self.roofline.cost is None else "no steps with a measured time"
+            why = (self.roofline.note if self.roofline.cost is None else
+                   "no step computed a token (every request was rejected)" if self.num_steps and not self.floor_s
+                   else "no steps with a measured time")
             return [f"{name}n/a: {why}"]
         p = self.per_step
         unit = "sim s" if self.roofline.simulated else "s"
@@ -163,9 +170,15 @@ class RunRoofline:
                 f"{'  per step p50/p90/p99':<{width}}  {pct(p.p50)} / {pct(p.p90)} / {pct(p.p99)}  "
                 f"(floor / step time, n={p.num_samples})",
                 f"{'  peaks':<{width}}  {self.roofline.note}"] + ([
-                f"{'  above 100%':<{width}}  {self.num_above_peak} steps ran faster than the floor: the "
-                f"peaks measured at start understate this device (a loaded machine measures low); "
-                f"compare efficiencies only between runs with the same peaks"] if self.num_above_peak else [])
+                f"{'  above 100%':<{width}}  {self.num_above_peak} steps ran faster than the floor: "
+                f"{self._above_peak_cause()}; compare efficiencies only between runs with the same peaks"]
+                if self.num_above_peak else [])
+
+    def _above_peak_cause(self) -> str:
+        if self.roofline.simulated:
+            return ("the cost model's efficiency factors exceed 1 (a --sim-cost fit made against peaks "
+                    "that understate the device it was fitted on)")
+        return "the peaks measured at start understate this device (a loaded machine measures low)"
 
 
 def summarize_roofline(reader, chunk: int = CHUNK_STEPS) -> RunRoofline:

@@ -146,3 +146,27 @@ def test_a_closed_pipe_ends_the_command_quietly(tmp_path):
     err = proc.communicate(timeout=120)[1]
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
     assert proc.returncode == 1
+
+
+@pytest.mark.parametrize("device", ["mps", "xpu", "cuda0", "gpu"])
+def test_a_device_the_engine_cannot_run_on_is_refused_before_loading(device, tmp_path, capsys):
+    from app.cli import main
+
+    assert main(["run", "--preset", "cpu", "--device", device, "--record", str(tmp_path / "r.sqlite")]) == 2
+    err = capsys.readouterr().err
+    assert "device must be auto, cpu, cuda or cuda:N" in err and repr(device) in err
+    assert not (tmp_path / "r.sqlite").exists()
+
+
+@pytest.mark.parametrize("device", ["auto", "cpu", "cuda", "cuda:1"])
+def test_the_devices_the_engine_runs_on_are_accepted(device):
+    from engine.config import EngineConfig
+
+    assert EngineConfig(device=device).device == device
+
+
+def test_threads_must_be_positive(tmp_path, capsys):
+    from app.cli import main
+
+    assert main(["run", "--preset", "cpu", "--threads", "0", "--record", str(tmp_path / "r.sqlite")]) == 2
+    assert "--threads must be >= 1, got 0" in capsys.readouterr().err

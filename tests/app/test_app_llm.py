@@ -92,8 +92,12 @@ def test_record_writes_a_recording_that_opens(llm, tmp_path):
         for t in rec.new_tokens:
             tokens.setdefault(t.request_id, []).append(t.token_id)
     assert tokens == {o.request_id: o.token_ids for o in outs}
-    with pytest.raises(RecordingError):                                # never overwritten
+    with pytest.raises(RecordingError, match="overwrite=True"):        # not overwritten unasked
         llm.generate(PROMPTS[:1], GREEDY, record=path, use_tqdm=False)
+    again = llm.generate(PROMPTS[:1], GREEDY, record=path, overwrite=True, use_tqdm=False)
+    with Reader(path) as reader:                                       # replaced by the new call
+        assert {t.request_id for r in reader.records(0, reader.latest_step() + 1)
+                for t in r.new_tokens} == {again[0].request_id}
 
 
 def test_a_prompt_that_cannot_fit_is_an_error_output(llm):

@@ -60,3 +60,37 @@ def test_a_simulated_runs_efficiency_is_its_cost_models_and_says_so(tmp_path):
                                           if records[i].scheduled else 0.0 for i in no_swap], rel=1e-6)
     text = "\n".join(summary_lines(reader))
     assert "simulated: the cost model's assumed efficiency on h200" in text and "sim s" in text
+
+
+def test_a_run_where_every_request_is_rejected_summarizes_without_an_efficiency(tmp_path, capsys):
+    rec = tmp_path / "rejected.sqlite"
+    assert main([*SIM_RUN, "--max-model-len", "32", "--record", str(rec)]) == 1   # nothing served
+    out = capsys.readouterr().out
+    assert "roofline efficiency              n/a: no step computed a token" in out
+    assert main(["summary", str(rec)]) == 0
+    assert "n/a: no step computed a token" in capsys.readouterr().out
+
+
+def test_a_simulated_run_on_the_virtual_clock_has_no_efficiency(tmp_path):
+    rec = tmp_path / "virtual.sqlite"
+    assert main([*SIM_RUN, "--clock", "virtual", "--record", str(rec)]) == 0
+    roofline = roofline_of(Reader(rec).run_info())
+    assert roofline.cost is None and "virtual clock" in roofline.note
+    assert any("roofline efficiency" in line and "n/a: a simulated run on the virtual clock" in line
+               for line in summary_lines(Reader(rec)))
+
+
+def test_threads_sets_torchs_cpu_threads_and_the_recording_says_so(tiny_model, tmp_path):
+    import torch
+
+    before = torch.get_num_threads()
+    want = 2 if before != 2 else 1
+    rec = tmp_path / "threads.sqlite"
+    try:
+        assert main(["run", "--model", str(tiny_model), "--trace", str(DEMO_TRACE), "--limit", "2", "--device", "cpu",
+                     "--max-prompt-tokens", "16", "--max-output-tokens", "4", "--num-gpu-blocks", "16",
+                     "--threads", str(want), "--record", str(rec)]) == 0
+        assert torch.get_num_threads() == want
+    finally:
+        torch.set_num_threads(before)
+    assert Reader(rec).run_info()["torch_threads"] == want
