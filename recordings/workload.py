@@ -339,7 +339,8 @@ def check_workload_arguments(time_scale, prompt_scale, output_scale, min_prompt,
         if low < 1:
             raise ValueError(f"min_{name}_tokens must be >= 1, got {low}")
         if high is not None and high < low:
-            raise ValueError(f"max_{name}_tokens ({high}) is below min_{name}_tokens ({low})")
+            raise ValueError(f"max_{name}_tokens ({high}) is below min_{name}_tokens ({low}); lower "
+                             f"--min-{name}-tokens too (a --preset sets it)")
 
 
 # --- the built-in workloads ---------------------------------------------------------------------

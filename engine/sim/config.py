@@ -34,9 +34,15 @@ class SimConfig(EngineConfig):
         try:
             get_model_shape(self.sim_model)
             check_device_name(self.sim_device)
-            self.cost_params()
+            params = self.cost_params()
         except ValueError as e:
             raise ConfigError(str(e)) from e
+        fitted_on = (params.device or "").strip().lower()
+        if fitted_on and fitted_on != self.sim_device.strip().lower():
+            raise ConfigError(
+                f"--sim-cost {self.sim_cost} was fitted on device {params.device!r}, but this run simulates "
+                f"{self.sim_device!r}: a fit's overheads and efficiencies hold for the device it was measured "
+                f"on. Use --sim-device {params.device}, or fit a recording made on {self.sim_device}")
 
     def cost_params(self) -> CostParams:
         return CostParams.load(self.sim_cost) if self.sim_cost else CostParams()

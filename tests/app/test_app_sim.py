@@ -55,6 +55,11 @@ def test_fit_on_a_real_recording_then_simulate_with_it(tiny_model, tmp_path, cap
     assert info["sim"]["cost"] == params.to_dict() and info["sim"]["device"]["peak_flops"] == params.peak_flops
     assert main(["fit", str(sim), "-o", str(tmp_path / "again.json")]) == 1
     assert "simulated recording" in capsys.readouterr().err
+    other = tmp_path / "h100.sqlite"                      # a CPU fit does not hold for another device
+    assert main(["run", "--trace", str(DEMO_TRACE), "--limit", "8", "--executor", "sim", "--sim-model",
+                 str(tiny_model), "--sim-device", "h100", "--sim-cost", str(fit), "--record", str(other)]) == 2
+    assert "was fitted on device 'cpu', but this run simulates 'h100'" in capsys.readouterr().err
+    assert not other.exists()
 
 
 @pytest.mark.parametrize("argv, message", [
