@@ -40,13 +40,30 @@ def _check_engine_run(args: argparse.Namespace) -> None:
             raise UsageError(f"{out} exists; choose a new --record path (recordings are never overwritten)")
         if not out.parent.is_dir():
             raise UsageError(f"cannot write {out}: folder {out.parent} does not exist")
-    engine_config(args)                         # ConfigError names the knob
+    config = engine_config(args)                # ConfigError names the knob
+    _check_device(config, args.device)
     from app.workload_setup import check_args   # imports numpy and recordings: after the cheap checks
 
     try:
         check_args(args)
     except ValueError as e:
         raise UsageError(str(e)) from e
+
+
+def _check_device(config, device: str) -> None:
+    """``--device`` before anything loads (the window would open first, then fail): the simulated
+    executor has its own ``--sim-device``; CUDA must be there when asked for."""
+    if getattr(config, "executor", "model") == "sim":
+        if device != "auto":
+            raise UsageError(f"--device {device} is for --executor model; a simulated run's device is "
+                             f"--sim-device (now {config.sim_device!r})")
+        return
+    if device.startswith("cuda"):
+        from app.factory import resolve_device
+        try:
+            resolve_device(device)
+        except RuntimeError as e:
+            raise UsageError(str(e)) from e
 
 
 def _check_slo(args: argparse.Namespace) -> None:

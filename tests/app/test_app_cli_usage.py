@@ -170,3 +170,20 @@ def test_threads_must_be_positive(tmp_path, capsys):
 
     assert main(["run", "--preset", "cpu", "--threads", "0", "--record", str(tmp_path / "r.sqlite")]) == 2
     assert "--threads must be >= 1, got 0" in capsys.readouterr().err
+
+
+def test_a_simulated_run_refuses_a_model_device(tmp_path, capsys):
+    from app.cli import main
+
+    assert main(["run", "--preset", "sim", "--device", "cpu", "--record", str(tmp_path / "r.sqlite")]) == 2
+    assert "--device cpu is for --executor model; a simulated run's device is --sim-device" in capsys.readouterr().err
+
+
+def test_cuda_without_a_gpu_is_refused_before_the_window_opens(capsys, monkeypatch):
+    import torch
+
+    from app.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["demo", "--device", "cuda"]) == 2
+    assert "torch sees no CUDA GPU" in capsys.readouterr().err
