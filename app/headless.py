@@ -208,7 +208,7 @@ def _replay(eng, total: int, clock: str) -> None:
             if rec.num_finished != done:
                 bar.update(rec.num_finished - done)
                 done = rec.num_finished
-            bar.set_postfix(step=rec.step, running=rec.num_running, waiting=rec.num_waiting,
+            bar.set_postfix(step=f"{rec.step:,}", running=rec.num_running, waiting=f"{rec.num_waiting:,}",
                             kv=f"{rec.kv_cache_usage:.0%}", refresh=False)
     if checker is not None and eng.step_index:              # G6: every request finished
         _stop_on(checker.check_drained(eng.state(), rec))

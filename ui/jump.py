@@ -73,6 +73,8 @@ def arrival_step(source: StepSource, request_id: str, state: EngineState | None)
         view = st.view(request_id) if st is not None else None
         if view is not None:
             return view.arrival_step
+    if callable(info_of):                   # a recording knows every request it holds
+        raise ValueError(f"no request {request_id!r} in this recording")
     raise ValueError(f"no request {request_id!r} in this run (or it finished long before the "
                      "shown step, and this source cannot look it up)")
 

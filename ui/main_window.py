@@ -264,6 +264,9 @@ class MainWindow(QMainWindow, RecordingStatus):
             self.statusBar().showMessage(str(e), 8000)
             return False
         self.transport.show_jump_error(None)
+        if jump.kind == "step" and int(jump.value) != step:
+            self.statusBar().showMessage(f"step {int(jump.value):,} is outside this run (steps 0–{step:,} "
+                                         f"so far): showing step {step:,}", 8000)
         self.show_step(step)
         if jump.kind == "request":
             self.select_request(str(jump.value))

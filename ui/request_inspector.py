@@ -121,7 +121,7 @@ class RequestInspector(QWidget):
                             f"<b style='font-size:12pt'>{rich_escape(v.request_id)}</b> &nbsp; at step {self.step}")
         where = f"slot {v.slot}" if v.slot is not None else "no slot"
         self.values["state"].setText(f"{v.status.lower()} · {where} · {v.num_preemptions} preemptions")
-        self.values["arrival"].setText(f"step {v.arrival_step} (clock {v.arrival_time:.3g})")
+        self.values["arrival"].setText(f"step {v.arrival_step:,} (clock {v.arrival_time:,.3f})")
         self.values["tokens"].setText(
             f"prompt {v.num_prompt_tokens} · generated {v.num_output_tokens} / {v.max_tokens}"
             f" · KV written {v.num_computed_tokens}")

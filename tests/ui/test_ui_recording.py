@@ -79,3 +79,13 @@ def test_a_simulated_recording_says_so(qtbot, tmp_path):
     assert np.allclose(w.metrics.metrics["output"], want)
     w.close()
     reader.close()
+
+
+def test_a_jump_outside_the_recording_says_what_it_shows(replay):
+    replay, source = replay
+    last = source.latest_step()
+    assert replay.jump_to("999999999") and replay.shown_step == last
+    assert replay.statusBar().currentMessage() == (f"step 999,999,999 is outside this run (steps 0–{last:,} so far): "
+                                                   f"showing step {last:,}")
+    assert not replay.jump_to("no-such-request")
+    assert replay.statusBar().currentMessage() == "no request 'no-such-request' in this recording"
