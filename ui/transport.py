@@ -5,7 +5,8 @@ toggle (live only). Before the first step the spin box reads "loading…".
 The bar does not own the shown step: it emits ``seekRequested(step)`` / ``followToggled(on)`` /
 ``jumpRequested(text)`` and the main window answers with ``set_position(shown, latest,
 following)``. Replay speeds: N steps/s (above the frame rate, steps between frames are skipped:
-the position follows the elapsed time) or "max" (every step drawn, as fast as frames draw).
+the position follows the elapsed time) or "max", shown as "every step" (every step drawn, one per
+frame, as fast as frames draw: slower than the rates above the frame rate).
 """
 from __future__ import annotations
 
@@ -61,10 +62,11 @@ class TransportBar(QWidget):
         self.play_btn = _button("▶ Play", "Play the recording (Space)", checkable=True)
         self.fwd_btn = _button("Fwd ▸", "Show the next step")
         self.speed = QComboBox()
-        self.speed.addItems([s if isinstance(s, str) else f"{s:,} steps/s" for s in SPEEDS])
+        self.speed.addItems(["every step" if s == "max" else f"{s:,} steps/s" for s in SPEEDS])
         self.speed.setCurrentIndex(SPEEDS.index(10))
         self.speed.setToolTip("Replay speed: steps per second (steps between frames are skipped), "
-                              "or max (every step, as fast as the window draws)")
+                              "or every step (none skipped: one per frame, as fast as the window draws, "
+                              "slower than the high rates)")
         self.jump = QLineEdit()
         self.jump.setPlaceholderText("jump: step, t=12.5, request id")
         self.jump.setToolTip(JUMP_TIP)

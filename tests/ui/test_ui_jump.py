@@ -109,6 +109,6 @@ def test_replay_faster_than_frames_skips_steps_on_the_clock(qtbot, window):
 
 def test_speed_box_offers_max_and_steps_per_second(window):
     items = [window.transport.speed.itemText(i) for i in range(window.transport.speed.count())]
-    assert items[-1] == "max" and "1,000 steps/s" in items and "10 steps/s" in items
+    assert items[-1] == "every step" and "1,000 steps/s" in items and "10 steps/s" in items
     assert window.transport.speed.currentText() == "10 steps/s"
     assert window.transport.jump.placeholderText().startswith("jump")
