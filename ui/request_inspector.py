@@ -21,6 +21,7 @@ from ui.state_lookup import block_ids, find_view
 from ui.plain_text import PlainLabel, rich_escape
 
 FIELDS = ("state", "arrival", "tokens", "KV", "latency", "reason")
+TEXT_PLACEHOLDER = "generated text appears here as it streams"
 
 
 class RequestInspector(QWidget):
@@ -55,7 +56,7 @@ class RequestInspector(QWidget):
         self.forensics = RequestForensics(form)      # priority, prefix-cache hit, preemptions
         self.text = QPlainTextEdit()
         self.text.setReadOnly(True)
-        self.text.setPlaceholderText("generated text appears here as it streams")
+        self.text.setPlaceholderText(TEXT_PLACEHOLDER)
         mono = QFont("monospace")
         mono.setStyleHint(QFont.Monospace)
         self.text.setFont(mono)
@@ -89,6 +90,10 @@ class RequestInspector(QWidget):
         self.control = control
         self.actions_row.setVisible(control is not None)
         self._update_buttons()
+
+    def set_text_note(self, note: str | None) -> None:
+        """Why the generated-text box stays empty for this run (``None``: it streams text)."""
+        self.text.setPlaceholderText(note or TEXT_PLACEHOLDER)
 
     def set_selected(self, request_id: str | None) -> None:
         self.selected = request_id

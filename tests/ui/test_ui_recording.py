@@ -68,6 +68,7 @@ def test_a_simulated_recording_says_so(qtbot, tmp_path):
     assert "SIMULATED" in w.status["mode"].text() and "sim:h200" in w.status["mode"].toolTip()
     assert "simulated replay" in w.windowTitle()
     assert w.time_unit == "sim s"
+    assert w.inspector.text.placeholderText() == "a simulated run has no text: its sampled tokens are synthetic ids"
     # tokens/s and step times in simulated seconds (token_time - clock), not the wall time the
     # simulation took
     recs = reader.records(0, reader.latest_step() + 1)
