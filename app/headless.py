@@ -151,8 +151,10 @@ def fit_kv_to_workload(built, requests: list):
     need = max(1, sum(sizes[:cfg.max_num_seqs]))
     if cfg.enable_prefix_caching or not requests or need >= cfg.num_gpu_blocks:
         return built
+    full = cfg.max_num_seqs * -(-cfg.max_model_len // bs)
+    limit = ("max_num_seqs x max_model_len" if cfg.num_gpu_blocks >= full else "free memory")
     print(f"KV cache sized for the workload: {need:,} blocks of {bs} tokens (its {cfg.max_num_seqs} "
-          f"largest requests at full length; memory allows {cfg.num_gpu_blocks:,}; choose with "
+          f"largest requests at full length; {limit} would give {cfg.num_gpu_blocks:,}; choose with "
           "--num-gpu-blocks)", file=sys.stderr)
     config = cfg.replace(num_gpu_blocks=need)
     old = built.engine
