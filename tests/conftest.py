@@ -16,6 +16,10 @@ if "TRITON_INTERPRET" not in os.environ:
 
 import pytest  # noqa: E402
 
+from app.exit_quiet import quiet_triton_teardown  # noqa: E402
+
+quiet_triton_teardown()      # no "nanobind: leaked ..." report from Triton at the end of the run
+
 
 @pytest.fixture(scope="module")
 def one_torch_thread():
