@@ -50,7 +50,10 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
                 max_num_batched_tokens=512, num_gpu_blocks=None, max_model_len=512, executor="model")),
     Preset("sim", "a production trace at full scale, no model loaded: the simulated executor (Llama-3.1-8B "
                   "on an H100, roofline step times), real lengths, the KV cache sized from the simulated "
-                  "memory; the whole Azure code trace (8,819 requests) takes about a minute",
+                  "memory, arrivals at their real times; the whole Azure code trace (8,819 requests) takes "
+                  "about a minute, the conversation trace (19,366 requests over an hour, sparse: ~340k mostly "
+                  "idle steps) about 5 minutes, or with --time-scale 0.1 (10x denser arrivals, a queue "
+                  "builds) about 1",
            dict(limit=None, time_scale=1.0, prompt_scale=1.0, min_prompt_tokens=4, max_prompt_tokens=None,
                 output_scale=1.0, min_output_tokens=1, max_output_tokens=None, max_num_seqs=256,
                 max_num_batched_tokens=8192, num_gpu_blocks=None, max_model_len=131072, executor="sim",
