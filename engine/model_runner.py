@@ -93,6 +93,7 @@ class ModelRunner:
             return ModelRunnerOutput()
         inp = batch.prepare(sched.scheduled)
         up = self.upload
+        up.reset()                      # nothing left over from a step that failed while staging
         plan = SamplePlan.stage(up, batch, inp.rows[inp.sample_idx], sched.parallel_samples) \
             if len(inp.sample_idx) else None
         every_row = len(inp.sample_idx) == len(inp.input_ids)     # each packed token samples (decodes)

@@ -1,8 +1,8 @@
 """Host-to-device plumbing of the model runner: one preallocated staging buffer that every per-step
 input (packed token ids, positions, slot mapping, block tables, the logits rows, the decode
 groups, the sampling parameters) is packed into, so a step costs ONE host-to-device copy, not one
-per array (each small copy is a driver call and a DMA of its own, ~5-10 us of host time apiece on
-a GPU: more than the copy itself). vLLM keeps the same host/device pairs (``CpuGpuBuffer``; its
+per array (each small copy is a driver call and a DMA of its own: several microseconds of host
+time apiece on a GPU, more than moving a few kB takes). vLLM keeps the same host/device pairs (``CpuGpuBuffer``; its
 v2 runner's UVA buffers); packing mixed dtypes into one byte buffer is our own."""
 from __future__ import annotations
 
@@ -81,6 +81,11 @@ class StepUpload:
         self._host_np[off:end].view(dt)[:] = a.reshape(-1)
         self._entries.append((name, off, end, _TORCH_DTYPES[dt], a.shape))
         self._size = _aligned(end)
+
+    def reset(self) -> None:
+        """Drop whatever was staged and not sent (a step that failed halfway), so the next step
+        starts empty."""
+        self._entries, self._size, self._direct, self._names = [], 0, {}, set()
 
     def _grow_host(self, need: int) -> None:
         host = torch.zeros(max(need, 2 * len(self._host_np)), dtype=torch.uint8, pin_memory=self._pin)

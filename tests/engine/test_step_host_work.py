@@ -85,10 +85,10 @@ def make_runner(num_layers: int, graphs: bool, copy: bool = False) -> ModelRunne
     return runner
 
 
-def step(query_lens: list[int], seed: int = 0) -> SchedulerOutput:
-    """One step of new requests, request i scheduling ``query_lens[i]`` tokens after
-    ``10 + 3 i - query_lens[i]`` cached ones; odd requests sample (temperature, top-p, seeded),
-    even ones are greedy."""
+def step(query_lens: list[int], seed: int = 0, prefix: str = "r") -> SchedulerOutput:
+    """One step of new requests ``<prefix>0``, ``<prefix>1``, ..., request i scheduling
+    ``query_lens[i]`` tokens after ``10 + 3 i - query_lens[i]`` cached ones; odd requests sample
+    (temperature, top-p, seeded), even ones are greedy."""
     rng = random.Random(seed)
     free = list(range(NUM_BLOCKS))
     rng.shuffle(free)
@@ -98,8 +98,9 @@ def step(query_lens: list[int], seed: int = 0) -> SchedulerOutput:
         table = tuple(free.pop() for _ in range(-(-ctx // BLOCK_SIZE)))
         params = (SamplingParams(temperature=0.8, top_p=0.9, seed=i, max_tokens=4) if i % 2
                   else SamplingParams(max_tokens=4))
-        new.append(NewRequestData(f"r{i}", [rng.randrange(3, 500) for _ in range(ctx)], (), params, table, ctx - q))
-        scheduled.append(ScheduledRequest(f"r{i}", i, q, ctx - q, False, ()))
+        rid = f"{prefix}{i}"
+        new.append(NewRequestData(rid, [rng.randrange(3, 500) for _ in range(ctx)], (), params, table, ctx - q))
+        scheduled.append(ScheduledRequest(rid, i, q, ctx - q, False, ()))
     return SchedulerOutput(step=0, scheduled=tuple(scheduled), scheduled_new_reqs=tuple(new))
 
 
@@ -153,3 +154,20 @@ def test_the_step_upload_carries_what_the_per_array_path_carried():
         runner = make_runner(2, graphs=False, copy=copy)
         outs.append(runner.execute(step([1, 1, 7, 4, 1, 1], seed=3)).sampled_token_ids)
     assert outs[0] == outs[1] and len(outs[0]) == 6
+
+
+def test_a_step_that_fails_while_staging_leaves_the_next_step_unharmed(monkeypatch):
+    from engine.attention import PagedAttentionMetadata
+
+    runner = make_runner(2, graphs=False, copy=True)
+    real = PagedAttentionMetadata.stage
+
+    def fail_once(*args):
+        monkeypatch.setattr(PagedAttentionMetadata, "stage", real)
+        raise RuntimeError("staging failed")
+    monkeypatch.setattr(PagedAttentionMetadata, "stage", staticmethod(fail_once))
+    with pytest.raises(RuntimeError, match="staging failed"):
+        runner.execute(step([1, 7, 1]))          # the inputs and sampling were staged, never sent
+    fresh = make_runner(2, graphs=False, copy=True)
+    nxt = step([1, 4], seed=9, prefix="n")
+    assert runner.execute(nxt).sampled_token_ids == fresh.execute(nxt).sampled_token_ids
