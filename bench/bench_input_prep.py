@@ -24,7 +24,7 @@ from engine.attention import PagedAttentionMetadata  # noqa: E402
 from engine.input_batch import InputBatch  # noqa: E402
 from engine.outputs import CachedRequestData, NewRequestData, ScheduledRequest, SchedulerOutput  # noqa: E402
 from engine.request import Request, SamplingParams  # noqa: E402
-from engine.runner_buffers import StagingBuffers  # noqa: E402
+from engine.runner_buffers import StepUpload  # noqa: E402
 
 BLOCK_SIZE = 16
 CPU = torch.device("cpu")
@@ -58,16 +58,18 @@ def legacy_prepare(scheduled, requests, block_tables) -> PagedAttentionMetadata:
     return meta
 
 
-def new_prepare(batch: InputBatch, staging: StagingBuffers, sched: SchedulerOutput) -> PagedAttentionMetadata:
-    """The runner's path today (``ModelRunner.execute`` up to the forward pass)."""
+def new_prepare(batch: InputBatch, upload: StepUpload, sched: SchedulerOutput) -> PagedAttentionMetadata:
+    """The runner's path today (``ModelRunner.execute`` up to the forward pass, sampling
+    parameters left out): every input staged in one upload, sent at once."""
     batch.update(sched)
     inp = batch.prepare(sched.scheduled)
-    staging.put("input_ids", inp.input_ids)
-    staging.put("positions", inp.positions)
-    slots = staging.put("slot_mapping", inp.slot_mapping)
-    return PagedAttentionMetadata.from_arrays(inp.query_lens, inp.context_lens, inp.block_tables,
-                                              inp.num_blocks, slots, [], BLOCK_SIZE, CPU,
-                                              block_tables_device=staging.put("block_tables", inp.block_tables))
+    upload.add("input_ids", inp.input_ids)
+    upload.add("positions", inp.positions)
+    upload.add("slot_mapping", inp.slot_mapping)
+    upload.add("block_tables", inp.block_tables)
+    staged = PagedAttentionMetadata.stage(upload, inp.query_lens, inp.context_lens, inp.block_tables,
+                                          inp.num_blocks, BLOCK_SIZE)
+    return staged.build(upload.send(), [])
 
 
 def main() -> None:
@@ -94,7 +96,7 @@ def main() -> None:
                                   req.sampling_params, table, ctx - 1))
         scheduled.append(ScheduledRequest(req.request_id, i, 1, ctx - 1, False, ()))
     batch = InputBatch(n, int(lens.max()) + args.steps + 2, int(lens.max()) // BLOCK_SIZE + 4, BLOCK_SIZE)
-    staging = StagingBuffers(n, CPU)
+    upload = StepUpload(CPU)
     batch.update(SchedulerOutput(0, (), scheduled_new_reqs=tuple(new)))
     legacy, current = [], []
     for step in range(args.steps):
@@ -104,7 +106,7 @@ def main() -> None:
         t0 = time.thread_time_ns()
         legacy_prepare(scheduled, requests, block_tables)
         t1 = time.thread_time_ns()
-        new_prepare(batch, staging, sched)
+        new_prepare(batch, upload, sched)
         t2 = time.thread_time_ns()
         legacy.append(t1 - t0)
         current.append(t2 - t1)

@@ -73,7 +73,9 @@ def _make_step(requests, device, gen, dev_gen):
 
 
 def _timed(fn, device: str, iters: int) -> float:
-    """Median milliseconds of ``fn()`` (CUDA events on a GPU, wall clock elsewhere)."""
+    """Median milliseconds of ``fn()`` (CUDA events on a GPU, wall clock elsewhere); NaN for 0 ``iters``."""
+    if iters < 1:
+        return float("nan")
     times = []
     for _ in range(iters):
         if device == "cuda":
@@ -116,7 +118,7 @@ def check_triton_kernels(device: str = "cuda", small: bool = False, iters: int =
             _sync(device)
             first_s = time.perf_counter() - t0
             norm = ref32.norm().item()
-            n = iters if not small else 2
+            n = iters if not small else min(iters, 2)
             rows.append(dict(
                 name=name, tokens=q.shape[2], kv_tokens=sum(c for _, c in requests),
                 rel_err=(out - ref32).norm().item() / norm, rel_err_bf16_ref=(ref16 - ref32).norm().item() / norm,
@@ -144,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--small", action="store_true", help="tiny shapes (the interpreter on a CPU)")
-    ap.add_argument("--iters", type=int, default=20, help="timed calls per case (median)")
+    ap.add_argument("--iters", type=int, default=20, help="timed calls per case (median; 0: correctness only)")
     args = ap.parse_args(argv)
     if args.device != "cuda":
         if not args.small:

@@ -10,9 +10,8 @@ import torch
 from engine.attention import ATTN_IMPLEMENTATION, PagedAttentionMetadata, register_paged_attention
 from engine.input_batch import InputBatch
 from engine.outputs import ModelRunnerOutput, SchedulerOutput
-from engine.runner_buffers import StagingBuffers
-from engine.runner_sampling import sample_rows
-from engine.sequence_group import parallel_sample_rows
+from engine.runner_buffers import StepUpload
+from engine.runner_sampling import SamplePlan
 
 
 def kv_bytes_per_block(config, block_size: int, dtype: torch.dtype) -> int:
@@ -31,8 +30,10 @@ class ModelRunner:
     The runner keeps its own per-request state in an :class:`engine.input_batch.InputBatch`
     (sized by ``max_num_seqs``, ``max_model_len``; it grows if live knobs raise them), fed only by
     :class:`engine.outputs.SchedulerOutput` diffs: it never reads live ``Request`` objects.
-    Packed inputs go through :class:`StagingBuffers` (``max_num_batched_tokens`` tokens, pinned
-    host memory on a GPU).
+    Every per-step input, sampling parameters included, goes through one
+    :class:`engine.runner_buffers.StepUpload` (sized for ``max_num_batched_tokens`` tokens, pinned
+    host memory on a GPU): one host-to-device copy per step (two for a decode step replayed
+    from a CUDA graph: its inputs have static buffers of their own).
     """
 
     def __init__(self, model: torch.nn.Module, num_blocks: int, block_size: int, seed: int = 0,
@@ -60,7 +61,9 @@ class ModelRunner:
         assert model.config._attn_implementation == ATTN_IMPLEMENTATION
         self.input_batch = InputBatch(max_num_seqs, max_model_len, -(-max_model_len // block_size),
                                       block_size, base_seed=seed)
-        self.staging = StagingBuffers(max_num_batched_tokens, self.device)
+        # every per-step input (token ids, positions, slots, tables, decode groups, sampling
+        # parameters) in one preallocated buffer: one host-to-device copy per step
+        self.upload = StepUpload(self.device, capacity_bytes=64 * max_num_batched_tokens + (1 << 16))
         self.graphs = None                     # engine.cuda_graphs.DecodeGraphs when enabled
 
     @classmethod
@@ -89,46 +92,46 @@ class ModelRunner:
         if sched.is_empty:
             return ModelRunnerOutput()
         inp = batch.prepare(sched.scheduled)
+        up = self.upload
+        up.reset()                      # nothing left over from a step that failed while staging
+        plan = SamplePlan.stage(up, batch, inp.rows[inp.sample_idx], sched.parallel_samples) \
+            if len(inp.sample_idx) else None
+        every_row = len(inp.sample_idx) == len(inp.input_ids)     # each packed token samples (decodes)
+        if plan is not None and not every_row:
+            up.add("logits_idx", inp.logits_idx, np.int64)
         if self.graphs is not None and self.graphs.handles(len(inp.query_lens), len(inp.input_ids)):
+            views = up.send()           # sampling only: the graph's inputs have static buffers of their own
             hidden = self.graphs.run(inp.input_ids, inp.positions, inp.block_tables)   # decode-only step
-            if not len(inp.sample_idx):
+            if plan is None:
                 return ModelRunnerOutput()
-            keep = torch.from_numpy(inp.logits_idx).to(self.device)
-            return self._sample(self.model.lm_head(hidden[keep]), sched, inp)
-        stage = self.staging
-        input_ids = stage.put("input_ids", inp.input_ids)[None]
-        position_ids = stage.put("positions", inp.positions)[None]
-        meta = PagedAttentionMetadata.from_arrays(
-            inp.query_lens, inp.context_lens, inp.block_tables, inp.num_blocks,
-            stage.put("slot_mapping", inp.slot_mapping), self.kv_caches, self.block_size, self.device,
-            block_tables_device=stage.put("block_tables", inp.block_tables))
-        if not len(inp.sample_idx):
+            return self._sample(self.model.lm_head(hidden if every_row else hidden[views["logits_idx"]]),
+                                plan, views)
+        up.add("input_ids", inp.input_ids, np.int64)
+        up.add("positions", inp.positions, np.int64)
+        up.add("slot_mapping", inp.slot_mapping, np.int64)
+        up.add("block_tables", inp.block_tables, np.int64)
+        staged = PagedAttentionMetadata.stage(up, inp.query_lens, inp.context_lens, inp.block_tables,
+                                              inp.num_blocks, self.block_size)
+        views = up.send()               # the step's one host-to-device copy
+        meta = staged.build(views, self.kv_caches)
+        input_ids, position_ids = views["input_ids"][None], views["positions"][None]
+        if plan is None:
             self.model.model(input_ids=input_ids, position_ids=position_ids, use_cache=False,
                              paged_meta=meta)
             return ModelRunnerOutput()
-        keep = stage.put("logits_idx", inp.logits_idx)
         logits = self.model(input_ids=input_ids, position_ids=position_ids, use_cache=False,
-                            logits_to_keep=keep, paged_meta=meta).logits[0]   # [S, vocab]
-        return self._sample(logits, sched, inp)
+                            logits_to_keep=0 if every_row else views["logits_idx"],
+                            paged_meta=meta).logits[0]   # [S, vocab]
+        return self._sample(logits, plan, views)
 
-    def _sample(self, logits: torch.Tensor, sched: SchedulerOutput, inp) -> ModelRunnerOutput:
-        """One token per row of ``logits`` ``[S, vocab]`` (the rows of ``inp.sample_idx``), plus
-        the parallel samples that take their first token from a head's row, in one batched
-        sampling call (``engine.runner_sampling``) and one device -> host read; appended to the
+    def _sample(self, logits: torch.Tensor, plan: SamplePlan, views: dict[str, torch.Tensor]) -> ModelRunnerOutput:
+        """One token per row of ``plan`` from the heads' ``logits`` ``[S, vocab]``, parallel
+        samples included, in one batched sampling call (``engine.runner_sampling``) over the
+        parameters sent with the step (``views``) and one device -> host read; appended to the
         runner's own state."""
-        batch = self.input_batch
-        rows = inp.rows[inp.sample_idx]
-        ids = [batch.req_ids[r] for r in rows.tolist()]
-        if sched.parallel_samples:      # further sequences sample from their head's last row
-            extra = parallel_sample_rows(sched.parallel_samples, ids)
-            src = torch.tensor([i for i, _ in extra], dtype=torch.long, device=logits.device)
-            logits = torch.cat([logits, logits[src]])
-            ids += [rid for _, rid in extra]
-            rows = np.concatenate([rows, np.fromiter((batch.req_id_to_index[rid] for _, rid in extra),
-                                                     dtype=np.int64, count=len(extra))])
-        toks = sample_rows(logits, batch, rows).tolist()        # the step's one host sync
-        batch.append_tokens(rows, np.asarray(toks, dtype=np.int32))
-        return ModelRunnerOutput(sampled_token_ids=dict(zip(ids, toks)))
+        toks = plan.sample(logits, self.input_batch, views).tolist()        # the step's one host sync
+        self.input_batch.append_tokens(plan.rows, np.asarray(toks, dtype=np.int32))
+        return ModelRunnerOutput(sampled_token_ids=dict(zip(plan.req_ids, toks)))
 
     def copy_blocks(self, pairs) -> None:
         """Copy KV blocks within the GPU cache, every layer: ``pairs`` of (source block,

@@ -12,13 +12,17 @@ preempted and recomputed. vLLM v1 splits the same way (its ``InputBatch`` builds
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
 from engine.input_batch import InputBatch
 from engine.penalties import apply_penalties_pairs
 from engine.sampler import Sampler, penalize_rows
-from engine.sampling_tensors import SamplingTensors
+from engine.runner_buffers import StepUpload
+from engine.sampling_tensors import SamplingTensors, StagedSampling
+from engine.sequence_group import parallel_sample_rows
 
 
 def penalized_rows(logits: torch.Tensor, batch: InputBatch, rows: np.ndarray) -> torch.Tensor:
@@ -39,21 +43,74 @@ def penalized_rows(logits: torch.Tensor, batch: InputBatch, rows: np.ndarray) ->
         torch.from_numpy(prompt_ids), rep[sel], freq[sel], pres[sel], inplace=inplace))
 
 
-def sample_rows(logits: torch.Tensor, batch: InputBatch, rows: np.ndarray) -> torch.Tensor:
+def stage_sampling(upload: StepUpload, batch: InputBatch, rows: np.ndarray) -> StagedSampling | None:
+    """Add the sampling parameters of batch rows ``rows`` (int64 [S]) to the step's ``upload``
+    (``temperature``, ``top_k``, ``top_p``, ``seed`` columns and ``InputBatch.sampling_counters``,
+    one numpy index each; see ``SamplingTensors.stage``), or nothing and None when no row samples
+    (the step takes the argmax). Raises what ``SamplingTensors.stage`` raises."""
+    temperature = batch.temperature[rows]
+    if not (temperature > 0).any():
+        return None
+    return SamplingTensors.stage(upload, temperature, batch.top_k[rows], batch.top_p[rows], batch.seed[rows],
+                                 batch.sampling_counters(rows))
+
+
+def sample_rows(logits: torch.Tensor, batch: InputBatch, rows: np.ndarray,
+                st: SamplingTensors | None = None) -> torch.Tensor:
     """One token per row of ``logits`` ``[S, vocab]`` (any float dtype; row i belongs to batch
     row ``rows[i]``, int64 [S]; parallel sampling's further sequences are rows of their own,
     their logits a copy of their head's): ``int64 [S]`` on ``logits``' device, not read back
     (the caller syncs once).
 
-    Penalties (:func:`penalized_rows`), then one ``Sampler.sample_tensors`` call whose
-    :class:`SamplingTensors` come from the rows' columns (``temperature``, ``top_k``,
-    ``top_p``, ``seed``) and ``InputBatch.sampling_counters``. A batch with no sampled row
-    takes the argmax directly (what ``sample_tensors`` does then, without building tensors).
+    Penalties (:func:`penalized_rows`), then one ``Sampler.sample_tensors`` call over ``st``,
+    the rows' parameters already on the device (the runner stages them with the step's inputs,
+    :func:`stage_sampling`); when ``st`` is None they are staged and sent here, in one copy. A
+    batch with no sampled row takes the argmax directly (what ``sample_tensors`` does then,
+    without building tensors).
     """
     logits = penalized_rows(logits, batch, rows)
-    temperature = batch.temperature[rows]
-    if not (temperature > 0).any():
-        return logits.argmax(dim=-1)
-    st = SamplingTensors.from_arrays(temperature, batch.top_k[rows], batch.top_p[rows], batch.seed[rows],
-                                     batch.sampling_counters(rows), logits.device)
+    if st is None:
+        upload = StepUpload(logits.device, capacity_bytes=64 * max(1, len(rows)), pin=False)
+        staged = stage_sampling(upload, batch, rows)
+        if staged is None:
+            return logits.argmax(dim=-1)
+        st = staged.tensors(upload.send())
     return Sampler.sample_tensors(logits, st)
+
+
+@dataclass(frozen=True)
+class SamplePlan:
+    """Who samples in a step, decided before its forward pass so the parameters travel with the
+    step's inputs: ``rows`` int64 [S'] the batch rows (the requests whose chunk ends their known
+    tokens, then parallel sampling's further sequences), ``req_ids`` their ids, ``staged`` their
+    staged parameters (None: all greedy), ``num_heads`` how many of the rows have logits of
+    their own (the rest take a copy of their head's row, staged as ``parallel_src``)."""
+
+    rows: np.ndarray
+    req_ids: list[str]
+    staged: StagedSampling | None
+    num_heads: int
+
+    @classmethod
+    def stage(cls, upload: StepUpload, batch: InputBatch, rows: np.ndarray, parallel_samples) -> "SamplePlan":
+        """The plan for the sampling batch rows ``rows`` (int64 [S]) and the scheduler's
+        ``parallel_samples`` (``(head id, further sequence ids)`` pairs), its index and
+        parameters added to ``upload``. Raises ``KeyError`` for a parallel sample whose head does
+        not sample (see ``engine.sequence_group.parallel_sample_rows``)."""
+        ids = [batch.req_ids[r] for r in rows.tolist()]
+        heads = len(ids)
+        if parallel_samples:            # further sequences sample from their head's last row
+            extra = parallel_sample_rows(parallel_samples, ids)
+            upload.add("parallel_src", [i for i, _ in extra], np.int64)
+            ids += [rid for _, rid in extra]
+            rows = np.concatenate([rows, np.fromiter((batch.req_id_to_index[rid] for _, rid in extra),
+                                                     dtype=np.int64, count=len(extra))])
+        return cls(rows, ids, stage_sampling(upload, batch, rows), heads)
+
+    def sample(self, logits: torch.Tensor, batch: InputBatch, views: dict[str, torch.Tensor]) -> torch.Tensor:
+        """One token per planned row (``int64 [S']``, on the device, not read back) from the
+        heads' ``logits`` ``[S, vocab]`` and the step's sent tensors ``views``."""
+        if len(self.rows) > self.num_heads:
+            logits = torch.cat([logits, logits[views["parallel_src"]]])
+        st = self.staged.tensors(views) if self.staged is not None else None
+        return sample_rows(logits, batch, self.rows, st)

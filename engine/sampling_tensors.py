@@ -10,6 +10,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from engine.runner_buffers import StepUpload
+
 _INT64_SPAN = 1 << 64
 
 
@@ -119,10 +121,21 @@ class SamplingTensors:
                     seed: np.ndarray, counter: np.ndarray,
                     device: torch.device | str = "cpu") -> "SamplingTensors":
         """Build from numpy arrays ``[N]`` (any int / float dtypes; ``seed`` int64, e.g. an
-        ``InputBatch``'s columns indexed by the step's rows), validate them on the host with
-        numpy, compute the summaries and move the tensors to ``device`` (one copy each; on the
-        CPU the tensors share the arrays' memory when the dtypes already match, so pass arrays
-        the caller will not modify, such as fancy-indexed copies).
+        ``InputBatch``'s columns indexed by the step's rows): :meth:`stage` into a one-off
+        :class:`engine.runner_buffers.StepUpload` (one host-to-device copy for all fields; on
+        the CPU the tensors share the arrays' memory when the dtypes already match, so pass
+        arrays the caller will not modify, such as fancy-indexed copies). Raises what
+        :meth:`stage` raises."""
+        upload = StepUpload(device, capacity_bytes=64 * max(1, len(temperature)), pin=False)
+        staged = cls.stage(upload, temperature, top_k, top_p, seed, counter)
+        return staged.tensors(upload.send())
+
+    @staticmethod
+    def stage(upload: StepUpload, temperature: np.ndarray, top_k: np.ndarray, top_p: np.ndarray,
+              seed: np.ndarray, counter: np.ndarray, prefix: str = "sampling.") -> "StagedSampling":
+        """The host half: validate the fields (numpy arrays ``[N]`` as in :meth:`from_arrays`),
+        compute the summaries, and add every tensor to ``upload`` under ``prefix`` + its name;
+        :meth:`StagedSampling.tensors` then takes the sent tensors.
 
         Raises ``ValueError`` naming the field and its limit: lengths differ, a temperature < 0
         or not finite, a ``top_k`` < 0, a ``top_p`` outside (0, 1].
@@ -144,13 +157,29 @@ class SamplingTensors:
             raise ValueError(f"top_p must be in (0, 1], got {p[bad][0]}")
         sampled_rows = np.flatnonzero(temp > 0)
         p_rows = np.flatnonzero(p[sampled_rows] < 1)
-        dev = torch.device(device)
+        fields = [("temperature", temp, np.float32), ("top_k", k, np.int64), ("top_p", p, np.float32),
+                  ("seed", np.asarray(seed).reshape(n), np.int64), ("counter", np.asarray(counter).reshape(n), np.int64)]
+        if len(sampled_rows) != n:
+            fields.append(("sampled_rows", sampled_rows, np.int64))
+        if len(p_rows):
+            fields.append(("top_p_rows", p_rows, np.int64))
+        for name, values, dtype in fields:
+            upload.add(prefix + name, values, dtype)
+        return StagedSampling(prefix, int(k.max()) if n else 0)
 
-        def put(a: np.ndarray, dtype) -> torch.Tensor:
-            return torch.from_numpy(np.ascontiguousarray(a, dtype=dtype)).to(dev)
 
-        return cls(put(temp, np.float32), put(k, np.int64), put(p, np.float32),
-                   put(np.asarray(seed).reshape(n), np.int64), put(np.asarray(counter).reshape(n), np.int64),
-                   sampled_rows=None if len(sampled_rows) == n else put(sampled_rows, np.int64),
-                   top_p_rows=put(p_rows, np.int64) if len(p_rows) else None,
-                   max_top_k=int(k.max()) if n else 0)
+@dataclass(frozen=True)
+class StagedSampling:
+    """The host half of a :class:`SamplingTensors` (see :meth:`SamplingTensors.stage`): the
+    names its tensors were staged under (``prefix`` + field name; ``sampled_rows`` /
+    ``top_p_rows`` absent when None) and ``max_top_k``."""
+
+    prefix: str
+    max_top_k: int
+
+    def tensors(self, views: dict[str, torch.Tensor]) -> SamplingTensors:
+        """The :class:`SamplingTensors` over the sent tensors ``views`` (``StepUpload.send``)."""
+        p = self.prefix
+        return SamplingTensors(views[p + "temperature"], views[p + "top_k"], views[p + "top_p"], views[p + "seed"],
+                               views[p + "counter"], sampled_rows=views.get(p + "sampled_rows"),
+                               top_p_rows=views.get(p + "top_p_rows"), max_top_k=self.max_top_k)

@@ -64,12 +64,9 @@ def paged_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
             table = meta.block_tables[i, :-(-ctx // bs)]
             kc = k_cache.index_select(0, table).view(-1, hkv, d)[:ctx].to(q.dtype)   # [ctx, Hkv, D]
             vc = v_cache.index_select(0, table).view(-1, hkv, d)[:ctx].to(q.dtype)
-            # Query j sits at position ctx - nq + j and sees keys 0 .. that position.
-            qpos = torch.arange(ctx - nq, ctx, device=q.device)
-            mask = torch.arange(ctx, device=q.device)[None, :] <= qpos[:, None]       # [nq, ctx]
             o = F.scaled_dot_product_attention(
                 qi, kc.transpose(0, 1).unsqueeze(0), vc.transpose(0, 1).unsqueeze(0),
-                attn_mask=mask, scale=scaling, enable_gqa=h != hkv)                   # [1, H, nq, D]
+                attn_mask=meta.prefill_mask(i), scale=scaling, enable_gqa=h != hkv)   # [1, H, nq, D]
         out[qs:qe] = o[0].transpose(0, 1)
     return out.unsqueeze(0)
 

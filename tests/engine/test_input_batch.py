@@ -176,16 +176,30 @@ def test_vectorized_slot_mapping_equals_the_per_token_construction(case):
     assert inp.logits_idx.tolist() == (np.cumsum(q_lens) - 1).tolist()
 
 
-def test_staging_buffers_return_the_values_in_shape_and_grow_past_their_capacity():
-    from engine.runner_buffers import StagingBuffers
+@pytest.mark.parametrize("copy", [False, True])
+def test_a_step_upload_returns_each_array_in_its_shape_and_dtype_and_grows_past_its_capacity(copy):
+    from engine.runner_buffers import StepUpload
 
-    stage = StagingBuffers(4, torch.device("cpu"))
-    first = stage.put("input_ids", np.array([5, 6, 7]))
-    assert first.tolist() == [5, 6, 7] and first.dtype == torch.int64
-    table = stage.put("block_tables", np.arange(12, dtype=np.int32).reshape(3, 4))   # 12 > 4: grows
-    assert table.shape == (3, 4) and table.tolist() == np.arange(12).reshape(3, 4).tolist()
-    again = stage.put("input_ids", np.array([1]))
-    assert again.tolist() == [1] and again.data_ptr() == first.data_ptr()          # reused, not reallocated
+    up = StepUpload(torch.device("cpu"), capacity_bytes=16, copy=copy)
+    for _ in range(2):                                       # a second step reuses the buffers
+        up.add("input_ids", [5, 6, 7])
+        up.add("temperature", np.array([0.5, 1.25, 0.0]), np.float32)      # 12 bytes: the next entry realigns
+        up.add("block_tables", np.arange(12, dtype=np.int32).reshape(3, 4))  # past 16 bytes: grows
+        up.add("mask", np.eye(2, dtype=bool), np.bool_)
+        up.add("empty", np.zeros(0), np.int64)
+        with pytest.raises(ValueError, match="'mask' is already staged"):
+            up.add("mask", [1])
+        got = up.send()
+        assert got["input_ids"].tolist() == [5, 6, 7] and got["input_ids"].dtype == torch.int64
+        assert got["temperature"].tolist() == [0.5, 1.25, 0.0] and got["temperature"].dtype == torch.float32
+        assert got["block_tables"].tolist() == np.arange(12).reshape(3, 4).tolist()
+        assert got["block_tables"].dtype == torch.int64
+        assert got["mask"].tolist() == [[True, False], [False, True]] and got["empty"].shape == (0,)
+    assert up.sends == (2 if copy else 0)                    # one copy per step, none on a CPU by default
+    if copy:
+        assert all(t.data_ptr() % 8 == 0 for t in got.values())
+    with pytest.raises(ValueError, match="dtype int16 is not one of"):
+        up.add("x", [1], np.int16)
 
 
 def test_tokens_the_runner_did_not_sample_are_appended_from_the_diff():
