@@ -52,24 +52,27 @@ class Reader:
     """Read-only access to the recording at ``path``; implements ``engine.source.StepSource``.
 
     Safe to share between threads (calls are serialised). Keeps the last ``cache_size`` states.
+    ``damaged=True`` opens what is left of a damaged or truncated file (``recordings.damage``
+    finds which steps still read): the tables are not touched at open, so only the calls that
+    reach damaged rows fail.
     Raises :class:`RecordingError` if the file is missing, not SQLite, not a BatchScope
     recording, of an unsupported schema version, truncated or corrupt (here or on any later call).
     ``Reader(path)`` on a schema-1 file returns a ``recordings.v1_reader.V1Reader`` (a subclass).
     """
 
-    def __new__(cls, path: str | os.PathLike, cache_size: int = 8):
-        if cls is Reader and file_version(Path(path)) == 1:
+    def __new__(cls, path: str | os.PathLike, cache_size: int = 8, *, damaged: bool = False):
+        if cls is Reader and file_version(Path(path), damaged) == 1:
             from recordings.v1_reader import V1Reader
             return super().__new__(V1Reader)  # a subclass: Python then runs its __init__ once
         return super().__new__(cls)
 
-    def __init__(self, path: str | os.PathLike, cache_size: int = 8) -> None:
+    def __init__(self, path: str | os.PathLike, cache_size: int = 8, *, damaged: bool = False) -> None:
         self.path = Path(path)
         self._lock = threading.RLock()
         # the latest schema, or the previous one as it is (it lacks only prefix-cache columns)
-        old = file_version(self.path) == READABLE_OLD_VERSION
+        old = file_version(self.path, damaged) == READABLE_OLD_VERSION
         self._version = READABLE_OLD_VERSION if old else latest_version()
-        self._conn: sqlite3.Connection | None = open_readonly(self.path, self._version)
+        self._conn: sqlite3.Connection | None = open_readonly(self.path, self._version, damaged)
         self._cache: OrderedDict[int, EngineState] = OrderedDict()
         self._cache_size = max(1, cache_size)
         self._ids: dict[int, str] = {}
@@ -124,6 +127,15 @@ class Reader:
             state = timeline.snapshot()
             self._remember(state)
             return state
+
+    def keyframe_state(self, step: int) -> EngineState:
+        """The state stored in the keyframe at ``step`` as it is (no replay, no cache). Raises
+        :class:`RecordingError` if there is none or it does not read or decode."""
+        with self._lock, self._reading(f"keyframe at step {step}"):
+            rows = self._rows("SELECT state_npz, finished_json FROM keyframes WHERE step = ?", (int(step),))
+            if not rows:
+                raise RecordingError(f"{self.path}: no keyframe at step {step}")
+            return codec.state_from_blob(rows[0][0], rows[0][1], self._static_of)
 
     def records(self, start: int, stop: int) -> list[StepRecord]:
         """The recorded steps with ``start <= step < stop``, in step order, each equal to the
