@@ -103,3 +103,28 @@ def run_recover(args, out: TextIO | None = None) -> int:
         print(visible(f"  {line}", keep_newlines=False), file=out)
     print(visible(f"  open it with: batchscope replay {args.output}"), file=out)
     return 0
+
+
+def open_recording(path: str, *, progress: bool = True):
+    """The window's way to open a recording (``batchscope replay`` and File > Open): a
+    ``recordings.Reader``; a damaged file that the reader refuses (a corrupted page it touches
+    at open, a truncated file) opens as ``Reader(damaged=True)`` serving its readable steps
+    (:meth:`recordings.Reader.keep_readable`, the report kept as ``reader.damage``), the report
+    said on stderr. Raises ``recordings.RecordingError`` for a file that is no recording, or
+    when not even step 0 reads (the message then has the report)."""
+    from recordings import Reader, RecordingError
+    from recordings.damage import find_damage, open_error_is_damage
+
+    try:
+        return Reader(path)
+    except RecordingError as e:
+        if not open_error_is_damage(e):
+            raise
+        error = e
+    report = damage_report(path) if progress else find_damage(path)
+    if report.last_good_step < 0:
+        raise RecordingError(f"{error}\n" + "\n".join(report.lines() + [report.suggestion()])) from error
+    reader = Reader(path, damaged=True)
+    reader.keep_readable(report)
+    return reader
+

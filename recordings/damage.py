@@ -26,6 +26,7 @@ The same bisection idea as ``git bisect`` / delta debugging; the b-tree checks a
 """
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,16 @@ class DamageReport:
     keyframes: list[int] = field(default_factory=list)
     num_requests: int = 0
     lost_requests: list[Range] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        """The report as JSON-able data (:meth:`from_json` reads it back)."""
+        return {**dataclasses.asdict(self), "path": str(self.path)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "DamageReport":
+        """The report :meth:`to_json` wrote (ranges come back as tuples)."""
+        ranges = {k: [tuple(r) for r in data[k]] for k in ("readable", "bad_steps", "lost_requests")}
+        return cls(**{**data, **ranges, "path": Path(data["path"])})
 
     @property
     def last_good_step(self) -> int:
@@ -98,6 +109,19 @@ class DamageReport:
         else:
             out.append("requests: none can be read")
         return out
+
+    def summary(self) -> str:
+        """One paragraph (the window's banner): the damage, the steps a replay shows, the
+        command that saves them."""
+        n, k = self.last_step + 1, self.last_good_step
+        damage = [d if d.startswith("truncated") else f"page damage in {d}" for d in self.damaged]
+        what = "; ".join(damage[:2]) + (f" (and {len(damage) - 2} more)" if len(damage) > 2 else "")
+        what = what or f"rows that do not read or decode at steps {_spans(self.bad_steps, 3)}"
+        if k < 0:
+            return f"Damaged recording: {what}. No step from 0 on reads: {self.suggestion()}."
+        rest = (f"; the other {n - k - 1:,} are lost, unreadable or after the damage" if k + 1 < n else "")
+        return (f"Damaged recording: {what}. Showing steps 0..{k} of {n:,}{rest}. Save what reads: "
+                f"batchscope recover {self.path} {_salvage_name(self.path)}")
 
     def suggestion(self) -> str:
         """The command that saves what is readable (or why nothing can be saved)."""
@@ -194,8 +218,9 @@ def _truncation(path: Path) -> list[str]:
 
     try:
         check_sqlite_file(path)
-    except RecordingError as exc:
-        return [str(exc).replace(f"{path}: ", "", 1)]
+    except RecordingError as exc:      # "...: truncated or corrupt recording (N bytes, the header ...)"
+        detail = str(exc).rpartition("(")[2].rstrip(")")
+        return [f"truncated file: {detail}; the pages past its end are lost"]
     return []
 
 

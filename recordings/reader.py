@@ -60,6 +60,9 @@ class Reader:
     ``Reader(path)`` on a schema-1 file returns a ``recordings.v1_reader.V1Reader`` (a subclass).
     """
 
+    damage = None                 # a damaged file's recordings.damage.DamageReport (keep_readable)
+    _limit: int | None = None     # the last step served (keep_readable)
+
     def __new__(cls, path: str | os.PathLike, cache_size: int = 8, *, damaged: bool = False):
         if cls is Reader and file_version(Path(path), damaged) == 1:
             from recordings.v1_reader import V1Reader
@@ -101,12 +104,27 @@ class Reader:
         return copy.deepcopy(self._run_info)
 
     def latest_step(self) -> int:
-        """The last committed step, -1 before the first (asks the file anew on every call)."""
+        """The last committed step, -1 before the first (asks the file anew on every call); at
+        most the last readable step after :meth:`keep_readable`."""
+        if self._limit is not None:
+            return self._limit
         value = self._rows("SELECT max(step) FROM steps")[0][0]
         return -1 if value is None else value
 
+    def keep_readable(self, report) -> None:
+        """Serve only steps ``0..report.last_good_step`` from now on (``report``: the file's
+        :class:`recordings.damage.DamageReport`, kept as ``self.damage``): a damaged file then
+        replays up to its last readable step, and ``latest_step`` / ``state_at`` / ``records`` /
+        ``step_batches`` never reach the damage."""
+        with self._lock:
+            self.damage, self._limit = report, int(report.last_good_step)
+
+    def _stop(self, stop: int) -> int:
+        return stop if self._limit is None else min(stop, self._limit + 1)
+
     def state_at(self, step: int) -> EngineState:
         """The engine state after ``step``, clamped to [-1, latest_step()]."""
+        step = min(step, self._stop(step + 1) - 1)
         with self._lock, self._reading(f"state at step {step}"):
             row = self._rows("SELECT max(step) FROM steps WHERE step <= ?", (int(step),))[0][0]
             target = -1 if row is None else row
@@ -141,7 +159,7 @@ class Reader:
         """The recorded steps with ``start <= step < stop``, in step order, each equal to the
         :class:`StepRecord` that was written."""
         with self._lock, self._reading(f"steps {start}..{stop}"):
-            return self._records(start, stop)
+            return self._records(start, self._stop(stop))
 
     def step_batches(self, start: int, stop: int) -> dict[str, Any]:
         """The steps with ``start <= step < stop`` as the window's step views need them, without
@@ -158,6 +176,7 @@ class Reader:
         are ``batch_start[i]:batch_start[i + 1]``). Per batch entry, in batch order:
         ``request_id`` (object), ``slot``, ``num_tokens``, ``num_computed_tokens`` (int64) and
         ``is_prefill`` (bool), as in ``StepRecord.scheduled``."""
+        stop = self._stop(stop)
         with self._lock, self._reading(f"batches of steps {start}..{stop}"):
             if type(self).records is not Reader.records:    # another schema: from its records
                 return batch_columns(self.records(start, stop))
