@@ -38,8 +38,8 @@ def check_recover_usage(args) -> None:
         raise UsageError(f"cannot write {out}: folder {out.parent} does not exist")
 
 
-def damage_report(path: str, desc: str = "finding what is readable"):
-    """``recordings.damage.find_damage(path)`` with a progress bar on stderr."""
+def damage_report(path: str, desc: str = "finding what is readable", decode: bool = True):
+    """``recordings.damage.find_damage(path, decode=decode)`` with a progress bar on stderr."""
     from tqdm import tqdm
 
     from recordings.damage import find_damage
@@ -48,7 +48,7 @@ def damage_report(path: str, desc: str = "finding what is readable"):
         def progress(done: int, total: int) -> None:
             bar.total = total
             bar.update(done - bar.n)
-        return find_damage(path, progress)
+        return find_damage(path, progress, decode=decode)
 
 
 def print_damage(path: str, out: TextIO | None = None) -> bool:
@@ -121,7 +121,8 @@ def open_recording(path: str, *, progress: bool = True):
         if not open_error_is_damage(e):
             raise
         error = e
-    report = damage_report(path) if progress else find_damage(path)
+    # rows read, not decoded: ~10x faster while the window waits; the ends are still replayed
+    report = damage_report(path, decode=False) if progress else find_damage(path, decode=False)
     if report.last_good_step < 0:
         raise RecordingError(f"{error}\n" + "\n".join(report.lines() + [report.suggestion()])) from error
     reader = Reader(path, damaged=True)

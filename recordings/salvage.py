@@ -10,11 +10,12 @@
 2. keep: the last kept step ``k`` is the last of the run of steps from 0 that
    ``Reader.state_at`` replays on the copy (:func:`recordings.damage.find_damage`: a step whose
    row is missing or a request row lost ends it) and before the first step one of whose
-   events, block events or transitions did not read (the copy would replay it, wrongly). The
-   keyframes up to ``k`` whose rows did not read or decode are re-derived (replayed on the copy
-   and stored again, so seeking stays as cheap). Rows of later steps are deleted, with the
-   requests that arrived after ``k``, and the outcome of a request that finished after ``k`` is
-   cleared (at ``k`` it was live);
+   events, block events or transitions did not read (the copy would replay it, wrongly). A
+   keyframe whose bytes do not decode is dropped first, and where keyframes are missing (rows
+   that did not read or decode) new ones are replayed on the copy and stored, every
+   ``keyframe_interval`` steps as the writer keeps them, so seeking stays as cheap. Rows of
+   later steps are deleted, with the requests that arrived after ``k``, and the outcome of a
+   request that finished after ``k`` is cleared (at ``k`` it was live);
 3. ``VACUUM INTO`` the output (SQLite's own compacting copy), then the work file is removed.
 
 ``runs.run_info_json`` gains ``salvaged`` (the source, the steps kept and what the damage was),
@@ -42,6 +43,7 @@ from recordings.schema import migrate
 CHILD_TABLES = ("events", "block_events", "transitions")   # a step lacking one of its rows is wrong
 STEP_TABLES = ("steps", *CHILD_TABLES, "keyframes")
 CHUNK_STEPS = 512
+DEFAULT_KEYFRAME_INTERVAL = 128   # RecordingWriter's, for a file that does not name its own
 OUTCOME_COLUMNS = ("status", "finish_reason", "finish_step", "num_output_tokens", "ttft",
                    "mean_itl", "num_preemptions", "error")
 
@@ -85,7 +87,7 @@ def salvage(src: str | Path, out: str | Path, *, report: DamageReport | None = N
             on_progress: Callable[[str, int, int], None] | None = None) -> SalvageResult:
     """Copy the readable part of the recording at ``src`` into a new recording at ``out`` (see
     the module doc). ``report``: ``find_damage(src)`` when already known.
-    ``on_progress(phase, done, total)``: ``"scan"`` (steps of the damaged file decoded),
+    ``on_progress(phase, done, total)``: ``"scan"`` (steps of the damaged file read),
     ``"copy"`` (steps copied), ``"verify"`` (steps of the copy decoded). Raises
     :class:`RecordingError` when ``out`` exists, the file is not a recording, is of schema 1,
     or step 0 does not read (nothing to keep)."""
@@ -95,20 +97,24 @@ def salvage(src: str | Path, out: str | Path, *, report: DamageReport | None = N
 
     def phase(name: str):
         return None if on_progress is None else lambda done, total: on_progress(name, done, total)
-    if report is None:
-        report = find_damage(src, phase("scan"))
+    if report is None:       # rows that read are enough here: the copy is decoded
+        report = find_damage(src, phase("scan"), decode=False)
     if report.version < 2:
         raise RecordingError(f"{src}: a schema-{report.version} recording is not salvaged (too old)")
     work = out.with_name(out.name + ".partial")
     work.unlink(missing_ok=True)
     try:
         unreadable = _copy_rows(src, work, report, phase("copy"))
-        last = min(find_damage(work, phase("verify")).last_good_step,
-                   min([a for table in CHILD_TABLES for a, _ in unreadable[table]], default=report.last_step + 1) - 1)
+        kept = find_damage(work, phase("verify"))
+        if kept.bad_keyframes:       # bytes changed under SQLite's notice: replayed instead
+            _delete_keyframes(work, kept.bad_keyframes)
+            kept = find_damage(work, phase("verify"))
+        lost_rows = [a for table in CHILD_TABLES for a, _ in unreadable[table]]
+        last = min(kept.last_good_step, min(lost_rows, default=report.last_step + 1) - 1)
         if last < 0:
             raise RecordingError(f"{src}: step 0 does not read, so nothing can be salvaged "
                                  f"({'; '.join(report.lines())})")
-        rederived = _rederive_keyframes(work, [k for k in report.keyframes if 0 <= k <= last])
+        rederived = _rederive_keyframes(work, last)
         counts = _keep_until(work, last, report)
         _vacuum_into(work, out)
     finally:
@@ -119,8 +125,8 @@ def salvage(src: str | Path, out: str | Path, *, report: DamageReport | None = N
 
 def _copy_rows(src: Path, work: Path, report: DamageReport,
                on_progress: Callable[[int, int], None] | None) -> dict[str, list[Range]]:
-    """Every row of ``src`` that reads into a new recording at ``work``, but the keyframes that
-    do not decode; per table, the key ranges (steps, ``seq`` for requests) that do not read."""
+    """Every row of ``src`` that reads into a new recording at ``work``; per table, the key
+    ranges (steps, ``seq`` for requests) that do not read."""
     from recordings.reader import Reader
 
     os.close(os.open(work, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
@@ -138,21 +144,34 @@ def _copy_rows(src: Path, work: Path, report: DamageReport,
                     unreadable.setdefault(table, []).extend(_copy_range(reader, db, table, "step", a, b))
                 if on_progress is not None:
                     on_progress(b + 1, total)
-            for k in report.bad_keyframes:
-                db.execute("DELETE FROM keyframes WHERE step = ?", (k,))
     finally:
         db.close()
     return unreadable
 
 
-def _rederive_keyframes(work: Path, steps: list[int]) -> int:
-    """Replay and store again the keyframes at ``steps`` the copy at ``work`` lacks (their rows
-    did not read or decode); how many."""
+def _delete_keyframes(work: Path, steps: list[int]) -> None:
+    db = sqlite_utils.Database(str(work), execute_plugins=False)
+    try:
+        with db.atomic():
+            for k in steps:
+                db.execute("DELETE FROM keyframes WHERE step = ?", (k,))
+    finally:
+        db.close()
+
+
+def _rederive_keyframes(work: Path, last: int) -> int:
+    """Keyframes replayed and stored again where the copy at ``work`` lacks them: every
+    ``keyframe_interval`` steps (the run's, as the writer keeps at the latest) in each longer gap
+    up to step ``last``, so a seek replays no more than in the original. How many."""
     from recordings.reader import Reader
 
     with Reader(work) as reader:
-        have = {k for (k,) in reader.execute("SELECT step FROM keyframes")}
-        states = [reader.state_at(k) for k in steps if k not in have]
+        interval = reader.execute("SELECT keyframe_interval FROM runs")[0][0] or DEFAULT_KEYFRAME_INTERVAL
+        have = [k for (k,) in reader.execute("SELECT step FROM keyframes WHERE step <= ? ORDER BY step",
+                                             (last,))]
+        wanted = [k for prev, nxt in zip(have, have[1:] + [last + 1])
+                  for k in range(prev + interval, nxt, interval)]
+        states = [reader.state_at(k) for k in wanted]
     if not states:
         return 0
     db = sqlite_utils.Database(str(work), execute_plugins=False)

@@ -3,6 +3,8 @@ steps ``state_at`` replays (checked step by step against the intact file), and
 ``recordings.salvage`` copies them into a valid recording that replays the same states."""
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
 
 from damaged_files import (middle_leaf, overwrite_page, prefix_end, replayable_steps, root_page,
@@ -82,6 +84,33 @@ def test_salvage_keeps_every_readable_step_and_round_trips(original, tmp_path, t
     assert not (tmp_path / "out.sqlite.partial").exists()
     with pytest.raises(RecordingError, match="already exists"):
         salvage(damaged, result.path)
+
+
+def test_lost_keyframes_are_replayed_and_stored_again(original, tmp_path):
+    damaged = overwrite_page(original, tmp_path / "bad.sqlite", middle_leaf(original, "keyframes"))
+    result = salvage(damaged, tmp_path / "out.sqlite")
+    ref, out = Reader(original), Reader(result.path)
+    steps = [k for (k,) in out.execute("SELECT step FROM keyframes ORDER BY step")]
+    assert max(b - a for a, b in zip(steps, steps[1:])) <= 16       # the run's keyframe_interval
+    assert result.rederived_keyframes > 0 and "re-derived" in " ".join(result.lines())
+    for k in range(0, result.last_step + 1, 5):
+        assert out.state_at(k) == ref.state_at(k)
+
+
+def test_a_keyframe_whose_bytes_changed_is_found_by_decoding_and_replayed(original, tmp_path):
+    """Bytes changed inside a row (SQLite's pages intact): only decoding finds it."""
+    damaged = tmp_path / "bad.sqlite"
+    damaged.write_bytes(original.read_bytes())
+    with sqlite3.connect(damaged) as db:
+        db.execute("UPDATE keyframes SET state_npz = zeroblob(300) WHERE step = 47")
+    assert find_damage(damaged, decode=False).bad_keyframes == []
+    report = find_damage(damaged)
+    assert report.bad_keyframes == [47] and "keyframes that do not decode: at steps 47" in report.lines()
+    assert report.readable[0] == (0, 46) and report.readable[1][0] == 63     # the next keyframe
+    result = salvage(damaged, tmp_path / "out.sqlite")
+    ref, out = Reader(original), Reader(result.path)
+    assert out.latest_step() == ref.latest_step() and result.rederived_keyframes == 1
+    assert out.keyframe_state(47) == ref.state_at(47)
 
 
 def test_a_damaged_index_costs_nothing_after_salvage(original, tmp_path):
