@@ -118,7 +118,8 @@ class DamageReport:
         what = "; ".join(damage[:2]) + (f" (and {len(damage) - 2} more)" if len(damage) > 2 else "")
         what = what or f"rows that do not read or decode at steps {_spans(self.bad_steps, 3)}"
         if k < 0:
-            return f"Damaged recording: {what}. No step from 0 on reads: {self.suggestion()}."
+            return f"Damaged recording: {what}. Step 0 does not replay here. Try: batchscope recover " \
+                   f"{self.path} {_salvage_name(self.path)}"
         rest = (f"; the other {n - k - 1:,} are lost, unreadable or after the damage" if k + 1 < n else "")
         return (f"Damaged recording: {what}. Showing steps 0..{k} of {n:,}{rest}. Save what reads: "
                 f"batchscope recover {self.path} {_salvage_name(self.path)}")
@@ -127,10 +128,10 @@ class DamageReport:
         """The command that saves what is readable (or why nothing can be saved)."""
         if self.version < 2:
             return "a schema-1 recording is not salvaged (too old); re-record the run"
-        if self.last_good_step < 0:
-            return "nothing from step 0 on can be read, so there is nothing to salvage"
-        return (f"save steps 0..{self.last_good_step} into a new valid recording: "
-                f"batchscope recover {self.path} {_salvage_name(self.path)}")
+        command = f"batchscope recover {self.path} {_salvage_name(self.path)}"
+        if self.last_good_step < 0:     # a copy can still read more: fresh indexes, rows one by one
+            return f"step 0 does not replay here; what a copy can keep, if anything: {command}"
+        return f"save steps 0..{self.last_good_step} into a new valid recording: {command}"
 
 
 def _span(r: Range) -> str:
