@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-
 PHASES = {"scan": "finding what is readable", "copy": "copying", "verify": "checking the copy"}
 
 
@@ -25,8 +24,8 @@ def add_recover_parser(sub) -> None:
 
 
 def check_recover_usage(args) -> None:
-    """Raise ``app.usage.UsageError`` (exit 2) when the damaged file is missing or the output
-    exists or is the damaged file."""
+    """Raise ``app.usage.UsageError`` (exit 2) when the damaged file is missing, or the output
+    exists (the damaged file itself included) or has no folder to go in."""
     from app.usage import UsageError
 
     src, out = Path(args.recording), Path(args.output)
@@ -109,8 +108,8 @@ def open_recording(path: str, *, progress: bool = True):
     """The window's way to open a recording (``batchscope replay`` and File > Open): a
     ``recordings.Reader``; a damaged file that the reader refuses (a corrupted page it touches
     at open, a truncated file) opens as ``Reader(damaged=True)`` serving its readable steps
-    (:meth:`recordings.Reader.keep_readable`, the report kept as ``reader.damage``), the report
-    said on stderr. Raises ``recordings.RecordingError`` for a file that is no recording, or
+    (:meth:`recordings.Reader.keep_readable`, the report kept as ``reader.damage``, with a
+    progress bar on stderr while it is made). Raises ``recordings.RecordingError`` for a file that is no recording, or
     when not even step 0 reads (the message then has the report)."""
     from recordings import Reader, RecordingError
     from recordings.damage import find_damage, open_error_is_damage

@@ -71,6 +71,9 @@ class SalvageResult:
         n, k = self.num_steps, self.last_step
         out = [f"kept steps 0..{k} ({k + 1:,} of {n:,}), {self.num_requests:,} requests, "
                f"{self.num_keyframes:,} keyframes"]
+        if k > self.report.last_good_step:
+            out.append(f"(steps {self.report.last_good_step + 1}..{k} did not replay in the damaged file, "
+                       "but their rows read one by one, with fresh indexes)")
         if k + 1 < n:
             out.append(f"dropped steps {k + 1}..{n - 1} ({n - k - 1:,}): lost or unreadable, or after "
                        "the first damaged step (a recording has no gaps)")
