@@ -34,7 +34,7 @@ def run_check(path: str, *, max_problems: int = 100, out: TextIO | None = None) 
     from recordings.safe_text import visible
 
     from app.recover import print_damage
-    from recordings.damage import open_error_is_damage
+    from recordings.damage_sqlite import open_error_is_damage
 
     out = out or sys.stdout
     try:

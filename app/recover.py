@@ -112,7 +112,8 @@ def open_recording(path: str, *, progress: bool = True):
     progress bar on stderr while it is made). Raises ``recordings.RecordingError`` for a file that is no recording, or
     when not even step 0 reads (the message then has the report)."""
     from recordings import Reader, RecordingError
-    from recordings.damage import find_damage, open_error_is_damage
+    from recordings.damage import find_damage
+    from recordings.damage_sqlite import open_error_is_damage
 
     try:
         return Reader(path)

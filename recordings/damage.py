@@ -4,16 +4,12 @@ decode, which tables and indexes SQLite finds damaged, and which requests are lo
 :func:`find_damage` opens the file with ``Reader(path, damaged=True)`` (a truncated file is read
 up to its end) and:
 
-- runs ``PRAGMA quick_check`` table by table (a table's check covers its indexes; a check that
-  itself fails with "database disk image is malformed" still names its table), then scans every
-  table in its own b-tree order (``NOT INDEXED``) and every index alone (``INDEXED BY``), so the
-  damage is named per table and index; SQLite's messages are summarised (how many, the first
-  few), not dumped;
+- names the damaged tables and indexes and a truncated file (``recordings.damage_sqlite``);
 - finds the steps whose rows do not read or decode, or are missing, by bisection over step numbers:
   ``Reader.records`` on chunks of :data:`CHUNK` steps, a failing chunk halved until the failing
   steps are single (cost: one decode of every step, plus ~2 x chunk x log2(chunk) steps per
-  damaged place; no state is replayed);
-- decodes every keyframe (``Reader.keyframe_state``); where the keyframes b-tree itself is
+  damaged place; no state is replayed; ``decode=False`` reads the same rows without decoding);
+- decodes every keyframe (``Reader.keyframe_state``; ``decode=False``: reads it); where the keyframes b-tree itself is
   damaged, also tries each step's keyframe lookup (one indexed seek per step);
 - derives the readable ranges: step ``k`` reads when the newest keyframe at or before ``k``
   decodes and no step after it up to ``k`` is damaged (what ``state_at`` needs: keyframe + the
@@ -27,15 +23,14 @@ The same bisection idea as ``git bisect`` / delta debugging; the b-tree checks a
 from __future__ import annotations
 
 import dataclasses
-import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from recordings.damage_sqlite import structure_damage, truncation
 from recordings.errors import RecordingError
 
 CHUNK = 256                 # steps decoded per probe before bisecting
-QUICK_CHECK_LIMIT = 100     # quick_check stops after this many messages (its default)
 Range = tuple[int, int]     # first, last (inclusive)
 
 
@@ -190,7 +185,7 @@ def find_damage(path: str | Path, on_progress: Callable[[int, int], None] | None
     path = Path(path)
     with Reader(path, damaged=True) as reader:
         version = int(reader.execute("PRAGMA user_version")[0][0])
-        report = DamageReport(path, version, damaged=_truncation(path) + structure_damage(reader))
+        report = DamageReport(path, version, damaged=truncation(path) + structure_damage(reader))
         if version < 2:
             return report
         last = _last_step(reader)
@@ -219,18 +214,6 @@ def find_damage(path: str | Path, on_progress: Callable[[int, int], None] | None
     readable = _confirmed(path, candidate)
     return DamageReport(path, version, report.damaged, last, readable, bad, broken, keyframes,
                         max_seq + 1, lost)
-
-
-def _truncation(path: Path) -> list[str]:
-    """["the file is truncated ..."] when it is shorter than its header says, else []."""
-    from recordings.opening import check_sqlite_file
-
-    try:
-        check_sqlite_file(path)
-    except RecordingError as exc:      # "...: truncated or corrupt recording (N bytes, the header ...)"
-        detail = str(exc).rpartition("(")[2].rstrip(")")
-        return [f"truncated file: {detail}; the pages past its end are lost"]
-    return []
 
 
 def _all_steps(reader, a: int, b: int, decode: bool = True) -> bool:
@@ -373,69 +356,3 @@ def _confirmed(path: Path, ranges: list[Range]) -> list[Range]:
             last = lo
         out.append((first, last))
     return out
-
-
-def structure_damage(reader) -> list[str]:
-    """One line per table whose b-tree, or one of whose indexes, SQLite finds damaged in the
-    file open in ``reader`` (``"table steps: rows do not read (database disk image is
-    malformed)"``, ``"index requests_static of table requests: ..."``): a full scan of the table
-    and of each index alone, and the table's ``quick_check`` summarised. [] when all read."""
-    out: list[str] = []
-    tables = reader.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
-                            "AND name NOT LIKE 'sqlite_%' ORDER BY rootpage")
-    for (table,) in tables:
-        scan = _scan_error(reader, f"SELECT * FROM [{table}] NOT INDEXED")
-        indexes = [index for (index,) in reader.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL "
-            "ORDER BY name", (table,)) if _scan_error(reader, _index_scan(reader, table, index))]
-        check = "" if scan else _quick_check(reader, table)
-        if scan or (check and not indexes):
-            what = f"table {table}" + (f" and its index{'es' * (len(indexes) > 1)} {', '.join(indexes)}"
-                                       if indexes else "")
-            out.append(f"{what}: {f'rows do not read ({scan})' if scan else check}")
-        elif indexes:
-            out.append(f"index{'es' * (len(indexes) > 1)} {', '.join(indexes)} of table {table} "
-                       "(the table reads; `recover` rebuilds indexes)")
-    return out
-
-
-def _index_scan(reader, table: str, index: str) -> str:
-    """A query that reads every entry of ``index`` (and nothing else)."""
-    cols = [c[2] for c in reader.execute(f"PRAGMA index_info([{index}])") if c[2]]
-    order = ", ".join(f"[{c}]" for c in cols) or "rowid"
-    return f"SELECT {order} FROM [{table}] INDEXED BY [{index}] ORDER BY {order}"
-
-
-def _scan_error(reader, sql: str) -> str:
-    """'' when every row of ``sql`` reads; else SQLite's message."""
-    try:
-        reader.execute(f"SELECT count(*) FROM ({sql})")
-        return ""
-    except RecordingError as exc:
-        return str(exc.__cause__ or exc)
-
-
-def _quick_check(reader, table: str) -> str:
-    """SQLite's ``quick_check`` of ``table`` and its indexes in a few words ('' when clean): how
-    many messages and the first, or the error when the check itself cannot run."""
-    try:
-        rows = reader.execute(f"PRAGMA quick_check([{table}])")
-    except RecordingError as exc:
-        return f"SQLite's check fails: {exc.__cause__ or exc}"
-    messages = [line for (text,) in rows for line in str(text).splitlines()
-                if line != "ok" and not line.startswith("***")]
-    if not messages:
-        return ""
-    many = f"{len(messages)}{'+' if len(messages) >= QUICK_CHECK_LIMIT else ''} problems, first: " \
-        if len(messages) > 1 else ""
-    return f"SQLite's check: {many}{messages[0]}"
-
-
-def open_error_is_damage(exc: BaseException) -> bool:
-    """Whether a :class:`RecordingError` from opening a file means damage that
-    :func:`find_damage` may see past (truncated, corrupt, malformed), rather than a file that is
-    not a recording at all."""
-    text = str(exc)
-    cause = exc.__cause__
-    return (isinstance(cause, sqlite3.DatabaseError) or "truncated" in text or "corrupt" in text
-            or "malformed" in text) and "not an SQLite database" not in text and "empty" not in text
