@@ -33,14 +33,21 @@ def run_check(path: str, *, max_problems: int = 100, out: TextIO | None = None) 
     from recordings import RecordingError
     from recordings.safe_text import visible
 
+    from app.recover import print_damage
+    from recordings.damage_sqlite import open_error_is_damage
+
     out = out or sys.stdout
     try:
         lines, num_steps = check_lines(path, max_problems=max_problems)
     except (RecordingError, ValueError) as e:
         print(f"batchscope: {visible(e)}", file=sys.stderr)
+        if isinstance(e, RecordingError) and open_error_is_damage(e):
+            print_damage(path, out)       # what still reads, and the command that saves it
         return 1
     for line in lines:      # recorded ids and messages: no terminal escapes, no RTL tricks
         print(visible(f"{path}: {line}", keep_newlines=False), file=out)
+    if any(": integrity: " in line or ": record: " in line for line in lines):   # damage
+        print_damage(path, out)
     if not lines:
         print(f"{visible(path)}: {num_steps} steps checked: clean: SQLite integrity, schema, every "
               f"step's rows, no invariant violated (G1 blocks, G3 queues, G4 limits, G6 drain), "

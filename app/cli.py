@@ -185,6 +185,7 @@ def _parser_and_commands(preset: str | None) -> tuple[argparse.ArgumentParser, d
                "  batchscope replay run.sqlite                step through a recording\n"
                "  batchscope summary run.sqlite               print a recording's metrics\n"
                "  batchscope check run.sqlite                 verify a recording end to end\n"
+               "  batchscope recover bad.sqlite good.sqlite   save what still reads of a damaged recording\n"
                "  batchscope run --preset cpu --trace conv.csv --record static.sqlite --policy static\n"
                "                                              the static-batching baseline\n"
                "  batchscope run --preset sim --trace conv.csv --record sim.sqlite\n"
@@ -209,6 +210,8 @@ def _parser_and_commands(preset: str | None) -> tuple[argparse.ArgumentParser, d
     add_export_parser(sub)
     add_compare_parser(sub, _engine_args, _workload_args, _slo_args, preset)
     add_bench_parser(sub)
+    from app.recover import add_recover_parser
+    add_recover_parser(sub)
     return p, sub.choices
 
 
@@ -272,7 +275,8 @@ def add_check_parser(sub) -> None:
                   "G3 queue exclusivity, G4 limits of the run's config, G6 drain at the end of a finished "
                   "run), each finished request's metrics recomputed and compared with its stored outcome, "
                   "and whether the run was cut short; exit 0 when clean, 1 with one line per problem "
-                  "(step and kind)")
+                  "(step and kind); on a damaged file, also which steps still read and the "
+                  "`batchscope recover` command that saves them")
     chk = sub.add_parser("check", help=check_help, description=check_help)
     chk.add_argument("recording", help="a recording (.sqlite)")
     chk.add_argument("--max-problems", type=int, default=100,
@@ -332,6 +336,9 @@ def main(argv: list[str] | None = None) -> int:
         if command == "bench":
             from app.bench import check_bench_usage
             check_bench_usage(args)
+        if command == "recover":
+            from app.recover import check_recover_usage
+            check_recover_usage(args)
     except ConfigError as e:
         print(f"batchscope: bad setting: {e}", file=sys.stderr)
         return 2
@@ -360,6 +367,9 @@ def main(argv: list[str] | None = None) -> int:
     if command == "export":
         from app.export import run_export
         return run_export(args)
+    if command == "recover":
+        from app.recover import run_recover
+        return run_recover(args)
     if command == "check":
         from app.check import run_check
         return run_check(args.recording, max_problems=args.max_problems)

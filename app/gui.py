@@ -120,12 +120,16 @@ def launch(args: argparse.Namespace, command: str) -> int:
     """Open the window. ``command`` is ``demo`` (live engine) or ``replay`` (a recording).
     Inputs are checked before Qt starts; returns 2 with a one-line message when they are bad (a
     flag, a malformed trace), 1 when the recording cannot be opened or Qt cannot start here."""
-    from recordings import Reader, RecordingError
+    from app.recover import open_recording
+    from recordings import RecordingError
 
     try:
         if command == "replay":
-            source = Reader(args.recording)
-            warn_if_incomplete(source)
+            source = open_recording(args.recording)
+            if source.damage is not None:          # what reads is replayed; the banner says why
+                print(f"batchscope: {source.damage.summary()}", file=sys.stderr)
+            else:
+                warn_if_incomplete(source)
         else:
             source, worker, record = make_live(args)
     except (RecordingError, OSError) as e:
@@ -144,10 +148,10 @@ def launch(args: argparse.Namespace, command: str) -> int:
     app.setApplicationName("BatchScope")
     _quit_on_signals(app)
     if command == "replay":
-        win = MainWindow(source, None, open_recording=Reader, title=f"BatchScope — {args.recording}")
+        win = MainWindow(source, None, open_recording=open_recording, title=f"BatchScope — {args.recording}")
         win.show()
         return app.exec()
-    win = MainWindow(source, worker, open_recording=Reader, title=f"BatchScope — live ({record.name})")
+    win = MainWindow(source, worker, open_recording=open_recording, title=f"BatchScope — live ({record.name})")
     win.show()
     worker.start()
     try:

@@ -177,6 +177,12 @@ def incomplete_problems(reader) -> list[Problem]:
     if reader.is_complete():
         return []
     last = reader.latest_step()
+    salvaged = reader.run_info().get("salvaged")
+    if isinstance(salvaged, dict):
+        return [Problem(last, "incomplete",
+                        f"salvaged from a damaged recording ({salvaged.get('source')!s}, "
+                        f"{salvaged.get('num_steps_in_source')!s} steps): it holds steps 0..{last}, "
+                        "the later ones were lost to the damage")]
     lost = (f"; its -wal file ({reader.path.name}-wal) is missing, so the steps committed after "
             "the last checkpoint are not in this copy" if reader.missing_wal() else "")
     return [Problem(last, "incomplete",

@@ -41,9 +41,13 @@ def missing_wal(path: Path) -> bool:
             and header[19] == 2 and not Path(f"{path}-wal").exists())
 
 
-def connect_readonly(path: Path) -> sqlite3.Connection:
+def connect_readonly(path: Path, damaged: bool = False) -> sqlite3.Connection:
     """A hardened read-only connection to the SQLite file at ``path`` (see the module doc): usable
-    from any thread, one at a time. Raises ``sqlite3.Error`` if SQLite cannot open it."""
+    from any thread, one at a time. ``damaged``: for reading what is left of a truncated file,
+    SQLite's ``writable_schema`` is on (it then takes the page count from the file's size instead
+    of refusing the file; nothing can be written through a ``mode=ro`` connection) and
+    defensive mode, which forbids that pragma, is left off. Raises ``sqlite3.Error`` if SQLite
+    cannot open it."""
     uri = path.resolve().as_uri() + "?mode=ro" + ("&immutable=1" if missing_wal(path) else "")
     conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
     try:
@@ -51,7 +55,9 @@ def connect_readonly(path: Path) -> sqlite3.Connection:
         conn.execute("PRAGMA cell_size_check = ON")
         if hasattr(conn, "enable_load_extension"):   # absent when Python was built without it
             conn.enable_load_extension(False)
-        if hasattr(conn, "setconfig") and hasattr(sqlite3, "SQLITE_DBCONFIG_DEFENSIVE"):
+        if damaged:
+            conn.execute("PRAGMA writable_schema = ON")
+        elif hasattr(conn, "setconfig") and hasattr(sqlite3, "SQLITE_DBCONFIG_DEFENSIVE"):
             conn.setconfig(sqlite3.SQLITE_DBCONFIG_DEFENSIVE, True)   # Python 3.12+
     except BaseException:
         conn.close()
@@ -59,8 +65,9 @@ def connect_readonly(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def check_sqlite_file(path: Path) -> None:
-    """Raise :class:`RecordingError` unless ``path`` looks like a whole SQLite database file."""
+def check_sqlite_file(path: Path, damaged: bool = False) -> None:
+    """Raise :class:`RecordingError` unless ``path`` looks like a whole SQLite database file
+    (``damaged``: an SQLite file, whole or not)."""
     if not path.exists():
         raise RecordingError(f"{path}: no such file")
     if not path.is_file():
@@ -74,6 +81,8 @@ def check_sqlite_file(path: Path) -> None:
         raise RecordingError(f"{path}: not an SQLite database (so not a BatchScope recording)")
     if len(header) < _HEADER_SIZE:
         raise RecordingError(f"{path}: truncated SQLite file ({size} bytes)")
+    if damaged:
+        return
     page_size = int.from_bytes(header[16:18], "big")
     page_size = 65536 if page_size == 1 else page_size
     num_pages = int.from_bytes(header[28:32], "big")
@@ -90,12 +99,12 @@ _TABLES = {1: ("runs", "requests", "steps", "step_requests", "events", "tokens",
            2: ("runs", "requests", "steps", "events", "block_events", "transitions", "keyframes")}
 
 
-def file_version(path: Path) -> int:
+def file_version(path: Path, damaged: bool = False) -> int:
     """The schema version of the recording at ``path`` (0 when it cannot tell; opening it then
-    raises the precise :class:`RecordingError`)."""
+    raises the precise :class:`RecordingError`); ``damaged`` as in :func:`open_readonly`."""
     try:
-        check_sqlite_file(path)
-        conn = connect_readonly(path)
+        check_sqlite_file(path, damaged)
+        conn = connect_readonly(path, damaged)
         try:
             return int(conn.execute("PRAGMA user_version").fetchone()[0])
         finally:
@@ -104,18 +113,21 @@ def file_version(path: Path) -> int:
         return 0
 
 
-def open_readonly(path: str | os.PathLike, version: int | None = None) -> sqlite3.Connection:
+def open_readonly(path: str | os.PathLike, version: int | None = None,
+                  damaged: bool = False) -> sqlite3.Connection:
     """A read-only connection (usable from any thread, one at a time) to the recording at
-    ``path``, which must be of schema ``version`` (default: the latest). Raises
+    ``path``, which must be of schema ``version`` (default: the latest). ``damaged``: open what
+    is left of a damaged file (``recordings.damage``): a truncated file is read up to its end and
+    the tables are not touched here, so only the rows a query reaches can fail. Raises
     :class:`RecordingError` naming the file and the problem."""
     path = Path(path)
-    check_sqlite_file(path)
+    check_sqlite_file(path, damaged)
     try:
-        conn = connect_readonly(path)
+        conn = connect_readonly(path, damaged)
     except sqlite3.Error as exc:
         raise RecordingError(f"{path}: cannot open: {exc}") from exc
     try:
-        _check_recording(conn, path, latest_version() if version is None else version)
+        _check_recording(conn, path, latest_version() if version is None else version, damaged)
         if (version or latest_version()) >= 2:
             _trusted_views(conn)
     except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
@@ -134,7 +146,7 @@ def _trusted_views(conn: sqlite3.Connection) -> None:
         conn.execute(f"CREATE TEMP VIEW {name} AS {select}")
 
 
-def _check_recording(conn: sqlite3.Connection, path: Path, expected: int) -> None:
+def _check_recording(conn: sqlite3.Connection, path: Path, expected: int, damaged: bool = False) -> None:
     app_id = conn.execute("PRAGMA application_id").fetchone()[0]
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     if app_id != APPLICATION_ID:
@@ -151,7 +163,7 @@ def _check_recording(conn: sqlite3.Connection, path: Path, expected: int) -> Non
         raise RecordingError(
             f"{path}: recording schema version {version}, expected {expected}")
     # touch every table once, so a damaged file fails here rather than mid-replay
-    for table in _TABLES[min(version, max(_TABLES))]:  # later migrations only add tables
+    for table in () if damaged else _TABLES[min(version, max(_TABLES))]:  # later migrations only add tables
         conn.execute(f"SELECT * FROM {table} ORDER BY 1 DESC LIMIT 1").fetchall()  # key order
     if conn.execute("SELECT count(*) FROM runs").fetchone()[0] != 1:
         raise RecordingError(f"{path}: the recording has no run row (incomplete file)")

@@ -52,24 +52,30 @@ class Reader:
     """Read-only access to the recording at ``path``; implements ``engine.source.StepSource``.
 
     Safe to share between threads (calls are serialised). Keeps the last ``cache_size`` states.
+    ``damaged=True`` opens what is left of a damaged or truncated file (``recordings.damage``
+    finds which steps still read): the tables are not touched at open, so only the calls that
+    reach damaged rows fail.
     Raises :class:`RecordingError` if the file is missing, not SQLite, not a BatchScope
     recording, of an unsupported schema version, truncated or corrupt (here or on any later call).
     ``Reader(path)`` on a schema-1 file returns a ``recordings.v1_reader.V1Reader`` (a subclass).
     """
 
-    def __new__(cls, path: str | os.PathLike, cache_size: int = 8):
-        if cls is Reader and file_version(Path(path)) == 1:
+    damage = None                 # a damaged file's recordings.damage.DamageReport (keep_readable)
+    _limit: int | None = None     # the last step served (keep_readable)
+
+    def __new__(cls, path: str | os.PathLike, cache_size: int = 8, *, damaged: bool = False):
+        if cls is Reader and file_version(Path(path), damaged) == 1:
             from recordings.v1_reader import V1Reader
             return super().__new__(V1Reader)  # a subclass: Python then runs its __init__ once
         return super().__new__(cls)
 
-    def __init__(self, path: str | os.PathLike, cache_size: int = 8) -> None:
+    def __init__(self, path: str | os.PathLike, cache_size: int = 8, *, damaged: bool = False) -> None:
         self.path = Path(path)
         self._lock = threading.RLock()
         # the latest schema, or the previous one as it is (it lacks only prefix-cache columns)
-        old = file_version(self.path) == READABLE_OLD_VERSION
+        old = file_version(self.path, damaged) == READABLE_OLD_VERSION
         self._version = READABLE_OLD_VERSION if old else latest_version()
-        self._conn: sqlite3.Connection | None = open_readonly(self.path, self._version)
+        self._conn: sqlite3.Connection | None = open_readonly(self.path, self._version, damaged)
         self._cache: OrderedDict[int, EngineState] = OrderedDict()
         self._cache_size = max(1, cache_size)
         self._ids: dict[int, str] = {}
@@ -98,12 +104,27 @@ class Reader:
         return copy.deepcopy(self._run_info)
 
     def latest_step(self) -> int:
-        """The last committed step, -1 before the first (asks the file anew on every call)."""
+        """The last committed step, -1 before the first (asks the file anew on every call); at
+        most the last readable step after :meth:`keep_readable`."""
+        if self._limit is not None:
+            return self._limit
         value = self._rows("SELECT max(step) FROM steps")[0][0]
         return -1 if value is None else value
 
+    def keep_readable(self, report) -> None:
+        """Serve only steps ``0..report.last_good_step`` from now on (``report``: the file's
+        :class:`recordings.damage.DamageReport`, kept as ``self.damage``): a damaged file then
+        replays up to its last readable step, and ``latest_step`` / ``state_at`` / ``records`` /
+        ``step_batches`` never reach the damage."""
+        with self._lock:
+            self.damage, self._limit = report, int(report.last_good_step)
+
+    def _stop(self, stop: int) -> int:
+        return stop if self._limit is None else min(stop, self._limit + 1)
+
     def state_at(self, step: int) -> EngineState:
         """The engine state after ``step``, clamped to [-1, latest_step()]."""
+        step = min(step, self._stop(step + 1) - 1)
         with self._lock, self._reading(f"state at step {step}"):
             row = self._rows("SELECT max(step) FROM steps WHERE step <= ?", (int(step),))[0][0]
             target = -1 if row is None else row
@@ -125,11 +146,20 @@ class Reader:
             self._remember(state)
             return state
 
+    def keyframe_state(self, step: int) -> EngineState:
+        """The state stored in the keyframe at ``step`` as it is (no replay, no cache). Raises
+        :class:`RecordingError` if there is none or it does not read or decode."""
+        with self._lock, self._reading(f"keyframe at step {step}"):
+            rows = self._rows("SELECT state_npz, finished_json FROM keyframes WHERE step = ?", (int(step),))
+            if not rows:
+                raise RecordingError(f"{self.path}: no keyframe at step {step}")
+            return codec.state_from_blob(rows[0][0], rows[0][1], self._static_of)
+
     def records(self, start: int, stop: int) -> list[StepRecord]:
         """The recorded steps with ``start <= step < stop``, in step order, each equal to the
         :class:`StepRecord` that was written."""
         with self._lock, self._reading(f"steps {start}..{stop}"):
-            return self._records(start, stop)
+            return self._records(start, self._stop(stop))
 
     def step_batches(self, start: int, stop: int) -> dict[str, Any]:
         """The steps with ``start <= step < stop`` as the window's step views need them, without
@@ -146,6 +176,7 @@ class Reader:
         are ``batch_start[i]:batch_start[i + 1]``). Per batch entry, in batch order:
         ``request_id`` (object), ``slot``, ``num_tokens``, ``num_computed_tokens`` (int64) and
         ``is_prefill`` (bool), as in ``StepRecord.scheduled``."""
+        stop = self._stop(stop)
         with self._lock, self._reading(f"batches of steps {start}..{stop}"):
             if type(self).records is not Reader.records:    # another schema: from its records
                 return batch_columns(self.records(start, stop))

@@ -55,10 +55,10 @@ _CHILD_SQL = {  # v1 child rows of a step range, in their order within a step
 class V1Reader(Reader):
     """Read-only access to a schema-1 recording (see the module docstring for what differs)."""
 
-    def __init__(self, path: str | os.PathLike, cache_size: int = 8) -> None:
+    def __init__(self, path: str | os.PathLike, cache_size: int = 8, *, damaged: bool = False) -> None:
         self.path = Path(path)
         self._lock = threading.RLock()
-        self._conn = open_readonly(self.path, version=1)
+        self._conn = open_readonly(self.path, version=1, damaged=damaged)
         self._cache_size = max(1, cache_size)
         self._views: OrderedDict[int, tuple[dict[str, dict], EngineState]] = OrderedDict()
         self._order: dict[str, tuple[int, int]] | None = None  # id -> (seq, finish step)

@@ -22,6 +22,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, Signal
 
 from recordings.checks import Problem
+from recordings.damage import DamageReport
 
 PROGRESS_STEPS = 100        # progress is reported about this many times over a whole check
 _ROOT = Path(__file__).resolve().parents[1]      # the folder holding the ui and recordings packages
@@ -33,12 +34,14 @@ class CheckWorker(QObject):
     Signals (in the thread that owns the worker): ``progress(steps_checked, num_steps)``,
     ``checked(problems, num_steps)`` (``problems``: list of ``recordings.checks.Problem``, []
     when clean), ``failed(message)`` (the file
-    could not be read, or the child died), then ``finished()``. A cancelled check
+    could not be read, or the child died), ``damaged(report)`` (the file is damaged: its
+    ``recordings.damage.DamageReport``, after ``checked``, instead of ``failed``), then ``finished()``. A cancelled check
     (:meth:`cancel`) emits only ``finished``."""
 
     progress = Signal(int, int)
     checked = Signal(object, int)
     failed = Signal(str)
+    damaged = Signal(object)
     finished = Signal()
 
     def __init__(self, path: str | Path, parent: QObject | None = None, max_problems: int = 100):
@@ -47,6 +50,7 @@ class CheckWorker(QObject):
         self.cancelled = False
         self._problems: list = []
         self._result: tuple | None = None       # ("done", num_steps) or ("error", message)
+        self._damage = None                     # a DamageReport, when the child found damage
         self._buffer = b""
         self.process = QProcess(self)
         env = QProcessEnvironment.systemEnvironment()
@@ -91,6 +95,8 @@ class CheckWorker(QObject):
                 self._result = ("done", int(msg["done"]))
             elif "error" in msg:
                 self._result = ("error", str(msg["error"]))
+            elif "damage" in msg:
+                self._damage = DamageReport.from_json(msg["damage"])
 
     def _done(self, exit_code: int, _status) -> None:
         self._read()
@@ -99,11 +105,14 @@ class CheckWorker(QObject):
             if result is not None and result[0] == "done":
                 self.checked.emit(self._problems, result[1])
             elif result is not None:
-                self.failed.emit(result[1])
+                if self._damage is None:        # a damaged file: what still reads says more
+                    self.failed.emit(result[1])
             else:
                 err = bytes(self.process.readAllStandardError()).decode("utf-8", "replace").strip()
                 self._result = ("error", f"the check stopped (exit code {exit_code}): {err[-500:]}")
                 self.failed.emit(self._result[1])
+            if self._damage is not None:
+                self.damaged.emit(self._damage)
         self.finished.emit()
 
     def _start_failed(self, error) -> None:
@@ -137,11 +146,26 @@ def main(argv: list[str]) -> int:
             problems = check_file(reader, max_problems=max_problems, on_step=on_step)
     except Exception as e:  # noqa: BLE001 - any failure is the check's result, shown
         _emit(error=f"{type(e).__name__}: {e}")
+        _emit_damage(path)
         return 1
     for p in problems:
         _emit(problem=[p.step, p.invariant, p.message])
     _emit(done=num_steps)
+    if any(p.invariant in ("integrity", "record") for p in problems):
+        _emit_damage(path)
     return 0
+
+
+def _emit_damage(path: str) -> None:
+    """Report what still reads (``recordings.damage``) when the file is damaged."""
+    from recordings.damage import find_damage
+
+    try:
+        report = find_damage(path)
+    except Exception:  # noqa: BLE001 - not a recording at all: the error said it
+        return
+    if report.is_damaged:
+        _emit(damage=report.to_json())
 
 
 if __name__ == "__main__":

@@ -89,6 +89,7 @@ class MainWindow(QMainWindow, RecordingStatus):
         self._source_error: str | None = None
         self.check: CheckWorker | None = None        # the background check of a replayed file
         self.check_problems: list | None = None      # its result once done
+        self.damage_text: str | None = None          # a damaged file's banner (RecordingStatus._damaged)
         self.run_end: RunEnd | None = None           # how a replayed run ended
         self.findings: FindingsDialog | None = None  # the open list of problems / unfinished
         apply_theme(self)
@@ -334,6 +335,7 @@ class MainWindow(QMainWindow, RecordingStatus):
         failed = next((r for r in reversed(self.records) if r.error), None)
         if failed is not None:
             errors.append(f"step {failed.step}: {failed.error}")
+        errors.append(self.damage_text)                 # a damaged recording, under any other error
         self.banner.show_error(next((e for e in errors if e), None))
 
     # --- menu actions --------------------------------------------------------------------------

@@ -2,11 +2,15 @@
 :class:`ui.main_window.MainWindow`: the file is checked in the background as ``batchscope
 check`` does (``ui.check_worker``, a child process; cancelled when another file is opened or the
 window closes), the "check: ..." button lists the problems and the "incomplete: ..." button the
-requests a run cut short left unfinished (``ui.check_dialog``; a click shows the step)."""
+requests a run cut short left unfinished (``ui.check_dialog``; a click shows the step). A
+damaged file (found by the check, or opened as damaged) replays up to its last readable step,
+with the damage and the ``batchscope recover`` command in the banner and on the button."""
 from __future__ import annotations
 
 from PySide6.QtWidgets import QToolButton
 
+from recordings import RecordingError
+from recordings.checks import Problem
 from ui.check_dialog import FindingsDialog, problem_findings, unfinished_findings
 from ui.check_worker import CheckWorker
 from ui.colors import ERROR, css
@@ -35,7 +39,11 @@ class RecordingStatus:
         """Cancel the running check; for a replayed recording (``source`` with a ``path``), mark
         a run cut short and start checking the file in the background."""
         self._stop_check()
-        self.check_problems, self.run_end = None, run_end(source) if source is not None else None
+        self.damage_text = None
+        try:
+            self.check_problems, self.run_end = None, run_end(source) if source is not None else None
+        except RecordingError:          # a damaged file's requests do not all read
+            self.check_problems, self.run_end = None, None
         end = self.run_end.short() if self.run_end is not None else ""
         self.end_btn.setText(end)
         self.end_btn.setToolTip(f"{self.run_end.summary()}: click to list the unfinished requests"
@@ -46,6 +54,9 @@ class RecordingStatus:
         self.check_btn.setVisible(path is not None)
         if path is None:
             return
+        if getattr(source, "damage", None) is not None:     # opened as damaged: already known
+            self._damaged(source.damage)
+            return
         self.check_btn.setText("checking…")
         self.check_btn.setToolTip(CHECK_TIP)
         self.check_btn.setStyleSheet("")
@@ -55,6 +66,7 @@ class RecordingStatus:
             f"checking… {100 * done // max(total, 1)}%"))
         worker.checked.connect(lambda problems, total: worker is self.check and self._checked(problems, total))
         worker.failed.connect(lambda message: worker is self.check and self._checked(None, 0, message))
+        worker.damaged.connect(lambda report: worker is self.check and self._damaged(report))
         worker.start()
 
     def _stop_check(self, wait: bool = False) -> None:
@@ -88,6 +100,23 @@ class RecordingStatus:
                                       "step's rows, no invariant violated (G1 blocks, G3 queues, G4 "
                                       "limits, G6 drain), metrics equal the stored outcomes, complete")
 
+    def _damaged(self, report) -> None:
+        """A damaged file (``recordings.damage.DamageReport``): replay only its readable steps
+        (``Reader.keep_readable``), say so in the banner and on the check button, whose list
+        holds the report and the command that saves what reads."""
+        keep = getattr(self.source, "keep_readable", None)
+        if keep is not None and report.version >= 2:
+            keep(report)
+        n, k = report.last_step + 1, report.last_good_step
+        self.check_problems = [Problem(-1, "damage", line) for line in report.lines() + [report.suggestion()]]
+        self.check_btn.setText(f"damaged: steps 0..{k} of {n:,} readable" if k >= 0 else "damaged: no step reads")
+        self.check_btn.setToolTip(as_rich("\n".join(report.lines() + [report.suggestion(),
+                                                                         "Click to list the damage"])))
+        self.check_btn.setStyleSheet(f"color: {css(ERROR)};")
+        self.check_btn.setMinimumWidth(self.check_btn.sizeHint().width())
+        self.damage_text = report.summary()
+        self.refresh(force=True)
+
     def _show_findings(self, title: str, summary: str, findings: list) -> FindingsDialog:
         if self.findings is not None:
             self.findings.close()
@@ -101,8 +130,9 @@ class RecordingStatus:
         if not self.check_problems:
             return None
         n = len(self.check_problems)
-        return self._show_findings("Recording check", f"{self.source.path}: {n} problem"
-                                   f"{'s' * (n != 1)} found", problem_findings(self.check_problems))
+        summary = (f"{self.source.path}: damaged" if self.damage_text else
+                   f"{self.source.path}: {n} problem{'s' * (n != 1)} found")
+        return self._show_findings("Recording check", summary, problem_findings(self.check_problems))
 
     def show_unfinished(self) -> FindingsDialog | None:
         """The requests a run cut short left unfinished, in a dialog (None for a complete run)."""
