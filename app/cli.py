@@ -255,6 +255,9 @@ def add_run_parser(sub, preset: str | None = None) -> None:
     apply_preset(run, preset)
 
 
+REPLAY_SPEEDS = ("1", "2", "5", "10", "30", "100", "300", "1000", "3000", "every")   # ui.transport.SPEEDS
+
+
 def add_replay_parser(sub) -> None:
     """``batchscope replay``: a recording in the window."""
     rep = sub.add_parser("replay", help="open a recording in the window, step by step",
@@ -266,6 +269,14 @@ def add_replay_parser(sub) -> None:
     rep.add_argument("--check-invariants", action="store_true",
                      help="first replay every step and check the invariants (G1 blocks, G3 queues, G4 "
                           "limits, G6 drain), print each violation with its step, then open the window")
+    rep.add_argument("--at", metavar="WHERE",
+                     help="open at this step (a number), engine time (t=12.5) or request id (its arrival "
+                          "step, selected), as the window's jump box takes them (default: the last step)")
+    rep.add_argument("--speed", choices=REPLAY_SPEEDS, default="10",
+                     help="replay speed in steps/s, or 'every' (each step drawn, one per frame) "
+                          "(default: %(default)s)")
+    rep.add_argument("--play", action="store_true",
+                     help="start playing at once (from --at, or from step 0 when opened at the end)")
 
 
 def add_check_parser(sub) -> None:

@@ -116,6 +116,21 @@ def stop_worker(worker, patience_s: float = 2.0) -> None:
         worker.join()
 
 
+def start_replay(win, args: argparse.Namespace) -> bool:
+    """Apply ``replay``'s ``--speed``, ``--at`` and ``--play`` to the window ``win``; False (and
+    the reason on stderr) when ``--at`` names no step of the recording."""
+    from ui.transport import SPEEDS
+
+    speed = getattr(args, "speed", "10")
+    win.transport.speed.setCurrentIndex(SPEEDS.index("max" if speed == "every" else int(speed)))
+    if getattr(args, "at", None) and not win.jump_to(args.at):
+        print(f"batchscope: --at {args.at}: {win.statusBar().currentMessage()}", file=sys.stderr)
+        return False
+    if getattr(args, "play", False):
+        win.transport.play_btn.click()
+    return True
+
+
 def launch(args: argparse.Namespace, command: str) -> int:
     """Open the window. ``command`` is ``demo`` (live engine) or ``replay`` (a recording).
     Inputs are checked before Qt starts; returns 2 with a one-line message when they are bad (a
@@ -149,6 +164,8 @@ def launch(args: argparse.Namespace, command: str) -> int:
     _quit_on_signals(app)
     if command == "replay":
         win = MainWindow(source, None, open_recording=open_recording, title=f"BatchScope — {args.recording}")
+        if not start_replay(win, args):
+            return 2
         win.show()
         return app.exec()
     win = MainWindow(source, worker, open_recording=open_recording, title=f"BatchScope — live ({record.name})")
