@@ -1,8 +1,12 @@
 """Per-step metrics over the shown window: output tokens/s, batch size, KV usage, queue depth,
-scheduled tokens, step time and the engine's wait for the recorder, and roofline efficiency.
+scheduled tokens, step time, roofline efficiency and the engine's wait for the recorder.
 
-Seven pyqtgraph plots in a grid of two columns of one layout widget with linked step axes (the
-last, roofline efficiency, spans both); every curve is a
+Step time is on the run's clock: a simulated run's is the simulated device's (its plot says
+"simulated"), a model run's is wall time. The recorder wait is always wall time (how long the
+engine waited for the writer), so it has a plot of its own: one ms axis for both mixed the two.
+
+Eight pyqtgraph plots in a grid of two columns of one layout widget with linked step axes (with
+an odd count, the last spans both); every curve is a
 long-lived PlotCurveItem updated with ``setData``. The x axis counts steps back from the shown
 step (0 = the shown step, at the right edge), so it stays put while the run advances: moving
 axes cost more to paint than the curves. While the run is shorter than the window the plotted
@@ -48,9 +52,11 @@ PLOTS = (
     ("queues", "Queues", "requests", None,
      [("waiting", PALETTE[3]), ("running", PALETTE[0]), ("paused", PALETTE[4])]),
     ("tokens", "Scheduled tokens", "tokens", None, [("tokens", PALETTE[5])]),
-    ("time", "Step time", "ms", None,
-     [("step_ms", PALETTE[6]), ("recorder_wait_ms", PALETTE[7])]),
+    # step time is the simulated device's in a simulated run (:meth:`MetricsPlots.set_simulated`
+    # labels it so); the engine's wait for the recorder is always wall time: a plot of its own
+    ("time", "Step time", "ms", None, [("step_ms", PALETTE[6])]),
     ("efficiency", "Roofline efficiency", "% of step time", None, [("efficiency", TEXT)]),
+    ("recorder", "Recorder wait", "wall ms", None, [("recorder_wait_ms", PALETTE[7])]),
 )
 # step_metrics keys, in the order of metric_row's tuple
 FIELDS = ("step", "seconds", "new", "scheduled", "tokens", "kv", "waiting", "running", "paused",
@@ -217,6 +223,7 @@ class MetricsPlots(QWidget):
         self.plots["efficiency"].addItem(self.efficiency_note, ignoreBounds=True)
         self.efficiency_note.setPos(-window / 2, 0.5)
         self._show_roofline()
+        self._show_clock()
 
     def set_records(self, records: Sequence[StepSummary | StepRecord], shown_step: int,
                     latest_step: int | None = None) -> None:
@@ -272,6 +279,22 @@ class MetricsPlots(QWidget):
         if simulated != self.simulated:
             self.simulated = simulated
             self._reset_memo()
+            self._show_clock()
+
+    def _show_clock(self) -> None:
+        """Label step time with its clock (simulated or wall) and the recorder wait as wall
+        time, in their titles and y axes."""
+        note = f"<span style='font-size:8pt; color:{css(MUTED)}'>· {{}}</span>"
+        clock = "simulated" if self.simulated else "wall"
+        self.plots["time"].setTitle("Step time " + note.format(clock), color=PLOT_FG, size="9pt")
+        style_axis(self.plots["time"].getAxis("left"), f"{'sim' if self.simulated else 'wall'} ms")
+        self.plots["recorder"].setTitle("Recorder wait " + note.format("wall"),
+                                        color=PLOT_FG, size="9pt")
+        self.plots["time"].setToolTip("Each step's duration on the run's clock: " + (
+            "simulated, the simulated device's time, not wall time." if self.simulated else "wall time."))
+        self.plots["recorder"].setToolTip("Wall time the engine waited for a full recorder queue when it "
+                                          "handed over the previous step (0 while the writer keeps up); "
+                                          "wall time even in a simulated run.")
 
     def set_run_info(self, info: Mapping[str, Any]) -> None:
         """Take the run's provenance (``StepSource.run_info()``): simulated or not, and the shape
