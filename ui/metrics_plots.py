@@ -50,7 +50,7 @@ PLOTS = (
     ("batch", "Batch size (requests scheduled)", "requests", None, [("scheduled", PALETTE[1])]),
     ("kv", "KV cache usage", "%", None, [("kv", PALETTE[2])]),
     ("queues", "Queues", "requests", None,
-     [("waiting", PALETTE[3]), ("running", PALETTE[0]), ("paused", PALETTE[4])]),
+     [("waiting", PALETTE[3]), ("running", PALETTE[0]), ("swapped", PALETTE[10]), ("paused", PALETTE[4])]),
     ("tokens", "Scheduled tokens", "tokens", None, [("tokens", PALETTE[5])]),
     # step time is the simulated device's in a simulated run (:meth:`MetricsPlots.set_simulated`
     # labels it so); the engine's wait for the recorder is always wall time: a plot of its own
@@ -60,7 +60,7 @@ PLOTS = (
 )
 # step_metrics keys, in the order of metric_row's tuple
 FIELDS = ("step", "seconds", "new", "scheduled", "tokens", "kv", "waiting", "running", "paused",
-          "step_ms", "recorder_wait_ms", "floor_s")
+          "step_ms", "recorder_wait_ms", "floor_s", "arrivals", "finished")
 KNOB_COLOR = (237, 201, 72)       # the knob-change markers and their line
 MAX_KNOB_LINES = 3                # knob changes listed under the plots (the newest)
 EFFICIENCY_NOTE_WIDTH = 340       # pixels: the note that replaces the efficiency curve wraps at this
@@ -81,9 +81,19 @@ def _label(key: str) -> str:
     return key.removesuffix("_ms").replace("_", " ")
 
 
+def legend_title(title: str, series: Sequence[tuple[str, tuple[int, int, int]]], per_line: int = 2) -> str:
+    """``title`` followed by a legend of ``series`` (``(name, colour)``: a swatch in the curve's
+    colour and the name), ``per_line`` entries a line (HTML): a half-width plot's title
+    must fit its column, or it widens the column and the panel's right column is cut off."""
+    entries = [f"<span style='color:{css(c)}'>&#9644;{_label(n)}</span>" for n, c in series]
+    lines = [" ".join(entries[i:i + per_line]) for i in range(0, len(entries), per_line)]
+    return f"{title} <span style='font-size:8pt'>" + "<br>".join(lines) + "</span>"
+
+
 def metric_row(s: StepSummary, simulated: bool = False, roofline: Roofline | None = None) -> tuple:
     """One step's numbers, in :data:`FIELDS` order (seconds of the step, counts, KV %, ms, the
-    roofline floor in seconds: 0 without a ``roofline`` cost model). The step's seconds are its
+    roofline floor in seconds: 0 without a ``roofline`` cost model, the requests that arrived in
+    the step and those finished by its end). The step's seconds are its
     wall time, or for a simulated run its simulated duration (``token_time - clock``), so
     tokens/s and step times are those of the simulated device."""
     dur_ns = max(round((s.token_time - s.clock) * 1e9) if simulated else s.end_ns - s.start_ns, 1)
@@ -92,21 +102,40 @@ def metric_row(s: StepSummary, simulated: bool = False, roofline: Roofline | Non
         floor = float(roofline.floors_s(s.num_tokens, s.num_computed_tokens, (0, len(s.slots)), (s.num_new_tokens,))[0])
     return (s.step, dur_ns * 1e-9, s.num_new_tokens, len(s.slots), s.total_num_scheduled_tokens,
             100.0 * s.kv_cache_usage, s.num_waiting, s.num_running, s.num_paused, dur_ns * 1e-6,
-            s.recorder_wait_ns * 1e-6, floor)
+            s.recorder_wait_ns * 1e-6, floor, s.num_arrivals, s.num_finished)
 
 
-def step_metrics(steps: Sequence[StepSummary | StepRecord],
-                 rows: Sequence[tuple] | None = None) -> dict[str, np.ndarray]:
-    """float64 arrays over ``steps`` (summaries or records, in step order), one per
-    :data:`FIELDS` key plus ``output`` (output tokens/s = new tokens / step wall time) and
-    ``efficiency`` (roofline floor / step time, in %). ``rows``: their :func:`metric_row`s when
-    already known."""
+def step_metrics(steps: Sequence[StepSummary | StepRecord], rows: Sequence[tuple] | None = None,
+                 num_live: int | None = None) -> dict[str, np.ndarray]:
+    """float64 arrays over ``steps`` (summaries or records, in step order, consecutive), one per
+    :data:`FIELDS` key plus ``output`` (output tokens/s = new tokens / step wall time),
+    ``efficiency`` (roofline floor / step time, in %) and ``swapped`` (:func:`swapped_counts`
+    from ``num_live``, the live requests after the last step; empty when not given). ``rows``:
+    their :func:`metric_row`s when already known."""
     rows = [metric_row(s) for s in as_summaries(steps)] if rows is None else rows
     table = np.array(rows, float).reshape(len(rows), len(FIELDS))
     m = {k: table[:, i] for i, k in enumerate(FIELDS)}
     m["output"] = m["new"] / np.maximum(m["seconds"], 1e-9)
     m["efficiency"] = 100.0 * m["floor_s"] / np.maximum(m["seconds"], 1e-9)
+    m["swapped"] = np.zeros(0) if num_live is None else swapped_counts(m, num_live)
     return m
+
+
+def swapped_counts(m: Mapping[str, np.ndarray], num_live: int) -> np.ndarray:
+    """Requests swapped out to the CPU after each step of ``m`` (:func:`step_metrics` arrays of
+    consecutive steps), float64 like them; ``num_live``: the live requests after the last step
+    (``len(EngineState.request_ids)``).
+
+    No step column holds the swapped queue's length; it follows from what is recorded. Every
+    live request is in exactly one of waiting, running, swapped, paused (the scheduler's G3
+    invariant, checked on every recorded step), and the live requests change only by arrivals
+    (each step's ``arrivals``) and finishes (``num_finished``, cumulative, rejections included):
+    live after step s = live after the last step - the arrivals after s + the finishes after s,
+    and swapped = live - waiting - running - paused."""
+    arrived_after = m["arrivals"][::-1].cumsum()[::-1] - m["arrivals"]
+    finished_after = m["finished"][-1] - m["finished"] if len(m["finished"]) else m["finished"]
+    live = num_live - arrived_after + finished_after
+    return live - m["waiting"] - m["running"] - m["paused"]
 
 
 class WindowCurve(pg.PlotCurveItem):
@@ -186,10 +215,7 @@ class MetricsPlots(QWidget):
             p = self.layout_widget.addPlot(row=i // 2, col=i % 2, colspan=2 if wide else 1)
             p.setMenuEnabled(False)
             p.hideButtons()
-            if len(series) > 1:
-                title += "<span style='font-size:8pt'>" + "".join(
-                    f" <span style='color:{css(c)}'>&#9644;{_label(n)}</span>" for n, c in series) + "</span>"
-            p.setTitle(title, color=PLOT_FG, size="9pt")
+            p.setTitle(legend_title(title, series) if len(series) > 1 else title, color=PLOT_FG, size="9pt")
             p.setMouseEnabled(False, False)
             # no grid: grid lines belong to the axes, and would repaint every axis on each frame
             style_axis(p.getAxis("left"), ylabel, units)
@@ -226,18 +252,22 @@ class MetricsPlots(QWidget):
         self._show_clock()
 
     def set_records(self, records: Sequence[StepSummary | StepRecord], shown_step: int,
-                    latest_step: int | None = None) -> None:
+                    latest_step: int | None = None, num_live: int | None = None) -> None:
         """Plot the last ``span`` of ``records`` up to ``shown_step`` (``span``: the slot
-        timeline's number of steps)."""
+        timeline's number of steps). ``num_live``: the live requests after ``shown_step``
+        (``len(state.request_ids)``), which the swapped queue's curve is worked out from
+        (:func:`swapped_counts`); without it that curve is empty."""
         latest = shown_step if latest_step is None else latest_step
         _first, span = step_span(shown_step, latest, self.window)
         recs = as_summaries([r for r in records if shown_step - span < r.step <= shown_step])
-        m = self.metrics = step_metrics(recs, self._memo.get(recs))
+        if not recs or recs[-1].step != shown_step:
+            num_live = None                # the count is of the shown step: it must be the last
+        m = self.metrics = step_metrics(recs, self._memo.get(recs), num_live)
         x = (m["step"] - shown_step) * (self.window / span)
         no_roofline = self.roofline.cost is None
         for name, curve in self.curves.items():
             if not (no_roofline and name == "efficiency"):     # no floor: no curve (the note says why)
-                curve.setData(x, m[name])
+                curve.setData(x if len(m[name]) else m[name], m[name])
         for key, _t, _l, _u, series in PLOTS:
             if key != "kv" and not (no_roofline and key == "efficiency"):
                 # y from 0 to the window's maximum: no jitter, no false zero
@@ -313,9 +343,9 @@ class MetricsPlots(QWidget):
     def _show_roofline(self) -> None:
         """The efficiency plot's title, tooltip and note for :attr:`roofline`."""
         r, plot = self.roofline, self.plots["efficiency"]
-        basis = ("not shown" if r.cost is None else "simulated: the cost model's assumption" if r.simulated
+        basis = ("not shown" if r.cost is None else "simulated: an assumption" if r.simulated
                  else "floor / measured step time")
-        plot.setTitle(f"Roofline efficiency <span style='font-size:8pt; color:{css(MUTED)}'>· {basis}</span>",
+        plot.setTitle(f"Roofline efficiency<br><span style='font-size:8pt; color:{css(MUTED)}'>{basis}</span>",
                       color=PLOT_FG, size="9pt")
         plot.setToolTip(f"Roofline efficiency: each step's roofline floor (sum over its operators of max(FLOPs / "
                         f"peak FLOP/s, bytes / bandwidth), from its scheduled tokens and context lengths) / its "
