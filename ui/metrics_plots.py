@@ -106,36 +106,40 @@ def metric_row(s: StepSummary, simulated: bool = False, roofline: Roofline | Non
 
 
 def step_metrics(steps: Sequence[StepSummary | StepRecord], rows: Sequence[tuple] | None = None,
-                 num_live: int | None = None) -> dict[str, np.ndarray]:
+                 num_swapped: int | None = None) -> dict[str, np.ndarray]:
     """float64 arrays over ``steps`` (summaries or records, in step order, consecutive), one per
     :data:`FIELDS` key plus ``output`` (output tokens/s = new tokens / step wall time),
     ``efficiency`` (roofline floor / step time, in %) and ``swapped`` (:func:`swapped_counts`
-    from ``num_live``, the live requests after the last step; empty when not given). ``rows``:
-    their :func:`metric_row`s when already known."""
+    from ``num_swapped``, the swapped queue after the last step; empty when not given).
+    ``rows``: their :func:`metric_row`s when already known."""
     rows = [metric_row(s) for s in as_summaries(steps)] if rows is None else rows
     table = np.array(rows, float).reshape(len(rows), len(FIELDS))
     m = {k: table[:, i] for i, k in enumerate(FIELDS)}
     m["output"] = m["new"] / np.maximum(m["seconds"], 1e-9)
     m["efficiency"] = 100.0 * m["floor_s"] / np.maximum(m["seconds"], 1e-9)
-    m["swapped"] = np.zeros(0) if num_live is None else swapped_counts(m, num_live)
+    m["swapped"] = np.zeros(0) if num_swapped is None else swapped_counts(m, num_swapped)
     return m
 
 
-def swapped_counts(m: Mapping[str, np.ndarray], num_live: int) -> np.ndarray:
+def swapped_counts(m: Mapping[str, np.ndarray], num_swapped: int) -> np.ndarray:
     """Requests swapped out to the CPU after each step of ``m`` (:func:`step_metrics` arrays of
-    consecutive steps), float64 like them; ``num_live``: the live requests after the last step
-    (``len(EngineState.request_ids)``).
+    consecutive steps), float64 like them; ``num_swapped``: the swapped queue after the last
+    step (its state's).
 
     No step column holds the swapped queue's length; it follows from what is recorded. Every
     live request is in exactly one of waiting, running, swapped, paused (the scheduler's G3
     invariant, checked on every recorded step), and the live requests change only by arrivals
     (each step's ``arrivals``) and finishes (``num_finished``, cumulative, rejections included):
     live after step s = live after the last step - the arrivals after s + the finishes after s,
-    and swapped = live - waiting - running - paused."""
+    and swapped = live - waiting - running - paused. The live requests after the last step are
+    its swapped queue plus its recorded counts (not the state's whole list: a live engine's state
+    also holds requests injected since that step)."""
+    queued = m["waiting"] + m["running"] + m["paused"]
+    if not len(queued):
+        return queued
     arrived_after = m["arrivals"][::-1].cumsum()[::-1] - m["arrivals"]
-    finished_after = m["finished"][-1] - m["finished"] if len(m["finished"]) else m["finished"]
-    live = num_live - arrived_after + finished_after
-    return live - m["waiting"] - m["running"] - m["paused"]
+    live = num_swapped + queued[-1] - arrived_after + (m["finished"][-1] - m["finished"])
+    return live - queued
 
 
 class WindowCurve(pg.PlotCurveItem):
@@ -252,17 +256,17 @@ class MetricsPlots(QWidget):
         self._show_clock()
 
     def set_records(self, records: Sequence[StepSummary | StepRecord], shown_step: int,
-                    latest_step: int | None = None, num_live: int | None = None) -> None:
+                    latest_step: int | None = None, num_swapped: int | None = None) -> None:
         """Plot the last ``span`` of ``records`` up to ``shown_step`` (``span``: the slot
-        timeline's number of steps). ``num_live``: the live requests after ``shown_step``
-        (``len(state.request_ids)``), which the swapped queue's curve is worked out from
+        timeline's number of steps). ``num_swapped``: the swapped queue after ``shown_step``
+        (its state's), which the swapped queue's curve is worked out from
         (:func:`swapped_counts`); without it that curve is empty."""
         latest = shown_step if latest_step is None else latest_step
         _first, span = step_span(shown_step, latest, self.window)
         recs = as_summaries([r for r in records if shown_step - span < r.step <= shown_step])
         if not recs or recs[-1].step != shown_step:
-            num_live = None                # the count is of the shown step: it must be the last
-        m = self.metrics = step_metrics(recs, self._memo.get(recs), num_live)
+            num_swapped = None             # the count is of the shown step: it must be the last
+        m = self.metrics = step_metrics(recs, self._memo.get(recs), num_swapped)
         x = (m["step"] - shown_step) * (self.window / span)
         no_roofline = self.roofline.cost is None
         for name, curve in self.curves.items():

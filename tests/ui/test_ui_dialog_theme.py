@@ -11,7 +11,6 @@ from ui import MainWindow
 from ui.check_dialog import FindingsDialog
 from ui.inject_dialog import InjectDialog
 from ui.knobs_dialog import KnobsDialog
-from ui.run_summary import RunSummaryDialog
 
 
 @pytest.fixture

@@ -4,9 +4,8 @@ counts and must equal the swapped queue of the state after every step, live and 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
-from fakes import FakeSource, shown_window, swap_source
+from fakes import FakeControl, FakeSource, shown_window, swap_source
 from recordings import Reader
 from ui import MainWindow
 from ui.metrics_plots import PLOTS, MetricsPlots
@@ -71,11 +70,25 @@ def test_the_swapped_curve_follows_the_swapped_queue_in_a_replay(qtbot, tmp_path
         reader.close()
 
 
-def test_without_the_live_count_there_is_no_swapped_curve(qtbot):
+def test_without_the_swapped_count_there_is_no_swapped_curve(qtbot):
     source = swap_source()
     w = MetricsPlots()
     qtbot.addWidget(w)
     w.set_records(source.records(0, 31), 30, 60)
     assert len(w.metrics["swapped"]) == 0 and len(w.curves["swapped"].getData()[1]) == 0
-    w.set_records(source.records(0, 31), 30, 60, num_live=len(source.state_at(30).request_ids))
+    w.set_records(source.records(0, 31), 30, 60, num_swapped=len(source.state_at(30).queue_rows("swapped")))
     np.testing.assert_array_equal(w.metrics["swapped"], _swapped_truth(source, w.metrics["step"]))
+
+
+def test_a_request_injected_since_the_last_step_is_not_counted_as_swapped(qtbot):
+    source = swap_source(25)
+    state = source.state_at(source.latest_step())
+    swapped = len(state.queue_rows("swapped"))
+    assert swapped >= 1                                          # the newest step has swapped out
+    w = shown_window(qtbot, source, FakeControl(source))
+    w.refresh(force=True)
+    FakeControl(source).add_request("one more request", 4)      # waiting, in no step yet
+    w.refresh()
+    assert len(w.state.request_ids) == len(state.request_ids) + 1
+    assert w.metrics.metrics["swapped"][-1] == swapped
+    np.testing.assert_array_equal(w.metrics.metrics["swapped"], _swapped_truth(source, w.metrics.metrics["step"]))
