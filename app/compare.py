@@ -154,9 +154,11 @@ def rejection_lines(c) -> list[str]:
     """Why each run's requests were rejected or failed, grouped by reason as ``batchscope run``
     and ``summary`` print them (``app.headless.rejection_report`` over the recording's
     ``FINISHED_ERROR`` requests); runs with the same report share it (the same --max-model-len
-    rejects the same requests in every run). [] when no run rejected any."""
+    rejects the same requests in every run), control and bidi characters of the recorded ids
+    and reasons escaped (``recordings.safe_text.visible``). [] when no run rejected any."""
     from app.headless import recorded_rejections, rejection_report
     from recordings import Reader
+    from recordings.safe_text import visible
 
     reports: dict[str, list[str]] = {}
     for h in c.headlines:
@@ -168,7 +170,7 @@ def rejection_lines(c) -> list[str]:
                 reader.close()
             reports.setdefault(report, []).append(h.name)
     return [line for report, names in reports.items()
-            for line in ("", f"{', '.join(names)}: {report}")]
+            for line in ("", visible(f"{', '.join(names)}: {report}"))]
 
 
 def run_compare(args: argparse.Namespace) -> int:

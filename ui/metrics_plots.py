@@ -35,6 +35,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from engine.outputs import StepRecord
@@ -63,7 +64,8 @@ FIELDS = ("step", "seconds", "new", "scheduled", "tokens", "kv", "waiting", "run
           "step_ms", "recorder_wait_ms", "floor_s", "arrivals", "finished")
 KNOB_COLOR = (237, 201, 72)       # the knob-change markers and their line
 MAX_KNOB_LINES = 3                # knob changes listed under the plots (the newest)
-EFFICIENCY_NOTE_WIDTH = 340       # pixels: the note that replaces the efficiency curve wraps at this
+EFFICIENCY_NOTE_MARGIN = 8        # pixels: the note that replaces the efficiency curve wraps this
+                                  # far inside its plot (it must not paint over the neighbours)
 
 
 def knobs_text(changes: Sequence[tuple[int, Sequence[tuple[str, int]]]]) -> str:
@@ -249,11 +251,20 @@ class MetricsPlots(QWidget):
         # every step axis follows the span (hidden ones cost nothing to rescale)
         self._step_axes = [p.getAxis("bottom") for p in self.plots.values()]
         self.efficiency_note = pg.TextItem(color=MUTED, anchor=(0.5, 0.5))   # why no curve
-        self.efficiency_note.setTextWidth(EFFICIENCY_NOTE_WIDTH)
+        note_font = QFont()
+        note_font.setPointSize(8)
+        self.efficiency_note.setFont(note_font)
         self.plots["efficiency"].addItem(self.efficiency_note, ignoreBounds=True)
         self.efficiency_note.setPos(-window / 2, 0.5)
+        self.plots["efficiency"].vb.sigResized.connect(self._fit_efficiency_note)
         self._show_roofline()
         self._show_clock()
+
+    def _fit_efficiency_note(self, *_args) -> None:
+        """Wrap the efficiency note at its plot's width (a half-width plot: a note wider than
+        it painted over the plots beside it)."""
+        width = self.plots["efficiency"].vb.width() - 2 * EFFICIENCY_NOTE_MARGIN
+        self.efficiency_note.setTextWidth(max(width, 40.0))
 
     def set_records(self, records: Sequence[StepSummary | StepRecord], shown_step: int,
                     latest_step: int | None = None, num_swapped: int | None = None) -> None:
@@ -354,7 +365,8 @@ class MetricsPlots(QWidget):
         plot.setToolTip(f"Roofline efficiency: each step's roofline floor (sum over its operators of max(FLOPs / "
                         f"peak FLOP/s, bytes / bandwidth), from its scheduled tokens and context lengths) / its "
                         f"time.\n{'No efficiency: ' if r.cost is None else 'Basis: '}{r.note}")
-        self.efficiency_note.setText(f"No roofline efficiency: {r.note}." if r.cost is None else "")
+        # the reason's first clause fits a half-width plot; the tooltip has the whole of it
+        self.efficiency_note.setText(f"No roofline efficiency: {r.note.split(' (')[0]}." if r.cost is None else "")
         self.efficiency_note.setVisible(r.cost is None)
         plot.getAxis("left").setStyle(showValues=r.cost is not None)   # no curve: no scale to read
         if r.cost is None:
