@@ -135,6 +135,8 @@ def print_comparison(c, top: int) -> None:
     print(f"workload {c.digest}: {c.headlines[0].num_requests} requests, clock {c.headlines[0].clock}{sim}")
     headers, rows = headline_table(c)
     print(tabulate(rows, headers=headers, disable_numparse=True))
+    for line in rejection_lines(c):
+        print(line)
     for k, deltas in enumerate(c.deltas, 1):
         a, b = c.headlines[0].name, c.headlines[k].name
         print(f"\nper request, B = {b} vs A = {a}: {cause_summary(deltas)}")
@@ -146,6 +148,29 @@ def print_comparison(c, top: int) -> None:
     headers, rows = fairness_table(c)
     print("\nfairness:")
     print(tabulate(rows, headers=headers, disable_numparse=True))
+
+
+def rejection_lines(c) -> list[str]:
+    """Why each run's requests were rejected or failed, grouped by reason as ``batchscope run``
+    and ``summary`` print them (``app.headless.rejection_report`` over the recording's
+    ``FINISHED_ERROR`` requests); runs with the same report share it (the same --max-model-len
+    rejects the same requests in every run), control and bidi characters of the recorded ids
+    and reasons escaped (``recordings.safe_text.visible``). [] when no run rejected any."""
+    from app.headless import recorded_rejections, rejection_report
+    from recordings import Reader
+    from recordings.safe_text import visible
+
+    reports: dict[str, list[str]] = {}
+    for h in c.headlines:
+        if h.num_rejected:
+            reader = Reader(h.path)
+            try:
+                report = rejection_report(recorded_rejections(reader), h.num_requests)
+            finally:
+                reader.close()
+            reports.setdefault(report, []).append(h.name)
+    return [line for report, names in reports.items()
+            for line in ("", visible(f"{', '.join(names)}: {report}"))]
 
 
 def run_compare(args: argparse.Namespace) -> int:

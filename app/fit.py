@@ -11,8 +11,9 @@ import numpy as np
 
 from engine.sim.cost_model import CostModel, CostParams
 from engine.sim.fitting import fit_cost_params, predict, relative_errors, roofline_terms
-from engine.sim.hardware import DEVICES, get_device
+from engine.sim.hardware import CPU, DEVICES, DevicePeaks, get_device
 from engine.sim.model_shapes import DTYPE_BYTES, get_model_shape
+from recordings.roofline import recorded_peaks
 
 _CHUNK = 2048   # steps read per call
 
@@ -58,6 +59,27 @@ def device_name_of(info: dict) -> str:
     raise ValueError(f"cannot tell the sim device of {info.get('device_name')!r}; pass --sim-device")
 
 
+def fit_peaks(info: dict, sim_device: str | None) -> tuple[DevicePeaks, str]:
+    """The device peaks the fit's efficiencies are relative to, and where they come from.
+
+    On a CPU, the peaks the recording holds (``run_info["roofline"]``, measured at the start of
+    the run, on the machine and under the load the steps ran with) when it has them, else this
+    CPU's measured now (a recording made before BatchScope measured them; another machine or
+    load than the run's). A GPU's are its datasheet's (``--sim-device`` or the recording's
+    device), the peaks ``--executor sim`` runs with (only a CPU fit keeps its own peaks:
+    ``CostModel.build``). Raises ``ValueError`` for an unknown device."""
+    name = (sim_device or device_name_of(info)).strip().lower()
+    if name != CPU:
+        return get_device(name), f"{name}'s datasheet, as --executor sim uses them"
+    recorded = recorded_peaks(info) if str(info.get("device", "")).startswith(CPU) else None
+    if recorded is not None:
+        peaks = DevicePeaks(CPU, recorded.peak_flops, recorded.mem_bandwidth, recorded.memory_bytes,
+                            "this CPU", recorded.host_bandwidth)
+        return peaks, "the recording's, measured at the run's start"
+    return get_device(CPU), ("this CPU's, measured now: the recording holds no peaks (made before BatchScope "
+                             "measured them at start); a busy machine measures low")
+
+
 def error_line(label: str, predicted: np.ndarray, measured: np.ndarray) -> str:
     err = relative_errors(predicted, measured)
     return (f"{label}: {len(err)} steps, relative error median {np.median(err):.1%}, "
@@ -76,7 +98,7 @@ def run_fit(args: argparse.Namespace) -> int:
         dtype = str(info.get("dtype", "float32"))
         shape = get_model_shape(args.sim_model or model_spec_of(info))
         shape = shape.with_dtype(dtype) if dtype in DTYPE_BYTES else shape
-        device = get_device(args.sim_device or device_name_of(info))
+        device, source = fit_peaks(info, args.sim_device)
         model = CostModel(shape, device, CostParams())
         steps, times = measured_steps(reader)
         terms = roofline_terms(model, steps)
@@ -92,6 +114,7 @@ def run_fit(args: argparse.Namespace) -> int:
     print(f"model {shape.name} ({shape.num_parameters / 1e6:.0f}M parameters, {shape.bytes_per_param} bytes each) "
           f"on {device.description or device.name}: {device.peak_flops / 1e12:.3g} TFLOP/s, "
           f"{device.mem_bandwidth / 1e9:.3g} GB/s")
+    print(f"peaks: {source}")
     print(f"fit: per_step_overhead_s {params.per_step_overhead_s:.4g}, per_seq_overhead_s "
           f"{params.per_seq_overhead_s:.4g}, flops_efficiency "
           f"{params.flops_efficiency:.3g}, bw_efficiency {params.bw_efficiency:.3g}")

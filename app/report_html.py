@@ -150,6 +150,8 @@ def render_report(c: Comparison, plots: dict[str, str], scatters: list[str]) -> 
     """The report's HTML text for ``c`` with the given base64 PNGs (autoescaped jinja2)."""
     import jinja2
 
+    from app.compare import rejection_lines
+
     env = jinja2.Environment(loader=jinja2.PackageLoader("app", "templates"), autoescape=True,
                              undefined=jinja2.StrictUndefined)
     pairs = []
@@ -167,7 +169,7 @@ def render_report(c: Comparison, plots: dict[str, str], scatters: list[str]) -> 
         names=[h.name for h in c.headlines], digest=c.digest, num_requests=first.num_requests,
         clock=first.clock, simulated=first.simulated, written=dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
         runs=_runs(c), headline=_headline_cells(c), plots=plots, pairs=pairs,
-        fairness={"headers": fh, "rows": fr})
+        fairness={"headers": fh, "rows": fr}, rejections="\n".join(rejection_lines(c)).strip())
 
 
 def write_report(c: Comparison, out: Path) -> None:

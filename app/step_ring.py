@@ -106,6 +106,8 @@ def batch_columns(steps: Sequence[PackedStep]) -> dict[str, Any]:
     for name, dtype in STEP_FIELDS:
         if name == "num_new_tokens":
             out[name] = np.array([len(s[_TOKENS][0]) for s in steps], np.int64).reshape(n)
+        elif name == "num_arrivals":
+            out[name] = np.array([len(s[_INDEX["arrivals"]]) for s in steps], np.int64).reshape(n)
         elif name == "num_scheduled_tokens":
             out[name] = np.array([int(s[_BATCH][2].sum()) for s in steps], np.int64).reshape(n)
         else:

@@ -37,7 +37,8 @@ class Headline:
     """One run's headline numbers (``None`` where the run has no sample). Latencies are in
     ``time_unit`` (``s``, or ``steps`` under the virtual clock); throughputs are per second of
     the run's duration (simulated seconds for a simulated run); ``slot_occupancy`` in percent
-    (running / ``max_num_seqs``, mean over steps)."""
+    (running / ``max_num_seqs``, mean over steps). ``num_rejected``: requests that finished with
+    an error (rejected at admission, e.g. over ``max_model_len``, or failed in a step)."""
 
     name: str
     path: str
@@ -46,6 +47,7 @@ class Headline:
     simulated: bool
     num_requests: int
     num_served: int
+    num_rejected: int
     duration_s: float
     output_tokens_per_s: float | None
     requests_per_s: float | None
@@ -64,11 +66,12 @@ def headline(reader: Reader, name: str) -> Headline:
     :class:`recordings.RecordingError` for an unreadable recording."""
     s, b = summarize(reader), summarize_batching(reader)
     served = sum(n for reason, n in s.num_finished_by_reason.items() if reason in ("stop", "length"))
+    (rejected,), = reader.execute("SELECT count(*) FROM requests WHERE status = 'FINISHED_ERROR'")
     dur = s.wall_duration_s
     return Headline(
         name=name, path=str(reader.path), clock=s.clock, time_unit=s.time_unit,
         simulated=bool(reader.run_info().get("simulated")), num_requests=s.num_requests,
-        num_served=served, duration_s=dur, output_tokens_per_s=s.output_tokens_per_s,
+        num_served=served, num_rejected=int(rejected), duration_s=dur, output_tokens_per_s=s.output_tokens_per_s,
         requests_per_s=served / dur if dur > 0 else None, ttft_p50=s.ttft.p50, ttft_p99=s.ttft.p99,
         tpot_p50=b.tpot.p50, tpot_p99=b.tpot.p99,
         slot_occupancy=None if b.slot_occupancy is None else 100.0 * b.slot_occupancy)

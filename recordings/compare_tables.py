@@ -45,6 +45,7 @@ def headline_table(c: Comparison) -> Table:
             row.append(f"{num(c.headlines[k].value(attr), spec)}  ({ratio_text(c.ratios(k)[attr])})")
         rows.append(row)
     rows.append(["requests served"] + [f"{h.num_served} of {h.num_requests}" for h in c.headlines])
+    rows.append(["rejected / failed"] + [f"{h.num_rejected} of {h.num_requests}" for h in c.headlines])
     return headers, rows
 
 

@@ -170,7 +170,8 @@ class Reader:
         Per step (step order): ``step``, ``start_ns``, ``end_ns``, ``clock``, ``token_time``,
         ``num_waiting``, ``num_running``, ``num_paused``, ``num_finished``, ``num_free_blocks``,
         ``num_total_blocks``, ``schedule_ns``, ``forward_ns``, ``update_ns``,
-        ``recorder_wait_ns``, ``num_scheduled_tokens``, ``num_new_tokens`` (numpy int64 or
+        ``recorder_wait_ns``, ``num_scheduled_tokens``, ``num_new_tokens``, ``num_arrivals``
+        (requests that arrived in the step, from ``requests.arrival_step``) (numpy int64 or
         float64), ``error``, ``preempted_ids``, ``not_admitted``, ``waiting_reason``, ``knobs``
         (lists, as in :class:`StepRecord`) and ``batch_start`` (int64, one more: step ``i``'s batch entries
         are ``batch_start[i]:batch_start[i + 1]``). Per batch entry, in batch order:

@@ -70,10 +70,27 @@ class Roofline:
         return self.cost.work_times(StepWork.of_batches(num_tokens, num_computed_tokens, batch_start, num_sampled))
 
 
-def _cost(model: Mapping, device: Mapping) -> CostModel:
+def _peaks(device: Mapping) -> DevicePeaks:
     known = {f.name for f in dataclasses.fields(DevicePeaks)}
-    peaks = DevicePeaks(**{k: v for k, v in device.items() if k in known})
-    return CostModel(ModelShape(**model), peaks, CostParams.floor())
+    return DevicePeaks(**{k: v for k, v in device.items() if k in known})
+
+
+def _cost(model: Mapping, device: Mapping) -> CostModel:
+    return CostModel(ModelShape(**model), _peaks(device), CostParams.floor())
+
+
+def recorded_peaks(run_info: Mapping[str, Any]) -> DevicePeaks | None:
+    """The device peaks a run recorded in its provenance (``run_info["roofline"]["device"]``:
+    measured at the start of a model run or of the bench), or None when it has none (recorded
+    before BatchScope measured them, or a simulated run). Raises ``ValueError`` for a malformed
+    entry."""
+    r = run_info.get("roofline")
+    if not isinstance(r, Mapping) or not isinstance(r.get("device"), Mapping):
+        return None
+    try:
+        return _peaks(r["device"])
+    except TypeError as e:
+        raise ValueError(f"the run info's roofline peaks do not read: {e}") from None
 
 
 def _describe(peaks: DevicePeaks) -> str:

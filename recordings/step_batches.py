@@ -19,8 +19,12 @@ STEP_FIELDS = (("step", np.int64), ("start_ns", np.int64), ("end_ns", np.int64),
                ("num_free_blocks", np.int64), ("num_total_blocks", np.int64),
                ("schedule_ns", np.int64), ("forward_ns", np.int64), ("update_ns", np.int64),
                ("recorder_wait_ns", np.int64), ("num_scheduled_tokens", np.int64),
-               ("num_new_tokens", np.int64))
-BATCH_FIELDS = tuple(n for n, _ in STEP_FIELDS) + (
+               ("num_new_tokens", np.int64), ("num_arrivals", np.int64))
+# Columns the steps table does not have, as SQL over the file: a step's arrivals (its record's
+# ``arrivals``, counted through the index on requests.arrival_step)
+STEP_SQL = {"num_arrivals": "(SELECT count(*) FROM requests WHERE requests.arrival_step = steps.step) "
+                            "AS num_arrivals"}
+BATCH_FIELDS = tuple(STEP_SQL.get(n, n) for n, _ in STEP_FIELDS) + (
     "error", "num_scheduled_requests", "batch_seq_json", "batch_slot_json",
     "batch_num_tokens_json", "batch_num_computed_json", "batch_prefill_json", "preempted_json",
     "not_admitted_json", "waiting_reason", "knobs_json")
@@ -100,9 +104,10 @@ def batch_columns(records: Sequence[StepRecord]) -> dict[str, Any]:
     n = len(records)
     out: dict[str, Any] = {
         name: np.array([getattr(r, name) for r in records], dtype).reshape(n)
-        for name, dtype in STEP_FIELDS if name not in ("num_new_tokens", "num_scheduled_tokens")}
+        for name, dtype in STEP_FIELDS if name not in ("num_new_tokens", "num_scheduled_tokens", "num_arrivals")}
     out["num_scheduled_tokens"] = np.array([r.total_num_scheduled_tokens for r in records], np.int64).reshape(n)
     out["num_new_tokens"] = np.array([len(r.new_tokens) for r in records], np.int64).reshape(n)
+    out["num_arrivals"] = np.array([len(r.arrivals) for r in records], np.int64).reshape(n)
     out["error"] = [r.error for r in records]
     out["preempted_ids"] = [tuple(r.preempted_ids) for r in records]
     out["not_admitted"] = [tuple(r.not_admitted) for r in records]

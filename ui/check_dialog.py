@@ -8,6 +8,7 @@ from typing import NamedTuple, Sequence
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QAbstractItemView, QDialog, QDialogButtonBox, QHeaderView, QLabel,
                                QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+from ui.theme import follow_window
 
 
 class Finding(NamedTuple):
@@ -46,6 +47,7 @@ class FindingsDialog(QDialog):
     def __init__(self, title: str, summary: str, findings: Sequence[Finding],
                  parent: QWidget | None = None):
         super().__init__(parent)
+        follow_window(self, parent)
         self.setWindowTitle(title)
         self.resize(760, 420)
         findings = list(findings)

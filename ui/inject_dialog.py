@@ -17,6 +17,7 @@ from engine.request import MAX_PENALTY
 from engine.source import EngineControl
 from ui.colors import ERROR, css
 from ui.request_menu import PRIORITY_RANGE
+from ui.theme import follow_window
 
 
 PENALTY_DEFAULTS = {"repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0}
@@ -37,6 +38,7 @@ class InjectDialog(QDialog):
 
     def __init__(self, control: EngineControl, parent: QWidget | None = None, policy: str = ""):
         super().__init__(parent)
+        follow_window(self, parent)
         self.control = control
         self.request_id: str | None = None
         self.setWindowTitle("Inject request")

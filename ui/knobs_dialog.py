@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFormLayout, QLabel, Q
 
 from engine.source import LIVE_KNOBS, EngineControl
 from ui.colors import ERROR, MUTED, css
+from ui.theme import follow_window
 
 # what each knob does, as its tooltip
 KNOB_TIPS = {
@@ -36,6 +37,7 @@ class KnobsDialog(QDialog):
 
     def __init__(self, control: EngineControl, num_gpu_blocks: int, parent: QWidget | None = None):
         super().__init__(parent)
+        follow_window(self, parent)
         self.control = control
         self.current = control.knobs()
         self.changes: dict[str, int] = {}

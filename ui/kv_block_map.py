@@ -2,8 +2,11 @@
 
 The whole map is ONE packed-colour image on a long-lived ``PackedImageItem`` in a
 ``pg.ViewBox``, painted from the state's arrays with numpy (``ui.block_image``): no Python per
-block per frame. A block is ``px`` x ``px`` image pixels, ``px`` from 4 (16k blocks) to 12 (a
-few hundred); its cell fills from the bottom like a glass with the owner's colour, a faint tint
+block per frame. A block is ``px`` x ``px`` image pixels, ``px`` the most whole device pixels
+a block can have and the whole cache fit the view (up to 12; a 1-pixel gap between cells from 3
+pixels on), and the fitted view shows one image pixel per device pixel (or a whole number of
+them when the image is scaled up): a map scaled by a fraction aliases its gaps into moiré
+(``ui.block_image.fitted_cell_px``); its cell fills from the bottom like a glass with the owner's colour, a faint tint
 above, dark grey when free; the selected request's blocks get a white frame.
 
 Mouse wheel zooms (pan by dragging, double-click fits the whole cache again); hover names the
@@ -26,7 +29,7 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 from engine.state import RESERVED, EngineState
 from ui.block_image import (CACHED_FREE, MARK_CACHED_FREE, MARK_RESERVED, MARK_SHARED,
                             RESERVED_BG, RESERVED_HATCH, SHARED, TINT, BlockImage, cell_px,
-                            grid_columns)
+                            device_scale, fitted_cell_px, grid_columns)
 from ui.colors import BACKGROUND, FREE, MUTED, color_indices, css, mix
 from ui.cpu_pool import CpuPoolLayer
 from ui.packed_image import PackedImageItem
@@ -182,13 +185,29 @@ class KVBlockMap(QWidget):
             elif not self.zoomed:
                 self.fit()
 
+    def _device_size(self) -> tuple[float, float] | None:
+        """The view's ``(width, height)`` in device pixels; None before it is laid out."""
+        size, ratio = self.view.size(), self.plot.devicePixelRatioF()
+        if size.width() <= 20 or size.height() <= 20:
+            return None
+        return size.width() * ratio, size.height() * ratio
+
+    def _layout(self) -> tuple[int, int]:
+        """``(columns, px)`` of the grid for the current state and view size: ``px`` whole
+        device pixels per block that fit the view (``ui.block_image.fitted_cell_px``), or
+        before the view is laid out, ``cell_px``'s guess."""
+        n, num_cpu = len(self.fill), len(self.state.cpu_owner)
+        cols = self._fixed_columns or grid_columns(n + num_cpu, self._aspect())
+        # the CPU pool's rows, and two rows of gap for its label, count in the grid's shape
+        rows = max(1, math.ceil(n / cols)) + (2 + math.ceil(num_cpu / cols) if num_cpu else 0)
+        size = self._device_size()
+        return cols, cell_px(n + num_cpu) if size is None else fitted_cell_px(cols, rows, size[0], size[1])
+
     def _redraw(self) -> None:
         if self.state is None:
             return
         n, num_cpu = len(self.fill), len(self.state.cpu_owner)
-        # the CPU pool's rows, and two rows of gap for its label, count in the grid's shape
-        cols = self._fixed_columns or grid_columns(n + num_cpu, self._aspect())
-        px = cell_px(n + num_cpu)
+        cols, px = self._layout()
         gpu_h = max(1, math.ceil(n / cols)) * px
         cpu_top = gpu_h + 2 * px if num_cpu else gpu_h
         shape = (cpu_top + math.ceil(num_cpu / cols) * px, cols * px)
@@ -202,20 +221,35 @@ class KVBlockMap(QWidget):
             self.fit()
 
     def fit(self) -> None:
-        """Show the whole cache, CPU pool included (undo the user's zoom). Panning stops 5%
-        beyond the grids, widened to the view's aspect so that the whole of them fits."""
+        """Show the whole cache, CPU pool included (undo the user's zoom), centred, at a whole
+        number of device pixels per image pixel (``ui.block_image.device_scale``) with the
+        grid's corner on a device pixel: every cell covers the same device pixels. Panning
+        stops 5% beyond the grids, widened to the view's aspect so that the whole of them fits."""
         self.zoomed = False
         h, w = self._shape
         a = self._aspect()
         span_x, span_y = 1.1 * max(w, a * h), 1.1 * max(h, w / a)
+        size = self._device_size()
+        if size is not None:
+            width, height = size
+            scale = device_scale(w, h, width, height)             # device pixels per image pixel
+            x0 = -math.floor((width - w * scale) / 2) / scale     # margins of whole device pixels
+            y0 = -math.floor((height - h * scale) / 2) / scale
+            span_x, span_y = max(span_x, width / scale + 2 / scale), max(span_y, height / scale + 2 / scale)
         self.view.setLimits(xMin=(w - span_x) / 2, xMax=(w + span_x) / 2, yMin=(h - span_y) / 2,
                             yMax=(h + span_y) / 2, minXRange=2 * self.px, minYRange=2 * self.px)
-        self.view.autoRange(padding=0.01)
+        if size is None:
+            self.view.autoRange(padding=0.01)
+        else:
+            self.view.setRange(xRange=(x0, x0 + width / scale), yRange=(y0, y0 + height / scale),
+                               padding=0)
 
     def _view_resized(self, *_args) -> None:
-        """The view box got its new size (after the widget's resize event): fit again unless
-        the user zoomed."""
+        """The view box got its new size (after the widget's resize event): lay the grid out
+        again for it (another cell size: :meth:`_layout`) and fit, unless the user zoomed."""
         if self.state is not None and not self.zoomed:
+            if self._layout() != (self.columns, self.px):
+                self._redraw()
             self.fit()
 
     def _user_zoomed(self, *_args) -> None:

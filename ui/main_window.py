@@ -315,7 +315,8 @@ class MainWindow(QMainWindow, RecordingStatus):
         last = self.records[-1] if self.records and self.records[-1].step == k else None
         self.record = last
         self.queues.set_state(state, last)
-        self.metrics.set_records(self.records, k, latest)
+        swapped = len(state.queue_rows("swapped")) if len(state.cpu_owner) else 0   # no swap pool: none
+        self.metrics.set_records(self.records, k, latest, num_swapped=swapped)
         self.inspector.set_state(state, k, last)
         self._drawn = (k, step_span(k, latest, self.window), id(self.source))
         tps = self.metrics.mean_output_tps()

@@ -1,8 +1,12 @@
 """Per-step metrics over the shown window: output tokens/s, batch size, KV usage, queue depth,
-scheduled tokens, step time and the engine's wait for the recorder, and roofline efficiency.
+scheduled tokens, step time, roofline efficiency and the engine's wait for the recorder.
 
-Seven pyqtgraph plots in a grid of two columns of one layout widget with linked step axes (the
-last, roofline efficiency, spans both); every curve is a
+Step time is on the run's clock: a simulated run's is the simulated device's (its plot says
+"simulated"), a model run's is wall time. The recorder wait is always wall time (how long the
+engine waited for the writer), so it has a plot of its own: one ms axis for both mixed the two.
+
+Eight pyqtgraph plots in a grid of two columns of one layout widget with linked step axes (with
+an odd count, the last spans both); every curve is a
 long-lived PlotCurveItem updated with ``setData``. The x axis counts steps back from the shown
 step (0 = the shown step, at the right edge), so it stays put while the run advances: moving
 axes cost more to paint than the curves. While the run is shorter than the window the plotted
@@ -31,6 +35,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from engine.outputs import StepRecord
@@ -46,18 +51,21 @@ PLOTS = (
     ("batch", "Batch size (requests scheduled)", "requests", None, [("scheduled", PALETTE[1])]),
     ("kv", "KV cache usage", "%", None, [("kv", PALETTE[2])]),
     ("queues", "Queues", "requests", None,
-     [("waiting", PALETTE[3]), ("running", PALETTE[0]), ("paused", PALETTE[4])]),
+     [("waiting", PALETTE[3]), ("running", PALETTE[0]), ("swapped", PALETTE[10]), ("paused", PALETTE[4])]),
     ("tokens", "Scheduled tokens", "tokens", None, [("tokens", PALETTE[5])]),
-    ("time", "Step time", "ms", None,
-     [("step_ms", PALETTE[6]), ("recorder_wait_ms", PALETTE[7])]),
+    # step time is the simulated device's in a simulated run (:meth:`MetricsPlots.set_simulated`
+    # labels it so); the engine's wait for the recorder is always wall time: a plot of its own
+    ("time", "Step time", "ms", None, [("step_ms", PALETTE[6])]),
     ("efficiency", "Roofline efficiency", "% of step time", None, [("efficiency", TEXT)]),
+    ("recorder", "Recorder wait", "wall ms", None, [("recorder_wait_ms", PALETTE[7])]),
 )
 # step_metrics keys, in the order of metric_row's tuple
 FIELDS = ("step", "seconds", "new", "scheduled", "tokens", "kv", "waiting", "running", "paused",
-          "step_ms", "recorder_wait_ms", "floor_s")
+          "step_ms", "recorder_wait_ms", "floor_s", "arrivals", "finished")
 KNOB_COLOR = (237, 201, 72)       # the knob-change markers and their line
 MAX_KNOB_LINES = 3                # knob changes listed under the plots (the newest)
-EFFICIENCY_NOTE_WIDTH = 340       # pixels: the note that replaces the efficiency curve wraps at this
+EFFICIENCY_NOTE_MARGIN = 8        # pixels: the note that replaces the efficiency curve wraps this
+                                  # far inside its plot (it must not paint over the neighbours)
 
 
 def knobs_text(changes: Sequence[tuple[int, Sequence[tuple[str, int]]]]) -> str:
@@ -75,9 +83,19 @@ def _label(key: str) -> str:
     return key.removesuffix("_ms").replace("_", " ")
 
 
+def legend_title(title: str, series: Sequence[tuple[str, tuple[int, int, int]]], per_line: int = 2) -> str:
+    """``title`` followed by a legend of ``series`` (``(name, colour)``: a swatch in the curve's
+    colour and the name), ``per_line`` entries a line (HTML): a half-width plot's title
+    must fit its column, or it widens the column and the panel's right column is cut off."""
+    entries = [f"<span style='color:{css(c)}'>&#9644;{_label(n)}</span>" for n, c in series]
+    lines = [" ".join(entries[i:i + per_line]) for i in range(0, len(entries), per_line)]
+    return f"{title} <span style='font-size:8pt'>" + "<br>".join(lines) + "</span>"
+
+
 def metric_row(s: StepSummary, simulated: bool = False, roofline: Roofline | None = None) -> tuple:
     """One step's numbers, in :data:`FIELDS` order (seconds of the step, counts, KV %, ms, the
-    roofline floor in seconds: 0 without a ``roofline`` cost model). The step's seconds are its
+    roofline floor in seconds: 0 without a ``roofline`` cost model, the requests that arrived in
+    the step and those finished by its end). The step's seconds are its
     wall time, or for a simulated run its simulated duration (``token_time - clock``), so
     tokens/s and step times are those of the simulated device."""
     dur_ns = max(round((s.token_time - s.clock) * 1e9) if simulated else s.end_ns - s.start_ns, 1)
@@ -86,21 +104,44 @@ def metric_row(s: StepSummary, simulated: bool = False, roofline: Roofline | Non
         floor = float(roofline.floors_s(s.num_tokens, s.num_computed_tokens, (0, len(s.slots)), (s.num_new_tokens,))[0])
     return (s.step, dur_ns * 1e-9, s.num_new_tokens, len(s.slots), s.total_num_scheduled_tokens,
             100.0 * s.kv_cache_usage, s.num_waiting, s.num_running, s.num_paused, dur_ns * 1e-6,
-            s.recorder_wait_ns * 1e-6, floor)
+            s.recorder_wait_ns * 1e-6, floor, s.num_arrivals, s.num_finished)
 
 
-def step_metrics(steps: Sequence[StepSummary | StepRecord],
-                 rows: Sequence[tuple] | None = None) -> dict[str, np.ndarray]:
-    """float64 arrays over ``steps`` (summaries or records, in step order), one per
-    :data:`FIELDS` key plus ``output`` (output tokens/s = new tokens / step wall time) and
-    ``efficiency`` (roofline floor / step time, in %). ``rows``: their :func:`metric_row`s when
-    already known."""
+def step_metrics(steps: Sequence[StepSummary | StepRecord], rows: Sequence[tuple] | None = None,
+                 num_swapped: int | None = None) -> dict[str, np.ndarray]:
+    """float64 arrays over ``steps`` (summaries or records, in step order, consecutive), one per
+    :data:`FIELDS` key plus ``output`` (output tokens/s = new tokens / step wall time),
+    ``efficiency`` (roofline floor / step time, in %) and ``swapped`` (:func:`swapped_counts`
+    from ``num_swapped``, the swapped queue after the last step; empty when not given).
+    ``rows``: their :func:`metric_row`s when already known."""
     rows = [metric_row(s) for s in as_summaries(steps)] if rows is None else rows
     table = np.array(rows, float).reshape(len(rows), len(FIELDS))
     m = {k: table[:, i] for i, k in enumerate(FIELDS)}
     m["output"] = m["new"] / np.maximum(m["seconds"], 1e-9)
     m["efficiency"] = 100.0 * m["floor_s"] / np.maximum(m["seconds"], 1e-9)
+    m["swapped"] = np.zeros(0) if num_swapped is None else swapped_counts(m, num_swapped)
     return m
+
+
+def swapped_counts(m: Mapping[str, np.ndarray], num_swapped: int) -> np.ndarray:
+    """Requests swapped out to the CPU after each step of ``m`` (:func:`step_metrics` arrays of
+    consecutive steps), float64 like them; ``num_swapped``: the swapped queue after the last
+    step (its state's).
+
+    No step column holds the swapped queue's length; it follows from what is recorded. Every
+    live request is in exactly one of waiting, running, swapped, paused (the scheduler's G3
+    invariant, checked on every recorded step), and the live requests change only by arrivals
+    (each step's ``arrivals``) and finishes (``num_finished``, cumulative, rejections included):
+    live after step s = live after the last step - the arrivals after s + the finishes after s,
+    and swapped = live - waiting - running - paused. The live requests after the last step are
+    its swapped queue plus its recorded counts (not the state's whole list: a live engine's state
+    also holds requests injected since that step)."""
+    queued = m["waiting"] + m["running"] + m["paused"]
+    if not len(queued):
+        return queued
+    arrived_after = m["arrivals"][::-1].cumsum()[::-1] - m["arrivals"]
+    live = num_swapped + queued[-1] - arrived_after + (m["finished"][-1] - m["finished"])
+    return live - queued
 
 
 class WindowCurve(pg.PlotCurveItem):
@@ -180,10 +221,7 @@ class MetricsPlots(QWidget):
             p = self.layout_widget.addPlot(row=i // 2, col=i % 2, colspan=2 if wide else 1)
             p.setMenuEnabled(False)
             p.hideButtons()
-            if len(series) > 1:
-                title += "<span style='font-size:8pt'>" + "".join(
-                    f" <span style='color:{css(c)}'>&#9644;{_label(n)}</span>" for n, c in series) + "</span>"
-            p.setTitle(title, color=PLOT_FG, size="9pt")
+            p.setTitle(legend_title(title, series) if len(series) > 1 else title, color=PLOT_FG, size="9pt")
             p.setMouseEnabled(False, False)
             # no grid: grid lines belong to the axes, and would repaint every axis on each frame
             style_axis(p.getAxis("left"), ylabel, units)
@@ -213,24 +251,38 @@ class MetricsPlots(QWidget):
         # every step axis follows the span (hidden ones cost nothing to rescale)
         self._step_axes = [p.getAxis("bottom") for p in self.plots.values()]
         self.efficiency_note = pg.TextItem(color=MUTED, anchor=(0.5, 0.5))   # why no curve
-        self.efficiency_note.setTextWidth(EFFICIENCY_NOTE_WIDTH)
+        note_font = QFont()
+        note_font.setPointSize(8)
+        self.efficiency_note.setFont(note_font)
         self.plots["efficiency"].addItem(self.efficiency_note, ignoreBounds=True)
         self.efficiency_note.setPos(-window / 2, 0.5)
+        self.plots["efficiency"].vb.sigResized.connect(self._fit_efficiency_note)
         self._show_roofline()
+        self._show_clock()
+
+    def _fit_efficiency_note(self, *_args) -> None:
+        """Wrap the efficiency note at its plot's width (a half-width plot: a note wider than
+        it painted over the plots beside it)."""
+        width = self.plots["efficiency"].vb.width() - 2 * EFFICIENCY_NOTE_MARGIN
+        self.efficiency_note.setTextWidth(max(width, 40.0))
 
     def set_records(self, records: Sequence[StepSummary | StepRecord], shown_step: int,
-                    latest_step: int | None = None) -> None:
+                    latest_step: int | None = None, num_swapped: int | None = None) -> None:
         """Plot the last ``span`` of ``records`` up to ``shown_step`` (``span``: the slot
-        timeline's number of steps)."""
+        timeline's number of steps). ``num_swapped``: the swapped queue after ``shown_step``
+        (its state's), which the swapped queue's curve is worked out from
+        (:func:`swapped_counts`); without it that curve is empty."""
         latest = shown_step if latest_step is None else latest_step
         _first, span = step_span(shown_step, latest, self.window)
         recs = as_summaries([r for r in records if shown_step - span < r.step <= shown_step])
-        m = self.metrics = step_metrics(recs, self._memo.get(recs))
+        if not recs or recs[-1].step != shown_step:
+            num_swapped = None             # the count is of the shown step: it must be the last
+        m = self.metrics = step_metrics(recs, self._memo.get(recs), num_swapped)
         x = (m["step"] - shown_step) * (self.window / span)
         no_roofline = self.roofline.cost is None
         for name, curve in self.curves.items():
             if not (no_roofline and name == "efficiency"):     # no floor: no curve (the note says why)
-                curve.setData(x, m[name])
+                curve.setData(x if len(m[name]) else m[name], m[name])
         for key, _t, _l, _u, series in PLOTS:
             if key != "kv" and not (no_roofline and key == "efficiency"):
                 # y from 0 to the window's maximum: no jitter, no false zero
@@ -272,6 +324,22 @@ class MetricsPlots(QWidget):
         if simulated != self.simulated:
             self.simulated = simulated
             self._reset_memo()
+            self._show_clock()
+
+    def _show_clock(self) -> None:
+        """Label step time with its clock (simulated or wall) and the recorder wait as wall
+        time, in their titles and y axes."""
+        note = f"<span style='font-size:8pt; color:{css(MUTED)}'>· {{}}</span>"
+        clock = "simulated" if self.simulated else "wall"
+        self.plots["time"].setTitle("Step time " + note.format(clock), color=PLOT_FG, size="9pt")
+        style_axis(self.plots["time"].getAxis("left"), f"{'sim' if self.simulated else 'wall'} ms")
+        self.plots["recorder"].setTitle("Recorder wait " + note.format("wall"),
+                                        color=PLOT_FG, size="9pt")
+        self.plots["time"].setToolTip("Each step's duration on the run's clock: " + (
+            "simulated, the simulated device's time, not wall time." if self.simulated else "wall time."))
+        self.plots["recorder"].setToolTip("Wall time the engine waited for a full recorder queue when it "
+                                          "handed over the previous step (0 while the writer keeps up); "
+                                          "wall time even in a simulated run.")
 
     def set_run_info(self, info: Mapping[str, Any]) -> None:
         """Take the run's provenance (``StepSource.run_info()``): simulated or not, and the shape
@@ -290,14 +358,15 @@ class MetricsPlots(QWidget):
     def _show_roofline(self) -> None:
         """The efficiency plot's title, tooltip and note for :attr:`roofline`."""
         r, plot = self.roofline, self.plots["efficiency"]
-        basis = ("not shown" if r.cost is None else "simulated: the cost model's assumption" if r.simulated
+        basis = ("not shown" if r.cost is None else "simulated: an assumption" if r.simulated
                  else "floor / measured step time")
-        plot.setTitle(f"Roofline efficiency <span style='font-size:8pt; color:{css(MUTED)}'>· {basis}</span>",
+        plot.setTitle(f"Roofline efficiency<br><span style='font-size:8pt; color:{css(MUTED)}'>{basis}</span>",
                       color=PLOT_FG, size="9pt")
         plot.setToolTip(f"Roofline efficiency: each step's roofline floor (sum over its operators of max(FLOPs / "
                         f"peak FLOP/s, bytes / bandwidth), from its scheduled tokens and context lengths) / its "
                         f"time.\n{'No efficiency: ' if r.cost is None else 'Basis: '}{r.note}")
-        self.efficiency_note.setText(f"No roofline efficiency: {r.note}." if r.cost is None else "")
+        # the reason's first clause fits a half-width plot; the tooltip has the whole of it
+        self.efficiency_note.setText(f"No roofline efficiency: {r.note.split(' (')[0]}." if r.cost is None else "")
         self.efficiency_note.setVisible(r.cost is None)
         plot.getAxis("left").setStyle(showValues=r.cost is not None)   # no curve: no scale to read
         if r.cost is None:

@@ -19,6 +19,7 @@ from recordings.errors import RecordingError
 from recordings.reader import Reader
 from recordings.serving_metrics import Slo
 from recordings.summary_lines import summary_lines
+from ui.theme import follow_window
 
 MAX_SLO_MS = 10_000_000.0
 
@@ -38,6 +39,7 @@ class RunSummaryDialog(QDialog):
     def __init__(self, path: Path, open_reader: Callable[[Path], Reader] = Reader,
                  parent: QWidget | None = None):
         super().__init__(parent)
+        follow_window(self, parent)
         self.path, self.open_reader = path, open_reader
         self.setWindowTitle(f"Run summary — {path.name}")
         self.resize(900, 560)

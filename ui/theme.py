@@ -75,6 +75,16 @@ def apply_theme(widget: QWidget) -> None:
     widget.setStyleSheet(STYLE)
 
 
+def follow_window(dialog: QWidget, parent: QWidget | None) -> None:
+    """Give ``dialog`` (a top-level window) the palette and font of ``parent``, the window that
+    opens it: Qt passes a parent's palette and font on to its child widgets but not to child
+    windows, so a dialog of the dark window came up in the light system palette (its style-sheet
+    parts dark, the rest light). No parent: nothing to follow, nothing changes."""
+    if parent is not None:
+        dialog.setPalette(parent.palette())
+        dialog.setFont(parent.font())
+
+
 def apply_app_theme(app: QApplication) -> None:
     """Optional, for ``app/``: Fusion style (honours palettes everywhere) + the dark palette."""
     app.setStyle("Fusion")

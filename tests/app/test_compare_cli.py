@@ -128,3 +128,42 @@ def test_compare_on_the_cpu_model_opens_the_window(tiny_model, tmp_path, capsys,
                  "--max-num-seqs", "4", "--policies", "static,fcfs", "--out", str(out)]) == 0
     assert shown["panes"] == ["static", "fcfs"] and min(shown["steps"]) > 0
     assert "TPOT p50 (steps)" in capsys.readouterr().out
+
+
+def test_rejections_are_counted_and_explained_per_run(tmp_path, capsys):
+    """Runs that reject requests (prompt + max_tokens over max_model_len) say so in the table,
+    with each run's reasons grouped as `run` prints them, in the output and the report."""
+    out, report = tmp_path / "out", tmp_path / "r.html"
+    assert main(["compare", *SIM, "--configs", "policy=fcfs,max_model_len=512;policy=fcfs,max_model_len=1024",
+                 "--out", str(out), "--no-window", "--top", "0", "--report", str(report)]) == 0
+    printed = capsys.readouterr().out
+    counts = []
+    for path in sorted(out.glob("*.sqlite")):
+        with Reader(path) as r:
+            counts.append(r.execute("SELECT count(*) FROM requests WHERE status = 'FINISHED_ERROR'")[0][0])
+    assert counts[0] > counts[1] > 0                               # a shorter max_model_len rejects more
+    assert re.search(rf"rejected / failed\s+{counts[0]} of 24\s+{counts[1]} of 24", printed)
+    for limit, n in zip((512, 1024), counts):
+        assert re.search(rf"max_model_len={limit}: {n} of 24 requests failed or were rejected at admission:\n"
+                         rf"  {n} x prompt \([\d–]+\) \+ max_tokens \([\d–]+\) = [\d–]+ tokens exceeds "
+                         rf"max_model_len {limit}  \[r", printed)
+    html = report.read_text()
+    assert f"{counts[0]} of 24 requests failed" in html and "exceeds max_model_len 1024" in html
+
+
+def test_runs_that_reject_the_same_requests_share_one_report(sim_pair, capsys):
+    paths = sorted(sim_pair.glob("*.sqlite"))
+    assert main(["compare", *map(str, paths), "--no-window", "--top", "0"]) == 0
+    out = capsys.readouterr().out
+    m = re.search(r"rejected / failed\s+(\d+) of 24\s+(\d+) of 24", out)
+    assert m and m[1] == m[2] != "0"                        # 120 blocks: the longest never fit
+    assert out.count("requests failed or were rejected at admission") == 1
+    assert f"1-static, 2-fcfs: {m[1]} of 24 requests failed" in out
+
+
+def test_runs_without_rejections_print_no_rejection_report(tmp_path, capsys):
+    args = [a if a != "120" else "600" for a in SIM]      # a cache and a length every request fits
+    assert main(["compare", *args, "--max-model-len", "8192", "--policies", "static,fcfs",
+                 "--out", str(tmp_path / "o"), "--no-window", "--top", "0"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"rejected / failed\s+0 of 24\s+0 of 24", out) and "rejected at admission" not in out

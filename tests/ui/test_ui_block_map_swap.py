@@ -41,6 +41,7 @@ def shown_map(qtbot, state, size=(600, 420)) -> KVBlockMap:
     w.show()
     qtbot.waitExposed(w)
     w.set_state(state)
+    QApplication.processEvents()      # the legend's new lines re-lay the view out: fit to it
     return w
 
 

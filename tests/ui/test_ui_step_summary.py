@@ -68,6 +68,7 @@ def test_summaries_answer_what_the_records_answer(recorded):
         assert s.scheduled == r.scheduled
         assert (s.preempted_ids, s.not_admitted, s.error) == (tuple(r.preempted_ids), tuple(r.not_admitted), r.error)
         assert s.num_new_tokens == len(r.new_tokens) and s.total_num_scheduled_tokens == r.total_num_scheduled_tokens
+        assert s.num_arrivals == len(r.arrivals)
         assert s.kv_cache_usage == r.kv_cache_usage and s.num_preemptions == r.num_preemptions
         for name in ("clock", "token_time", "start_ns", "end_ns", "num_waiting", "num_running",
                      "num_paused", "num_finished", "recorder_wait_ns"):

@@ -141,7 +141,7 @@ def test_metrics_plot_the_records(qtbot, source):
     np.testing.assert_allclose(m["recorder_wait_ms"], [r.recorder_wait_ns / 1e6 for r in recs])
     x, y = w.curves["recorder_wait_ms"].getData()
     np.testing.assert_allclose(y, m["recorder_wait_ms"])
-    assert "recorder wait" in w.plots["time"].titleLabel.text
+    assert "Recorder wait" in w.plots["recorder"].titleLabel.text
     assert [nice_ceiling(v) for v in (0.3, 1, 1.2, 3, 7, 24, 260)] == [1, 1, 2, 5, 10, 25, 500]
 
 
