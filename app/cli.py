@@ -310,9 +310,17 @@ def add_summary_parser(sub) -> None:
 def add_fit_parser(sub) -> None:
     """``batchscope fit``: the simulator's cost parameters fitted to a real recording."""
     fit = sub.add_parser("fit", help="fit the simulated executor's overheads and efficiency factors to a real "
-                                     "recording's step times")
+                                     "recording's step times",
+                         description="Fit the simulated executor's cost model (a per-step and a per-request "
+                                     "overhead, and the fraction of peak FLOP/s and of peak bandwidth reached) "
+                                     "to the forward times of a real run's steps, print the fit with its "
+                                     "relative errors, and save it for 'run --executor sim --sim-cost FIT.json'. "
+                                     "A fit holds for the model and device it was measured on: --check predicts "
+                                     "other real recordings of them, to see how well it carries over "
+                                     "(docs/sim.md).")
     fit.add_argument("recording", help="a recording of a real (not simulated) run")
     fit.add_argument("-o", "--output", required=True, metavar="FIT.json", help="where to write the fit (JSON)")
+    fit.add_argument("--force", action="store_true", help="overwrite --output if it exists")
     fit.add_argument("--sim-model", metavar="NAME",
                      help=f"model shape: {', '.join(known_models())} or a transformers folder / config.json "
                           f"(default: the recording's model)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -90,11 +91,16 @@ def run_fit(args: argparse.Namespace) -> int:
     """Fit, print, save. Returns 0, or 1 on bad input (message on stderr)."""
     from recordings import Reader, RecordingError
 
+    out = Path(args.output)
+    if out.exists() and not getattr(args, "force", False):
+        print(f"batchscope: {out} exists (--force overwrites)", file=sys.stderr)
+        return 2
+    if not out.parent.is_dir():
+        print(f"batchscope: cannot write {out}: folder {out.parent} does not exist", file=sys.stderr)
+        return 2
     try:
         reader = Reader(args.recording)
-        info = reader.run_info()
-        if info.get("executor") == "sim":
-            raise ValueError(f"{args.recording} is a simulated recording; fit needs a real run")
+        info = real_run_info(reader, args.recording)
         dtype = str(info.get("dtype", "float32"))
         shape = get_model_shape(args.sim_model or model_spec_of(info))
         shape = shape.with_dtype(dtype) if dtype in DTYPE_BYTES else shape
@@ -106,14 +112,15 @@ def run_fit(args: argparse.Namespace) -> int:
                                  mem_bandwidth=device.mem_bandwidth)
         checks = []
         for path in args.check or ():
-            other_steps, other_times = measured_steps(Reader(path))
+            other = Reader(path)
+            real_run_info(other, path)
+            other_steps, other_times = measured_steps(other)
             checks.append((path, predict(roofline_terms(model, other_steps), params), other_times))
     except (RecordingError, ValueError, OSError) as e:
         print(f"batchscope: {e}", file=sys.stderr)
         return 1
     print(f"model {shape.name} ({shape.num_parameters / 1e6:.0f}M parameters, {shape.bytes_per_param} bytes each) "
-          f"on {device.description or device.name}: {device.peak_flops / 1e12:.3g} TFLOP/s, "
-          f"{device.mem_bandwidth / 1e9:.3g} GB/s")
+          f"on {device.name}: {device.peak_flops / 1e12:.3g} TFLOP/s, {device.mem_bandwidth / 1e9:.3g} GB/s")
     print(f"peaks: {source}")
     print(f"fit: per_step_overhead_s {params.per_step_overhead_s:.4g}, per_seq_overhead_s "
           f"{params.per_seq_overhead_s:.4g}, flops_efficiency "
@@ -121,7 +128,26 @@ def run_fit(args: argparse.Namespace) -> int:
     print(error_line(f"fitted on {args.recording}", predict(terms, params), times))
     for path, predicted, measured in checks:
         print(error_line(f"predicted {path}", predicted, measured))
-    params.save(args.output)
-    print(f"saved {args.output} (use it with: batchscope run --executor sim --sim-model {shape.name} "
-          f"--sim-device {device.name} --sim-cost {args.output})")
+    over = [k for k in ("flops_efficiency", "bw_efficiency") if getattr(params, k) > 1]
+    if over:
+        print(f"note: {' and '.join(over)} above 1: the steps ran faster than these peaks allow, so the "
+              f"peaks understate the device (a busy machine measures low); the fit still predicts this "
+              f"machine's step times")
+    try:
+        params.save(out)
+    except OSError as e:
+        print(f"batchscope: cannot write {out}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    print(f"saved {out}; use it with: batchscope run --trace TRACE --record OUT.sqlite --executor sim "
+          f"--sim-model {model_spec_of(info) if args.sim_model is None else args.sim_model} "
+          f"--sim-device {device.name} --sim-cost {out}")
     return 0
+
+
+def real_run_info(reader, path) -> dict:
+    """The run info of the recording at ``path``; raises ``ValueError`` for a simulated one (its
+    step times are the cost model's own, nothing to fit or check against)."""
+    info = reader.run_info()
+    if info.get("executor") == "sim":
+        raise ValueError(f"{path} is a simulated recording; fit and --check need real runs")
+    return info

@@ -55,6 +55,17 @@ def test_fit_on_a_real_recording_then_simulate_with_it(tiny_model, tmp_path, cap
     assert info["sim"]["cost"] == params.to_dict() and info["sim"]["device"]["peak_flops"] == params.peak_flops
     assert main(["fit", str(sim), "-o", str(tmp_path / "again.json")]) == 1
     assert "simulated recording" in capsys.readouterr().err
+    assert main(["fit", str(real), "-o", str(tmp_path / "again.json"), "--check", str(sim)]) == 1
+    assert f"{sim} is a simulated recording; fit and --check need real runs" in capsys.readouterr().err
+    assert not (tmp_path / "again.json").exists()
+    assert main(["fit", str(real), "-o", str(fit)]) == 2                      # never overwritten unasked
+    assert "exists (--force overwrites)" in capsys.readouterr().err
+    assert main(["fit", str(real), "-o", str(tmp_path / "nodir" / "f.json")]) == 2
+    assert f"folder {tmp_path / 'nodir'} does not exist" in capsys.readouterr().err
+    assert main(["fit", str(real), "-o", str(fit), "--force"]) == 0
+    saved = capsys.readouterr().out
+    assert f"--executor sim --sim-model {tiny_model} --sim-device cpu --sim-cost {fit}" in saved
+    assert "--trace TRACE --record OUT.sqlite" in saved
     other = tmp_path / "h100.sqlite"                      # a CPU fit does not hold for another device
     assert main(["run", "--trace", str(DEMO_TRACE), "--limit", "8", "--executor", "sim", "--sim-model",
                  str(tiny_model), "--sim-device", "h100", "--sim-cost", str(fit), "--record", str(other)]) == 2
