@@ -43,11 +43,14 @@ Documented policy choices (see ``../shared/cases/README.md``):
   swapped request is never overtaken by a new prefill. A paused request's KV is never swapped
   (recompute), nor is a request with no computed KV. A priority preemption may swap its victim
   out and still admit the request it made room for. When nothing runs and the first swapped-out
-  request cannot come back, paused requests' KV is taken for it (as for a waiting one).
+  request cannot come back, paused requests' KV is taken for it (as for a waiting one) and it
+  comes back in that step.
 - A user-paused request keeps its KV but no batch slot. Its KV is taken (it recomputes on resume)
   when a running request needs a block and no other running request is left to preempt, or when
   nothing runs and the oldest waiting request cannot fit otherwise; so parked requests never stall
-  the engine (G5). Such evictions are reported as preemptions of the paused request.
+  the engine (G5). In the latter case that request starts in the same step (no step idles with
+  requests waiting and free blocks). Such evictions are reported as preemptions of the paused
+  request.
 - Finished requests leave the scheduler at once (as vLLM's scheduler frees them): it holds live
   requests only, and the engine takes the finished ones with :meth:`Scheduler.take_finished`.
 - Prefix caching (``enable_prefix_caching``): a request being admitted starts from the longest
@@ -241,7 +244,10 @@ class Scheduler(SchedulerAdmission, SchedulerControls, SchedulerPreemption):
                 need = sum(max(self.swap.num_gpu_blocks_to_swap_in(r.request_id),
                                kv.blocks_for(r.num_computed_tokens + 1))
                            for r in (first.group.live() if first.group else (first,)))
-                preempted += self._evict_paused(need, first.request_id)
+                evicted = self._evict_paused(need, first.request_id)
+                if evicted:             # ... and it comes back in this step, not the next
+                    preempted += evicted
+                    budget = self._resume_swapped(budget, scheduled)
         if self.swapped or had_swapped:
             # Nobody is admitted in a step that began with swapped-out requests or swapped one
             # out (vLLM v0's rule: admissions only with an empty swapped queue).

@@ -88,9 +88,13 @@ class SchedulerAdmission:
                 # started without room would be preempted before it ends, over and over.
                 reason = NOT_ADMITTED_NO_FREE_BLOCKS
                 if not self.running:
-                    # Only parked KV stands in the way: take it (liveness), admit next step.
-                    preempted += self._evict_paused(kv.blocks_for(req.num_tokens) + extra_blocks,
-                                                    req.request_id)
+                    # Only parked KV stands in the way: take it (liveness) and look at req again
+                    # in this step (its blocks are free now: no step idles with free blocks).
+                    evicted = self._evict_paused(kv.blocks_for(req.num_tokens) + extra_blocks,
+                                                 req.request_id)
+                    if evicted:
+                        preempted += evicted
+                        continue
             if reason is None:
                 new_blocks = kv.allocate_slots(req.request_id, num_cached + n, hit)
                 if new_blocks is None:

@@ -19,7 +19,7 @@ STEP_FIELDS = (("step", np.int64), ("start_ns", np.int64), ("end_ns", np.int64),
                ("num_free_blocks", np.int64), ("num_total_blocks", np.int64),
                ("schedule_ns", np.int64), ("forward_ns", np.int64), ("update_ns", np.int64),
                ("recorder_wait_ns", np.int64), ("num_scheduled_tokens", np.int64),
-               ("num_new_tokens", np.int64))
+               ("num_new_tokens", np.int64), ("num_preemptions", np.int64))
 BATCH_FIELDS = tuple(n for n, _ in STEP_FIELDS) + (
     "error", "num_scheduled_requests", "batch_seq_json", "batch_slot_json",
     "batch_num_tokens_json", "batch_num_computed_json", "batch_prefill_json", "preempted_json",
