@@ -28,7 +28,7 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
-from engine.preemption import FOR_PRIORITY, PAUSED_KV, preemption_info
+from engine.preemption import FOR_PRIORITY, NEEDED_BLOCKS, PAUSED_KV, preemption_info
 from engine.outputs import (BLOCKS_ALLOCATED, BLOCKS_CACHED, BLOCKS_EVICTED, BLOCKS_FREED,
                             BLOCKS_FORKED, BLOCKS_HIT, BLOCKS_SWAPPED_IN, BLOCKS_SWAPPED_OUT,
                             NOT_ADMITTED_SWAPPED_FIRST, NOT_ADMITTED_BEHIND, NOT_ADMITTED_LOWER_PRIORITY,
@@ -551,11 +551,23 @@ class InvariantChecker:
         if swapped_in:
             assert not set(rec.preempted_ids) - for_start, "swapped in during a step that preempted"
         reasons = {info.reason for rid, info in infos.items() if rid not in for_start}
+        # Policy priority: a waiting head of strictly higher priority than every swapped-out
+        # request is admitted ahead of them (unless the running requests preempted for memory);
+        # then only requests outranking them start, and nobody is swapped in.
+        prio_of = lambda rid: self.objs[rid].priority      # noqa: E731
+        outranked = bool(c.policy == "priority" and pre["swapped"] and pre["waiting"]
+                         and prio_of(pre["waiting"][0]) < min(map(prio_of, pre["swapped"]))
+                         and not any(info.reason == NEEDED_BLOCKS or (
+                             info.reason == PAUSED_KV and info.for_request not in pre["waiting"])
+                             for info in infos.values()))
+        if outranked:
+            assert not swapped_in, ("swapped in while a higher-priority request waited", swapped_in)
+            assert all(prio_of(r) < min(map(prio_of, pre["swapped"])) for r in admitted), admitted
         if reasons - {FOR_PRIORITY}:
             assert not admitted, "admitted a request in a step that preempted one for memory"
         # swapped-out requests first: no admission in a step that began with some or swapped
         # one out for memory (a priority preemption swaps out to admit)
-        swapped_first = bool(pre["swapped"]) or any(
+        swapped_first = not outranked and bool(pre["swapped"]) or any(
             reason != FOR_PRIORITY for rid in swapped_out
             for reason in [preemption_info(next(ev.detail for ev in rec.events if ev.kind == "preempted"
                                                 and ev.request_id == rid)).reason])
