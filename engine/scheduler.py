@@ -12,9 +12,9 @@ Policies (``EngineConfig.policy``):
 - ``priority``: the waiting queue is served by ``(priority, arrival)``, lower value first. Running
   requests are kept in the same order, so the victim of a preemption is always the lowest-priority
   running request, the latest arrival among equals. When the first waiting request cannot start
-  because the batch slots or the free blocks ran out, running requests of strictly lower priority
-  (higher value) are preempted for it, worst first, but only if that lets it start; equal priority
-  never preempts. A nonzero priority under another policy is rejected at admission.
+  because the batch slots, the token budget or the free blocks ran out, running requests of
+  strictly lower priority (higher value) are preempted for it, worst first, but only if that lets
+  it start; equal priority never preempts. A nonzero priority under another policy is rejected at admission.
 - ``static``: the baseline continuous batching replaced. When nothing of the previous batch is left,
   the first ``max_num_seqs`` waiting requests form a batch; nobody else is admitted until every
   member finished (preempted members stay members; a paused one leaves the batch). The window shows

@@ -84,7 +84,7 @@ class SchedulerAdmission:
                                    or num_cached + n < min_tokens):
                 reason = NOT_ADMITTED_TOKEN_BUDGET
             new_blocks = None
-            if (reason is None or reason == NOT_ADMITTED_SEQ_CAP) and self.policy == "priority":
+            if reason in (None, NOT_ADMITTED_SEQ_CAP, NOT_ADMITTED_TOKEN_BUDGET) and self.policy == "priority":
                 freed = self._preempt_for_priority(req, scheduled, budget)
                 if freed:                               # made room for req: look at it again
                     preempted += freed
