@@ -52,14 +52,22 @@ def build_workload(case: dict) -> tuple[EngineConfig, list[Arrival], list[Action
     return config, arrivals, actions
 
 
-def run_case(case: dict, tmp_path: Path, *, record: bool = True) -> RunResult:
-    """Run ``case`` with every check (see the module docstring); returns the run."""
+def run_case(case: dict, tmp_path: Path, *, record: bool = True, make_runner=None) -> RunResult:
+    """Run ``case`` with every check (see the module docstring); returns the run.
+    ``make_runner(config)`` gives the runner of the run and of its reference run (default: the
+    fake runner of ``engine_harness``; e.g. ``ModelRunner.from_config`` on a real model)."""
     config, arrivals, actions = build_workload(case)
     path = tmp_path / f"{case.get('id', 'case')}.sqlite" if record else None
     if path is not None and path.exists():
         path.unlink()
-    result = run_workload(config, arrivals, actions, record_to=path)
-    assert_outputs_match(result, reference_outputs(config, solo_arrivals(arrivals)))
+    runner = None if make_runner is None else make_runner(config)
+    result = run_workload(config, arrivals, actions, record_to=path, runner=runner)
+    if make_runner is None:
+        reference = reference_outputs(config, solo_arrivals(arrivals))
+    else:                   # the README's reference run, on the same kind of runner
+        ref = config.replace(num_gpu_blocks=10 * config.num_gpu_blocks, enable_prefix_caching=False)
+        reference = run_workload(ref, solo_arrivals(arrivals), runner=make_runner(ref)).outputs()
+    assert_outputs_match(result, reference)
     check_case_properties(result)
     if record:
         assert_recording_matches(result)

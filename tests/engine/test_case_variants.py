@@ -34,6 +34,35 @@ def test_variant(variant, tmp_path):
     run_case(variant, tmp_path)
 
 
+# Variants also run on a real model (the tiny random Llama through the real ModelRunner: paged
+# attention, swap and copy-on-write copies of real KV), one or more per kind, chosen cheap.
+ON_MODEL = ["full-hit-after-preemption", "same-step-small-budget", "edge-parallel-sampling",
+            "pressure-shared-prefix", "abort-shared-mid-prefill", "parked-while-others-swapped",
+            "recompute-prefix-on", "metrics-swap", "swap-parallel-sampling"]
+
+
+@pytest.mark.parametrize("variant_id", ON_MODEL)
+def test_variant_on_the_tiny_model(variant_id, tmp_path, tiny_llama_1k):
+    """The variant's run and its reference run through the real ``ModelRunner`` (fp32, CPU):
+    outputs equal (G7), with every other check of ``run_case``."""
+    import copy
+
+    from engine.model_runner import ModelRunner
+
+    variant = next(v for v in VARIANTS if v["id"] == variant_id)
+    result = run_case(variant, tmp_path,
+                      make_runner=lambda config: ModelRunner.from_config(copy.deepcopy(tiny_llama_1k), config))
+    assert isinstance(result.runner, ModelRunner)
+
+
+@pytest.fixture(scope="module")
+def tiny_llama_1k(one_torch_thread):
+    """The tiny random Llama with a 1,024-token vocabulary (the cases' prompt ids are < 1,000)."""
+    from engine.tiny_model import tiny_llama
+
+    return tiny_llama(seed=0, vocab_size=1024)
+
+
 def test_every_case_kind_has_variants():
     """Each case of the sample has at least one variant, and each variant names a real case of
     the same kind (so the file cannot drift from the cases it restates)."""
