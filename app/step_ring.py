@@ -110,6 +110,9 @@ def batch_columns(steps: Sequence[PackedStep]) -> dict[str, Any]:
             out[name] = np.array([len(s[_INDEX["arrivals"]]) for s in steps], np.int64).reshape(n)
         elif name == "num_scheduled_tokens":
             out[name] = np.array([int(s[_BATCH][2].sum()) for s in steps], np.int64).reshape(n)
+        elif name == "num_preemptions":       # StepRecord.num_preemptions of the packed events
+            out[name] = np.array([sum(1 for e in s[_INDEX["events"]] if e[1] == "preempted")
+                                  for s in steps], np.int64).reshape(n)
         else:
             i = _INDEX[name]
             out[name] = np.array([s[i] for s in steps], dtype).reshape(n)

@@ -341,7 +341,11 @@ class StepRecord:
 
     @property
     def num_preemptions(self) -> int:
-        return len(self.preempted_ids)
+        """Preemptions recorded with this step: its own (``preempted_ids``) and those a live knob
+        change made just before it (``max_num_seqs`` cut, KV pool shrunk: ``preempted`` events
+        of requests not in ``preempted_ids``). So the steps' total equals the ``preempted``
+        events and the requests' ``num_preemptions`` summed."""
+        return sum(1 for e in self.events if e.kind == "preempted")
 
     def not_admitted_reason(self, request_id: str, priority_of=None) -> str:
         """Why waiting ``request_id`` was not admitted in this step (``NOT_ADMITTED_*``).

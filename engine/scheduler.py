@@ -12,9 +12,9 @@ Policies (``EngineConfig.policy``):
 - ``priority``: the waiting queue is served by ``(priority, arrival)``, lower value first. Running
   requests are kept in the same order, so the victim of a preemption is always the lowest-priority
   running request, the latest arrival among equals. When the first waiting request cannot start
-  because the batch slots or the free blocks ran out, running requests of strictly lower priority
-  (higher value) are preempted for it, worst first, but only if that lets it start; equal priority
-  never preempts. A nonzero priority under another policy is rejected at admission.
+  because the batch slots, the token budget or the free blocks ran out, running requests of
+  strictly lower priority (higher value) are preempted for it, worst first, but only if that lets
+  it start; equal priority never preempts. A nonzero priority under another policy is rejected at admission.
 - ``static``: the baseline continuous batching replaced. When nothing of the previous batch is left,
   the first ``max_num_seqs`` waiting requests form a batch; nobody else is admitted until every
   member finished (preempted members stay members; a paused one leaves the batch). The window shows
@@ -40,14 +40,20 @@ Documented policy choices (see ``../shared/cases/README.md``):
   back to recompute (``PreemptionInfo.mode == "recompute_fallback"``). Swapped requests resume
   oldest first, before any admission and not in a step that preempted; nobody is admitted in a
   step that began with swapped requests or swapped one out for memory (vLLM v0's rule), so a
-  swapped request is never overtaken by a new prefill. A paused request's KV is never swapped
+  swapped request is never overtaken by a new prefill -- but under ``priority`` by one of strictly
+  higher priority than every swapped-out request: such waiting requests are admitted first (as
+  they would preempt running ones of lower priority), the swapped-out ones resume after them.
+  A paused request's KV is never swapped
   (recompute), nor is a request with no computed KV. A priority preemption may swap its victim
   out and still admit the request it made room for. When nothing runs and the first swapped-out
-  request cannot come back, paused requests' KV is taken for it (as for a waiting one).
+  request cannot come back, paused requests' KV is taken for it (as for a waiting one) and it
+  comes back in that step.
 - A user-paused request keeps its KV but no batch slot. Its KV is taken (it recomputes on resume)
   when a running request needs a block and no other running request is left to preempt, or when
   nothing runs and the oldest waiting request cannot fit otherwise; so parked requests never stall
-  the engine (G5). Such evictions are reported as preemptions of the paused request.
+  the engine (G5). In the latter case that request starts in the same step (no step idles with
+  requests waiting and free blocks). Such evictions are reported as preemptions of the paused
+  request.
 - Finished requests leave the scheduler at once (as vLLM's scheduler frees them): it holds live
   requests only, and the engine takes the finished ones with :meth:`Scheduler.take_finished`.
 - Prefix caching (``enable_prefix_caching``): a request being admitted starts from the longest
@@ -231,7 +237,12 @@ class Scheduler(SchedulerAdmission, SchedulerControls, SchedulerPreemption):
 
         not_admitted: list[tuple[str, str]] = []
         waiting_reason = NOT_ADMITTED_BEHIND
-        if self.swapped and not preempted:
+        # Policy priority: a waiting request of strictly higher priority than every swapped-out
+        # one is not held behind them (nor is it behind running ones): admission goes first,
+        # for the waiting requests that outrank them, and the swapped-out ones wait.
+        outranked = bool(self.swapped and not preempted and self.policy == "priority" and self.waiting
+                         and self.waiting.peek().priority < self._best_swapped_priority())
+        if self.swapped and not preempted and not outranked:
             # Swapped-out requests resume (FIFO) before anyone is admitted, and not in a step
             # that preempted (the cache just ran out).
             budget = self._resume_swapped(budget, scheduled)
@@ -241,8 +252,11 @@ class Scheduler(SchedulerAdmission, SchedulerControls, SchedulerPreemption):
                 need = sum(max(self.swap.num_gpu_blocks_to_swap_in(r.request_id),
                                kv.blocks_for(r.num_computed_tokens + 1))
                            for r in (first.group.live() if first.group else (first,)))
-                preempted += self._evict_paused(need, first.request_id)
-        if self.swapped or had_swapped:
+                evicted = self._evict_paused(need, first.request_id)
+                if evicted:             # ... and it comes back in this step, not the next
+                    preempted += evicted
+                    budget = self._resume_swapped(budget, scheduled)
+        if (self.swapped or had_swapped) and not outranked:
             # Nobody is admitted in a step that began with swapped-out requests or swapped one
             # out (vLLM v0's rule: admissions only with an empty swapped queue).
             waiting_reason = NOT_ADMITTED_SWAPPED_FIRST
@@ -250,7 +264,7 @@ class Scheduler(SchedulerAdmission, SchedulerControls, SchedulerPreemption):
                 not_admitted.append((self.waiting.peek().request_id, NOT_ADMITTED_SWAPPED_FIRST))
         else:
             waiting_reason = self._admission(step, budget, scheduled, preempted, not_admitted,
-                                             memory_preempted)
+                                             memory_preempted, outranked)
 
         # swap copies of this step, and of swap-outs made between steps (live knobs)
         swap_out, swap_in = tuple(self._swap_out), tuple(self._swap_in)
@@ -263,6 +277,10 @@ class Scheduler(SchedulerAdmission, SchedulerControls, SchedulerPreemption):
                                blocks_to_copy=copies, parallel_samples=samples, forked=forked,
                                scheduled_new_reqs=new, scheduled_cached_reqs=cached,
                                finished_req_ids=finished)
+
+    def _best_swapped_priority(self) -> int:
+        """The lowest ``priority`` value (the most urgent) among the swapped-out requests."""
+        return min(r.priority for r in self.swapped)
 
     # --- after the forward pass -----------------------------------------------------------
     def update_from_output(self, out: SchedulerOutput, runner_out: ModelRunnerOutput,

@@ -11,7 +11,8 @@ import itertools
 from engine.kv_cache import NO_HIT
 from engine.outputs import (NOT_ADMITTED_BEHIND, NOT_ADMITTED_LOWER_PRIORITY,
                             NOT_ADMITTED_NO_FREE_BLOCKS, NOT_ADMITTED_SEQ_CAP,
-                            NOT_ADMITTED_STATIC_BATCH, NOT_ADMITTED_TOKEN_BUDGET, RequestEvent,
+                            NOT_ADMITTED_STATIC_BATCH, NOT_ADMITTED_SWAPPED_FIRST,
+                            NOT_ADMITTED_TOKEN_BUDGET, RequestEvent,
                             ScheduledRequest)
 from engine.prefix_explain import EVENT_KIND as PREFIX_EVENT
 
@@ -20,10 +21,11 @@ class SchedulerAdmission:
     """Admission of waiting requests into the running batch (see the module docstring)."""
 
     def _admission(self, step: int, budget: int, scheduled: list, preempted: list,
-                   not_admitted: list, memory_preempted: bool) -> str:
-        """The admission phase of a step (no swapped request waits): admit by the policy, or,
-        after a preemption for memory, nobody. Fills ``not_admitted``; returns the step's
-        ``waiting_reason``."""
+                   not_admitted: list, memory_preempted: bool, outranked: bool = False) -> str:
+        """The admission phase of a step (no swapped request waits, or, with ``outranked``, the
+        first waiting request has strictly higher priority than every swapped-out one): admit
+        by the policy, or, after a preemption for memory, nobody. Fills ``not_admitted``;
+        returns the step's ``waiting_reason``."""
         waiting_reason = NOT_ADMITTED_BEHIND
         static = self.policy == "static"
         if static and self.waiting:
@@ -36,7 +38,7 @@ class SchedulerAdmission:
                                      if static and head not in self.static_batch
                                      else NOT_ADMITTED_NO_FREE_BLOCKS))
         elif waiting_reason == NOT_ADMITTED_BEHIND:
-            self._admit(step, budget, scheduled, preempted, not_admitted)
+            self._admit(step, budget, scheduled, preempted, not_admitted, outranked)
             if self.waiting and not not_admitted:     # static: the rest waits for the next batch
                 not_admitted.append((self.waiting.peek().request_id, NOT_ADMITTED_STATIC_BATCH))
         if static and self.static_batch and self.waiting:
@@ -50,15 +52,20 @@ class SchedulerAdmission:
         return waiting_reason
 
     def _admit(self, step: int, budget: int, scheduled: list, preempted: list,
-               not_admitted: list) -> int:
+               not_admitted: list, outranked: bool = False) -> int:
         """Admit waiting requests in queue order while slots, budget and blocks allow; the first
-        that cannot start is listed in ``not_admitted`` with its reason. Returns the budget left."""
+        that cannot start is listed in ``not_admitted`` with its reason. With ``outranked``
+        (policy priority, swapped-out requests wait) only requests of strictly higher priority
+        than every swapped-out one start. Returns the budget left."""
         kv, c = self.kv, self.config
         static = self.policy == "static"
         while self.waiting:
             req = self.waiting.peek()
             if static and req.request_id not in self.static_batch:
                 break                              # the rest waits for the next static batch
+            if outranked and req.priority >= self._best_swapped_priority():
+                not_admitted.append((req.request_id, NOT_ADMITTED_SWAPPED_FIRST))
+                break                              # the swapped-out requests come back first
             # parallel sampling: a group's waiting sequences start together (engine.group_scheduling)
             width, extra_blocks, min_tokens = self.groups.admission_needs(req)
             reason = None
@@ -77,7 +84,7 @@ class SchedulerAdmission:
                                    or num_cached + n < min_tokens):
                 reason = NOT_ADMITTED_TOKEN_BUDGET
             new_blocks = None
-            if (reason is None or reason == NOT_ADMITTED_SEQ_CAP) and self.policy == "priority":
+            if reason in (None, NOT_ADMITTED_SEQ_CAP, NOT_ADMITTED_TOKEN_BUDGET) and self.policy == "priority":
                 freed = self._preempt_for_priority(req, scheduled, budget)
                 if freed:                               # made room for req: look at it again
                     preempted += freed
@@ -88,9 +95,13 @@ class SchedulerAdmission:
                 # started without room would be preempted before it ends, over and over.
                 reason = NOT_ADMITTED_NO_FREE_BLOCKS
                 if not self.running:
-                    # Only parked KV stands in the way: take it (liveness), admit next step.
-                    preempted += self._evict_paused(kv.blocks_for(req.num_tokens) + extra_blocks,
-                                                    req.request_id)
+                    # Only parked KV stands in the way: take it (liveness) and look at req again
+                    # in this step (its blocks are free now: no step idles with free blocks).
+                    evicted = self._evict_paused(kv.blocks_for(req.num_tokens) + extra_blocks,
+                                                 req.request_id)
+                    if evicted:
+                        preempted += evicted
+                        continue
             if reason is None:
                 new_blocks = kv.allocate_slots(req.request_id, num_cached + n, hit)
                 if new_blocks is None:

@@ -19,7 +19,7 @@ STEP_FIELDS = (("step", np.int64), ("start_ns", np.int64), ("end_ns", np.int64),
                ("num_free_blocks", np.int64), ("num_total_blocks", np.int64),
                ("schedule_ns", np.int64), ("forward_ns", np.int64), ("update_ns", np.int64),
                ("recorder_wait_ns", np.int64), ("num_scheduled_tokens", np.int64),
-               ("num_new_tokens", np.int64), ("num_arrivals", np.int64))
+               ("num_new_tokens", np.int64), ("num_preemptions", np.int64), ("num_arrivals", np.int64))
 # Columns the steps table does not have, as SQL over the file: a step's arrivals (its record's
 # ``arrivals``, counted through the index on requests.arrival_step)
 STEP_SQL = {"num_arrivals": "(SELECT count(*) FROM requests WHERE requests.arrival_step = steps.step) "

@@ -25,8 +25,8 @@ from recordings.step_batches import batch_columns
 SCALARS = ("step", "start_ns", "end_ns", "clock", "token_time", "num_waiting", "num_running",
            "num_paused", "num_finished", "num_free_blocks", "num_total_blocks", "schedule_ns",
            "forward_ns", "update_ns", "recorder_wait_ns", "total_num_scheduled_tokens",
-           "num_new_tokens", "num_arrivals", "error", "preempted_ids", "not_admitted", "waiting_reason",
-           "knobs")
+           "num_new_tokens", "num_preemptions", "num_arrivals", "error", "preempted_ids", "not_admitted",
+           "waiting_reason", "knobs")
 # the recording's steps column keeps its name (renaming it would need a schema migration)
 COLUMN_OF = {"total_num_scheduled_tokens": "num_scheduled_tokens"}
 BATCH = ("request_ids", "slots", "num_tokens", "num_computed_tokens", "is_prefill")
@@ -62,7 +62,6 @@ class StepSummary:
 
     # what a StepRecord works out of these fields, worked out by the same code
     kv_cache_usage = StepRecord.kv_cache_usage          # fraction of KV blocks in use after it
-    num_preemptions = StepRecord.num_preemptions
     not_admitted_reason = StepRecord.not_admitted_reason  # why a waiting request was not admitted
 
     def __repr__(self) -> str:

@@ -28,7 +28,7 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
-from engine.preemption import FOR_PRIORITY, preemption_info
+from engine.preemption import FOR_PRIORITY, NEEDED_BLOCKS, PAUSED_KV, preemption_info
 from engine.outputs import (BLOCKS_ALLOCATED, BLOCKS_CACHED, BLOCKS_EVICTED, BLOCKS_FREED,
                             BLOCKS_FORKED, BLOCKS_HIT, BLOCKS_SWAPPED_IN, BLOCKS_SWAPPED_OUT,
                             NOT_ADMITTED_SWAPPED_FIRST, NOT_ADMITTED_BEHIND, NOT_ADMITTED_LOWER_PRIORITY,
@@ -277,6 +277,7 @@ class InvariantChecker:
             num_output={r.request_id: r.num_output_tokens for r in s.live_requests()},
             num_pending_block_events=len(kv.events),
             static_batch=set(s.static_batch),
+            done=set(self.delivered) | set(self.finished),
         )
         self.delivered_now = []
 
@@ -341,12 +342,18 @@ class InvariantChecker:
                 assert not set(ev.block_ids) & {b for t in self.cpu_tables.values() for b in t}, (
                     "swapped out into a CPU block that is held", ev)
                 req = self.objs[ev.request_id]
-                shared = 0 if handed or req.group is None or req.group.head() is req else (
+                # (its group's head when it was swapped out: the first sequence not finished
+                # before the step -- a knob change may have failed the whole group since)
+                head = None if req.group is None else next(
+                    (m for m in req.group.members if m.request_id not in self.pre["done"]), None)
+                shared = 0 if handed or req.group is None or head is req else (
                     req.num_prompt_tokens // self.c.block_size)
                 # (its progress when it was swapped out: before the step, for a hand-over or a
                 # knob cut -- it may be swapped back in and computed further in the step)
-                computed = (self.pre["num_computed"][req.request_id] if handed or knob_cut
-                            else req.num_computed_tokens)
+                # (one that finished between steps too -- a knob change failed its group --
+                # is not in ``pre``: its progress stayed what it was swapped out with)
+                computed = (self.pre["num_computed"].get(req.request_id, req.num_computed_tokens)
+                            if handed or knob_cut else req.num_computed_tokens)
                 assert len(ev.block_ids) == blocks_for(computed, self.c.block_size) - shared, (
                     "a swap-out copies the blocks of the request's computed KV (but a group's shared ones)", ev)
                 self.cpu_tables[ev.request_id] = list(ev.block_ids)
@@ -529,20 +536,38 @@ class InvariantChecker:
         # Swap-ins: the oldest swapped-out requests, in order, before any admission.
         swapped_in = [rid for rid in sched_ids if rid in pre["swapped"]]
         assert swapped_in == pre["swapped"][:len(swapped_in)], ("swap-in out of FIFO order", swapped_in)
-        if swapped_in:
-            assert not rec.preempted_ids, "swapped in during a step that preempted"
         admitted = [x.request_id for x in rec.scheduled if x.num_tokens
                     and x.request_id not in pre["running"] and x.request_id not in pre["swapped"]]
         started = [rid for rid in pre["waiting"] if rid in admitted or rid in forked]
         assert started == pre["waiting"][:len(started)] and admitted == [r for r in started if r in admitted], (
             "FCFS admission order", admitted, pre["waiting"])
-        reasons = {preemption_info(ev.detail).reason for ev in rec.events
-                   if ev.kind == "preempted" and ev.request_id in rec.preempted_ids}   # (not knob cuts)
+        infos = {ev.request_id: preemption_info(ev.detail) for ev in rec.events
+                 if ev.kind == "preempted" and ev.request_id in rec.preempted_ids}   # (not knob cuts)
+        # Parked KV taken, when nothing ran, for the request that starts in this very step
+        # (admitted, or swapped back in): liveness, not a preemption for memory.
+        for_start = {rid for rid, info in infos.items() if info.reason == PAUSED_KV
+                     and info.for_request in {*admitted, *swapped_in}}
+        assert all(pre["paused"].count(rid) for rid in for_start), for_start
+        if swapped_in:
+            assert not set(rec.preempted_ids) - for_start, "swapped in during a step that preempted"
+        reasons = {info.reason for rid, info in infos.items() if rid not in for_start}
+        # Policy priority: a waiting head of strictly higher priority than every swapped-out
+        # request is admitted ahead of them (unless the running requests preempted for memory);
+        # then only requests outranking them start, and nobody is swapped in.
+        prio_of = lambda rid: self.objs[rid].priority      # noqa: E731
+        outranked = bool(c.policy == "priority" and pre["swapped"] and pre["waiting"]
+                         and prio_of(pre["waiting"][0]) < min(map(prio_of, pre["swapped"]))
+                         and not any(info.reason == NEEDED_BLOCKS or (
+                             info.reason == PAUSED_KV and info.for_request not in pre["waiting"])
+                             for info in infos.values()))
+        if outranked:
+            assert not swapped_in, ("swapped in while a higher-priority request waited", swapped_in)
+            assert all(prio_of(r) < min(map(prio_of, pre["swapped"])) for r in admitted), admitted
         if reasons - {FOR_PRIORITY}:
             assert not admitted, "admitted a request in a step that preempted one for memory"
         # swapped-out requests first: no admission in a step that began with some or swapped
         # one out for memory (a priority preemption swaps out to admit)
-        swapped_first = bool(pre["swapped"]) or any(
+        swapped_first = not outranked and bool(pre["swapped"]) or any(
             reason != FOR_PRIORITY for rid in swapped_out
             for reason in [preemption_info(next(ev.detail for ev in rec.events if ev.kind == "preempted"
                                                 and ev.request_id == rid)).reason])
@@ -792,7 +817,9 @@ def assert_recording_matches(result: RunResult) -> None:
     with Reader(result.recording) as reader:
         assert reader.is_complete() and reader.latest_step() == n - 1
         config = reader.run_info()["config"]
-        assert config == result.engine.config.to_dict()
+        # the config the run started with; the live knob changes it recorded give the live one
+        knobs = {k: v for rec in result.records for k, v in rec.knobs if k in config}
+        assert config | knobs == result.engine.config.to_dict()
         records = reader.records(0, n)
         assert records == result.records, "recorded steps differ from the live StepRecords"
         states = [reader.state_at(k) for k in range(n)]
