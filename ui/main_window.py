@@ -231,8 +231,7 @@ class MainWindow(QMainWindow, RecordingStatus):
         self.queues.set_policy(self.policy)
         self.inspector.time_unit = self.time_unit
         self.inspector.set_text_note(
-            "a simulated run has no text: its sampled tokens are synthetic ids" if info.get("simulated") else
-            "recorded with --no-text: token ids only" if info.get("text_stored") is False else None)
+            "a simulated run has no text: its sampled tokens are synthetic ids" if info.get("simulated") else None)
         mode = "live" if self.control is not None else "replay"
         if info.get("simulated"):
             mode = f"simulated {mode}"

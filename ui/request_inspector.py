@@ -22,6 +22,7 @@ from ui.plain_text import PlainLabel, rich_escape
 
 FIELDS = ("state", "arrival", "tokens", "KV", "latency", "reason")
 TEXT_PLACEHOLDER = "generated text appears here as it streams"
+NO_TEXT = "text not recorded (--no-text): token ids and lengths only"
 
 
 class RequestInspector(QWidget):
@@ -80,9 +81,8 @@ class RequestInspector(QWidget):
 
     def set_source(self, source: StepSource, control: EngineControl | None = None) -> None:
         self.source = source
-        no_text = (source.run_info() or {}).get("text_stored") is False     # recorded with --no-text
-        self.text.setPlaceholderText("text not recorded (--no-text): token ids and lengths only"
-                                     if no_text else "")
+        self._no_text = (source.run_info() or {}).get("text_stored") is False     # recorded with --no-text
+        self.set_text_note(None)
         self.set_control(control)
         self.set_selected(None)
 
@@ -92,8 +92,9 @@ class RequestInspector(QWidget):
         self._update_buttons()
 
     def set_text_note(self, note: str | None) -> None:
-        """Why the generated-text box stays empty for this run (``None``: it streams text)."""
-        self.text.setPlaceholderText(note or TEXT_PLACEHOLDER)
+        """Why the generated-text box stays empty for this run (``None``: none, unless the
+        recording was made with ``--no-text``)."""
+        self.text.setPlaceholderText(note or (NO_TEXT if getattr(self, "_no_text", False) else TEXT_PLACEHOLDER))
 
     def set_selected(self, request_id: str | None) -> None:
         self.selected = request_id
