@@ -12,9 +12,9 @@ from the live source's bounded state cache (``app.state_cache``, filled ahead of
 its size and bound are printed).
 
     QT_QPA_PLATFORM=offscreen .venv/bin/python bench/bench_ui_frame.py \
-        [--frames 1000] [--steps-per-frame 1,7,20] [--no-recording] [--profile OUT.prof]
+        [--frames 1000] [--steps-per-frame 1,7,20] [--no-recording] [--profile OUT.prof] [--sections]
     QT_QPA_PLATFORM=offscreen .venv/bin/python bench/bench_ui_frame.py --recording REC.sqlite \
-        [--steps 2000] [--jumps 50] [--seed 0] [--breakdown] [--profile OUT.prof]
+        [--steps 2000] [--jumps 50] [--seed 0] [--breakdown] [--profile OUT.prof] [--sections]
 
 Prints wall and CPU time p50 / p95 / p99 / max per scenario (``--steps-per-frame`` new steps a
 frame, e.g. 7 at 200 steps/s and 30 frames/s; then scrubbing back one step a frame) with a
@@ -39,6 +39,7 @@ the frames at the ``--steps-per-frame`` nearest 7).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import os
 import random
@@ -49,7 +50,7 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "ui"), str(ROOT / "tests" / "engine")]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests" / "ui"), str(ROOT / "tests" / "engine")]
 
 import numpy as np  # noqa: E402
 
@@ -195,6 +196,30 @@ def paint_breakdown(paints: dict, w, frames: int) -> None:
         print(f"    {name:44s} {1e3 * cpu / frames:6.2f} ms  ({n / frames:.1f} paint events)")
 
 
+class _NoSections:
+    """``--sections`` off: frames are not broken down."""
+
+    @contextlib.contextmanager
+    def frame(self):
+        yield
+
+    def paint(self) -> None:
+        from PySide6.QtWidgets import QApplication
+        QApplication.processEvents()
+
+    def report(self, totals, indent) -> None:
+        pass
+
+
+def sections(args, w, app):
+    """A ``frame_sections.Sections`` on ``w`` with ``--sections``, else a stand-in that only
+    processes events."""
+    if not args.sections:
+        return _NoSections()
+    from frame_sections import Sections
+    return Sections(w, app, areas(w))
+
+
 def bench_recording(args) -> None:
     """Replay ``args.recording`` in the window: consecutive frames, then random jumps."""
     from PySide6.QtWidgets import QApplication
@@ -203,7 +228,8 @@ def bench_recording(args) -> None:
     from ui import MainWindow
 
     print(f"before: {load()}", flush=True)
-    app = QApplication.instance() or (timing_app() if args.breakdown else QApplication([]))
+    app = QApplication.instance() or (timing_app() if args.breakdown or args.sections
+                                      else QApplication([]))
     t0 = time.perf_counter()
     reader = Reader(args.recording)
     latest = reader.latest_step()
@@ -217,16 +243,16 @@ def bench_recording(args) -> None:
     print(f"{args.recording}: {latest + 1:,} steps, opened and first frame in "
           f"{time.perf_counter() - t0:.2f} s; consecutive steps {first}..{first + args.steps - 1}",
           flush=True)
-    consecutive, jumps = Timer(), Timer()
+    consecutive, jumps, sec = Timer(), Timer(), sections(args, w, app)
     prof = None
     if args.profile:
         import cProfile
         prof = cProfile.Profile()
         prof.enable()
     for k in range(first, min(first + args.steps, latest + 1)):
-        with consecutive:
+        with consecutive, sec.frame():
             w.show_step(k)
-            app.processEvents()
+            sec.paint()
     if prof:
         prof.disable()
         prof.dump_stats(args.profile)
@@ -240,6 +266,7 @@ def bench_recording(args) -> None:
           f"blocks ({100 * st.kv_cache_usage:.0f}% used), {len(st.queue_rows('running'))} running, "
           f"{len(st.queue_rows('waiting')):,} waiting; {os.cpu_count()} CPUs")
     consecutive.report(f"{len(consecutive.cpu):,} consecutive steps, 1 step/frame")
+    sec.report(consecutive.cpu, " " * 38)
     jumps.report(f"{len(jumps.cpu)} jumps to random steps")
     if args.breakdown:
         # untimed: 200 more consecutive frames, painting timed per widget
@@ -290,7 +317,8 @@ def bench_live(args) -> None:
     print(f"live run built in {time.perf_counter() - t0:.1f} s: step {st.step}, "
           f"{len(st.queue_rows('running'))} running, {len(st.queue_rows('waiting')):,} waiting, "
           f"{st.num_used_blocks:,}/{st.num_total_blocks:,} blocks used", flush=True)
-    app = QApplication.instance() or (timing_app() if args.breakdown else QApplication([]))
+    app = QApplication.instance() or (timing_app() if args.breakdown or args.sections
+                                      else QApplication([]))
     w = MainWindow(run.source, run.control())
     w.timer.stop()
     w.show()
@@ -307,15 +335,15 @@ def bench_live(args) -> None:
         if args.profile and spf == profile_at:
             import cProfile
             prof = cProfile.Profile()
-        timer = Timer()
+        timer, sec = Timer(), sections(args, w, app)
         done0 = run.num_added - len(run.engine.requests)
         for _ in range(args.frames):
             run.advance(spf)                 # the engine's steps: not part of the frame
             if prof:
                 prof.enable()
-            with timer:
+            with timer, sec.frame():
                 w.refresh()
-                app.processEvents()
+                sec.paint()
             if prof:
                 prof.disable()
         if prof:
@@ -326,6 +354,7 @@ def bench_live(args) -> None:
         print(f"{'':38s} steps {first}..{st.step}: {done:,} requests finished; at the end "
               f"{len(st.queue_rows('running'))} running, {len(st.queue_rows('waiting')):,} waiting")
         GC.report(gcs, " " * 38)
+        sec.report(timer.cpu, " " * 38)
         print(f"{'':38s} {memory()}; {load()}", flush=True)
     if args.breakdown:
         # untimed: 200 more frames at the scenario nearest 7 steps a frame, painting timed
@@ -338,14 +367,15 @@ def bench_live(args) -> None:
         print(f"\n{profile_at} steps/frame:", end="")
         paint_breakdown(paints, w, 200)
         print()
-    scrub, gcs = Timer(), len(GC.pauses)
+    scrub, gcs, sec = Timer(), len(GC.pauses), sections(args, w, app)
     latest = run.source.latest_step()
     for i in range(min(args.frames, latest)):
-        with scrub:
+        with scrub, sec.frame():
             w.show_step(latest - 1 - i)          # back one step per frame
-            app.processEvents()
+            sec.paint()
     scrub.report("scrub back, 1 step/frame")
     GC.report(gcs, " " * 38)
+    sec.report(scrub.cpu, " " * 38)
     cache = getattr(run.source, "states", None)       # app.state_cache.StateCache (bounded)
     if cache is not None:
         print(f"{'':38s} state cache: {len(cache)} states, {cache.nbytes / 2**20:.0f} MiB "
@@ -391,6 +421,10 @@ def main() -> None:
                     help="paint (and with --recording per-view) times after the timed frames "
                     "(slows every event a little: quote timed frames from a run without it)")
     ap.add_argument("--profile", help="cProfile the consecutive frames to this file")
+    ap.add_argument("--sections", action="store_true",
+                    help="per-frame CPU by section (state fetch, back fill, each view's update, "
+                    "paint by area), mean over all frames and over the p95 frames "
+                    "(bench/frame_sections.py; the paint timing slows events a little)")
     args = ap.parse_args()
     if args.recording:
         bench_recording(args)
