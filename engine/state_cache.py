@@ -6,7 +6,8 @@ and 10k waiting, ~0.4 ms a step plus ~1 ms to copy the result out, and a keyfram
 file ~25 ms. :class:`app.live_source.LiveSource` keeps the states the engine published with their
 step (one a frame while the window follows the run) and the states it replayed here, so a step
 back replays a few steps from a nearby state instead of reading the file, and fills the steps just
-below the shown one ahead of need (:class:`BackFill`), a few per call.
+below the shown one ahead of need (:class:`BackFill`), within ~2 ms a call (one state a call once
+it is ahead of the scrub).
 
 Memory is bounded by ``max_bytes`` (the states' arrays: ~1.5 MB a state at 10k live requests,
 so the default keeps ~40 of them there, hundreds in a small run), never by history. When full,
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+import time
 from typing import Callable, Iterable
 
 from engine.outputs import StepRecord
@@ -127,50 +129,90 @@ def replay(base: EngineState, records: Iterable[StepRecord], step: int,
 
 
 class BackFill:
-    """Fills the steps just below the cursor ahead of a scrub back, a few snapshots per call.
+    """Fills the steps just below the cursor ahead of a scrub back, within a time budget a call.
 
     ``run(cursor, cache, base_of, records_of)`` looks for the highest step in
     ``cursor - depth .. cursor - 1`` not in ``cache``, replays from the newest cached state
     before it (``base_of(step)``: that state, or None when none is near enough) through
     ``records_of(start, stop)`` (an iterable of the records, in order) and adds the state of
-    every missing step on the way to ``cache`` (at most ``depth`` below the target),
-    ``snapshots_per_call`` at most per call; the replay resumes on the next call while its
-    target stays within ``depth`` below the cursor. One copy of the base a stretch between
-    cached states, spread over the frames that step back through it: each step back then
-    finds its state cached."""
+    every missing step on the way to ``cache`` (at most ``depth`` below the target). The replay
+    resumes on the next call while its target stays within ``depth`` below the cursor; when it
+    is done, the next stretch below starts in the same call if time is left.
 
-    def __init__(self, depth: int = 16, snapshots_per_call: int = 2) -> None:
-        self.depth, self.snapshots_per_call = depth, snapshots_per_call
+    A call works until ``budget_s`` seconds (``time.perf_counter``, checked after each unit of
+    work: starting a replay from its base, applying a record, copying a state out) have passed,
+    and once the cache is ahead (the ``lead`` steps just below the cursor all cached) it copies
+    one state at most: a scrub back uses one state a frame, so one a frame keeps pace, and the
+    frame pays one copy (~0.5 ms at 10k live requests) instead of the whole stretch's (a base's
+    copy ~2 ms, then ~0.7 ms a step). A unit of work is not split: a call can overrun the budget
+    by one (a base read from a recording's keyframe: ~10-25 ms). Raises ``ValueError`` for a
+    ``depth`` or ``lead`` below 1 or a negative ``budget_s``."""
+
+    def __init__(self, depth: int = 16, budget_s: float = 0.002, lead: int = 8) -> None:
+        if depth < 1 or lead < 1 or budget_s < 0:
+            raise ValueError(f"depth and lead must be >= 1 and budget_s >= 0, got depth={depth}, "
+                             f"lead={lead}, budget_s={budget_s}")
+        self.depth, self.budget_s, self.lead = depth, budget_s, lead
         self._job: tuple[StateTimeline, int, int] | None = None    # (timeline, lowest, highest)
 
     def reset(self) -> None:
         self._job = None
 
+    def ahead(self, cursor: int, cache: StateCache) -> int:
+        """How many of the steps just below ``cursor`` are cached, without a gap (up to
+        ``lead``)."""
+        n = 0
+        while n < self.lead and cursor - 1 - n >= 0 and (cursor - 1 - n) in cache:
+            n += 1
+        return n
+
     def run(self, cursor: int, cache: StateCache,
             base_of: Callable[[int], EngineState | None],
             records_of: Callable[[int, int], Iterable[StepRecord]]) -> int:
-        """Advance the fill; returns the snapshots it added."""
-        lo = max(0, cursor - self.depth)
-        job = self._job
-        if job is not None and not (lo <= job[2] < cursor and job[0].step < job[2]):
-            job = None                       # the cursor moved away, or the job is done
-        if job is None:
-            target = next((s for s in range(cursor - 1, lo - 1, -1) if s not in cache), None)
-            base = None if target is None else base_of(target)
-            if base is None:
-                self._job = None
-                return 0
-            # every missing step from the base up (one replay a stretch between cached
-            # states), at most depth of them
-            job = (StateTimeline.from_state(base), max(base.step + 1, target - self.depth), target)
-        timeline, first, last = job
+        """Advance the fill for at most about ``budget_s``; returns the states it added."""
+        deadline = time.perf_counter() + self.budget_s
         made = 0
-        for record in records_of(timeline.step + 1, last + 1):
-            timeline.apply(record)
-            if record.step >= first and record.step not in cache:
-                cache.add(timeline.snapshot())
-                made += 1
-            if record.step >= last or made >= self.snapshots_per_call:
-                break
-        self._job = job if timeline.step < last else None
-        return made
+        while True:
+            job = self._job_near(cursor)
+            if job is None:
+                job = self._start(cursor, cache, base_of)
+                if job is None or time.perf_counter() >= deadline:
+                    return made
+            timeline, first, last = job
+            applied = 0
+            for record in records_of(timeline.step + 1, last + 1):
+                timeline.apply(record)
+                applied += 1
+                if record.step >= first and record.step not in cache:
+                    cache.add(timeline.snapshot())
+                    made += 1
+                if (record.step >= last or time.perf_counter() >= deadline
+                        or (made and self.ahead(cursor, cache) >= self.lead)):
+                    break
+            if timeline.step >= last or not applied:       # done (or the records stop short)
+                self._job = None
+            if not applied or time.perf_counter() >= deadline or (
+                    made and self.ahead(cursor, cache) >= self.lead):
+                return made
+
+    def _job_near(self, cursor: int) -> tuple[StateTimeline, int, int] | None:
+        """The replay under way, if its target is still within ``depth`` below ``cursor``."""
+        job = self._job
+        if job is not None and not (max(0, cursor - self.depth) <= job[2] < cursor
+                                    and job[0].step < job[2]):
+            job = self._job = None           # the cursor moved away, or the job is done
+        return job
+
+    def _start(self, cursor: int, cache: StateCache,
+               base_of: Callable[[int], EngineState | None]) -> tuple[StateTimeline, int, int] | None:
+        """A replay towards the highest missing step within ``depth`` below ``cursor`` (None
+        when nothing is missing or no base is near): every missing step from the base up,
+        one replay a stretch between cached states, at most ``depth`` of them."""
+        lo = max(0, cursor - self.depth)
+        target = next((s for s in range(cursor - 1, lo - 1, -1) if s not in cache), None)
+        base = None if target is None else base_of(target)
+        if base is None:
+            self._job = None
+            return None
+        self._job = (StateTimeline.from_state(base), max(base.step + 1, target - self.depth), target)
+        return self._job
