@@ -117,7 +117,7 @@ class Reader:
             state = self._scrub.states.get(target)
             if state is None:
                 state = self._state_at(target, self._scrub.keep(target))
-            self._scrub.served(state, self._fill_base, self._records_from)
+            self._scrub.served(state, self._fill_base, self._records)
             return state
 
     def _state_at(self, target: int, keep=lambda s: False) -> EngineState:
@@ -153,16 +153,6 @@ class Reader:
         base = self._base_state(keyframe, keyframe)
         self._scrub.states.add(base)          # the scrub reaches it next
         return base
-
-    def _records_from(self, start: int, stop: int, chunk: int = 8) -> Iterator[StepRecord]:
-        """The records ``start <= step < stop`` read ``chunk`` at a time (a fill that stops
-        early reads few)."""
-        while start < stop:
-            records = self._records(start, min(stop, start + chunk))
-            if not records:
-                return
-            yield from records
-            start = records[-1].step + 1
 
     def records(self, start: int, stop: int) -> list[StepRecord]:
         """The recorded steps with ``start <= step < stop``, in step order, each equal to the

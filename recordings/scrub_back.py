@@ -13,11 +13,13 @@ just below the last one asked (a scrub back): forward play, random jumps and who
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Callable, Iterator
 
 from engine.outputs import StepRecord
 from engine.state import EngineState
 from engine.state_cache import BackFill, StateCache
+
+RECORDS_KEPT = 64    # decoded records kept below the cursor (a keyframe interval and more)
 
 
 class ScrubBack:
@@ -25,12 +27,13 @@ class ScrubBack:
     step back (at most ``fill.depth`` below the last step asked for) and remembers it; during a
     scrub back, ``states`` answers the steps it holds, ``keep(target)`` says which steps a
     replay up to a missing ``target`` should keep on its way, and ``served(state, base_of,
-    records_of)`` keeps the state served and advances the fill (``BackFill.run``). Memory:
-    ``states`` is bounded by ``max_bytes``."""
+    read)`` keeps the state served and advances the fill (``BackFill.run``). Memory:
+    ``states`` is bounded by ``max_bytes``, ``records`` by a few times :data:`RECORDS_KEPT`."""
 
     def __init__(self, max_bytes: int | None = None) -> None:
         self.states = StateCache() if max_bytes is None else StateCache(max_bytes)
         self.fill = BackFill()
+        self.records: dict[int, StepRecord] = {}     # decoded records below the cursor
         self._last: int | None = None
 
     def moved_back(self, target: int) -> bool:
@@ -49,9 +52,27 @@ class ScrubBack:
         return lambda s: target - lead <= s < target and s not in states
 
     def served(self, state: EngineState, base_of: Callable[[int], EngineState | None],
-               records_of: Callable[[int, int], Iterable[StepRecord]]) -> None:
-        """Keep ``state`` (the step just served, now the cursor) and fill below it."""
-        self.states.cursor = state.step
-        if state.step not in self.states:
+               read: Callable[[int, int], list[StepRecord]]) -> None:
+        """Keep ``state`` (the step just served, now the cursor) and fill below it, with the
+        records ``read(start, stop)`` returns (kept in :attr:`records` until the cursor is
+        past them: the fill reads each record once, however it splits its work)."""
+        self.states.cursor = step = state.step
+        if step not in self.states:
             self.states.add(state)
-        self.fill.run(state.step, self.states, base_of, records_of)
+        self.fill.run(step, self.states, base_of, lambda a, b: self.records_from(read, a, b))
+        if len(self.records) > 4 * RECORDS_KEPT:
+            self.records = {s: r for s, r in self.records.items() if step - RECORDS_KEPT <= s <= step}
+
+    def records_from(self, read: Callable[[int, int], list[StepRecord]], start: int, stop: int,
+                     chunk: int = 8) -> Iterator[StepRecord]:
+        """The records ``start <= step < stop`` (consecutive steps), from :attr:`records` or
+        read ``chunk`` at a time; stops at the first step the file does not have."""
+        for k in range(start, stop):
+            record = self.records.get(k)
+            if record is None:
+                for r in read(k, min(stop, k + chunk)):
+                    self.records[r.step] = r
+                record = self.records.get(k)
+                if record is None:
+                    return
+            yield record
