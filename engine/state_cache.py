@@ -1,19 +1,22 @@
-"""A bounded cache of exact past states around the shown step, for scrubbing a live run.
+"""A bounded cache of exact past states around the shown step, for scrubbing back.
 
-Stepping back one step costs a replay from the nearest state before it (a keyframe of the file
-being written, or a state cached here) through the steps in between: at 16k blocks, 256 running
-and 10k waiting, ~0.4 ms a step plus ~1 ms to copy the result out, and a keyframe read from the
-file ~25 ms. :class:`app.live_source.LiveSource` keeps the states the engine published with their
-step (one a frame while the window follows the run) and the states it replayed here, so a step
-back replays a few steps from a nearby state instead of reading the file, and fills the steps just
-below the shown one ahead of need (:class:`BackFill`), within ~2 ms a call (one state a call once
-it is ahead of the scrub).
+Stepping back one step costs a replay from the nearest state before it (a keyframe of the
+recording, or a state cached here) through the steps in between: at 16k blocks, 256 running and
+10k waiting, ~2 ms to start a replay from a state (``StateTimeline.from_state``), ~0.2 ms a step
+(a record unpacked from the live ring and applied; ~0.5 ms more read from a recording), ~0.5 ms
+to copy a state out, and a keyframe decoded from the file ~5-30 ms. Two users:
+:class:`app.live_source.LiveSource` keeps the states the engine published with their step (one
+a frame while the window follows the run) and the states it replayed, and
+``recordings.scrub_back`` does the same for a replayed recording (its keyframes as the bases). A
+step back replays a few steps from a nearby state instead of reading the file, and
+:class:`BackFill` fills the steps just below the shown one ahead of need, within ~2 ms a call
+(one state a call once it is ahead of the scrub).
 
-Memory is bounded by ``max_bytes`` (the states' arrays: ~1.5 MB a state at 10k live requests,
-so the default keeps ~40 of them there, hundreds in a small run), never by history. When full,
-the state farthest *after* the cursor (the step last asked for) goes first, then the one
-farthest before it: scrubbing back leaves behind states it will not need again, while the
-states below the cursor are the bases the next steps back replay from.
+Memory is bounded by ``max_bytes`` (the states' arrays: ~2 MiB a state at 10k live requests, so
+the default keeps ~32 of them, hundreds in a small run), never by history. When full, the state
+farthest *after* the cursor (the step last asked for) goes first, then the one farthest before
+it: scrubbing back leaves behind states it will not need again, while the states below the
+cursor are the bases the next steps back replay from.
 """
 from __future__ import annotations
 
@@ -51,6 +54,7 @@ class StateCache:
         self.max_bytes = max_bytes
         self.cursor: int | None = None               # None: following the newest step
         self.nbytes = 0
+        self.evicted_below = 0        # states evicted from below the cursor (the cache is full)
         self._lock = threading.Lock()
         self._steps: list[int] = []                    # sorted
         self._states: dict[int, tuple[EngineState, int]] = {}
@@ -102,6 +106,8 @@ class StateCache:
         victim = steps[-1] if self.cursor is not None and steps[-1] > self.cursor else steps[0]
         if victim == keep:
             victim = steps[-2] if victim == steps[-1] else steps[1]
+        if self.cursor is not None and victim < self.cursor:
+            self.evicted_below += 1
         steps.remove(victim)
         self.nbytes -= self._states.pop(victim)[1]
 
@@ -144,9 +150,11 @@ class BackFill:
     and once the cache is ahead (the ``lead`` steps just below the cursor all cached) it copies
     one state at most: a scrub back uses one state a frame, so one a frame keeps pace, and the
     frame pays one copy (~0.5 ms at 10k live requests) instead of the whole stretch's (a base's
-    copy ~2 ms, then ~0.7 ms a step). A unit of work is not split: a call can overrun the budget
-    by one (a base read from a recording's keyframe: ~10-25 ms). Raises ``ValueError`` for a
-    ``depth`` or ``lead`` below 1 or a negative ``budget_s``."""
+    copy ~2 ms, then ~0.7 ms a step). A call also stops when the cache had to evict a state below
+    the cursor (full: filling more would only evict what was filled). A unit of work is not
+    split: a call can overrun the budget by one (a base read from a recording's keyframe:
+    ~5-30 ms). Raises ``ValueError`` for a ``depth`` or ``lead`` below 1 or a negative
+    ``budget_s``."""
 
     def __init__(self, depth: int = 16, budget_s: float = 0.002, lead: int = 8) -> None:
         if depth < 1 or lead < 1 or budget_s < 0:
@@ -171,7 +179,7 @@ class BackFill:
             records_of: Callable[[int, int], Iterable[StepRecord]]) -> int:
         """Advance the fill for at most about ``budget_s``; returns the states it added."""
         deadline = time.perf_counter() + self.budget_s
-        made = 0
+        made, evicted = 0, cache.evicted_below
         while True:
             job = self._job_near(cursor)
             if job is None:
@@ -187,11 +195,12 @@ class BackFill:
                     cache.add(timeline.snapshot())
                     made += 1
                 if (record.step >= last or time.perf_counter() >= deadline
+                        or cache.evicted_below > evicted
                         or (made and self.ahead(cursor, cache) >= self.lead)):
                     break
             if timeline.step >= last or not applied:       # done (or the records stop short)
                 self._job = None
-            if not applied or time.perf_counter() >= deadline or (
+            if not applied or time.perf_counter() >= deadline or cache.evicted_below > evicted or (
                     made and self.ahead(cursor, cache) >= self.lead):
                 return made
 

@@ -178,3 +178,19 @@ def test_a_step_back_that_misses_keeps_the_next_steps_back(small_ring):
     source.states.add(states[last - 12])
     assert source.state_at(last - 3) == states[last - 3]
     assert source.states.steps() == [last - 12, last - 3]
+
+
+def test_back_fill_stops_when_the_cache_is_full_below_the_cursor(small_ring):
+    """A cache that holds fewer states than the fill's depth: a call stops at the first state
+    evicted from below the cursor (no endless fill-and-evict), and the cache stays bounded."""
+    source, states, reader = small_ring
+    records = {r.step: r for r in reader.records(0, reader.latest_step() + 1)}
+    size = max(state_nbytes(states[s]) for s in range(10, 30))
+    cache = StateCache(max_bytes=4 * size)
+    cache.cursor = 30
+    cache.add(states[10])
+    fill = BackFill(depth=16, budget_s=60.0, lead=16)
+    made = fill.run(30, cache, cache.at_or_before, lambda a, b: (records[s] for s in range(a, b)))
+    assert 1 <= made <= 5 and cache.evicted_below == 1
+    assert cache.nbytes <= cache.max_bytes
+    assert all(cache.get(s) == states[s] for s in cache.steps())
