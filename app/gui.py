@@ -131,6 +131,17 @@ def start_replay(win, args: argparse.Namespace) -> bool:
     return True
 
 
+def freeze_startup() -> None:
+    """Keep what start-up made (Qt wrappers, pyqtgraph, the reader's tables: ~90k objects) out
+    of the cyclic collector's full passes (``gc.freeze``, as the live engine worker does once
+    its model is loaded): a full collection during a replay's scrub then walks only what was
+    made since, not ~45 ms of start-up objects in one frame."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 def launch(args: argparse.Namespace, command: str) -> int:
     """Open the window. ``command`` is ``demo`` (live engine) or ``replay`` (a recording).
     Inputs are checked before Qt starts; returns 2 with a one-line message when they are bad (a
@@ -167,6 +178,7 @@ def launch(args: argparse.Namespace, command: str) -> int:
         if not start_replay(win, args):
             return 2
         win.show()
+        freeze_startup()
         return app.exec()
     win = MainWindow(source, worker, open_recording=open_recording, title=f"BatchScope — live ({record.name})")
     win.show()

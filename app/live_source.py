@@ -6,9 +6,9 @@ older history is read back from the recording being written through a ``recordin
 committed step, advanced through the ring with :class:`engine.timeline.StateTimeline`: the one
 implementation of state + record, so live and replay cannot differ.
 
-Past states the window asks for are kept in a bounded :class:`app.state_cache.StateCache`
+Past states the window asks for are kept in a bounded :class:`engine.state_cache.StateCache`
 (with the states the engine published with their step, one a frame while the window follows):
-a step back replays a few steps from a nearby cached state, and :class:`app.state_cache.BackFill`
+a step back replays a few steps from a nearby cached state, and :class:`engine.state_cache.BackFill`
 fills the steps below the shown one a few per call ahead of a scrub back, instead of each step
 back loading a keyframe of the file and replaying up to it (~25 ms at 10k live requests).
 
@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from app import step_ring
-from app.state_cache import BackFill, StateCache, replay
+from engine.state_cache import BackFill, StateCache, replay
 from app.step_ring import PackedStep, step_of
 from engine.outputs import StepRecord
 from engine.state import EngineState
@@ -150,7 +150,8 @@ class LiveSource:
         return base
 
     def _replayed(self, step: int, ring: list[PackedStep]) -> EngineState:
-        """The state after ``step`` (< the newest), replayed and kept in :attr:`states`; the
+        """The state after ``step`` (< the newest), replayed and kept in :attr:`states` (with
+        the :attr:`BackFill.lead` steps below it when ``step + 1`` is cached: a scrub back); the
         recording's newest state before it when the ring does not reach (a gap between the
         file and the ring)."""
         base = self._near_base(step, ring)
@@ -160,8 +161,14 @@ class LiveSource:
                 with self._lock:
                     return self._latest
             base = reader.state_at(min(step, reader.latest_step()))
+        # a step back from a cached state (a scrub back starting): the replay passes the next
+        # steps back on its way; keep the fill's lead of them (~0.5 ms each) so the next frames
+        # find their states while the fill gets ahead
+        keep = ((lambda s: step - self._fill.lead <= s and s not in self.states)
+                if step + 1 in self.states else (lambda s: False))
         try:
-            state = replay(base, self._records_iter(ring, base.step + 1, step + 1), step)
+            state = replay(base, self._records_iter(ring, base.step + 1, step + 1), step,
+                           keep=keep, on_state=self.states.add)
         except ValueError:
             return base
         self.states.add(state)

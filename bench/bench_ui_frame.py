@@ -8,13 +8,13 @@ nearly every step, the queue topped up to 10,000). A frame is what the window's 
 when new steps arrived (``MainWindow.refresh()``) plus the repaint it triggers
 (``processEvents``); the engine's steps between frames are not timed. After the scenarios
 the window scrubs back one step a frame from the newest step: a live run's past states come
-from the live source's bounded state cache (``app.state_cache``, filled ahead of the scrub;
+from the live source's bounded state cache (``engine.state_cache``, filled ahead of the scrub;
 its size and bound are printed).
 
     QT_QPA_PLATFORM=offscreen .venv/bin/python bench/bench_ui_frame.py \
-        [--frames 1000] [--steps-per-frame 1,7,20] [--no-recording] [--profile OUT.prof]
+        [--frames 1000] [--steps-per-frame 1,7,20] [--no-recording] [--profile OUT.prof] [--sections]
     QT_QPA_PLATFORM=offscreen .venv/bin/python bench/bench_ui_frame.py --recording REC.sqlite \
-        [--steps 2000] [--jumps 50] [--seed 0] [--breakdown] [--profile OUT.prof]
+        [--steps 2000] [--back 0] [--jumps 50] [--seed 0] [--start K] [--breakdown] [--profile OUT.prof] [--sections]
 
 Prints wall and CPU time p50 / p95 / p99 / max per scenario (``--steps-per-frame`` new steps a
 frame, e.g. 7 at 200 steps/s and 30 frames/s; then scrubbing back one step a frame) with a
@@ -29,8 +29,9 @@ not with history). No assertion: the target (a whole frame <= 16 ms p95) is read
 
 ``--recording PATH`` replays a recording instead (``ui.MainWindow(recordings.Reader(path), None)``,
 1600x1000 offscreen): ``--steps`` consecutive steps one frame each from a start drawn with
-``--seed`` (``show_step(k)`` plus the repaint it triggers), then ``--jumps`` jumps to random steps,
-each timed the same way. ``--breakdown`` then plays 200 more steps untimed with every paint event
+``--seed`` or given by ``--start`` (``show_step(k)`` plus the repaint it triggers), then ``--back`` steps back one a
+frame from there (scrubbing back), then ``--jumps`` jumps to random steps, each timed the same
+way. ``--breakdown`` then plays 200 more steps untimed with every paint event
 timed (CPU and events per frame by area of the window and by widget), and times each view's
 update at the last step (live: 200 more frames at the ``--steps-per-frame`` nearest 7, painting
 timed the same way); ``--profile OUT`` writes a cProfile of the consecutive frames (live: of
@@ -39,6 +40,7 @@ the frames at the ``--steps-per-frame`` nearest 7).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import os
 import random
@@ -49,7 +51,7 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "ui"), str(ROOT / "tests" / "engine")]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests" / "ui"), str(ROOT / "tests" / "engine")]
 
 import numpy as np  # noqa: E402
 
@@ -195,43 +197,76 @@ def paint_breakdown(paints: dict, w, frames: int) -> None:
         print(f"    {name:44s} {1e3 * cpu / frames:6.2f} ms  ({n / frames:.1f} paint events)")
 
 
+class _NoSections:
+    """``--sections`` off: frames are not broken down."""
+
+    @contextlib.contextmanager
+    def frame(self):
+        yield
+
+    def paint(self) -> None:
+        from PySide6.QtWidgets import QApplication
+        QApplication.processEvents()
+
+    def report(self, totals, indent) -> None:
+        pass
+
+
+def sections(args, w, app):
+    """A ``frame_sections.Sections`` on ``w`` with ``--sections``, else a stand-in that only
+    processes events."""
+    if not args.sections:
+        return _NoSections()
+    from frame_sections import Sections
+    return Sections(w, app, areas(w))
+
+
 def bench_recording(args) -> None:
     """Replay ``args.recording`` in the window: consecutive frames, then random jumps."""
     from PySide6.QtWidgets import QApplication
 
+    from app.gui import freeze_startup
     from recordings import Reader
     from ui import MainWindow
 
     print(f"before: {load()}", flush=True)
-    app = QApplication.instance() or (timing_app() if args.breakdown else QApplication([]))
+    app = QApplication.instance() or (timing_app() if args.breakdown or args.sections
+                                      else QApplication([]))
     t0 = time.perf_counter()
     reader = Reader(args.recording)
     latest = reader.latest_step()
     rng = random.Random(args.seed)
-    first = rng.randrange(0, max(1, latest + 1 - args.steps))
+    first = (rng.randrange(0, max(1, latest + 1 - args.steps)) if args.start is None
+             else max(0, min(args.start, latest + 1 - args.steps)))
     w = MainWindow(reader, None)
     w.timer.stop()
     w.show()
     w.show_step(first - 1)
     app.processEvents()
+    freeze_startup()                      # as app.gui does for a replay
     print(f"{args.recording}: {latest + 1:,} steps, opened and first frame in "
           f"{time.perf_counter() - t0:.2f} s; consecutive steps {first}..{first + args.steps - 1}",
           flush=True)
-    consecutive, jumps = Timer(), Timer()
+    consecutive, jumps, sec = Timer(), Timer(), sections(args, w, app)
     prof = None
     if args.profile:
         import cProfile
         prof = cProfile.Profile()
         prof.enable()
     for k in range(first, min(first + args.steps, latest + 1)):
-        with consecutive:
+        with consecutive, sec.frame():
             w.show_step(k)
-            app.processEvents()
+            sec.paint()
     if prof:
         prof.disable()
         prof.dump_stats(args.profile)
     k = w.shown_step
     st = w.state
+    back, back_sec = Timer(), sections(args, w, app)
+    for j in range(k - 1, max(-1, k - 1 - args.back), -1):       # scrub back, a step a frame
+        with back, back_sec.frame():
+            w.show_step(j)
+            back_sec.paint()
     for j in rng.sample(range(latest + 1), min(args.jumps, latest + 1)):
         with jumps:
             w.show_step(j)
@@ -240,6 +275,10 @@ def bench_recording(args) -> None:
           f"blocks ({100 * st.kv_cache_usage:.0f}% used), {len(st.queue_rows('running'))} running, "
           f"{len(st.queue_rows('waiting')):,} waiting; {os.cpu_count()} CPUs")
     consecutive.report(f"{len(consecutive.cpu):,} consecutive steps, 1 step/frame")
+    sec.report(consecutive.cpu, " " * 38)
+    if back.cpu:
+        back.report(f"scrub back {len(back.cpu):,} steps, 1 step/frame")
+        back_sec.report(back.cpu, " " * 38)
     jumps.report(f"{len(jumps.cpu)} jumps to random steps")
     if args.breakdown:
         # untimed: 200 more consecutive frames, painting timed per widget
@@ -290,7 +329,8 @@ def bench_live(args) -> None:
     print(f"live run built in {time.perf_counter() - t0:.1f} s: step {st.step}, "
           f"{len(st.queue_rows('running'))} running, {len(st.queue_rows('waiting')):,} waiting, "
           f"{st.num_used_blocks:,}/{st.num_total_blocks:,} blocks used", flush=True)
-    app = QApplication.instance() or (timing_app() if args.breakdown else QApplication([]))
+    app = QApplication.instance() or (timing_app() if args.breakdown or args.sections
+                                      else QApplication([]))
     w = MainWindow(run.source, run.control())
     w.timer.stop()
     w.show()
@@ -307,15 +347,15 @@ def bench_live(args) -> None:
         if args.profile and spf == profile_at:
             import cProfile
             prof = cProfile.Profile()
-        timer = Timer()
+        timer, sec = Timer(), sections(args, w, app)
         done0 = run.num_added - len(run.engine.requests)
         for _ in range(args.frames):
             run.advance(spf)                 # the engine's steps: not part of the frame
             if prof:
                 prof.enable()
-            with timer:
+            with timer, sec.frame():
                 w.refresh()
-                app.processEvents()
+                sec.paint()
             if prof:
                 prof.disable()
         if prof:
@@ -326,6 +366,7 @@ def bench_live(args) -> None:
         print(f"{'':38s} steps {first}..{st.step}: {done:,} requests finished; at the end "
               f"{len(st.queue_rows('running'))} running, {len(st.queue_rows('waiting')):,} waiting")
         GC.report(gcs, " " * 38)
+        sec.report(timer.cpu, " " * 38)
         print(f"{'':38s} {memory()}; {load()}", flush=True)
     if args.breakdown:
         # untimed: 200 more frames at the scenario nearest 7 steps a frame, painting timed
@@ -338,15 +379,16 @@ def bench_live(args) -> None:
         print(f"\n{profile_at} steps/frame:", end="")
         paint_breakdown(paints, w, 200)
         print()
-    scrub, gcs = Timer(), len(GC.pauses)
+    scrub, gcs, sec = Timer(), len(GC.pauses), sections(args, w, app)
     latest = run.source.latest_step()
     for i in range(min(args.frames, latest)):
-        with scrub:
+        with scrub, sec.frame():
             w.show_step(latest - 1 - i)          # back one step per frame
-            app.processEvents()
+            sec.paint()
     scrub.report("scrub back, 1 step/frame")
     GC.report(gcs, " " * 38)
-    cache = getattr(run.source, "states", None)       # app.state_cache.StateCache (bounded)
+    sec.report(scrub.cpu, " " * 38)
+    cache = getattr(run.source, "states", None)       # engine.state_cache.StateCache (bounded)
     if cache is not None:
         print(f"{'':38s} state cache: {len(cache)} states, {cache.nbytes / 2**20:.0f} MiB "
               f"(bound {cache.max_bytes / 2**20:.0f} MiB); {memory()}")
@@ -386,11 +428,19 @@ def main() -> None:
     ap.add_argument("--recording", help="replay this recording instead of a live run")
     ap.add_argument("--steps", type=int, default=2000, help="--recording: consecutive steps")
     ap.add_argument("--jumps", type=int, default=50, help="--recording: random jumps")
+    ap.add_argument("--back", type=int, default=0,
+                    help="--recording: then scrub back this many steps, one a frame")
     ap.add_argument("--seed", type=int, default=0, help="--recording: start and jumps")
+    ap.add_argument("--start", type=int, help="--recording: the first consecutive step "
+                    "(default: drawn with --seed)")
     ap.add_argument("--breakdown", action="store_true",
                     help="paint (and with --recording per-view) times after the timed frames "
                     "(slows every event a little: quote timed frames from a run without it)")
     ap.add_argument("--profile", help="cProfile the consecutive frames to this file")
+    ap.add_argument("--sections", action="store_true",
+                    help="per-frame CPU by section (state fetch, back fill, each view's update, "
+                    "paint by area), mean over all frames and over the p95 frames "
+                    "(bench/frame_sections.py; the paint timing slows events a little)")
     args = ap.parse_args()
     if args.recording:
         bench_recording(args)

@@ -28,6 +28,7 @@ from recordings.errors import RecordingError
 from recordings.info import RequestInfo, TimelineEvent
 from recordings.opening import file_version, missing_wal, open_readonly
 from recordings.schema import READABLE_OLD_VERSION, latest_version
+from recordings.scrub_back import ScrubBack
 from recordings.step_batches import BATCH_FIELDS, batch_columns, columns_from_rows
 
 _CHILD_TABLES = (("events", codec.EVENT_COLUMNS), ("block_events", codec.BLOCK_EVENT_COLUMNS),
@@ -89,6 +90,8 @@ class Reader:
         self._text: dict[str, tuple[int, list[str]]] = {}
 
         self._cursor: StateTimeline | None = None     # the last replay, at its last step
+        self._scrub = ScrubBack()                      # states below a scrub back (bounded)
+        self._static: tuple | None = None              # the last keyframe's (seqs, ids, static)
         try:
             with self._reading("run info"):
                 self._run_info = json.loads(self._rows("SELECT run_info_json FROM runs")[0][0])
@@ -123,27 +126,19 @@ class Reader:
         return stop if self._limit is None else min(stop, self._limit + 1)
 
     def state_at(self, step: int) -> EngineState:
-        """The engine state after ``step``, clamped to [-1, latest_step()]."""
+        """The engine state after ``step``, clamped to [-1, latest_step()]. Scrubbing back (a
+        step at most a few below the last one asked for) is served from a bounded cache filled
+        ahead of need (``recordings.scrub_back``)."""
         step = min(step, self._stop(step + 1) - 1)
         with self._lock, self._reading(f"state at step {step}"):
             row = self._rows("SELECT max(step) FROM steps WHERE step <= ?", (int(step),))[0][0]
             target = -1 if row is None else row
-            if target in self._cache:
-                self._cache.move_to_end(target)
-                return self._cache[target]
-            cursor, self._cursor = self._cursor, None     # dropped if applying fails
-            if cursor is not None and cursor.step < target <= cursor.step + CURSOR_REACH:
-                timeline = cursor         # scrubbing forward: no state copied, no keyframe loaded
-            else:
-                base = self._base_state(target, self._keyframe_at(target))
-                if base.step == target:
-                    return base
-                timeline = StateTimeline.from_state(base)
-            for record in self._records(timeline.step + 1, target + 1):
-                timeline.apply(record)
-            self._cursor = timeline
-            state = timeline.snapshot()
-            self._remember(state)
+            if not self._scrub.moved_back(target):
+                return self._state_at(target)
+            state = self._scrub.states.get(target)
+            if state is None:
+                state = self._state_at(target, self._scrub.keep(target))
+            self._scrub.served(state, self._fill_base, self._records)
             return state
 
     def keyframe_state(self, step: int) -> EngineState:
@@ -154,6 +149,40 @@ class Reader:
             if not rows:
                 raise RecordingError(f"{self.path}: no keyframe at step {step}")
             return codec.state_from_blob(rows[0][0], rows[0][1], self._static_of)
+
+    def _state_at(self, target: int, keep=lambda s: False) -> EngineState:
+        """The state after ``target`` (a recorded step or -1); a replay up to it hands the
+        states of the steps ``keep`` says yes to on its way to the scrub-back cache."""
+        if target in self._cache:
+            self._cache.move_to_end(target)
+            return self._cache[target]
+        cursor, self._cursor = self._cursor, None     # dropped if applying fails
+        if cursor is not None and cursor.step < target <= cursor.step + CURSOR_REACH:
+            timeline = cursor         # scrubbing forward: no state copied, no keyframe loaded
+        else:
+            base = self._base_state(target, self._keyframe_at(target))
+            if base.step == target:
+                return base
+            timeline = StateTimeline.from_state(base)
+        for record in self._records(timeline.step + 1, target + 1):
+            timeline.apply(record)
+            if record.step < target and keep(record.step):
+                self._scrub.states.add(timeline.snapshot())
+        self._cursor = timeline
+        state = timeline.snapshot()
+        self._remember(state)
+        return state
+
+    def _fill_base(self, target: int) -> EngineState:
+        """Where the scrub-back fill replays up to ``target`` from: the newest state it holds
+        at or after the keyframe before ``target``, else that keyframe."""
+        keyframe = self._keyframe_at(target)
+        near = self._scrub.states.at_or_before(target)
+        if near is not None and near.step >= keyframe:
+            return near
+        base = self._base_state(keyframe, keyframe)
+        self._scrub.states.add(base)          # the scrub reaches it next
+        return base
 
     def records(self, start: int, stop: int) -> list[StepRecord]:
         """The recorded steps with ``start <= step < stop``, in step order, each equal to the
@@ -318,8 +347,35 @@ class Reader:
 
     def _static_of(self, seqs: np.ndarray) -> tuple[tuple[str, ...], dict[str, np.ndarray]]:
         """Request ids and static columns (``codec.STATIC_COLUMNS``) of the arrival numbers
-        ``seqs`` (ascending), from the requests table: one range query when they are dense, else
-        ``IN`` lists. Raises ``KeyError`` for a number the table does not have."""
+        ``seqs`` (ascending). A request's static facts never change, and keyframes near each
+        other hold mostly the same live requests (a scrub back decodes one a keyframe
+        interval): those of the last call are reused and only the others read (~25 -> ~8 ms a
+        keyframe at 14k live requests). Raises ``KeyError`` for a number the table does not
+        have."""
+        last = self._static
+        if last is None or not len(last[0]) or not len(seqs):
+            ids, static = self._static_rows(seqs)
+            self._static = (np.asarray(seqs, np.int64).copy(), np.array(ids, object), static)
+            return ids, static
+        known, known_ids, known_static = last
+        at = np.minimum(np.searchsorted(known, seqs), len(known) - 1)
+        have = known[at] == seqs
+        new_ids, new_static = self._static_rows(seqs[~have]) if not have.all() else ((), {})
+        out_ids = np.empty(len(seqs), object)
+        out_ids[have] = known_ids[at[have]]
+        out_ids[~have] = new_ids
+        static = {}
+        for name, column in known_static.items():
+            static[name] = out = np.empty(len(seqs), column.dtype)
+            out[have] = column[at[have]]
+            if name in new_static:
+                out[~have] = new_static[name]
+        self._static = (np.asarray(seqs, np.int64).copy(), out_ids, static)
+        return tuple(out_ids.tolist()), static
+
+    def _static_rows(self, seqs: np.ndarray) -> tuple[tuple[str, ...], dict[str, np.ndarray]]:
+        """:meth:`_static_of` from the requests table: one range query when ``seqs`` are dense,
+        else ``IN`` lists."""
         sql = (f"SELECT seq, request_id, arrival_step, arrival_time, num_prompt_tokens, max_tokens "
                f"FROM requests {self._static_hint} WHERE ")
         rows: list[tuple] = []

@@ -1,5 +1,5 @@
 """Scrubbing a live run back: the live source answers past steps from a bounded cache of exact
-states (``app.state_cache``), filled ahead of a scrub back; every answer equals the recording's
+states (``engine.state_cache``), filled ahead of a scrub back; every answer equals the recording's
 ``Reader.state_at`` (and the engine's own state after that step), and the cache never holds
 more than its bound, however long the run."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 
 from app import live_source  # noqa: E402
 from app.live_source import LiveSource  # noqa: E402
-from app.state_cache import BackFill, StateCache, replay, state_nbytes  # noqa: E402
+from engine.state_cache import BackFill, StateCache, replay, state_nbytes  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
 from engine.engine import LLMEngine  # noqa: E402
 from engine.request import SamplingParams  # noqa: E402
@@ -118,19 +118,79 @@ def test_cache_evicts_after_the_cursor_first_then_the_farthest_before():
         StateCache(max_bytes=0)
 
 
-def test_back_fill_makes_the_steps_below_the_cursor_a_few_at_a_time(small_ring):
+def test_back_fill_does_one_unit_of_work_a_call_on_a_zero_budget(small_ring):
+    """Budget 0: each call starts the replay, or applies one record (copying its state out
+    when that step is missing), then stops."""
     source, states, reader = small_ring
     records = {r.step: r for r in reader.records(0, reader.latest_step() + 1)}
     cache = StateCache(max_bytes=10**9)
     cache.add(states[10])
-    fill = BackFill(depth=8, snapshots_per_call=2)
+    fill = BackFill(depth=8, budget_s=0.0, lead=8)
     calls = [fill.run(30, cache, cache.at_or_before,
-                      lambda a, b: (records[s] for s in range(a, b))) for _ in range(8)]
-    assert calls == [2, 2, 2, 2, 1, 0, 0, 0]          # steps 21..29: depth 8 below 29, two a call
+                      lambda a, b: (records[s] for s in range(a, b))) for _ in range(22)]
+    # start from step 10, apply 11..20 (nothing kept), then keep 21..29 (depth 8 below 29)
+    assert calls == [0] * 11 + [1] * 9 + [0, 0]
     assert cache.steps() == [10, *range(21, 30)]
     assert all(cache.get(s) == states[s] for s in range(21, 30))
     # nothing missing near the cursor: no replay
     assert fill.run(30, cache, cache.at_or_before, lambda a, b: pytest.fail("replayed")) == 0
+
+
+def test_back_fill_gets_ahead_then_copies_one_state_a_call(small_ring):
+    """With time to spare a call fills the whole stretch below the cursor; once the ``lead``
+    steps below the cursor are cached, a call copies one state out and stops."""
+    source, states, reader = small_ring
+    records = {r.step: r for r in reader.records(0, reader.latest_step() + 1)}
+    records_of = lambda a, b: (records[s] for s in range(a, b))   # noqa: E731
+    cache = StateCache(max_bytes=10**9)
+    cache.add(states[10])
+    fill = BackFill(depth=8, budget_s=60.0, lead=4)
+    assert fill.run(30, cache, cache.at_or_before, records_of) == 9     # 21..29 at once
+    assert fill.ahead(30, cache) == 4
+    # ahead already (24..21 cached): the stretch below 21 (12..20: depth 8 below 20), one a call
+    assert [fill.run(25, cache, cache.at_or_before, records_of) for _ in range(10)] == [1] * 9 + [0]
+    assert cache.steps() == [10, *range(12, 30)]
+    assert all(cache.get(s) == states[s] for s in cache.steps())
+    # records that stop short of the target end the replay (no endless loop)
+    assert fill.run(12, cache, cache.at_or_before, lambda a, b: iter(())) == 0
+    with pytest.raises(ValueError, match="depth and lead"):
+        BackFill(depth=0)
     assert replay(states[10], (records[s] for s in range(11, 15)), 14) == states[14]
     with pytest.raises(ValueError, match="before step 20"):
         replay(states[10], (records[s] for s in range(11, 15)), 20)
+
+
+def test_a_step_back_that_misses_keeps_the_next_steps_back(small_ring):
+    """The first step back from a cached state replays from a state before it, and keeps the
+    fill's ``lead`` steps it passes on the way: the next frames find their states."""
+    source, states, _ = small_ring
+    last = source.latest_step()
+    source.states.clear()
+    for s in (last - 12, last):
+        source.states.add(states[s])
+    source._fill = BackFill(budget_s=0.0, lead=6)        # the fill does next to nothing
+    assert source.state_at(last - 1) == states[last - 1]
+    assert set(range(last - 7, last + 1)) <= set(source.states.steps())
+    assert all(source.states.get(s) == states[s] for s in source.states.steps())
+    # a jump (no cached state just after it) keeps only its own state
+    source.states.clear()
+    source._fill.reset()
+    source.states.add(states[last - 12])
+    assert source.state_at(last - 3) == states[last - 3]
+    assert source.states.steps() == [last - 12, last - 3]
+
+
+def test_back_fill_stops_when_the_cache_is_full_below_the_cursor(small_ring):
+    """A cache that holds fewer states than the fill's depth: a call stops at the first state
+    evicted from below the cursor (no endless fill-and-evict), and the cache stays bounded."""
+    source, states, reader = small_ring
+    records = {r.step: r for r in reader.records(0, reader.latest_step() + 1)}
+    size = max(state_nbytes(states[s]) for s in range(10, 30))
+    cache = StateCache(max_bytes=4 * size)
+    cache.cursor = 30
+    cache.add(states[10])
+    fill = BackFill(depth=16, budget_s=60.0, lead=16)
+    made = fill.run(30, cache, cache.at_or_before, lambda a, b: (records[s] for s in range(a, b)))
+    assert 1 <= made <= 5 and cache.evicted_below == 1
+    assert cache.nbytes <= cache.max_bytes
+    assert all(cache.get(s) == states[s] for s in cache.steps())
