@@ -48,7 +48,7 @@ from ui.theme import PLOT_BG, PLOT_FG, cache_decorations, style_axis
 # (key, title, y label, y units, [(series, colour)])
 PLOTS = (
     ("throughput", "Output tokens/s", "tokens/s", None, [("output", PALETTE[0])]),
-    ("batch", "Batch size (requests scheduled)", "requests", None, [("scheduled", PALETTE[1])]),
+    ("batch", "Batch size", "requests", None, [("scheduled", PALETTE[1])]),
     ("kv", "KV cache usage", "%", None, [("kv", PALETTE[2])]),
     ("queues", "Queues", "requests", None,
      [("waiting", PALETTE[3]), ("running", PALETTE[0]), ("swapped", PALETTE[10]), ("paused", PALETTE[4])]),
@@ -56,7 +56,7 @@ PLOTS = (
     # step time is the simulated device's in a simulated run (:meth:`MetricsPlots.set_simulated`
     # labels it so); the engine's wait for the recorder is always wall time: a plot of its own
     ("time", "Step time", "ms", None, [("step_ms", PALETTE[6])]),
-    ("efficiency", "Roofline efficiency", "% of step time", None, [("efficiency", TEXT)]),
+    ("efficiency", "Roofline efficiency", "%", None, [("efficiency", TEXT)]),
     ("recorder", "Recorder wait", "wall ms", None, [("recorder_wait_ms", PALETTE[7])]),
 )
 # step_metrics keys, in the order of metric_row's tuple
@@ -90,6 +90,31 @@ def legend_title(title: str, series: Sequence[tuple[str, tuple[int, int, int]]],
     entries = [f"<span style='color:{css(c)}'>&#9644;{_label(n)}</span>" for n, c in series]
     lines = [" ".join(entries[i:i + per_line]) for i in range(0, len(entries), per_line)]
     return f"{title} <span style='font-size:8pt'>" + "<br>".join(lines) + "</span>"
+
+
+class NarrowTitle(pg.LabelItem):
+    """A plot title that claims no width: pyqtgraph's label makes its text's width its minimum
+    (on every text change and resize), so a long title widened its column and pushed the other
+    column out of a narrow panel. Text wider than the plot is clipped at the plot's edges."""
+
+    def updateMin(self) -> None:  # noqa: N802 - pyqtgraph's name
+        super().updateMin()
+        self.setMinimumWidth(0)
+        self._sizeHint[Qt.SizeHint.MinimumSize] = (0, self.minimumHeight())
+        self._sizeHint[Qt.SizeHint.PreferredSize] = (0, self.minimumHeight())
+        self.setFlag(self.GraphicsItemFlag.ItemClipsChildrenToShape, True)
+        self.updateGeometry()                   # the layout caches size hints
+
+
+def set_title(plot: pg.PlotItem, html: str) -> None:
+    """``plot``'s title (9 pt, the plots' text colour) in a :class:`NarrowTitle`."""
+    if not isinstance(plot.titleLabel, NarrowTitle):
+        plot.layout.removeItem(plot.titleLabel)
+        if plot.scene() is not None:
+            plot.scene().removeItem(plot.titleLabel)
+        plot.titleLabel = NarrowTitle("", size="9pt", justify="left", parent=plot)   # cut at the right
+        plot.layout.addItem(plot.titleLabel, 0, 1)
+    plot.setTitle(html, color=PLOT_FG, size="9pt")
 
 
 def metric_row(s: StepSummary, simulated: bool = False, roofline: Roofline | None = None) -> tuple:
@@ -173,6 +198,12 @@ class WindowCurve(pg.PlotCurveItem):
         super().viewTransformChanged()
 
 
+def value_ticks(axis: pg.AxisItem, top: float) -> None:
+    """Label 0, ``top`` / 2 and ``top`` only: pyqtgraph puts at least 2.25 major intervals and
+    their minor ticks on any axis, and on these ~40-pixel plots the labels overlapped."""
+    axis.setTicks([[(v, f"{v:,.0f}" if v >= 10 else f"{v:g}") for v in (0.0, top / 2, top)], []])
+
+
 def nice_ceiling(x: float) -> float:
     """The smallest of 1, 2, 2.5, 5 x 10^k that is >= ``x`` (>= 1): y ranges that change
     rarely, so axes are not re-laid out every frame."""
@@ -221,7 +252,7 @@ class MetricsPlots(QWidget):
             p = self.layout_widget.addPlot(row=i // 2, col=i % 2, colspan=2 if wide else 1)
             p.setMenuEnabled(False)
             p.hideButtons()
-            p.setTitle(legend_title(title, series) if len(series) > 1 else title, color=PLOT_FG, size="9pt")
+            set_title(p, legend_title(title, series) if len(series) > 1 else title)
             p.setMouseEnabled(False, False)
             # no grid: grid lines belong to the axes, and would repaint every axis on each frame
             style_axis(p.getAxis("left"), ylabel, units)
@@ -230,7 +261,7 @@ class MetricsPlots(QWidget):
             bottom = p.getAxis("bottom")
             bottom.enableAutoSIPrefix(False)
             if i // 2 == rows - 1:
-                style_axis(bottom, "steps before the shown step")
+                style_axis(bottom, "step (0 = shown)")
             else:
                 p.hideAxis("bottom")
             # bare curves (no scatter item to keep up to date), 1-pixel pens: a wider pen goes
@@ -239,6 +270,7 @@ class MetricsPlots(QWidget):
                 self.curves[name] = WindowCurve(pen=pg.mkPen(color, width=1), skipFiniteCheck=True)
                 p.addItem(self.curves[name])
             p.setYRange(0, 100 if key == "kv" else 1, padding=0.02)
+            value_ticks(p.getAxis("left"), 100 if key == "kv" else 1)
             cache_decorations(p)
             if first is None or wide:
                 # the range never changes (curves are stretched to it); a linked view of another
@@ -248,6 +280,8 @@ class MetricsPlots(QWidget):
             else:
                 p.setXLink(first)
             self.plots[key] = p
+        for col in (0, 1):          # two equal columns, whatever the titles' lengths
+            self.layout_widget.ci.layout.setColumnStretchFactor(col, 1)
         # every step axis follows the span (hidden ones cost nothing to rescale)
         self._step_axes = [p.getAxis("bottom") for p in self.plots.values()]
         self.efficiency_note = pg.TextItem(color=MUTED, anchor=(0.5, 0.5))   # why no curve
@@ -290,6 +324,7 @@ class MetricsPlots(QWidget):
                 if self._top.get(key) != top:
                     self._top[key] = top
                     self.plots[key].setYRange(0, top * 1.05, padding=0)
+                    value_ticks(self.plots[key].getAxis("left"), top)
         if span != self._span:
             self._span = span
             for axis in self._step_axes:
@@ -331,10 +366,9 @@ class MetricsPlots(QWidget):
         time, in their titles and y axes."""
         note = f"<span style='font-size:8pt; color:{css(MUTED)}'>· {{}}</span>"
         clock = "simulated" if self.simulated else "wall"
-        self.plots["time"].setTitle("Step time " + note.format(clock), color=PLOT_FG, size="9pt")
+        set_title(self.plots["time"], "Step time " + note.format(clock))
         style_axis(self.plots["time"].getAxis("left"), f"{'sim' if self.simulated else 'wall'} ms")
-        self.plots["recorder"].setTitle("Recorder wait " + note.format("wall"),
-                                        color=PLOT_FG, size="9pt")
+        set_title(self.plots["recorder"], "Recorder wait " + note.format("wall"))
         self.plots["time"].setToolTip("Each step's duration on the run's clock: " + (
             "simulated, the simulated device's time, not wall time." if self.simulated else "wall time."))
         self.plots["recorder"].setToolTip("Wall time the engine waited for a full recorder queue when it "
@@ -360,8 +394,7 @@ class MetricsPlots(QWidget):
         r, plot = self.roofline, self.plots["efficiency"]
         basis = ("not shown" if r.cost is None else "simulated: an assumption" if r.simulated
                  else "floor / measured step time")
-        plot.setTitle(f"Roofline efficiency<br><span style='font-size:8pt; color:{css(MUTED)}'>{basis}</span>",
-                      color=PLOT_FG, size="9pt")
+        set_title(plot, f"Roofline efficiency<br><span style='font-size:8pt; color:{css(MUTED)}'>{basis}</span>")
         plot.setToolTip(f"Roofline efficiency: each step's roofline floor (sum over its operators of max(FLOPs / "
                         f"peak FLOP/s, bytes / bandwidth), from its scheduled tokens and context lengths) / its "
                         f"time.\n{'No efficiency: ' if r.cost is None else 'Basis: '}{r.note}")
