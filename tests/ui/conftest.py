@@ -42,3 +42,19 @@ def window(qtbot, source, control):
     w.show()
     qtbot.waitExposed(w)
     return w
+
+
+@pytest.fixture
+def replay_window(qtbot, tmp_path):
+    """The window replaying a recording of the fake source's run (``recordings.Reader``)."""
+    from recordings import Reader
+    from ui import MainWindow
+    path = tmp_path / "fake.sqlite"
+    FakeSource(record_to=path).close()
+    reader = Reader(path)
+    w = MainWindow(reader, None, open_recording=Reader)
+    w.timer.stop()
+    qtbot.addWidget(w)
+    yield w
+    w.close()
+    reader.close()

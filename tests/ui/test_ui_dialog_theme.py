@@ -6,7 +6,6 @@ import pytest
 from PySide6.QtGui import QColor, QPalette
 
 from fakes import FakeControl, FakeSource
-from recordings import Reader
 from ui import MainWindow
 from ui.check_dialog import FindingsDialog
 from ui.inject_dialog import InjectDialog
@@ -34,19 +33,13 @@ def _assert_follows(dialog, window) -> None:
     assert _is_dark(image.pixelColor(2, image.height() - 2))
 
 
-def test_run_summary_follows_the_window(qtbot, window, tmp_path):
-    path = tmp_path / "fake.sqlite"
-    FakeSource(record_to=path).close()
-    reader = Reader(path)
-    w = MainWindow(reader, None, open_recording=Reader)
-    w.timer.stop()
-    qtbot.addWidget(w)
+def test_run_summary_follows_the_window(qtbot, replay_window):
+    w = replay_window
     assert _is_dark(w.palette().color(QPalette.Window))
     dialog = w.show_run_summary()
     qtbot.addWidget(dialog)
     _assert_follows(dialog, w)
     dialog.close()
-    reader.close()
 
 
 @pytest.mark.parametrize("make", [

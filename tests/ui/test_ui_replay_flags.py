@@ -7,23 +7,12 @@ import pytest
 
 from app.cli import REPLAY_SPEEDS, build_parser
 from app.gui import start_replay
-from fakes import FakeSource
-from recordings import Reader
-from ui import MainWindow
 from ui.transport import SPEEDS
 
 
 @pytest.fixture
-def window(qtbot, tmp_path):
-    path = tmp_path / "fake.sqlite"
-    FakeSource(record_to=path).close()
-    reader = Reader(path)
-    w = MainWindow(reader, None, open_recording=Reader)
-    w.timer.stop()
-    qtbot.addWidget(w)
-    yield w
-    w.close()
-    reader.close()
+def window(replay_window):
+    return replay_window
 
 
 def test_every_speed_flag_is_a_window_speed():
