@@ -11,7 +11,7 @@ from engine.source import StepSource
 from engine.state import NUM_RECENTLY_FINISHED
 from engine_runs import Run, run_engine
 from recordings import Reader
-from recordings import reader as reader_module
+from recordings import reader_requests as reader_module
 
 
 def assert_replays(run: Run, path, num_random: int | None = None) -> None:
