@@ -112,8 +112,9 @@ def _workload_args(p: argparse.ArgumentParser, *, time_scale: float, prompt_scal
     g.add_argument("--max-prompt-tokens", type=int, default=max_prompt, help="clip prompt lengths above (default: %(default)s)")
     g.add_argument("--min-output-tokens", type=int, default=min_output, help="clip output lengths below (default: %(default)s)")
     g.add_argument("--max-output-tokens", type=int, default=max_output, help="clip output lengths above (default: %(default)s)")
-    g.add_argument("--steps-per-second", type=float, default=10.0,
-                   help="virtual clock only: trace seconds -> steps (default: %(default)s)")
+    g.add_argument("--steps-per-second", type=float, default=None,
+                   help="--clock virtual only: trace seconds -> steps (default: 10); refused on the "
+                        "wall and sim clocks, which keep the trace's seconds")
     g = p.add_argument_group("workload source (see docs/workloads.md)")
     g.add_argument("--request-rate", type=float, metavar="R",
                    help="Poisson arrivals at R requests/s (exponential gaps seeded by --seed) instead of "

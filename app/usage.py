@@ -42,6 +42,10 @@ def _check_engine_run(args: argparse.Namespace) -> None:
             raise UsageError(f"cannot write {out}: folder {out.parent} does not exist")
     config = engine_config(args)                # ConfigError names the knob
     _check_device(config, args.device)
+    if getattr(args, "steps_per_second", None) is not None and config.clock != "virtual":
+        raise UsageError(f"--steps-per-second maps trace seconds to steps on the virtual clock only; "
+                         f"this run's clock is {config.clock!r}, which keeps the trace's seconds "
+                         f"(add --clock virtual, or drop --steps-per-second)")
     from app.workload_setup import check_args   # imports numpy and recordings: after the cheap checks
 
     try:

@@ -26,7 +26,7 @@ def check_args(args: argparse.Namespace) -> None:
 
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit must be >= 1, got {args.limit}")
-    if args.steps_per_second <= 0:
+    if args.steps_per_second is not None and args.steps_per_second <= 0:
         raise ValueError(f"--steps-per-second must be > 0, got {args.steps_per_second}")
     _check_source(args)
     check_workload_arguments(args.time_scale, args.prompt_scale, args.output_scale, args.min_prompt_tokens,
@@ -92,6 +92,7 @@ def read_trace(args: argparse.Namespace):
 
 
 DEFAULT_NUM_REQUESTS = 1000
+STEPS_PER_SECOND = 10.0      # --clock virtual: trace seconds -> steps, unless --steps-per-second
 
 
 def _source_notes(args: argparse.Namespace, load) -> list[str]:
@@ -148,11 +149,14 @@ def load_workload(args: argparse.Namespace, load, tokenizer, vocab_size: int | N
     return LoadedWorkload(wl.requests, info, notes)
 
 
-def add_workload(engine: LLMEngine, requests: list, *, clock: str, steps_per_second: float = 10.0) -> None:
-    """Queue every request at its arrival time (seconds, or steps under the virtual clock), with
+def add_workload(engine: LLMEngine, requests: list, *, clock: str,
+                 steps_per_second: float | None = None) -> None:
+    """Queue every request at its arrival time (seconds, or steps under the virtual clock:
+    ``steps_per_second`` of them a trace second, default :data:`STEPS_PER_SECOND`), with
     its sampling and priority. EOS is ignored where the length is exact (trace rows, JSONL
     ``output_tokens``), so output lengths follow the trace."""
     base = engine.now()
+    steps_per_second = steps_per_second or STEPS_PER_SECOND
     for w in requests:
         # Virtual clock: a request arrives before the first step at or after its trace time.
         at = math.ceil(w.arrival_s * steps_per_second - 1e-9) if clock == "virtual" else w.arrival_s

@@ -69,6 +69,7 @@ class GcLog:
 
     def __init__(self) -> None:
         self.pauses: list[tuple[int, float, float, bool]] = []
+        self.full = 0                 # full (generation 2) collections so far: read in frames, O(1)
         self.in_frame = False
         self._t0 = (0.0, 0.0)
         gc.callbacks.append(self._callback)
@@ -77,13 +78,9 @@ class GcLog:
         if phase == "start":
             self._t0 = (time.perf_counter(), time.thread_time())
         else:
+            self.full += info["generation"] == 2
             self.pauses.append((info["generation"], (time.perf_counter() - self._t0[0]) * 1e3,
                                 (time.thread_time() - self._t0[1]) * 1e3, self.in_frame))
-
-    @property
-    def full(self) -> int:
-        """Full (generation 2) collections so far."""
-        return sum(1 for p in self.pauses if p[0] == 2)
 
     def report(self, since: int, indent: str) -> None:
         """Collections since ``pauses[since]``: per generation, count, longest and total pause,
@@ -112,7 +109,8 @@ class Timer:
 
     def __enter__(self):
         GC.in_frame = True
-        self._t = (time.perf_counter(), time.process_time(), GC.full)
+        full = GC.full                                 # before the clocks start
+        self._t = (time.perf_counter(), time.process_time(), full)
 
     def __exit__(self, *exc):
         self.wall.append((time.perf_counter() - self._t[0]) * 1e3)

@@ -30,6 +30,7 @@ from engine.state import EngineState
 from ui.check_dialog import FindingsDialog
 from ui.check_worker import CheckWorker
 from ui.error_banner import ErrorBanner
+from ui.frame_pacer import FramePacer
 from ui.inject_dialog import InjectDialog
 from ui.jump import parse_jump, resolve_jump
 from ui.knobs_dialog import KnobsDialog
@@ -51,6 +52,10 @@ from ui.plain_text import PlainLabel, as_rich
 # widest text of the status-bar fields that change every frame (their fixed sizes)
 STATUS_TEMPLATES = {"step": "step 8888888 of 8888888  (scrubbed)", "clock": "clock 8.888e+88 steps",
                     "kv": "KV 100% (888,888/888,888 blocks)", "tps": "8,888,888 output tok/s"}
+
+
+# the view groups updated at half the frame rate while draws stream (ui.frame_pacer)
+SLOW_VIEWS = ("queues", "metrics")
 
 
 def _group(title: str, widget: QWidget) -> QGroupBox:
@@ -86,6 +91,9 @@ class MainWindow(QMainWindow, RecordingStatus):
         self.records: list[StepSummary] = []       # the steps of the window, light summaries
         self.record: StepSummary | None = None     # the shown step's, if available
         self._drawn: tuple | None = None
+        self.pacer = FramePacer(SLOW_VIEWS)        # queue tables, metrics + inspector: 15 Hz while streaming
+        self._busy_frame = False                   # the last refresh() drew or caught up
+        self._latest = -1                          # the newest step at the last draw
         self._source_error: str | None = None
         self.check: CheckWorker | None = None        # the background check of a replayed file
         self.check_problems: list | None = None      # its result once done
@@ -245,8 +253,9 @@ class MainWindow(QMainWindow, RecordingStatus):
         self.refresh()
 
     def set_following(self, on: bool) -> None:
+        """Follow the newest step (or stop); a click, so every view is drawn at once."""
         self.following = on
-        self.refresh()
+        self.refresh(force=True)
 
     def select_request(self, request_id: str | None) -> None:
         """Select ``request_id`` in every view (None clears the selection)."""
@@ -292,8 +301,13 @@ class MainWindow(QMainWindow, RecordingStatus):
             old = self.state
             fresh = state is not None and state is not old and (
                 old is None or state.step != old.step or state != old)
+            streaming, self._busy_frame = self._busy_frame and not force, True
             if force or fresh or self._drawn != (k, step_span(k, latest, self.window), id(self.source)):
-                self._draw(k, latest, state)
+                self._draw(k, latest, state, streaming)
+            elif self.pacer.stale:
+                self._update_slow(self.pacer.catch_up())
+            else:
+                self._busy_frame = False
             self._source_error = None
         except Exception as e:                          # a broken source must not kill the UI
             latest, k = self.shown_step, self.shown_step
@@ -305,25 +319,34 @@ class MainWindow(QMainWindow, RecordingStatus):
             self.status["step"].setText(step_text)
         self._show_errors()
 
-    def _draw(self, k: int, latest: int, state: EngineState | None = None) -> None:
-        self.shown_step = k
+    def _draw(self, k: int, latest: int, state: EngineState | None = None,
+              streaming: bool = False) -> None:
+        """Show step ``k``: the block map, slot timeline and status bar always; the slow view
+        groups the pacer says (all unless ``streaming``: the previous frame drew too)."""
+        self.shown_step, self._latest = k, latest
         self.state = state = state if state is not None else self.source.state_at(k)
         self.records = self.cache.get(k - self.window, k + 1)
         self.block_map.set_state(state)
         self.timeline.set_records(self.records, k, state.max_num_seqs, latest)
-        last = self.records[-1] if self.records and self.records[-1].step == k else None
-        self.record = last
-        self.queues.set_state(state, last)
-        swapped = len(state.queue_rows("swapped")) if len(state.cpu_owner) else 0   # no swap pool: none
-        self.metrics.set_records(self.records, k, latest, num_swapped=swapped)
-        self.inspector.set_state(state, k, last)
+        self.record = self.records[-1] if self.records and self.records[-1].step == k else None
+        self._update_slow(self.pacer.begin(streaming))
         self._drawn = (k, step_span(k, latest, self.window), id(self.source))
-        tps = self.metrics.mean_output_tps()
         unit = f" {self.time_unit}" if self.time_unit else ""
         self.status["clock"].setText(f"clock {state.clock:.4g}{unit}")
         self.status["kv"].setText(f"KV {100 * state.kv_cache_usage:.0f}% "
                                   f"({state.num_used_blocks:,}/{state.num_total_blocks:,} blocks)")
-        self.status["tps"].setText("– tok/s" if tps is None else f"{tps:,.0f} output tok/s")
+
+    def _update_slow(self, groups: tuple[str, ...]) -> None:
+        """Update the slow view ``groups`` (``SLOW_VIEWS`` names) to the shown step."""
+        state, k = self.state, self.shown_step
+        if "queues" in groups:
+            self.queues.set_state(state, self.record)
+        if "metrics" in groups:
+            swapped = len(state.queue_rows("swapped")) if len(state.cpu_owner) else 0   # no swap pool: none
+            self.metrics.set_records(self.records, k, self._latest, num_swapped=swapped)
+            self.inspector.set_state(state, k, self.record)
+            tps = self.metrics.mean_output_tps()
+            self.status["tps"].setText("– tok/s" if tps is None else f"{tps:,.0f} output tok/s")
 
     def _show_errors(self) -> None:
         errors = [self._source_error]

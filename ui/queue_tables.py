@@ -95,6 +95,9 @@ class QueueTables(QWidget):
             view.setShowGrid(False)
             view.setWordWrap(False)             # one line per cell
             view.verticalHeader().hide()
+            # a fixed scroll-bar gutter: a queue crossing a screenful neither shifts the columns
+            # nor relays out the viewport (Qt shows or hides an as-needed bar one event pass later)
+            view.setVerticalScrollBarPolicy(Qt.ScrollBarAlwaysOn)
             view.verticalHeader().setSectionResizeMode(QHeaderView.Fixed)
             view.verticalHeader().setDefaultSectionSize(22)
             hh = view.horizontalHeader()

@@ -149,12 +149,10 @@ class SlotTimeline(QWidget):
             prefill = np.concatenate([st.is_prefill for st in steps])
             col = np.repeat(np.arange(n), sizes)
             get = self._keys.get
-            keys = [get(r, -1) for r in ids]
-            if -1 in keys:                  # requests not seen before: a key each, in order
-                for r in dict.fromkeys(r for r, k in zip(ids, keys) if k < 0):
-                    self._new_key(r)
-                keys = [get(r) for r in ids]
-            keys = np.array(keys, np.int32)
+            keys = np.array([get(r, -1) for r in ids], np.int32)
+            for i in np.flatnonzero(keys < 0).tolist():   # requests not seen before: a key each, in order
+                k = get(ids[i])
+                keys[i] = self._new_key(ids[i]) if k is None else k
             ok = (slot >= 0) & (slot < s)
             at = slot[ok], col[ok]
             key[at] = keys[ok]

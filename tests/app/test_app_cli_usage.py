@@ -187,3 +187,37 @@ def test_cuda_without_a_gpu_is_refused_before_the_window_opens(capsys, monkeypat
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert main(["demo", "--device", "cuda"]) == 2
     assert "torch sees no CUDA GPU" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("clock", [None, "wall", "sim"])
+def test_steps_per_second_off_the_virtual_clock_is_refused(tmp_path, capsys, clock):
+    """The flag maps trace seconds to steps on the virtual clock; elsewhere it would be ignored."""
+    from app.cli import main
+
+    argv = ["run", "--preset", "sim", "--steps-per-second", "50", "--record", str(tmp_path / "r.sqlite")]
+    assert main(argv + (["--clock", clock] if clock else [])) == 2
+    err = capsys.readouterr().err
+    assert "--steps-per-second maps trace seconds to steps on the virtual clock only" in err
+    assert f"this run's clock is '{'sim' if clock in (None, 'wall') else clock}'" in err
+    assert not (tmp_path / "r.sqlite").exists()
+
+
+def test_steps_per_second_spaces_virtual_clock_arrivals(tmp_path):
+    """Arrival steps are the trace's seconds times --steps-per-second (default 10), rounded up."""
+    import sqlite3
+
+    from app.cli import main
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                     "2023-11-16 18:15:46.6805900,20,3\n2023-11-16 18:15:47.6805900,20,3\n"
+                     "2023-11-16 18:15:49.1805900,20,3\n")
+    steps = {}
+    for sps in (None, 3):
+        rec = tmp_path / f"r{sps}.sqlite"
+        argv = ["run", "--trace", str(trace), "--executor", "sim", "--sim-model", "llama-3.2-1b",
+                "--sim-device", "h200", "--clock", "virtual", "--record", str(rec)]
+        assert main(argv + (["--steps-per-second", str(sps)] if sps else [])) == 0
+        with sqlite3.connect(rec) as db:
+            steps[sps] = [r[0] for r in db.execute("SELECT arrival_step FROM requests ORDER BY arrival_step")]
+    assert steps == {None: [0, 10, 25], 3: [0, 3, 8]}

@@ -165,6 +165,19 @@ def shown_window(qtbot, source, control=None):
     return w
 
 
+def show(w, k: int) -> None:
+    """Show step ``k`` and let the window settle: a frame that follows another draw updates the
+    queue tables or the metrics + inspector, not both (``ui.frame_pacer``); the next frame, with
+    nothing new, catches the other up."""
+    w.show_step(k)
+    settle(w)
+
+
+def settle(w) -> None:
+    """One frame with nothing new to draw: the views left a frame behind catch up."""
+    w.refresh()
+
+
 class FakeControl:
     """``EngineControl`` over a FakeSource's engine; ``calls`` logs every call in order."""
 

@@ -9,7 +9,7 @@ import pytest
 from engine.outputs import (BLOCKS_HIT, NOT_ADMITTED_BEHIND, NOT_ADMITTED_LOWER_PRIORITY,
                             NOT_ADMITTED_STATIC_BATCH)
 from engine.preemption import preemption_info
-from fakes import FakeControl, FakeSource, shown_window
+from fakes import FakeControl, FakeSource, show, shown_window
 from recordings import Reader
 from ui import MainWindow
 from engine.prefix_explain import describe_detail as describe_prefix
@@ -50,7 +50,7 @@ def test_waiting_table_says_every_reason_in_words_with_priorities(qtbot):
     w = shown_window(qtbot, source)
     seen = set()
     for k in range(3, 20):
-        w.show_step(k)
+        show(w, k)
         model, state = w.queues.models["waiting"], w.state
         for i in range(model.rowCount()):
             rid = model.request_id(i)

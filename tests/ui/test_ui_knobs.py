@@ -10,7 +10,7 @@ import pytest
 from PySide6.QtWidgets import QDialog
 
 from engine.state import RESERVED
-from fakes import FakeControl, FakeSource, shown_window, swap_source
+from fakes import FakeControl, FakeSource, settle, shown_window, swap_source
 from recordings import Reader
 from ui.knobs_dialog import KnobsDialog
 from ui.metrics_plots import knobs_text
@@ -65,6 +65,7 @@ def test_apply_shows_blocks_out_of_use_and_preempted_requests_at_once(qtbot):
     assert w.inspector.forensics.values["preemptions"].text().startswith("1 preemption between steps")
     control.step_once()
     w.refresh()
+    settle(w)                                                 # the inspector: a frame later
     assert w.inspector.forensics.values["preemptions"].text().startswith(
         "step 15: swap out ")                                 # the recorded preemption
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fakes import FakeControl, FakeSource, shown_window, swap_source
+from fakes import FakeControl, FakeSource, show, shown_window, swap_source
 from recordings import Reader
 from ui import MainWindow
 from ui.metrics_plots import PLOTS, MetricsPlots
@@ -21,7 +21,7 @@ def _check_window(w, source) -> int:
     """Show every step; assert each queue curve against the states. Returns the most swapped."""
     most = 0
     for k in range(source.latest_step() + 1):
-        w.show_step(k)
+        show(w, k)
         m = w.metrics.metrics
         steps = m["step"]
         assert steps[-1] == k

@@ -9,7 +9,7 @@ from PySide6.QtCore import Qt
 
 from engine.outputs import NOT_ADMITTED_SWAPPED_FIRST
 from engine.preemption import MODE_SWAP, MODE_SWAP_FALLBACK, preemption_info
-from fakes import shown_window, swap_source
+from fakes import show, shown_window, swap_source
 from ui.request_explain import MODE_NOTES
 from ui.request_table import REASON_COLUMN, SWAPPED_TEXT
 
@@ -26,7 +26,7 @@ def test_swapped_requests_have_their_own_table_with_the_reason(qtbot):
     source = swap_source()
     w = shown_window(qtbot, source)
     for k in range(0, source.latest_step() + 1, 3):       # with and without swapped requests
-        w.show_step(k)
+        show(w, k)
         model = w.queues.models["swapped"]
         assert [model.request_id(i) for i in range(model.rowCount())] == [
             w.state.request_ids[r] for r in w.state.queue_rows("swapped")]
@@ -65,7 +65,7 @@ def test_waiting_requests_say_swapped_out_requests_resume_first(qtbot):
     assert steps
     checked = 0
     for k in steps[:3]:
-        w.show_step(k)
+        show(w, k)
         model = w.queues.models["waiting"]
         for i in range(model.rowCount()):
             if w.state.columns["arrival_step"][model.rows[i]] <= k:

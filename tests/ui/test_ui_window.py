@@ -5,7 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
-from fakes import FakeControl, FakeSource
+from fakes import FakeControl, FakeSource, settle, show
 from screenshot import grab_window
 from ui import MainWindow
 from ui.colors import request_rgb
@@ -35,7 +35,7 @@ def test_window_renders_a_full_picture(window, tmp_path):
 
 def test_scrubbing_shows_exactly_state_at_k(window, source):
     for k in (0, 5, 12, 20, 33, 39):
-        window.show_step(k)
+        show(window, k)
         state = source.state_at(k)
         assert window.shown_step == k and not window.following
         assert window.state == state
@@ -233,6 +233,7 @@ def test_live_source_that_loads_late_and_changes_between_steps(qtbot):
     assert "fake/SmolLM2-135M" in w.windowTitle()
     rid = source.add(10, 5)                        # between steps, as the inject dialog does
     w.refresh()                                    # no new step, yet the new request shows
+    settle(w)                                      # its table a frame later while frames stream
     assert w.shown_step == 2 and w.queues.models["waiting"].row_of(rid) is not None
 
 
