@@ -4,7 +4,9 @@ A 30 Hz QTimer pulls ``source.latest_step()``, whatever the engine's step rate. 
 it shows ``state_at(latest)``; after a scrub or a jump it shows ``state_at(k)`` and the steps
 ``[k - window, k]`` as light summaries (``ui.step_summary``: each step's batch and counts; a
 recording reads them without decoding records, and only the steps not cached yet). Views are redrawn only when the shown step, the newest state, the source or
-the selection changes; each view draws from the state's arrays with numpy, so a frame stays
+the selection changes; while every frame draws a new step, the queue tables and the metrics
+plots + inspector take turns (``ui.frame_pacer``: each at 15 Hz, at most a frame behind, caught
+up by the next still frame); each view draws from the state's arrays with numpy, so a frame stays
 within budget at 16k blocks, 256 running and 10k waiting (``bench/bench_ui_frame.py``). The
 window never builds an engine or opens a recording itself: ``open_recording(path)`` (given by
 ``app/``) does.
