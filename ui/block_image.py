@@ -80,9 +80,13 @@ def fill_rows(fill: np.ndarray, block_size: int, inner: int) -> np.ndarray:
     only a full block paints all of them (a one-row cell: any token paints it). ``fill`` int [n]
     tokens -> int64 [n]."""
     bs = max(block_size, 1)
-    rows = np.rint(fill * inner / bs).astype(np.int64)
-    rows = np.where(fill > 0, np.maximum(rows, 1), 0)
-    return np.where(fill < bs, np.minimum(rows, max(inner - 1, 1)), inner)
+    fill = np.asarray(fill)
+    out = np.zeros(len(fill), np.int64)
+    some = np.flatnonzero(fill)              # only blocks with tokens: a big cache is mostly empty
+    f = fill[some]
+    rows = np.maximum(np.rint(f * inner / bs).astype(np.int64), 1)
+    out[some] = np.where(f < bs, np.minimum(rows, max(inner - 1, 1)), inner)
+    return out
 
 
 def _edge(px: int) -> np.ndarray:

@@ -73,12 +73,18 @@ def block_holders(state: EngineState) -> tuple[np.ndarray, np.ndarray]:
     lo, hi = int(seqs[0]), int(seqs[-1])                    # rows are in arrival order
     index_of_seq = np.full(hi - lo + 2, h, np.int64)          # last entry: not a holder
     index_of_seq[seqs - lo] = np.arange(h)
-    return holders, index_of_seq[np.where(owner >= 0, np.clip(owner - lo, 0, hi - lo + 1), hi - lo + 1)]
+    at = np.full(len(owner), h, np.int64)
+    used = np.flatnonzero(owner >= 0)        # only the owned blocks: a big cache is mostly free
+    at[used] = index_of_seq[np.clip(owner[used] - lo, 0, hi - lo + 1)]
+    return holders, at
 
 
 def block_fill(state: EngineState, holders: np.ndarray, at: np.ndarray) -> np.ndarray:
     """Tokens written in each block (int64 [num_total_blocks], as ``state.block_fill()``) from
     :func:`block_holders`' answer: the owner's ``num_computed_tokens`` past the block's start."""
-    computed = np.append(state.columns["num_computed_tokens"][holders], 0)[at]
     bs = state.block_size
-    return np.where(at < len(holders), np.clip(computed - state.block_pos.astype(np.int64) * bs, 0, bs), 0)
+    fill = np.zeros(len(at), np.int64)
+    held = np.flatnonzero(at < len(holders))     # only the held blocks: a big cache is mostly free
+    computed = state.columns["num_computed_tokens"][holders][at[held]]
+    fill[held] = np.clip(computed - state.block_pos[held].astype(np.int64) * bs, 0, bs)
+    return fill

@@ -105,3 +105,20 @@ def test_cells_of_two_pixels_or_less_have_no_gap():
     assert two.shape == (4, 4) and packed(BACKGROUND) not in two
     three = render(pal, fill, 16, columns=2, px=3)
     assert (three[2::3] == packed(BACKGROUND)).all() and (three[:, 2::3] == packed(BACKGROUND)).all()
+
+
+@pytest.mark.parametrize("block_size,inner", [(16, 2), (16, 1), (1, 3), (7, 11), (32, 5)])
+def test_fill_rows_paints_any_token_and_only_a_full_block_whole(block_size, inner):
+    """``fill_rows`` (worked out on the blocks with tokens only) against the rule written
+    directly over every block: 0 tokens -> 0 rows; otherwise the rounded share of ``inner``
+    rows, at least 1, at most ``inner - 1`` (or 1 for a one-row cell) until the block is full."""
+    from ui.block_image import fill_rows
+    rng = np.random.default_rng(block_size * 100 + inner)
+    fill = np.concatenate([np.arange(block_size + 1), rng.integers(0, block_size + 1, 5000),
+                           np.zeros(3000, np.int64)])
+    expected = np.array([0 if f == 0 else inner if f >= block_size else
+                         min(max(int(np.rint(f * inner / block_size)), 1), max(inner - 1, 1))
+                         for f in fill.tolist()])
+    got = fill_rows(fill, block_size, inner)
+    np.testing.assert_array_equal(got, expected)
+    assert got.dtype == np.int64 and len(got) == len(fill)
