@@ -26,8 +26,9 @@ def check_args(args: argparse.Namespace) -> None:
 
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit must be >= 1, got {args.limit}")
-    if args.steps_per_second is not None and args.steps_per_second <= 0:
-        raise ValueError(f"--steps-per-second must be > 0, got {args.steps_per_second}")
+    sps = args.steps_per_second
+    if sps is not None and not (0 < sps < math.inf):          # nan fails both comparisons
+        raise ValueError(f"--steps-per-second must be a finite number > 0, got {sps}")
     _check_source(args)
     check_workload_arguments(args.time_scale, args.prompt_scale, args.output_scale, args.min_prompt_tokens,
                              args.max_prompt_tokens, args.min_output_tokens, args.max_output_tokens)

@@ -12,6 +12,7 @@ written down in plain words in ``Workload.scaling_notes``. No torch: the tokeniz
 from __future__ import annotations
 
 import array
+import math
 import random
 import re
 from dataclasses import dataclass, field
@@ -329,7 +330,12 @@ def _times(scale: float) -> str:
 
 def check_workload_arguments(time_scale, prompt_scale, output_scale, min_prompt, max_prompt,
                              min_output, max_output) -> None:
-    """Raise ``ValueError`` naming the argument and its limit if a scaling argument is out of range."""
+    """Raise ``ValueError`` naming the argument and its limit if a scaling argument is out of range
+    (a scale must be a finite number: inf or nan would make every arrival or length infinite)."""
+    for name, value in (("time_scale", time_scale), ("prompt_scale", prompt_scale),
+                        ("output_scale", output_scale)):
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number, got {value}")
     if time_scale < 0:
         raise ValueError(f"time_scale must be >= 0, got {time_scale}")
     if prompt_scale <= 0 or output_scale <= 0:

@@ -5,8 +5,8 @@ it shows ``state_at(latest)``; after a scrub or a jump it shows ``state_at(k)`` 
 ``[k - window, k]`` as light summaries (``ui.step_summary``: each step's batch and counts; a
 recording reads them without decoding records, and only the steps not cached yet). Views are redrawn only when the shown step, the newest state, the source or
 the selection changes; while every frame draws a new step, the queue tables and the metrics
-plots + inspector take turns (``ui.frame_pacer``: each at 15 Hz, at most a frame behind, caught
-up by the next still frame); each view draws from the state's arrays with numpy, so a frame stays
+plots + inspector take turns (``ui.frame_pacer``: each at most one draw behind, caught up
+once the stream stops); each view draws from the state's arrays with numpy, so a frame stays
 within budget at 16k blocks, 256 running and 10k waiting (``bench/bench_ui_frame.py``). The
 window never builds an engine or opens a recording itself: ``open_recording(path)`` (given by
 ``app/``) does.
@@ -93,8 +93,7 @@ class MainWindow(QMainWindow, RecordingStatus):
         self.records: list[StepSummary] = []       # the steps of the window, light summaries
         self.record: StepSummary | None = None     # the shown step's, if available
         self._drawn: tuple | None = None
-        self.pacer = FramePacer(SLOW_VIEWS)        # queue tables, metrics + inspector: 15 Hz while streaming
-        self._busy_frame = False                   # the last refresh() drew or caught up
+        self.pacer = FramePacer(SLOW_VIEWS)        # queue tables, metrics + inspector: by turns while streaming
         self._latest = -1                          # the newest step at the last draw
         self._source_error: str | None = None
         self.check: CheckWorker | None = None        # the background check of a replayed file
@@ -255,9 +254,11 @@ class MainWindow(QMainWindow, RecordingStatus):
         self.refresh()
 
     def set_following(self, on: bool) -> None:
-        """Follow the newest step (or stop); a click, so every view is drawn at once."""
+        """Follow the newest step (or stop); a click (or a single engine step), so the next draw
+        updates every view at once."""
         self.following = on
-        self.refresh(force=True)
+        self.pacer.full_next()
+        self.refresh()
 
     def select_request(self, request_id: str | None) -> None:
         """Select ``request_id`` in every view (None clears the selection)."""
@@ -281,6 +282,7 @@ class MainWindow(QMainWindow, RecordingStatus):
         if jump.kind == "step" and int(jump.value) != step:
             self.statusBar().showMessage(f"step {int(jump.value):,} is outside this run (steps 0–{step:,} "
                                          f"so far): showing step {step:,}", 8000)
+        self.pacer.full_next()                      # a jump lands far away: every view at once
         self.show_step(step)
         if jump.kind == "request":
             self.select_request(str(jump.value))
@@ -303,13 +305,13 @@ class MainWindow(QMainWindow, RecordingStatus):
             old = self.state
             fresh = state is not None and state is not old and (
                 old is None or state.step != old.step or state != old)
-            streaming, self._busy_frame = self._busy_frame and not force, True
             if force or fresh or self._drawn != (k, step_span(k, latest, self.window), id(self.source)):
-                self._draw(k, latest, state, streaming)
-            elif self.pacer.stale:
-                self._update_slow(self.pacer.catch_up())
+                if force or (self.control is not None and self.control.is_paused()):
+                    self.pacer.full_next()         # a paused engine moves only when the user asks
+                self._draw(k, latest, state)
             else:
-                self._busy_frame = False
+                self._update_slow(self.pacer.still())      # the stream stopped: catch up
+                self.queues.catch_up()                     # a table the pointer held and left to rest
             self._source_error = None
         except Exception as e:                          # a broken source must not kill the UI
             latest, k = self.shown_step, self.shown_step
@@ -321,17 +323,16 @@ class MainWindow(QMainWindow, RecordingStatus):
             self.status["step"].setText(step_text)
         self._show_errors()
 
-    def _draw(self, k: int, latest: int, state: EngineState | None = None,
-              streaming: bool = False) -> None:
+    def _draw(self, k: int, latest: int, state: EngineState | None = None) -> None:
         """Show step ``k``: the block map, slot timeline and status bar always; the slow view
-        groups the pacer says (all unless ``streaming``: the previous frame drew too)."""
+        groups the pacer says (all unless draws stream, ``ui.frame_pacer``)."""
         self.shown_step, self._latest = k, latest
         self.state = state = state if state is not None else self.source.state_at(k)
         self.records = self.cache.get(k - self.window, k + 1)
         self.block_map.set_state(state)
         self.timeline.set_records(self.records, k, state.max_num_seqs, latest)
         self.record = self.records[-1] if self.records and self.records[-1].step == k else None
-        self._update_slow(self.pacer.begin(streaming))
+        self._update_slow(self.pacer.begin())
         self._drawn = (k, step_span(k, latest, self.window), id(self.source))
         unit = f" {self.time_unit}" if self.time_unit else ""
         self.status["clock"].setText(f"clock {state.clock:.4g}{unit}")

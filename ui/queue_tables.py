@@ -98,6 +98,9 @@ class QueueTables(QWidget):
             # a fixed scroll-bar gutter: a queue crossing a screenful neither shifts the columns
             # nor relays out the viewport (Qt shows or hides an as-needed bar one event pass later)
             view.setVerticalScrollBarPolicy(Qt.ScrollBarAlwaysOn)
+            bar = view.verticalScrollBar()           # nothing to scroll: an empty groove (theme)
+            bar.rangeChanged.connect(lambda lo, hi, b=bar: b.setEnabled(hi > lo))
+            bar.setEnabled(False)
             view.verticalHeader().setSectionResizeMode(QHeaderView.Fixed)
             view.verticalHeader().setDefaultSectionSize(22)
             hh = view.horizontalHeader()
@@ -189,6 +192,16 @@ class QueueTables(QWidget):
     def _set_title(self, index: int, title: str) -> None:
         if self.tabs.tabText(index) != title:
             self.tabs.setTabText(index, title)
+
+    def catch_up(self) -> None:
+        """Show the newest state given to a table whose hold ran out (the pointer rested for
+        :data:`HOLD_S` seconds) while no new state came: the window calls this on still frames."""
+        now = self.clock()
+        rested = [name for name, t in self.held.items() if now - t >= HOLD_S]
+        if self._pending is not None and rested:
+            for name in rested:
+                del self.held[name]                 # it moves again: hold() from the next move
+            self.set_state(*self._pending)
 
     def hold(self, name: str, on: bool, pressed: bool = False) -> None:
         """Hold table ``name``'s rows still for :data:`HOLD_S` seconds from now (``on``: the

@@ -44,6 +44,7 @@ QScrollBar:vertical {{ background: {BASE}; width: 12px; margin: 0; border: none;
 QScrollBar:horizontal {{ background: {BASE}; height: 12px; margin: 0; border: none; }}
 QScrollBar::handle {{ background: #4a4d55; border-radius: 3px; min-height: 20px; min-width: 20px; }}
 QScrollBar::handle:hover {{ background: #5d616b; }}
+QScrollBar::handle:disabled {{ background: transparent; }}
 QScrollBar::add-line, QScrollBar::sub-line {{ width: 0; height: 0; border: none; background: none; }}
 QScrollBar::add-page, QScrollBar::sub-page {{ background: none; }}
 """

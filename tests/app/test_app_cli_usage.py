@@ -221,3 +221,23 @@ def test_steps_per_second_spaces_virtual_clock_arrivals(tmp_path):
         with sqlite3.connect(rec) as db:
             steps[sps] = [r[0] for r in db.execute("SELECT arrival_step FROM requests ORDER BY arrival_step")]
     assert steps == {None: [0, 10, 25], 3: [0, 3, 8]}
+
+
+@pytest.mark.parametrize("flag,value,message", [
+    ("--steps-per-second", "inf", "--steps-per-second must be a finite number > 0, got inf"),
+    ("--steps-per-second", "nan", "--steps-per-second must be a finite number > 0, got nan"),
+    ("--time-scale", "nan", "time_scale must be a finite number, got nan"),
+    ("--time-scale", "inf", "time_scale must be a finite number, got inf"),
+    ("--prompt-scale", "nan", "prompt_scale must be a finite number, got nan"),
+    ("--output-scale", "inf", "output_scale must be a finite number, got inf"),
+])
+def test_non_finite_numbers_are_refused_before_anything_runs(tmp_path, capsys, flag, value, message):
+    """inf / nan scales made arrivals or lengths infinite: a traceback, or a run that never ended."""
+    from app.cli import main
+
+    rec, trace = tmp_path / "r.sqlite", tmp_path / "t.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,20,3\n")
+    assert main(["run", "--preset", "sim", "--clock", "virtual", "--trace", str(trace), flag, value,
+                 "--record", str(rec)]) == 2
+    assert message in capsys.readouterr().err
+    assert not rec.exists()

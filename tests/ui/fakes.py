@@ -167,15 +167,18 @@ def shown_window(qtbot, source, control=None):
 
 def show(w, k: int) -> None:
     """Show step ``k`` and let the window settle: a frame that follows another draw updates the
-    queue tables or the metrics + inspector, not both (``ui.frame_pacer``); the next frame, with
-    nothing new, catches the other up."""
+    queue tables or the metrics + inspector, not both (``ui.frame_pacer``); once frames with
+    nothing new show the stream stopped, the other catches up."""
     w.show_step(k)
     settle(w)
 
 
 def settle(w) -> None:
-    """One frame with nothing new to draw: the views left a frame behind catch up."""
-    w.refresh()
+    """Frames with nothing new to draw until the stream of draws has stopped
+    (``ui.frame_pacer.STILL_FRAMES``): the views left a draw behind catch up."""
+    from ui.frame_pacer import STILL_FRAMES
+    for _ in range(STILL_FRAMES):
+        w.refresh()
 
 
 class FakeControl:

@@ -10,7 +10,7 @@ import pytest
 from PySide6.QtWidgets import QDialog
 
 from engine.state import RESERVED
-from fakes import FakeControl, FakeSource, settle, shown_window, swap_source
+from fakes import FakeControl, FakeSource, settle, show, shown_window, swap_source
 from recordings import Reader
 from ui.knobs_dialog import KnobsDialog
 from ui.metrics_plots import knobs_text
@@ -125,7 +125,7 @@ def test_knob_changes_are_marked_in_the_metrics_live_and_from_a_recording(qtbot,
     assert [s.knobs for s in summarize(source.history)] == [r.knobs for r in source.history]
     for src in (source, reader):
         w = shown_window(qtbot, src)
-        w.show_step(12)
+        show(w, 12)
         assert w.metrics.knob_steps == [6, 10]
         assert w.metrics.knob_label.isVisible()
         assert w.metrics.knob_label.text() == knobs_text(changed) == (
@@ -135,7 +135,7 @@ def test_knob_changes_are_marked_in_the_metrics_live_and_from_a_recording(qtbot,
         # at the curves' x of those steps (a short run's span is stretched over the window)
         stretch = w.metrics.window / w.metrics._span
         assert [ln.value() for ln in lines if ln.isVisible()] == [(6 - 12) * stretch, (10 - 12) * stretch]
-        w.show_step(5)                                       # before any change: no marks
+        show(w, 5)                                           # before any change: no marks
         assert w.metrics.knob_steps == [] and not w.metrics.knob_label.isVisible()
         assert not any(ln.isVisible() for ln in lines)
     reader.close()

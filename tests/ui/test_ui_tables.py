@@ -207,6 +207,30 @@ def test_a_resting_pointer_lets_the_rows_catch_up_a_pressed_button_does_not(qtbo
     assert show(24) == [r.request_id for r in source.state_at(24).waiting]
 
 
+def test_a_held_table_catches_up_when_the_pointer_rests_without_a_new_step(qtbot):
+    """The window is still (paused): no new state comes, yet once the pointer has rested for
+    HOLD_S the held table shows the state it was last given (``catch_up`` on still frames)."""
+    from fakes import FakeSource
+    from ui.queue_tables import HOLD_S
+    source = FakeSource(30, max_num_seqs=2, workload=tuple((40, 6, 0) for _ in range(10)))
+    w = QueueTables()
+    qtbot.addWidget(w)
+    now = [50.0]
+    w.clock = lambda: now[0]
+    model = w.models["waiting"]
+    w.set_state(source.state_at(2), source.history[2])
+    first = [model.request_id(i) for i in range(model.rowCount())]
+    w.hold("waiting", True)
+    w.set_state(source.state_at(12), source.history[12])        # the last step before the pause
+    w.catch_up()
+    assert [model.request_id(i) for i in range(model.rowCount())] == first   # pointer still moving
+    now[0] += HOLD_S
+    w.catch_up()                                                # it rested: no new step needed
+    assert [model.request_id(i) for i in range(model.rowCount())] == [
+        r.request_id for r in source.state_at(12).waiting] != first
+    assert "held" not in w.tabs.tabText(1)
+
+
 def test_reason_column_fits_every_reason_and_takes_the_room_left(qtbot):
     from ui.request_table import REASON_TEXTS
     w = QueueTables()
