@@ -180,14 +180,21 @@ def test_rows_hold_still_under_the_pointer_and_catch_up_when_it_leaves(qtbot):
     assert len(state.waiting) < len(before)
 
 
-def test_a_resting_pointer_lets_the_rows_catch_up_a_pressed_button_does_not(qtbot):
+def held_tables(qtbot):
+    """``(source, tables, now)``: queue tables on a clock the test sets (``now[0]``, seconds) for
+    a 10-request run through 2 slots (30 steps)."""
     from fakes import FakeSource
-    from ui.queue_tables import HOLD_S
     source = FakeSource(30, max_num_seqs=2, workload=tuple((40, 6, 0) for _ in range(10)))
     w = QueueTables()
     qtbot.addWidget(w)
     now = [50.0]
     w.clock = lambda: now[0]
+    return source, w, now
+
+
+def test_a_resting_pointer_lets_the_rows_catch_up_a_pressed_button_does_not(qtbot):
+    from ui.queue_tables import HOLD_S
+    source, w, now = held_tables(qtbot)
     model = w.models["waiting"]
 
     def show(k: int) -> list[str]:
@@ -210,13 +217,8 @@ def test_a_resting_pointer_lets_the_rows_catch_up_a_pressed_button_does_not(qtbo
 def test_a_held_table_catches_up_when_the_pointer_rests_without_a_new_step(qtbot):
     """The window is still (paused): no new state comes, yet once the pointer has rested for
     HOLD_S the held table shows the state it was last given (``catch_up`` on still frames)."""
-    from fakes import FakeSource
     from ui.queue_tables import HOLD_S
-    source = FakeSource(30, max_num_seqs=2, workload=tuple((40, 6, 0) for _ in range(10)))
-    w = QueueTables()
-    qtbot.addWidget(w)
-    now = [50.0]
-    w.clock = lambda: now[0]
+    source, w, now = held_tables(qtbot)
     model = w.models["waiting"]
     w.set_state(source.state_at(2), source.history[2])
     first = [model.request_id(i) for i in range(model.rowCount())]
