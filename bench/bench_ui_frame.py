@@ -44,7 +44,6 @@ import contextlib
 import gc
 import os
 import random
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -54,6 +53,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests" / "ui"), str(ROOT / "tests" / "engine")]
 
 import numpy as np  # noqa: E402
+
+from host import host_speed, load  # noqa: E402
 
 
 def stats(ms: list[float]) -> str:
@@ -131,14 +132,6 @@ def memory() -> str:
                 if line.startswith("VmRSS:")), "?")
     return (f"RSS {int(rss) / 1024:.0f} MiB, {len(gc.get_objects()):,} tracked objects "
             f"(+{gc.get_freeze_count():,} frozen)")
-
-
-def load() -> str:
-    """``uptime``'s load averages (other processes share the CPUs)."""
-    try:
-        return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        return "load average %.2f, %.2f, %.2f" % os.getloadavg()
 
 
 def areas(w) -> dict:
@@ -227,7 +220,7 @@ def bench_recording(args) -> None:
     from recordings import Reader
     from ui import MainWindow
 
-    print(f"before: {load()}", flush=True)
+    print(f"before: {load()}; {host_speed()}", flush=True)
     app = QApplication.instance() or (timing_app() if args.breakdown or args.sections
                                       else QApplication([]))
     t0 = time.perf_counter()
@@ -304,7 +297,7 @@ def bench_recording(args) -> None:
                 with t:
                     fn()
             print(f"  {name:24s} {stats(t.cpu)}")
-    print(f"\nafter: {load()}")
+    print(f"\nafter: {load()}; {host_speed()}")
     w.close()
     reader.close()
 
@@ -318,7 +311,7 @@ def bench_live(args) -> None:
     from live_run import LiveRun
     from ui import MainWindow
 
-    print(f"before: {load()}", flush=True)
+    print(f"before: {load()}; {host_speed()}", flush=True)
     tmp = tempfile.TemporaryDirectory(prefix="bench_ui_frame_")
     t0 = time.perf_counter()
     run = LiveRun(args.blocks, args.running, args.waiting,
@@ -406,7 +399,7 @@ def bench_live(args) -> None:
             with t:
                 fn()
         print(f"  {name:14s} {stats(t.cpu)}")
-    print(f"\nafter: {load()}")
+    print(f"\nafter: {load()}; {host_speed()}")
     w.close()
     run.close()
     tmp.cleanup()
