@@ -91,13 +91,7 @@ def run_fit(args: argparse.Namespace) -> int:
     """Fit, print, save. Returns 0, or 1 on bad input (message on stderr)."""
     from recordings import Reader, RecordingError
 
-    out = Path(args.output)
-    if out.exists() and not getattr(args, "force", False):
-        print(f"batchscope: {out} exists (--force overwrites)", file=sys.stderr)
-        return 2
-    if not out.parent.is_dir():
-        print(f"batchscope: cannot write {out}: folder {out.parent} does not exist", file=sys.stderr)
-        return 2
+    out = Path(args.output)          # app.usage checked it: new, or --force, in a folder that exists
     try:
         reader = Reader(args.recording)
         info = real_run_info(reader, args.recording)

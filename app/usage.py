@@ -25,6 +25,10 @@ def check_usage(args: argparse.Namespace) -> None:
         _need_file(args.recording, "recording")
         for path in getattr(args, "check", None) or []:
             _need_file(path, "--check recording")
+        if command == "fit" and not args.force:
+            _new_file(args.output, " (--force overwrites)")
+        elif command == "fit":
+            _writable_folder(Path(args.output))
 
 
 def _check_engine_run(args: argparse.Namespace) -> None:
@@ -35,11 +39,7 @@ def _check_engine_run(args: argparse.Namespace) -> None:
     if getattr(args, "sim_cost", None):
         _need_file(args.sim_cost, "--sim-cost")
     if args.record is not None:
-        out = Path(args.record)
-        if out.exists():
-            raise UsageError(f"{out} exists; choose a new --record path (recordings are never overwritten)")
-        if not out.parent.is_dir():
-            raise UsageError(f"cannot write {out}: folder {out.parent} does not exist")
+        _new_file(args.record, "; choose a new --record path (recordings are never overwritten)")
     config = engine_config(args)                # ConfigError names the knob
     _check_device(config, args.device)
     if getattr(args, "steps_per_second", None) is not None and config.clock != "virtual":
@@ -80,6 +80,20 @@ def _check_slo(args: argparse.Namespace) -> None:
         Slo(ttft, tpot)
     except ValueError as e:
         raise UsageError(str(e)) from e
+
+
+def _new_file(path: str, hint: str) -> None:
+    """An output the command must create: refused (:class:`UsageError`, ``hint`` ending the
+    message) if it exists, or if its folder does not."""
+    out = Path(path)
+    if out.exists():
+        raise UsageError(f"{out} exists{hint}")
+    _writable_folder(out)
+
+
+def _writable_folder(out: Path) -> None:
+    if not out.parent.is_dir():
+        raise UsageError(f"cannot write {out}: folder {out.parent} does not exist")
 
 
 def _need_file(path: str, what: str) -> None:
