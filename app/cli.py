@@ -205,13 +205,13 @@ def _parser_and_commands(preset: str | None) -> tuple[argparse.ArgumentParser, d
     add_check_parser(sub)
     add_summary_parser(sub)
     add_fit_parser(sub)
-    from app.bench import add_bench_parser
-    from app.compare import add_compare_parser
-    from app.export import add_export_parser
+    from app.commands.bench.command import add_bench_parser
+    from app.commands.compare.command import add_compare_parser
+    from app.commands.export import add_export_parser
     add_export_parser(sub)
     add_compare_parser(sub, _engine_args, _workload_args, _slo_args, preset)
     add_bench_parser(sub)
-    from app.recover import add_recover_parser
+    from app.commands.recover import add_recover_parser
     add_recover_parser(sub)
     return p, sub.choices
 
@@ -230,7 +230,7 @@ def add_demo_parser(sub, preset: str | None = None) -> None:
     add_preset_arg(demo)
     add_recording_privacy_args(demo)
     _engine_args(demo, num_gpu_blocks=DEMO_NUM_GPU_BLOCKS, clock="wall")
-    # Sized for SmolLM2-135M on 2 CPU cores: the 16 slots fill within ~2 s (see recordings/workload.py).
+    # Sized for SmolLM2-135M on 2 CPU cores: the 16 slots fill within ~2 s (see recordings/workloads/workload.py).
     _workload_args(demo, time_scale=0.1, prompt_scale=1 / 12, output_scale=0.25, min_prompt=8, max_prompt=96,
                    min_output=8, max_output=64)
     apply_preset(demo, preset)
@@ -354,10 +354,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_usage(args)
         if command == "bench":
-            from app.bench import check_bench_usage
+            from app.commands.bench.command import check_bench_usage
             check_bench_usage(args)
         if command == "recover":
-            from app.recover import check_recover_usage
+            from app.commands.recover import check_recover_usage
             check_recover_usage(args)
     except ConfigError as e:
         print(f"batchscope: bad setting: {e}", file=sys.stderr)
@@ -369,34 +369,34 @@ def main(argv: list[str] | None = None) -> int:
         import torch
         torch.set_num_threads(args.threads)
     if command == "run":
-        from app.headless import run_headless
+        from app.commands.run import run_headless
         return run_headless(args)
     if command == "bench":
-        from app.bench_run import bench
+        from app.commands.bench.run import bench
         return bench(args)
     if command == "compare":
-        from app.compare import run_compare
+        from app.commands.compare.command import run_compare
         return run_compare(args)
     if command == "fit":
-        from app.fit import run_fit
+        from app.commands.fit import run_fit
         return run_fit(args)
     if command == "summary":
-        from app.headless import print_summary
+        from app.commands.run import print_summary
         return print_summary(args.recording, slo_ttft=args.slo_ttft, slo_tpot=args.slo_tpot,
                              as_json=args.json)
     if command == "export":
-        from app.export import run_export
+        from app.commands.export import run_export
         return run_export(args)
     if command == "recover":
-        from app.recover import run_recover
+        from app.commands.recover import run_recover
         return run_recover(args)
     if command == "check":
-        from app.check import run_check
+        from app.commands.check import run_check
         return run_check(args.recording, max_problems=args.max_problems)
     if command == "replay" and args.check_invariants:
-        from app.check import warn_before_replay
+        from app.commands.check import warn_before_replay
         warn_before_replay(args.recording)          # the window opens on a bad file too
-    from app.gui import launch
+    from app.commands.window import launch
     return launch(args, command)
 
 

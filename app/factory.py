@@ -60,8 +60,8 @@ def build_engine(config: EngineConfig, *, recorder_factory=None, trace: dict | N
     ``recorder_factory(run_info) -> recorder`` (e.g. ``lambda info: RecordingWriter(path, info)``)
     is called once the provenance is known. ``trace`` (name, sha256, scaling notes) goes into the
     provenance, with the device's ``peaks`` (measured here first unless given:
-    ``app.bench_peaks.measure_peaks``, about a second on a GPU). Raises
-    ``engine.model_loader.ModelLoadError`` when the model does not load and
+    ``app.commands.bench.peaks.measure_peaks``, about a second on a GPU). Raises
+    ``engine.model.loader.ModelLoadError`` when the model does not load and
     ``RuntimeError`` when the device or the KV cache cannot be set up. A ``SimConfig``
     (``--executor sim``) builds a simulated engine instead: see :func:`build_sim_engine`.
     """
@@ -70,11 +70,11 @@ def build_engine(config: EngineConfig, *, recorder_factory=None, trace: dict | N
     import torch
     import transformers
 
-    from app.bench_peaks import measure_peaks
-    from engine.kv_memory import size_num_blocks
-    from engine.model_loader import load_model, resolve_model
-    from engine.cuda_graphs import enable_cuda_graphs
-    from engine.model_runner import ModelRunner
+    from app.commands.bench.peaks import measure_peaks
+    from engine.runner.kv_sizing import size_num_blocks
+    from engine.model.loader import load_model, resolve_model
+    from engine.runner.cuda_graphs import enable_cuda_graphs
+    from engine.runner.model_runner import ModelRunner
 
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)
@@ -105,7 +105,7 @@ def provenance(config: EngineConfig, model, device: "torch.device", *, model_inf
     hash, architecture...) plus the model's parameter count, the device and its name, torch's CPU
     threads (``torch_threads``), dtype,
     library versions, seed, ``trace`` and the start time (UTC, ISO 8601). With the device's
-    measured ``peaks``, also ``roofline`` (``recordings.roofline.roofline_info``: the model's
+    measured ``peaks``, also ``roofline`` (``recordings.metrics.roofline.roofline_info``: the model's
     shape in the run's dtype and the peaks), from which each step's roofline efficiency follows."""
     import torch
     import transformers
@@ -125,7 +125,7 @@ def provenance(config: EngineConfig, model, device: "torch.device", *, model_inf
     }
     if peaks is not None:
         from engine.sim.model_shapes import ModelShape
-        from recordings.roofline import roofline_info
+        from recordings.metrics.roofline import roofline_info
 
         try:
             shape = ModelShape.from_config(model.config.to_dict(), model_info["name"]).with_dtype(config.dtype)

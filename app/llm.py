@@ -9,7 +9,7 @@
 The model is loaded once (``app.factory.build_engine``, the same path as the ``batchscope``
 command); each :meth:`LLM.generate` call runs its prompts to completion on a fresh
 ``LLMEngine`` over that model and its KV cache, so a recording (``record=``) holds exactly that
-call, from step 0, and opens with ``recordings.Reader`` like any other.
+call, from step 0, and opens with ``recordings.file.reader.Reader`` like any other.
 """
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ class LLM:
     ``EngineConfig`` field by its vLLM name (``max_num_seqs``, ``max_num_batched_tokens``,
     ``block_size``, ``num_gpu_blocks``, ``max_model_len``, ``device``, ``dtype``, ``seed``,
     ``clock``...). Raises ``TypeError`` for an unknown knob (naming it and the known ones),
-    ``engine.config.ConfigError`` for a bad value, ``engine.model_files.ModelLoadError`` when the
+    ``engine.config.ConfigError`` for a bad value, ``engine.model.files.ModelLoadError`` when the
     model does not load. ``tokenizer`` is the model's (``None`` for token-id-only models); it
     can be replaced before a :meth:`generate` call.
     """
@@ -137,11 +137,11 @@ class LLM:
         one for all prompts (default ``SamplingParams()``: greedy, 16 tokens) or one per prompt.
         Request ids (``"0"``, ``"1"``, ...) are unique across calls; a prompt sampled with
         ``n`` > 1 (parallel sampling) has its ``n`` results in ``RequestOutput.sequences``. ``record``: also write the
-        run to this recording file (``recordings.RecordingWriter``; an existing file is replaced only
+        run to this recording file (``recordings.file.writer.RecordingWriter``; an existing file is replaced only
         with ``overwrite=True``). ``use_tqdm``: a progress
         bar of finished requests on stderr. Raises ``ValueError`` for a text prompt without a
         tokenizer, a list of sampling params of the wrong length, or stop strings without a
-        tokenizer; ``TypeError`` for a prompt of another type; ``recordings.RecordingError`` when
+        tokenizer; ``TypeError`` for a prompt of another type; ``recordings.errors.RecordingError`` when
         ``record`` cannot be created or exists and ``overwrite`` is False.
         """
         items = self._prompts(prompts)
@@ -151,7 +151,7 @@ class LLM:
             raise ValueError("stop strings need a tokenizer; this model runs on token ids only")
         writer = None
         if record is not None:
-            from recordings import RecordingWriter
+            from recordings.file.writer import RecordingWriter
 
             info = {**self.run_info, "source": "app.llm.LLM.generate",
                     "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}

@@ -35,7 +35,7 @@ def _flag_text(dest: str, value) -> str:
 
 
 # The demo's sizing: SmolLM2-135M on 2 CPU cores fills its 16 slots within ~2 s and the 112 blocks
-# (1,792 tokens) run out, so preemptions happen (see recordings/workload.py's demo workload).
+# (1,792 tokens) run out, so preemptions happen (see recordings/workloads/workload.py's demo workload).
 DEMO_VALUES = dict(limit=200, time_scale=0.1, prompt_scale=1 / 12, min_prompt_tokens=8, max_prompt_tokens=96,
                    output_scale=0.25, min_output_tokens=8, max_output_tokens=64, max_num_seqs=16,
                    max_num_batched_tokens=256, num_gpu_blocks=112, executor="model")

@@ -4,7 +4,7 @@ Recordings of production traffic carry prompts and generated text. By default a 
 SQLite's ``-wal`` / ``-shm`` files beside it) is readable by its owner only (mode ``0600``);
 ``--record-mode 0640`` (octal permission bits; the umask can only narrow them) shares it.
 ``--no-text`` stores token ids and lengths only: no prompt text, no generated text, no stop
-strings (``recordings.RecordingWriter(store_text=False)``). Files written from a recording (its
+strings (``recordings.file.writer.RecordingWriter(store_text=False)``). Files written from a recording (its
 exports) are readable by no one the recording is not readable by (:func:`no_wider_than`).
 """
 from __future__ import annotations

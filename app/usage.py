@@ -75,7 +75,7 @@ def _check_slo(args: argparse.Namespace) -> None:
     ttft, tpot = getattr(args, "slo_ttft", None), getattr(args, "slo_tpot", None)
     if ttft is None and tpot is None:
         return
-    from recordings.serving_metrics import Slo
+    from recordings.metrics.serving import Slo
     try:
         Slo(ttft, tpot)
     except ValueError as e:

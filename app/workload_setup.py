@@ -14,7 +14,7 @@ from engine.request import SamplingParams
 class LoadedWorkload:
     """Requests ready to add, plus what the user should be told about them."""
 
-    requests: list            # recordings.workload.WorkloadRequest
+    requests: list            # recordings.workloads.workload.WorkloadRequest
     trace_info: dict          # name, sha256, rows, malformed rows, scaling notes (for provenance)
     notes: list[str]          # human-readable lines: what was scaled, clipped or skipped
 
@@ -22,7 +22,7 @@ class LoadedWorkload:
 def check_args(args: argparse.Namespace) -> None:
     """Validate the workload flags before anything slow happens. Raises ``ValueError`` naming the
     flag and its limit."""
-    from recordings.workload import check_workload_arguments
+    from recordings.workloads.workload import check_workload_arguments
 
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit must be >= 1, got {args.limit}")
@@ -37,8 +37,8 @@ def check_args(args: argparse.Namespace) -> None:
 def _check_source(args: argparse.Namespace) -> None:
     """The workload source flags (``--trace``, ``--lengths``, ``--num-requests``,
     ``--request-rate``, SLOs): raise ``ValueError`` naming the flag and its limit."""
-    from recordings.poisson import check_request_rate
-    from recordings.serving_metrics import Slo
+    from recordings.workloads.poisson import check_request_rate
+    from recordings.metrics.serving import Slo
 
     trace, lengths = getattr(args, "trace", None), getattr(args, "lengths", None)
     if trace and lengths:
@@ -64,15 +64,15 @@ def _request_rate(args: argparse.Namespace) -> float | None:
 def read_trace(args: argparse.Namespace):
     """The workload's rows as a ``TraceLoad``: ``args.trace`` (or the built-in demo slice when it
     is None), or ``--num-requests`` draws from the ``--lengths`` table; with a request rate the
-    arrival times are replaced by a seeded Poisson process (``recordings.poisson``). Raises
-    ``FileNotFoundError`` or ``recordings.traces.TraceFormatError`` with the path, and
+    arrival times are replaced by a seeded Poisson process (``recordings.workloads.poisson``). Raises
+    ``FileNotFoundError`` or ``recordings.workloads.traces.TraceFormatError`` with the path, and
     ``ValueError`` for a trace without one valid row (naming its first bad lines)."""
-    from recordings.poisson import with_poisson_arrivals
-    from recordings.traces import TraceLoad, load_trace
-    from recordings.workload import demo_trace_path
+    from recordings.workloads.poisson import with_poisson_arrivals
+    from recordings.workloads.traces import TraceLoad, load_trace
+    from recordings.workloads.workload import demo_trace_path
 
     if getattr(args, "lengths", None):
-        from recordings.length_tables import load_length_table
+        from recordings.workloads.length_tables import load_length_table
 
         table = load_length_table(args.lengths)
         load = TraceLoad(path=table.path, sha256=table.sha256, format=f"length-table:{table.name}",
@@ -98,8 +98,8 @@ STEPS_PER_SECOND = 10.0      # --clock virtual: trace seconds -> steps, unless -
 
 def _source_notes(args: argparse.Namespace, load) -> list[str]:
     """Plain-words provenance of where lengths and arrivals came from."""
-    from recordings.length_tables import SOURCES
-    from recordings.poisson import arrival_note
+    from recordings.workloads.length_tables import SOURCES
+    from recordings.workloads.poisson import arrival_note
 
     notes = []
     if getattr(args, "lengths", None):
@@ -120,7 +120,7 @@ def _source_notes(args: argparse.Namespace, load) -> list[str]:
 
 def load_workload(args: argparse.Namespace, load, tokenizer, vocab_size: int | None = None) -> LoadedWorkload:
     """Scale the rows of ``load`` (a ``TraceLoad``) into requests per ``args``."""
-    from recordings.workload import build_workload
+    from recordings.workloads.workload import build_workload
 
     rate = _request_rate(args)
     wl = build_workload(load.rows, tokenizer, time_scale=args.time_scale if rate is None else 1.0,

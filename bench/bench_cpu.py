@@ -24,7 +24,7 @@ import torch  # noqa: E402
 from app.factory import build_engine  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
 from engine.request import SamplingParams  # noqa: E402
-from recordings.workload import bench_cpu_workload  # noqa: E402
+from recordings.workloads.workload import bench_cpu_workload  # noqa: E402
 
 DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
 
@@ -34,7 +34,7 @@ def run_engine(reqs, recorder_path: str | None = None, **knobs) -> dict:
     cfg = EngineConfig(dtype="float32", device="cpu", clock="virtual", **knobs)
     factory = None
     if recorder_path:
-        from recordings import RecordingWriter
+        from recordings.file.writer import RecordingWriter
         factory = lambda info: RecordingWriter(recorder_path, info)  # noqa: E731
     built = build_engine(cfg, recorder_factory=factory, progress=False)
     eng = built.engine
@@ -123,7 +123,7 @@ def main() -> None:
                             "median_off": statistics.median(off), "median_on": statistics.median(on),
                             "slowdown": 1 - statistics.median(on) / statistics.median(off)}
     if not args.skip_hf:
-        from engine.model_loader import resolve_model
+        from engine.model.loader import resolve_model
         res.update(run_hf(reqs, str(resolve_model("default", progress=False).folder)))
         e = res["engine"]["out_tok_per_s"]
         res["ratio_vs_hf_static"] = e / res["hf_static"]["out_tok_per_s"]

@@ -1,5 +1,5 @@
 """Input preparation of one decode step at 256 running requests: the runner's own state
-(``engine.input_batch``: apply the step's diff, pack input ids / positions / slot mapping /
+(``engine.runner.input_batch``: apply the step's diff, pack input ids / positions / slot mapping /
 block tables with vectorized numpy, stage them, build the attention metadata) against the
 per-token construction from live ``Request`` objects it replaced (kept here as the baseline).
 No model: only what happens before the forward pass. Times are this thread's CPU time (stable
@@ -20,11 +20,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from engine.attention import PagedAttentionMetadata  # noqa: E402
-from engine.input_batch import InputBatch  # noqa: E402
+from engine.runner.attention import PagedAttentionMetadata  # noqa: E402
+from engine.runner.input_batch import InputBatch  # noqa: E402
 from engine.outputs import CachedRequestData, NewRequestData, ScheduledRequest, SchedulerOutput  # noqa: E402
 from engine.request import Request, SamplingParams  # noqa: E402
-from engine.runner_buffers import StepUpload  # noqa: E402
+from engine.runner.buffers import StepUpload  # noqa: E402
 
 BLOCK_SIZE = 16
 CPU = torch.device("cpu")

@@ -5,7 +5,7 @@
 
 Every run is ``batchscope run`` itself (``app.cli.main``, in this process, its output kept out of
 the way) writing a recording under ``--out`` (default ``/tmp/bench_policies``); every figure comes
-from the recording through ``recordings.metrics`` (``summarize``, ``summarize_batching``), the
+from the recording through ``recordings.metrics.run_metrics`` (``summarize``, ``summarize_batching``), the
 code behind ``batchscope summary``. Durations and TTFT are on the run's clock: simulated seconds for
 ``--executor sim``, wall seconds for the model on this CPU.
 
@@ -43,7 +43,7 @@ a. Continuous (``--policy fcfs``) vs static batching (``--policy static``), firs
    2-4.7).
 
 b. Automatic prefix caching on the Mooncake synthetic trace (all 3,993 requests, their
-   ``hash_ids`` turned into shared 512-token blocks by ``recordings.prefix_blocks``), simulated
+   ``hash_ids`` turned into shared 512-token blocks by ``recordings.workloads.prefix_blocks``), simulated
    Llama-3.1-8B on an H100, arrivals x3 slower (``--mooncake-time-scale``; at the trace's own rate
    one H100 is 2x overloaded and TTFT is all queueing): caching off, on with the KV cache the H100
    holds (26,674 blocks), and on with 10x the blocks. Columns: hit rate (vLLM's
@@ -75,9 +75,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 import numpy as np  # noqa: E402
 
 from app.cli import main as batchscope  # noqa: E402
-from recordings import Reader, RunSummary, summarize  # noqa: E402
-from recordings.metrics import BatchingSummary, summarize_batching  # noqa: E402
-from recordings.traces import load_trace  # noqa: E402
+from recordings.file.reader import Reader  # noqa: E402
+from recordings.metrics.run_metrics import RunSummary, summarize  # noqa: E402
+from recordings.metrics.run_metrics import BatchingSummary, summarize_batching  # noqa: E402
+from recordings.workloads.traces import load_trace  # noqa: E402
 from scale_rows import load1, wait_for_load  # noqa: E402
 
 TRACES = ROOT.parent / "shared" / "traces"

@@ -6,7 +6,7 @@ temperature 1.0 + top-k 50 (so N = 1 is a top-p row), each with its own seed. Lo
 float32 ``[N, vocab]`` (standard normal times 3) on ``--device``. Penalties are off (they run
 before either sampler, unchanged).
 
-The peer is the algorithm ``engine/sampler.py`` had before the batched rewrite, kept here only as
+The peer is the algorithm ``engine/runner/sampler.py`` had before the batched rewrite, kept here only as
 a baseline: greedy rows by one batched argmax, then per non-greedy row a Python loop with one
 ``torch.Generator`` per request (temperature, ``topk``, ``softmax``, a sort for top-p, and
 ``torch.multinomial``), one ``.item()`` per row.
@@ -31,8 +31,8 @@ import torch  # noqa: E402
 from tabulate import tabulate  # noqa: E402
 
 from engine.request import SamplingParams  # noqa: E402
-from engine.sampler import Sampler  # noqa: E402
-from engine.sampling_tensors import SamplingTensors  # noqa: E402
+from engine.runner.sampler import Sampler  # noqa: E402
+from engine.runner.sampling_tensors import SamplingTensors  # noqa: E402
 
 MIX = [SamplingParams(temperature=0.7, top_p=0.9), SamplingParams(), SamplingParams(temperature=0.8),
        SamplingParams(temperature=1.0, top_k=50)]

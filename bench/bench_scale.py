@@ -1,6 +1,6 @@
 """Issue 5's benchmark: the production-scale data path, now vs before vs target (not a timed test).
 
-A runner that does no model work (``NullRunner`` of ``tests/engine/fake_runner.py``: one token per
+A runner that does no model work (``NullRunner`` of ``tests/support/fake_runner.py``: one token per
 request whose chunk ends its known tokens) drives the real engine: scheduler, block pool, step
 records and the state timeline. Workload: ``--requests`` (2,000) arriving at once, prompts
 16-2,000 and outputs 8-400 tokens (seeded uniform), ``max_num_seqs`` 256, 16,384 blocks of 16
@@ -61,7 +61,7 @@ import numpy as np  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
 from engine.engine import LLMEngine  # noqa: E402
 from engine.request import Request, SamplingParams  # noqa: E402
-from fake_runner import NullRunner  # noqa: E402
+from tests.support.fake_runner import NullRunner  # noqa: E402
 from scale_rows import (RssSampler, cold_seeks, count_live, make_seek_file, pct, peak_rss_mb,  # noqa: E402
                         recording_progress, recording_size, rss_mb, ui_frame_bench, ui_playback, wait_for_load,
                         writer_throughput)
@@ -155,10 +155,10 @@ class CpuTimer:
 
 
 def make_recorder(path: str | None, config: EngineConfig):
-    """A ``recordings.RecordingWriter`` on ``path``, or None (recorder off)."""
+    """A ``recordings.file.writer.RecordingWriter`` on ``path``, or None (recorder off)."""
     if path is None:
         return None
-    from recordings import RecordingWriter
+    from recordings.file.writer import RecordingWriter
 
     return RecordingWriter(path, {"config": config.to_dict(), "model": "null-runner", "executor": "null"},
                            overwrite=True)
@@ -450,7 +450,7 @@ def azure_table(args) -> int:
     tv = dict(re.findall(r"^\s*(.+?): (.+)$", err_text[err_text.rfind("Command being timed"):], re.M))
     peak = int(tv["Maximum resident set size (kbytes)"]) / 1024
     cpu = float(tv["User time (seconds)"]) + float(tv["System time (seconds)"])
-    from recordings import Reader
+    from recordings.file.reader import Reader
     with Reader(out) as r:
         num_steps = r.latest_step() + 1
         peak_step = r.execute("SELECT step, num_waiting, num_running FROM steps ORDER BY num_waiting DESC LIMIT 1")[0]

@@ -3,12 +3,12 @@
 Live (the default): the window on the live data path of ``batchscope demo`` without its threads
 (``bench/live_run.py``): the REAL engine (scheduler and block pool; the fake runner of
 ``tests/engine``, no model) records every step to a ``RecordingWriter`` and hands it to an
-``app.live_source.LiveSource``, in steady churn (requests finish and waiting ones are admitted at
+``app.live.source.LiveSource``, in steady churn (requests finish and waiting ones are admitted at
 nearly every step, the queue topped up to 10,000). A frame is what the window's 30 Hz timer does
 when new steps arrived (``MainWindow.refresh()``) plus the repaint it triggers
 (``processEvents``); the engine's steps between frames are not timed. After the scenarios
 the window scrubs back one step a frame from the newest step: a live run's past states come
-from the live source's bounded state cache (``engine.state_cache``, filled ahead of the scrub;
+from the live source's bounded state cache (``engine.state.cache``, filled ahead of the scrub;
 its size and bound are printed).
 
     QT_QPA_PLATFORM=offscreen .venv/bin/python bench/bench_ui_frame.py \
@@ -27,7 +27,7 @@ same), and the frames in which a full (generation 2) collection ran; then the pr
 tracked objects, which must stay flat from scenario to scenario (memory grows with live requests,
 not with history). No assertion: the target (a whole frame <= 16 ms p95) is read off the table.
 
-``--recording PATH`` replays a recording instead (``ui.MainWindow(recordings.Reader(path), None)``,
+``--recording PATH`` replays a recording instead (``ui.MainWindow(recordings.file.reader.Reader(path), None)``,
 1600x1000 offscreen): ``--steps`` consecutive steps one frame each from a start drawn with
 ``--seed`` or given by ``--start`` (``show_step(k)`` plus the repaint it triggers), then ``--back`` steps back one a
 frame from there (scrubbing back), then ``--jumps`` jumps to random steps, each timed the same
@@ -216,8 +216,8 @@ def bench_recording(args) -> None:
     """Replay ``args.recording`` in the window: consecutive frames, then random jumps."""
     from PySide6.QtWidgets import QApplication
 
-    from app.gui import freeze_startup
-    from recordings import Reader
+    from app.commands.window import freeze_startup
+    from recordings.file.reader import Reader
     from ui import MainWindow
 
     print(f"before: {load()}; {host_speed()}", flush=True)
@@ -234,7 +234,7 @@ def bench_recording(args) -> None:
     w.show()
     w.show_step(first - 1)
     app.processEvents()
-    freeze_startup()                      # as app.gui does for a replay
+    freeze_startup()                      # as app.commands.window does for a replay
     print(f"{args.recording}: {latest + 1:,} steps, opened and first frame in "
           f"{time.perf_counter() - t0:.2f} s; consecutive steps {first}..{first + args.steps - 1}",
           flush=True)
@@ -379,7 +379,7 @@ def bench_live(args) -> None:
     scrub.report("scrub back, 1 step/frame")
     GC.report(gcs, " " * 38)
     sec.report(scrub.cpu, " " * 38)
-    cache = getattr(run.source, "states", None)       # engine.state_cache.StateCache (bounded)
+    cache = getattr(run.source, "states", None)       # engine.state.cache.StateCache (bounded)
     if cache is not None:
         print(f"{'':38s} state cache: {len(cache)} states, {cache.nbytes / 2**20:.0f} MiB "
               f"(bound {cache.max_bytes / 2**20:.0f} MiB); {memory()}")

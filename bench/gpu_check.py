@@ -36,10 +36,10 @@ import torch  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from engine.config import EngineConfig  # noqa: E402
-from engine.cuda_graphs import decode_backend, enable_cuda_graphs  # noqa: E402
+from engine.runner.cuda_graphs import decode_backend, enable_cuda_graphs  # noqa: E402
 from engine.engine import LLMEngine  # noqa: E402
-from engine.model_runner import ModelRunner  # noqa: E402
-from engine.attention.triton_attention import triton_available  # noqa: E402
+from engine.runner.model_runner import ModelRunner  # noqa: E402
+from engine.runner.attention.triton_attention import triton_available  # noqa: E402
 from engine.request import SamplingParams  # noqa: E402
 
 BUDGET_S = 8 * 60               # the whole check, as lent

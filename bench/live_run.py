@@ -2,11 +2,11 @@
 
 ``LiveRun`` steps the REAL engine (``engine.engine.LLMEngine``, scheduler and block pool) with the
 fake runner of ``tests/engine`` (no model, token 1 always) and hands each step over as the app's
-engine worker (``app.bridge.EngineWorker``) does: the record to a ``recordings.RecordingWriter``
-(the file ``LiveSource`` reads older history from) and to an ``app.live_source.LiveSource`` (its
+engine worker (``app.live.bridge.EngineWorker``) does: the record to a ``recordings.file.writer.RecordingWriter``
+(the file ``LiveSource`` reads older history from) and to an ``app.live.source.LiveSource`` (its
 ring of newest records), the newest state with the last step of each burst. A ``FakeControl`` over
 it makes the window live. Prompts are compact ``array('i')`` s, as the app's synthetic trace workloads
-(``recordings.workload``) hand them to the engine: a list of ints would cost the garbage collector
+(``recordings.workloads.workload``) hand them to the engine: a list of ints would cost the garbage collector
 a visit per token of every waiting prompt in each full collection. The run is in steady churn, as a production engine serves: requests of
 staggered lengths finish and waiting ones are admitted at nearly every step, and the waiting queue
 is topped up to its starting length after each burst, so any number of steps keeps the same shape.
@@ -17,11 +17,12 @@ import array
 import gc
 from pathlib import Path
 
-from fakes import FakeControl, FakeSource, prompt_ids
+from tests.support.fakes import FakeControl, FakeSource, prompt_ids
 
-from app.live_source import LiveSource
+from app.live.source import LiveSource
 from engine.request import SamplingParams
-from recordings import Reader, RecordingWriter
+from recordings.file.reader import Reader
+from recordings.file.writer import RecordingWriter
 
 
 class LiveRun:
@@ -41,7 +42,7 @@ class LiveRun:
         self.engine = self.fake.engine
         self.waiting = waiting
         run_info = self.fake.run_info()
-        if recording is not None:        # as app.gui: the recorder before the first request
+        if recording is not None:        # as app.commands.window: the recorder before the first request
             run_info["recording"] = str(recording)
             self.engine.recorder = RecordingWriter(recording, run_info)
         self.num_added = 0

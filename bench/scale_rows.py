@@ -220,8 +220,8 @@ def writer_throughput(records, prompts: dict, run_info: dict, path: str) -> Writ
     ``RecordingWriter`` as fast as it accepts them; time until ``close()`` returns."""
     import resource
 
-    from recordings import RecordingWriter
-    from recordings.writer import MAX_QUEUE_ITEMS
+    from recordings.file.writer import RecordingWriter
+    from recordings.file.writer import MAX_QUEUE_ITEMS
 
     writer = RecordingWriter(path, run_info, overwrite=True)
     depth = 0
@@ -274,7 +274,7 @@ class SeekRun:
 def cold_seeks(path: str | os.PathLike, n: int = 50, seed: int = 0) -> SeekRun:
     """``state_at(k)`` on a NEW ``Reader`` for each of ``n`` seeded random steps (timed: the
     ``state_at`` call; the open is reported apart)."""
-    from recordings import Reader
+    from recordings.file.reader import Reader
 
     with Reader(path) as r:
         latest = r.latest_step()
@@ -302,11 +302,13 @@ def make_seek_file(path: str | os.PathLike, num_steps: int, config, seed: int = 
     outputs 8-400 tokens (seeded). Reused when ``path`` already holds a closed recording of
     ``num_steps`` steps. Returns (made now, a line about it)."""
     sys.path.insert(0, str(ROOT / "tests" / "engine"))
-    from fake_runner import NullRunner
+    from tests.support.fake_runner import NullRunner
 
     from engine.engine import LLMEngine
     from engine.request import SamplingParams
-    from recordings import Reader, RecordingError, RecordingWriter
+    from recordings.file.reader import Reader
+    from recordings.errors import RecordingError
+    from recordings.file.writer import RecordingWriter
 
     p = Path(path)
     if p.exists():
@@ -396,7 +398,7 @@ def ui_playback(path: str | os.PathLike, consecutive: int = 2000, jumps: int = 5
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtWidgets import QApplication
 
-    from recordings import Reader
+    from recordings.file.reader import Reader
     from ui import MainWindow
 
     app = QApplication.instance() or QApplication([])

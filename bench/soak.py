@@ -6,7 +6,7 @@ A steady stream: ``--rate`` requests arrive per step (virtual clock), prompts 16
 ``max_num_batched_tokens`` 2,048, recompute preemption when the blocks run out. The engine is
 ``engine.engine.LLMEngine`` with ``tests/engine/fake_runner.FakeRunner`` (which also checks every
 scheduled step against its own copy of the KV cache), ``check_invariants=True`` (the scheduler's
-and the state's self-checks after each step) and a ``recordings.RecordingWriter``.
+and the state's self-checks after each step) and a ``recordings.file.writer.RecordingWriter``.
 
 Reported at the first, the middle and the last thousand finished requests: resident memory
 (``VmRSS``), the engine's live requests, the mean and p99 wall time of a step (the step call, the
@@ -32,8 +32,8 @@ import numpy as np  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
 from engine.engine import LLMEngine  # noqa: E402
 from engine.request import SamplingParams  # noqa: E402
-from fake_runner import FakeRunner  # noqa: E402
-from recordings import RecordingWriter  # noqa: E402
+from tests.support.fake_runner import FakeRunner  # noqa: E402
+from recordings.file.writer import RecordingWriter  # noqa: E402
 
 
 def rss_mib() -> float:
@@ -97,7 +97,7 @@ def main() -> int:
         print(f"{name + f' ({lo:,}-{hi:,})':28} {s.get('step', 0):>8,} {s.get('rss_mib', float('nan')):>8.1f} "
               f"{s.get('live', 0):>8} {times.mean():>12.2f} {np.percentile(times, 99):>11.2f} {s.get('queue', 0):>12}")
     if not args.skip_check:
-        from app.check import check_lines
+        from app.commands.check import check_lines
         t = time.perf_counter()
         lines, steps = check_lines(str(path))
         print(f"batchscope check: {steps:,} steps, {len(lines)} problems in {time.perf_counter() - t:.0f} s"

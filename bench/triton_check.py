@@ -52,7 +52,7 @@ def _cases(small: bool) -> list[tuple[str, list[tuple[int, int]], dict]]:
 
 
 def _make_step(requests, device, gen, dev_gen):
-    from engine.attention import PagedAttentionMetadata
+    from engine.runner.attention import PagedAttentionMetadata
     num_blocks = sum(-(-ctx // BLOCK_SIZE) for _, ctx in requests) + 1
     perm = (torch.randperm(num_blocks - 1, generator=gen) + 1).tolist()
     tables = [[perm.pop() for _ in range(-(-ctx // BLOCK_SIZE))] for _, ctx in requests]
@@ -99,8 +99,8 @@ def _sync(device: str) -> None:
 
 def check_triton_kernels(device: str = "cuda", small: bool = False, iters: int = 20) -> list[dict]:
     """One row per case: name, tokens, rel_err, rel_err_bf16_ref, nan, first_s, triton_ms, ref_ms."""
-    from engine.attention.reference import paged_attention
-    from engine.attention.triton_attention import paged_attention_triton
+    from engine.runner.attention.reference import paged_attention
+    from engine.runner.attention.triton_attention import paged_attention_triton
     gen = torch.Generator().manual_seed(0)
     dev_gen = torch.Generator(device=device).manual_seed(0)
     scale = HEAD_DIM ** -0.5

@@ -27,7 +27,7 @@ def main() -> None:
     a = ap.parse_args()
     from PySide6.QtWidgets import QApplication
 
-    from recordings import Reader
+    from recordings.file.reader import Reader
     from ui import MainWindow
 
     app = QApplication.instance() or QApplication([])

@@ -25,8 +25,8 @@ def main() -> None:
     from PySide6.QtWidgets import QApplication
 
     from app.cli import build_parser
-    from app.gui import make_live
-    from recordings import Reader
+    from app.commands.window import make_live
+    from recordings.file.reader import Reader
     from ui import MainWindow
 
     Path(a.record).unlink(missing_ok=True)

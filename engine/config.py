@@ -20,12 +20,12 @@ class EngineConfig:
 
     Names follow vLLM: ``block_size`` (tokens per KV block), ``num_gpu_blocks`` (physical KV
     blocks in the paged cache; ``None`` sizes it from free memory, see
-    ``engine.kv_memory.size_num_blocks``), ``max_model_len`` (prompt + output tokens of one
+    ``engine.runner.kv_sizing.size_num_blocks``), ``max_model_len`` (prompt + output tokens of one
     request), ``max_num_seqs`` (running requests per step = batch slots),
     ``max_num_batched_tokens`` (token budget of one step), ``enable_chunked_prefill``,
     ``long_prefill_token_threshold`` (0 = no per-request prefill cap), ``enable_prefix_caching``
     (reuse the KV of full blocks whose whole prefix was computed before, see
-    ``engine.kv_cache``), ``policy`` (``fcfs``: by arrival; ``priority``: by
+    ``engine.kv.manager``), ``policy`` (``fcfs``: by arrival; ``priority``: by
     ``SamplingParams.priority``, lower first, a strictly higher priority may preempt; ``static``:
     the baseline without continuous batching, a new batch is admitted only when the whole
     previous one finished), ``preemption_mode`` (``recompute``: a victim's KV is dropped and
@@ -37,7 +37,7 @@ class EngineConfig:
     CUDA when available. ``check_invariants`` asserts G1-G4 after every step (tests, debugging).
     ``cuda_graphs`` runs decode-only steps padded to a ladder of batch sizes, from CUDA graphs
     captured at start-up on a GPU (the same padded path eagerly on a CPU; see
-    ``engine.cuda_graphs``; vLLM's ``cudagraph_mode`` FULL_DECODE_ONLY); off until verified on a GPU.
+    ``engine.runner.cuda_graphs``; vLLM's ``cudagraph_mode`` FULL_DECODE_ONLY); off until verified on a GPU.
     """
 
     model: str = "default"

@@ -1,11 +1,11 @@
 """LLMEngine: the step loop tying scheduler, model runner, detokenizer and recorder together.
 
-Not thread-safe: one thread (the app's engine worker) calls every method. ``app.bridge`` turns
+Not thread-safe: one thread (the app's engine worker) calls every method. ``app.live.bridge`` turns
 commands from the UI thread into calls on that thread.
 
 Memory follows what is live: a finished request is handed to ``on_finished`` (if set), written
 once by the recorder and dropped. The engine keeps its state as an
-:class:`engine.timeline.StateTimeline` fed by its own step records, so the state it publishes is
+:class:`engine.state.timeline.StateTimeline` fed by its own step records, so the state it publishes is
 the state a replay of its recording rebuilds.
 """
 from __future__ import annotations
@@ -26,10 +26,10 @@ from engine.outputs import (Arrival, BatchEntry, ModelRunnerOutput, NewToken, Sc
                             StepRecord, Transition)
 from engine.request import Request
 from engine.request_ids import RequestIds
-from engine.scheduler import Scheduler
-from engine.state import EngineState
-from engine.state_check import check_engine_state
-from engine.timeline import StateTimeline
+from engine.sched.scheduler import Scheduler
+from engine.state.state import EngineState
+from engine.state.check import check_engine_state
+from engine.state.timeline import StateTimeline
 
 log = logging.getLogger(__name__)
 # Builds a NamedTuple from a tuple of its fields without its Python-level __new__ (the hot path
@@ -39,7 +39,7 @@ _new = tuple.__new__
 
 
 class Runner(Protocol):
-    """What the engine needs from a model runner (``engine.model_runner.ModelRunner`` or a fake)."""
+    """What the engine needs from a model runner (``engine.runner.model_runner.ModelRunner`` or a fake)."""
 
     def execute(self, sched: SchedulerOutput) -> ModelRunnerOutput: ...
     def release(self, request_id: str) -> None: ...
@@ -69,7 +69,7 @@ def release_cached_memory() -> None:
 class LLMEngine(EngineAdmission, EngineControls, EngineRecording):
     """A continuous-batching engine over one paged KV cache of ``num_gpu_blocks`` blocks.
 
-    ``runner`` executes steps (a real :class:`engine.model_runner.ModelRunner` or a fake for
+    ``runner`` executes steps (a real :class:`engine.runner.model_runner.ModelRunner` or a fake for
     tests, or a simulated executor); ``tokenizer`` (optional) gives streamed text and stop
     strings; ``recorder`` (optional) receives every request and :class:`StepRecord`;
     ``on_finished(request)`` (optional) is called once per finished request, after which the
@@ -306,7 +306,7 @@ class LLMEngine(EngineAdmission, EngineControls, EngineRecording):
 
     def check_state(self) -> None:
         """Assert that the published state equals the scheduler's truth for every live request
-        (see :func:`engine.state_check.check_engine_state`). Raises ``AssertionError``."""
+        (see :func:`engine.state.check.check_engine_state`). Raises ``AssertionError``."""
         check_engine_state(self)
 
     def _check_stop(self, req: Request) -> str | None:

@@ -1,6 +1,6 @@
 """The user-facing controls of :class:`engine.engine.LLMEngine` between steps: abort, pause,
 resume, live knobs, priority and move-to-front, each marking what it touched so the next step
-records it. A mixin (it calls the scheduler's controls, ``engine.scheduler_controls``); kept apart
+records it. A mixin (it calls the scheduler's controls, ``engine.sched.scheduler_controls``); kept apart
 so the step loop reads on its own.
 """
 from __future__ import annotations

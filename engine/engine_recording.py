@@ -13,7 +13,7 @@ log = logging.getLogger("engine.engine")
 
 
 class Recorder(Protocol):
-    """What the engine needs from a recorder (``recordings.RecordingWriter``)."""
+    """What the engine needs from a recorder (``recordings.file.writer.RecordingWriter``)."""
 
     def write_request(self, request_id: str, arrival_step: int, arrival_time: float,
                       prompt_token_ids: list[int], prompt_text: str | None, sampling: dict) -> None: ...

@@ -3,7 +3,7 @@
 The flow of one step (see docs/data-flow.md): ``Scheduler.schedule() -> SchedulerOutput``,
 ``Runner.execute(...) -> ModelRunnerOutput``, ``Scheduler.update_from_output(...)``, then the
 engine freezes what changed into a :class:`StepRecord`: the recorder stores it and
-``engine.timeline.StateTimeline.apply`` turns the state before the step into the state after it.
+``engine.state.timeline.StateTimeline.apply`` turns the state before the step into the state after it.
 A record stores what changed, not what is: block events instead of block tables, and a
 :class:`Transition` only for requests whose status, slot or progress did not follow from the batch.
 

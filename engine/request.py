@@ -62,7 +62,7 @@ class SamplingParams:
     sampling, ``engine.sequence_group``: the prompt is prefilled once and its KV blocks shared).
 
     Penalties, with vLLM's names and meanings (applied to the logits before temperature, top-k and
-    top-p, so they also steer greedy decoding; see ``engine.penalties``):
+    top-p, so they also steer greedy decoding; see ``engine.runner.penalties``):
     ``repetition_penalty`` > 0 (1.0 = off) divides the positive logits and multiplies the negative
     ones of every token seen in the prompt or the output so far (Keskar et al., CTRL, 2019);
     ``frequency_penalty`` in [-2, 2] (0 = off) subtracts ``penalty * count`` for each token's
@@ -128,7 +128,7 @@ class Request:
     Times are seconds on the engine clock (steps under the virtual clock). ``priority`` starts as
     ``sampling_params.priority`` and may be changed while the request waits; ``seq`` is its
     arrival number in the scheduler (ties of equal priority go by it).
-    ``block_hashes`` are the prefix hashes of its full blocks (``engine.prefix_hash``), computed
+    ``block_hashes`` are the prefix hashes of its full blocks (``engine.kv.prefix_hash``), computed
     once as its tokens become known and kept across preemptions (vLLM keeps them the same way).
     A request is an entity: equal only to itself (and hashable), so the scheduler's queue
     operations compare identities, not every field. ``group`` is the

@@ -5,7 +5,7 @@ without keeping every id ever added:
 
 - live ids (waiting, running, paused, not yet arrived, and a parallel-sampling prompt's own id
   while any of its sequences lives) are held exactly, in a dict: memory grows with live requests;
-- a finished id that the engine's recorder holds (``recordings.RecordingWriter.recorded_ids``:
+- a finished id that the engine's recorder holds (``recordings.file.writer.RecordingWriter.recorded_ids``:
   its ``requests`` table, indexed on ``request_id``, or its queue) leaves memory: later checks ask
   the recording. With a recording the check is exact and the memory is flat;
 - a finished id that no recording holds (the engine runs from the Python API with recording

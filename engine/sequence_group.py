@@ -7,7 +7,7 @@ random stream: ``seed + k`` when the prompt is seeded (vLLM v1's rule in
 ``vllm/v1/engine/parallel_sampling.py``), else a stream of its own from the runner's base seed;
 with greedy sampling every sequence equals the single-sequence output.
 
-How the scheduler serves a group (``engine.group_scheduling``; vLLM v0's ``SequenceGroup`` with
+How the scheduler serves a group (``engine.sched.groups``; vLLM v0's ``SequenceGroup`` with
 ``fork`` and copy-on-write ``blocks_to_copy``, Kwon et al., SOSP 2023, section 4.4): the group
 is admitted as a whole, every sequence taking a batch slot; its *head* (the first sequence not
 finished) prefills the prompt once, in one step; the others are forked onto it in that step:

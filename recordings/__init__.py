@@ -1,12 +1,8 @@
-"""The SQLite record of a run: schema, writer, reader (a StepSource) and metrics. No Qt, no torch.
+"""The SQLite record of a run, and what is computed from it. No Qt, no torch.
 
-``RecordingWriter`` records a live run from a background thread; ``Reader`` replays a recording
-(also one still being written) through the same ``StepSource`` interface the UI draws from;
-``summarize`` recomputes a run's metrics from the rows.
+Sub-packages: ``file`` (schema, writer, reader), ``damage`` (what is still readable, salvage),
+``check`` (invariants on every state, ``batchscope check``), ``metrics`` (recomputed from rows),
+``compare`` (runs of one workload), ``export`` (Perfetto, CSV, JSON, Mooncake) and ``workloads``
+(trace importers and request building). Nothing is imported eagerly: import the module you need,
+e.g. ``from recordings.file.reader import Reader``.
 """
-from recordings.errors import RecordingError
-from recordings.metrics import RunSummary, summarize
-from recordings.reader import Reader
-from recordings.writer import RecordingWriter
-
-__all__ = ["RecordingWriter", "Reader", "RecordingError", "RunSummary", "summarize"]

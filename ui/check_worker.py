@@ -1,15 +1,15 @@
 """``batchscope check`` in the window: a recording's invariants checked in a child process.
 
 :class:`CheckWorker` runs this file as a child Python process (``python check_worker.py PATH
-MAX_PROBLEMS``, without importing the ``ui`` package) that opens its own ``recordings.Reader`` on the file and runs
-:func:`recordings.file_checks.check_file` (integrity, schema, rows, invariants, metrics, cut
+MAX_PROBLEMS``, without importing the ``ui`` package) that opens its own ``recordings.file.reader.Reader`` on the file and runs
+:func:`recordings.check.file_check.check_file` (integrity, schema, rows, invariants, metrics, cut
 short), writing one JSON object a line on stdout: progress,
 then each problem, then the end (or the error that stopped it). A process, not a thread: the
 check is Python, and in a thread of the window's process it would hold the GIL against the GUI
 thread (scrubbing frames took twice as long, p50 68 ms against 33, while a 3,000-step recording
 was checked on a busy 2-core machine; in a child process at ``nice`` 10 they took as long as
 without a check). The window shows the
-progress in the status bar and the problems in ``ui.check_dialog``, and cancels a check (kills
+progress in the status bar and the problems in ``ui.dialogs.check``, and cancels a check (kills
 the child) when it opens another file or closes.
 """
 from __future__ import annotations
@@ -21,8 +21,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, Signal
 
-from recordings.checks import Problem
-from recordings.damage import DamageReport
+from recordings.check.invariants import Problem
+from recordings.damage.report import DamageReport
 
 PROGRESS_STEPS = 100        # progress is reported about this many times over a whole check
 _ROOT = Path(__file__).resolve().parents[1]      # the folder holding the ui and recordings packages
@@ -32,10 +32,10 @@ _BOOT = "import runpy, sys; runpy.run_path(sys.argv.pop(1), run_name='__main__')
 class CheckWorker(QObject):
     """``CheckWorker(path, parent=None, max_problems=100)``; ``start()`` starts the check.
     Signals (in the thread that owns the worker): ``progress(steps_checked, num_steps)``,
-    ``checked(problems, num_steps)`` (``problems``: list of ``recordings.checks.Problem``, []
+    ``checked(problems, num_steps)`` (``problems``: list of ``recordings.check.invariants.Problem``, []
     when clean), ``failed(message)`` (the file
     could not be read, or the child died), ``damaged(report)`` (the file is damaged: its
-    ``recordings.damage.DamageReport``, after ``checked``, instead of ``failed``), then ``finished()``. A cancelled check
+    ``recordings.damage.report.DamageReport``, after ``checked``, instead of ``failed``), then ``finished()``. A cancelled check
     (:meth:`cancel`) emits only ``finished``."""
 
     progress = Signal(int, int)
@@ -129,8 +129,8 @@ def _emit(**msg) -> None:
 def main(argv: list[str]) -> int:
     """The child: check the recording at ``argv[0]`` (at most ``argv[1]`` problems), reporting
     on stdout as JSON lines. Returns 0 when the check ran (clean or not), 1 when it could not."""
-    from recordings import Reader
-    from recordings.file_checks import check_file
+    from recordings.file.reader import Reader
+    from recordings.check.file_check import check_file
 
     path, max_problems = argv[0], int(argv[1])
     if hasattr(os, "nice"):
@@ -157,8 +157,8 @@ def main(argv: list[str]) -> int:
 
 
 def _emit_damage(path: str) -> None:
-    """Report what still reads (``recordings.damage``) when the file is damaged."""
-    from recordings.damage import find_damage
+    """Report what still reads (``recordings.damage.report``) when the file is damaged."""
+    from recordings.damage.report import find_damage
 
     try:
         report = find_damage(path)

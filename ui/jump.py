@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from engine.source import StepSource
-from engine.state import EngineState
+from engine.state.source import StepSource
+from engine.state.state import EngineState
 from ui.step_summary import fetch_summaries
 
 _STEP = re.compile(r"^(?:step\s*|#)?\s*(-?\d+)$", re.IGNORECASE)

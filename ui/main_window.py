@@ -14,7 +14,7 @@ window never builds an engine or opens a recording itself: ``open_recording(path
 A replayed recording is checked in the background as ``batchscope check`` does
 (``ui.check_worker``: a child process with its own reader, progress in the status bar, cancelled
 when another file is opened or the window closes); the status bar then says "check: clean" or the number of
-problems, a button that lists them (``ui.check_dialog``: a click shows the step). A run cut
+problems, a button that lists them (``ui.dialogs.check``: a click shows the step). A run cut
 short is marked incomplete in the title and the status bar (``ui.run_end``), with a button
 that lists its unfinished requests.
 """
@@ -27,27 +27,27 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (QApplication, QFileDialog, QGroupBox, QLabel, QMainWindow,
                                QMessageBox, QSizePolicy, QSplitter, QVBoxLayout, QWidget)
 
-from engine.source import EngineControl, StepSource
-from engine.state import EngineState
-from ui.check_dialog import FindingsDialog
+from engine.state.source import EngineControl, StepSource
+from engine.state.state import EngineState
+from ui.dialogs.check import FindingsDialog
 from ui.check_worker import CheckWorker
 from ui.error_banner import ErrorBanner
 from ui.frame_pacer import FramePacer
-from ui.inject_dialog import InjectDialog
+from ui.dialogs.inject import InjectDialog
 from ui.jump import parse_jump, resolve_jump
-from ui.knobs_dialog import KnobsDialog
-from ui.kv_block_map import KVBlockMap
+from ui.dialogs.knobs import KnobsDialog
+from ui.views.block_map import KVBlockMap
 from ui.layout_fence import LayoutFence
-from ui.metrics_plots import MetricsPlots
-from ui.queue_tables import QueueTables
+from ui.views.metrics_plots import MetricsPlots
+from ui.views.queue_tables import QueueTables
 from ui.record_cache import RecordCache, step_span
 from ui.recording_status import CHECK_TIP, RecordingStatus
-from ui.request_inspector import RequestInspector
+from ui.inspector.inspector import RequestInspector
 from ui.run_end import RunEnd
-from ui.run_summary import RunSummaryDialog, recording_path
-from ui.slot_timeline import SlotTimeline
+from ui.dialogs.run_summary import RunSummaryDialog, recording_path
+from ui.views.slot_timeline import SlotTimeline
 from ui.step_summary import StepSummary
-from ui.theme import apply_theme, fix_size
+from ui.style.theme import apply_theme, fix_size
 from ui.transport import FRAME_MS, LOADING_TEXT, TransportBar
 from ui.plain_text import PlainLabel, as_rich
 

@@ -7,7 +7,7 @@ reads the batch arrays and counts of a step range in one light query; no record 
 """
 from __future__ import annotations
 
-from engine.source import StepSource
+from engine.state.source import StepSource
 from ui.step_summary import StepSummary, fetch_summaries
 
 

@@ -2,18 +2,18 @@
 :class:`ui.main_window.MainWindow`: the file is checked in the background as ``batchscope
 check`` does (``ui.check_worker``, a child process; cancelled when another file is opened or the
 window closes), the "check: ..." button lists the problems and the "incomplete: ..." button the
-requests a run cut short left unfinished (``ui.check_dialog``; a click shows the step). A
+requests a run cut short left unfinished (``ui.dialogs.check``; a click shows the step). A
 damaged file (found by the check, or opened as damaged) replays up to its last readable step,
 with the damage and the ``batchscope recover`` command in the banner and on the button."""
 from __future__ import annotations
 
 from PySide6.QtWidgets import QToolButton
 
-from recordings import RecordingError
-from recordings.checks import Problem
-from ui.check_dialog import FindingsDialog, problem_findings, unfinished_findings
+from recordings.errors import RecordingError
+from recordings.check.invariants import Problem
+from ui.dialogs.check import FindingsDialog, problem_findings, unfinished_findings
 from ui.check_worker import CheckWorker
-from ui.colors import ERROR, css
+from ui.style.colors import ERROR, css
 from ui.plain_text import as_rich
 from ui.run_end import run_end
 
@@ -101,7 +101,7 @@ class RecordingStatus:
                                       "limits, G6 drain), metrics equal the stored outcomes, complete")
 
     def _damaged(self, report) -> None:
-        """A damaged file (``recordings.damage.DamageReport``): replay only its readable steps
+        """A damaged file (``recordings.damage.report.DamageReport``): replay only its readable steps
         (``Reader.keep_readable``), say so in the banner and on the check button, whose list
         holds the report and the command that saves what reads."""
         keep = getattr(self.source, "keep_readable", None)

@@ -1,7 +1,7 @@
 """Whether a replayed recording ran to its end: a run cut short (the process killed, the window
 closed while requests were still queued or running) leaves requests without an outcome
 (``requests.status`` NULL) and, after a crash, no ``runs.closed_at``. The window marks such a
-recording incomplete and lists its unfinished requests (``ui.check_dialog``)."""
+recording incomplete and lists its unfinished requests (``ui.dialogs.check``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,7 +40,7 @@ class RunEnd:
 
 
 def run_end(source) -> RunEnd | None:
-    """How the recording ``source`` (a ``recordings.Reader``) ended; None for a source that is
+    """How the recording ``source`` (a ``recordings.file.reader.Reader``) ended; None for a source that is
     no recording (a live engine) or cannot say. The unfinished requests are those still live in
     the state after the last step (they are exactly the recorded requests without an outcome)."""
     is_complete = getattr(source, "is_complete", None)

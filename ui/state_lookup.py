@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine.outputs import RequestView
-from engine.state import EngineState, row_view
+from engine.state.state import EngineState, row_view
 
 
 _last_found: tuple = ((), None, None)     # (request_ids, request_id, row) of the last lookup

@@ -3,9 +3,9 @@
 The slot timeline needs each step's batch (request, slot, tokens, prefill) and the metrics plots,
 the error banner and the "why not admitted" column a step's counts, times, error, preempted and
 not-admitted requests. A :class:`StepSummary` holds just that. A recording gives summaries of a
-step range in one light query (``recordings.Reader.step_batches``: scalar columns and the batch
+step range in one light query (``recordings.file.reader.Reader.step_batches``: scalar columns and the batch
 arrays, each JSON column parsed once for the range); other sources (a live engine) give records,
-summarised with ``recordings.step_batches.batch_columns``. Both paths build summaries from the same
+summarised with ``recordings.file.step_batches.batch_columns``. Both paths build summaries from the same
 columns (:func:`summaries_from_columns`), so a recording and a live run cannot differ.
 
 A summary answers what the views ask of a ``StepRecord`` (``step``, ``error``, ``scheduled``,
@@ -19,8 +19,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from engine.outputs import BatchEntry, StepRecord
-from engine.source import StepSource
-from recordings.step_batches import batch_columns
+from engine.state.source import StepSource
+from recordings.file.step_batches import batch_columns
 
 SCALARS = ("step", "start_ns", "end_ns", "clock", "token_time", "num_waiting", "num_running",
            "num_paused", "num_finished", "num_free_blocks", "num_total_blocks", "schedule_ns",

@@ -14,9 +14,9 @@ from PySide6.QtCore import QElapsedTimer, Qt, QTimer, Signal
 from PySide6.QtWidgets import (QComboBox, QFrame, QHBoxLayout, QLabel, QLineEdit, QSlider,
                                QSpinBox, QToolButton, QWidget)
 
-from engine.source import EngineControl
-from ui.colors import ERROR, css
-from ui.theme import fix_size
+from engine.state.source import EngineControl
+from ui.style.colors import ERROR, css
+from ui.style.theme import fix_size
 from ui.plain_text import rich_escape
 
 SPEEDS = (1, 2, 5, 10, 30, 100, 300, 1000, 3000, "max")   # replay speeds, steps per second
@@ -82,7 +82,7 @@ class TransportBar(QWidget):
         self.spin.setPrefix("step ")
         self.spin.setKeyboardTracking(False)
         # a fixed size (both ways): its range grows every step, and a spin box's new range
-        # re-lays out the window unless its size is fixed (see ui.theme.fix_size)
+        # re-lays out the window unless its size is fixed (see ui.style.theme.fix_size)
         self.spin.setFixedSize(self.spin.fontMetrics().horizontalAdvance("step 88888888") + 40,
                                self.spin.sizeHint().height())
         self.latest_label = fix_size(QLabel("of –"), "of 88888888")

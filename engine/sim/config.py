@@ -60,7 +60,7 @@ class SimConfig(EngineConfig):
 
 def sim_num_blocks(config: EngineConfig, shape: ModelShape, device: DevicePeaks) -> int:
     """KV blocks that fit in ``SIM_MEMORY_UTILIZATION`` of the device memory after the weights,
-    capped (like ``engine.kv_memory.size_num_blocks``) at what ``max_num_seqs`` requests of
+    capped (like ``engine.runner.kv_sizing.size_num_blocks``) at what ``max_num_seqs`` requests of
     ``max_model_len`` tokens can use. Raises ``RuntimeError`` if one such request does not fit."""
     per_block = shape.kv_bytes_per_token * config.block_size
     free = SIM_MEMORY_UTILIZATION * device.memory_bytes - shape.weight_bytes

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from engine.outputs import ModelRunnerOutput, SchedulerOutput
-from engine.runner_lengths import RunnerLengths
+from engine.runner.lengths import RunnerLengths
 from engine.sim.cost_model import CostModel
 
 
@@ -37,7 +37,7 @@ def synthetic_token(seed: int, request_id: str, index: int, vocab_size: int, eos
 class SimExecutor:
     """Implements ``engine.engine.Runner``: ``execute(sched)`` and ``release(id)``.
 
-    It keeps each request's token counts from the scheduler's diffs (``engine.runner_lengths``;
+    It keeps each request's token counts from the scheduler's diffs (``engine.runner.lengths``;
     no ``Request`` objects). A request whose scheduled chunk reaches the end of its known tokens
     (``num_computed_tokens + num_tokens == num_tokens``) gets a synthetic token; the step's
     duration is ``cost_model.step_time`` of the scheduled chunks with that many sampled rows, plus

@@ -1,4 +1,4 @@
-"""Exporters: a recording (``recordings.Reader``) to the files other tools read. No Qt, no torch.
+"""Exporters: a recording (``recordings.file.reader.Reader``) to the files other tools read. No Qt, no torch.
 
 One module per format, each streaming through the reader in step or request ranges (memory
 follows one chunk of steps and the live requests, never the whole recording):
@@ -9,7 +9,7 @@ follows one chunk of steps and the live requests, never the whole recording):
 - :mod:`recordings.export.summary_json`: the run's summary as JSON;
 - :mod:`recordings.export.mooncake`: the recorded workload as a Mooncake JSONL trace.
 
-``batchscope export`` (``app/export.py``) is the command line; docs/export.md the user's guide.
+``batchscope export`` (``app/commands/export.py``) is the command line; docs/export.md the user's guide.
 """
 
 

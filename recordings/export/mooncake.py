@@ -2,7 +2,7 @@
 
 One line per request that arrived, in arrival order: ``{"timestamp": ms, "input_length": n,
 "output_length": n, "hash_ids": [...]}`` (Mooncake's format, read by
-``recordings.traces.load_mooncake_jsonl``):
+``recordings.workloads.traces.load_mooncake_jsonl``):
 
 - ``timestamp``: the request's ``arrival_time`` in milliseconds on the run's clock (wall or
   simulated seconds x 1000; under the virtual clock ``arrival_step * 1000 / steps_per_second``,
@@ -13,7 +13,7 @@ One line per request that arrived, in arrival order: ``{"timestamp": ms, "input_
   ignores EOS, so it generates exactly that many).
 - ``hash_ids``: when the recording stored the prompt token ids, one id per 512-token block of
   the prompt (the last one partial), chained like vLLM's prefix hashes
-  (``engine.prefix_hash.hash_block``: equal ids = equal whole prefixes) and numbered from 0 in
+  (``engine.kv.prefix_hash.hash_block``: equal ids = equal whole prefixes) and numbered from 0 in
   order of first appearance, as Mooncake numbers them. Runs with synthetic prompts (the
   simulated executor) store no ids: the lines then have no ``hash_ids`` and the export says so.
 
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from engine.prefix_hash import ROOT_HASH, hash_block
-from recordings import codec
+from engine.kv.prefix_hash import ROOT_HASH, hash_block
+from recordings.file import codec
 from recordings.export.timebase import time_base
 
 ROWS_PER_QUERY = 2048

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from engine.outputs import StepRecord
-from engine.state import EngineState
+from engine.state.state import EngineState
 from recordings.export.lifecycles import Lifecycles
 from recordings.export.replay import Progress, replay
 from recordings.export.slot_runs import SlotRun, SlotRuns
@@ -59,7 +59,7 @@ class PerfettoExport:
 
 def export_perfetto(reader, path: str | Path, *, us_per_step: float = US_PER_STEP,
                     progress: Progress | None = None) -> PerfettoExport:
-    """Write the recording open in ``reader`` (a ``recordings.Reader``) to ``path`` as
+    """Write the recording open in ``reader`` (a ``recordings.file.reader.Reader``) to ``path`` as
     trace-event JSON (see the module doc). ``us_per_step``: microseconds per step under the
     virtual clock. ``progress(1)`` is called per step. Raises ``RecordingError`` for an
     unreadable recording, ``ValueError`` for a bad ``us_per_step``, ``OSError`` if ``path``
@@ -208,7 +208,7 @@ class _StepWriter:
 
 
 def _detail_args(detail: str) -> dict[str, Any]:
-    """A ``preempted`` event's detail (``engine.preemption`` PreemptionInfo JSON: mode, reason,
+    """A ``preempted`` event's detail (``engine.sched.preemption`` PreemptionInfo JSON: mode, reason,
     for, tokens, count) as args; older recordings' free text as ``{"detail": text}``."""
     try:
         parsed = json.loads(detail)

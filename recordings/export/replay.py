@@ -1,7 +1,7 @@
 """Every recorded step with the state after it, streamed: what the exporters walk through.
 
-The states come from ``recordings.checks.replayed_states`` (the keyframe before the first step,
-then the recorded deltas applied with ``engine.timeline.StateTimeline``, as a replay in the
+The states come from ``recordings.check.invariants.replayed_states`` (the keyframe before the first step,
+then the recorded deltas applied with ``engine.state.timeline.StateTimeline``, as a replay in the
 window does), read in chunks of steps: memory follows one chunk and the live requests.
 """
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Callable, Iterator
 
 from engine.outputs import StepRecord
-from engine.state import EngineState
-from recordings.checks import Problem, replayed_states
+from engine.state.state import EngineState
+from recordings.check.invariants import Problem, replayed_states
 from recordings.errors import RecordingError
 
 Progress = Callable[[int], object]     # called with the number of steps just done

@@ -2,7 +2,7 @@
 
 The slot of a batch entry is the one the scheduler gave the request and the recording stores
 (``StepRecord.scheduled[i].slot``, ``steps.batch_slot_json``); the window's slot timeline
-(``ui/slot_timeline.py``) draws one cell per (slot, step) from the same entries. A *run* is a
+(``ui/views/slot_timeline.py``) draws one cell per (slot, step) from the same entries. A *run* is a
 maximal sequence of consecutive steps in which the same request holds the same slot: a cell
 sequence of one colour in the window. Entries with a slot outside ``[0, max_num_seqs)`` are not
 drawn by the window and are skipped here too.

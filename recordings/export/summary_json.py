@@ -1,9 +1,9 @@
 """A recording's summary as JSON: what ``batchscope summary`` prints, as one object.
 
-``summary_dict`` gathers :func:`recordings.summarize` (``RunSummary``) and
-:func:`recordings.metrics.summarize_batching` (``BatchingSummary``) as plain dicts (every field,
+``summary_dict`` gathers :func:`recordings.metrics.run_metrics.summarize` (``RunSummary``) and
+:func:`recordings.metrics.run_metrics.summarize_batching` (``BatchingSummary``) as plain dicts (every field,
 so fields added to those classes appear here too; percentiles as ``{p50, p90, p99,
-num_samples}``), their derived rates, the roofline efficiency (``recordings.roofline``: the run's
+num_samples}``), their derived rates, the roofline efficiency (``recordings.metrics.roofline``: the run's
 and its per-step percentiles, with the basis or why there is none), whether the recording is
 complete, and the run's provenance (model, device, clock and engine config, trace and its scaling).
 """
@@ -19,9 +19,9 @@ from typing import Any
 def summary_dict(reader) -> dict[str, Any]:
     """The summary of the recording open in ``reader`` as JSON-ready data (NaN and infinities
     become None). Raises ``RecordingError`` for an unreadable recording."""
-    from recordings import summarize
-    from recordings.metrics import summarize_batching
-    from recordings.roofline import summarize_roofline
+    from recordings.metrics.run_metrics import summarize
+    from recordings.metrics.run_metrics import summarize_batching
+    from recordings.metrics.roofline import summarize_roofline
 
     run = summarize(reader)
     roof = summarize_roofline(reader)

@@ -46,7 +46,7 @@ class TimeBase:
 
 def time_base(run_info: Mapping[str, Any], us_per_step: float = US_PER_STEP) -> TimeBase:
     """The time base of a recording from its ``run_info`` (``config['clock']``; a recording
-    without one is virtual, as ``recordings.metrics`` reads it). Raises ``ValueError`` for
+    without one is virtual, as ``recordings.metrics.run_metrics`` reads it). Raises ``ValueError`` for
     ``us_per_step`` <= 0 or an unknown clock."""
     if not us_per_step > 0:
         raise ValueError(f"microseconds per virtual step must be > 0, got {us_per_step}")

@@ -1,17 +1,18 @@
 """``batchscope run`` / ``summary`` / ``--help`` as a user runs them (tiny model, CPU)."""
 from __future__ import annotations
+from tests.support.paths import REPO
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from app.cli import build_parser, main
-from recordings import Reader, summarize
-from recordings.workload import DEMO_TRACE
+from recordings.file.reader import Reader
+from recordings.metrics.run_metrics import summarize
+from recordings.workloads.workload import DEMO_TRACE
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 
 
 def run_cli(*argv: str) -> subprocess.CompletedProcess:

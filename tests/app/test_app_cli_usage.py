@@ -1,6 +1,7 @@
 """The command line before any work: presets, usage errors (exit 2) found without importing torch,
 transformers or Qt, ``batchscope [demo flags]``, and where live recordings go."""
 from __future__ import annotations
+from tests.support.paths import REPO
 
 import json
 import subprocess
@@ -12,7 +13,7 @@ import pytest
 from app.cli import build_parser, parse_args
 from app.presets import PRESETS
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 DEMO_TRACE = ROOT / "recordings" / "data" / "azure_conv_demo.csv"
 HEAVY = ("torch", "transformers", "PySide6", "pyqtgraph", "tqdm")
 
@@ -115,8 +116,8 @@ def test_an_argparse_error_exits_2_before_heavy_imports(tmp_path):
     ({}, "{home}/.cache/batchscope/runs"),
 ])
 def test_live_recordings_and_models_share_one_cache_root(env, expected, tmp_path, monkeypatch):
-    from app.gui import default_recording_path
-    from engine.gguf_convert import default_cache_folder
+    from app.commands.window import default_recording_path
+    from engine.model.gguf_convert import default_cache_folder
 
     home = tmp_path / "home"
     monkeypatch.setenv("HOME", str(home))
@@ -134,8 +135,7 @@ def test_a_closed_pipe_ends_the_command_quietly(tmp_path):
     import os
 
     rec = tmp_path / "r.sqlite"
-    sys.path.insert(0, str(ROOT / "tests" / "recordings"))
-    from engine_runs import run_engine
+    from tests.support.engine_runs import run_engine
 
     run_engine(rec, seed=2, num_requests=6, fail_steps=())
     read, write = os.pipe()

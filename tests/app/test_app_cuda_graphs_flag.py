@@ -45,7 +45,7 @@ def test_help_says_what_it_does_and_that_it_is_off_until_verified(capsys):
 
 
 def test_bench_with_cuda_graphs_on_a_cpu_schedules_the_same_steps(tmp_path, monkeypatch):
-    from engine.cuda_graphs import DecodeGraphs
+    from engine.runner.cuda_graphs import DecodeGraphs
 
     batches = []
     run = DecodeGraphs.run

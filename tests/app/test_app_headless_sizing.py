@@ -3,9 +3,9 @@ of thousands of blocks used at 2%), on the simulated executor (no model load).""
 from __future__ import annotations
 
 from app.cli import main
-from recordings import Reader
-from recordings.checks import check_recording
-from recordings.workload import DEMO_TRACE
+from recordings.file.reader import Reader
+from recordings.check.invariants import check_recording
+from recordings.workloads.workload import DEMO_TRACE
 
 SIM = ("run", "--trace", str(DEMO_TRACE), "--limit", "30", "--time-scale", "0.05", "--max-num-seqs", "8",
        "--executor", "sim", "--sim-model", "llama-3.2-1b", "--sim-device", "a100")

@@ -7,10 +7,10 @@ import pytest
 from app.cli import build_parser, engine_config, main
 from engine.config import POLICIES
 from engine.outputs import NOT_ADMITTED_STATIC_BATCH
-from engine.scheduler import Scheduler
-from recordings import Reader
-from recordings.metrics import summarize_batching
-from recordings.workload import DEMO_TRACE
+from engine.sched.scheduler import Scheduler
+from recordings.file.reader import Reader
+from recordings.metrics.run_metrics import summarize_batching
+from recordings.workloads.workload import DEMO_TRACE
 
 SIM_RUN = ("run", "--trace", str(DEMO_TRACE), "--limit", "30", "--time-scale", "0.02", "--max-num-seqs", "8",
            "--num-gpu-blocks", "400", "--executor", "sim", "--sim-model", "llama-3.2-1b", "--sim-device", "a100")
@@ -114,7 +114,7 @@ def test_replay_check_invariants_reports_before_the_window_opens(tmp_path, capsy
     assert main([*SIM_RUN, "--record", str(path)]) == 0
     capsys.readouterr()
     opened = []
-    monkeypatch.setattr("app.gui.launch", lambda args, command: opened.append((args.recording, command)) or 0)
+    monkeypatch.setattr("app.commands.window.launch", lambda args, command: opened.append((args.recording, command)) or 0)
     assert main(["replay", "--check-invariants", str(path)]) == 0
     assert opened == [(str(path), "replay")]
     assert "no invariant violated" in capsys.readouterr().err

@@ -8,7 +8,8 @@ import torch
 
 from app import LLM, SamplingParams
 from engine.config import ConfigError
-from recordings import Reader, RecordingError
+from recordings.file.reader import Reader
+from recordings.errors import RecordingError
 
 GREEDY = SamplingParams(max_tokens=6, ignore_eos=True)
 PROMPTS = [[5, 6, 7, 8], list(range(30, 70)), [9, 10, 11], [12] * 20, list(range(100, 117))]

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from app.cli import main
-from recordings import Reader
-from recordings.workload import DEMO_TRACE
+from recordings.file.reader import Reader
+from recordings.workloads.workload import DEMO_TRACE
 
 SIM = ("--executor", "sim", "--sim-model", "llama-3.2-1b", "--sim-device", "a100", "--max-num-seqs", "16",
        "--num-gpu-blocks", "4000", "--max-num-batched-tokens", "4096", "--max-model-len", "8192")
@@ -90,7 +90,7 @@ def test_bad_source_flags_name_the_flag_and_limit(argv, message, tmp_path, capsy
 def test_a_workload_without_one_valid_row_is_refused_naming_its_lines(tmp_path, capsys):
     wl = tmp_path / "bad.jsonl"
     wl.write_text('{"arrival": -1, "prompt_tokens": 5, "max_tokens": 1}\n{"arrival": 0}\n')
-    assert main(["run", "--trace", str(wl), "--record", str(tmp_path / "x.sqlite"), *SIM]) == 2          # bad input (app.headless: a malformed trace is a usage error)
+    assert main(["run", "--trace", str(wl), "--record", str(tmp_path / "x.sqlite"), *SIM]) == 2          # bad input (app.commands.run: a malformed trace is a usage error)
     err = capsys.readouterr().err
     assert f"{wl}: no valid request rows (2 malformed: line 1: arrival:" in err
     assert "line 2: give exactly one of prompt, prompt_tokens, prompt_token_ids" in err

@@ -2,25 +2,23 @@
 the writer thread dies. The engine serves on (or fails only what it must), the window and the CLI
 say what happened, and the file opens up to its last committed step and says it is incomplete."""
 from __future__ import annotations
+from tests.support.paths import REPO
 
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-for p in (str(ROOT / "tests" / "engine"), str(ROOT / "tests" / "ui")):
-    if p not in sys.path:
-        sys.path.insert(0, p)
+ROOT = REPO
 
 from engine.config import EngineConfig  # noqa: E402
 from engine.engine import LLMEngine  # noqa: E402
 from engine.request import SamplingParams  # noqa: E402
-from fake_runner import FakeRunner  # noqa: E402
-from recordings import Reader, RecordingError, RecordingWriter  # noqa: E402
-from recordings.file_checks import check_file  # noqa: E402
+from tests.support.fake_runner import FakeRunner  # noqa: E402
+from recordings.file.reader import Reader  # noqa: E402
+from recordings.errors import RecordingError  # noqa: E402
+from recordings.file.writer import RecordingWriter  # noqa: E402
+from recordings.check.file_check import check_file  # noqa: E402
 
 CONFIG = EngineConfig(block_size=4, num_gpu_blocks=64, max_model_len=64, max_num_seqs=4,
                       max_num_batched_tokens=16, clock="virtual", check_invariants=True)
@@ -136,7 +134,7 @@ def test_sqlite_full_stops_the_recording_not_the_engine(tmp_path, monkeypatch, c
 
 def test_the_cli_run_says_the_disk_filled(tmp_path, monkeypatch, capsys):
     from app.cli import main
-    from recordings.workload import DEMO_TRACE
+    from recordings.workloads.workload import DEMO_TRACE
     disk_full_after(monkeypatch, 10)
     path = tmp_path / "full.sqlite"
     code = main(["run", "--trace", str(DEMO_TRACE), "--limit", "40", "--executor", "sim", "--sim-model",

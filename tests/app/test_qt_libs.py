@@ -1,9 +1,9 @@
 """The check for system libraries Qt's xcb plugin needs, run before Qt starts (app/qt_libs.py)."""
 from __future__ import annotations
+from tests.support.paths import REPO
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -75,13 +75,14 @@ def test_window_command_stops_before_qt_with_the_install_command(tmp_path):
     returns 1 and prints the install command, before PySide6 is imported."""
     code = f"""
 import sys
-from app import gui, qt_libs
+from app.commands import window as gui
+from app import qt_libs
 qt_libs.ldd_missing = lambda plugin, run=None: ["libxcb-icccm.so.4", "libxcb-keysyms.so.1"]
 rc = gui.check_window_libraries()
 print("rc", rc, "qt imported", "PySide6.QtWidgets" in sys.modules)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          env={"PATH": "/usr/bin:/bin", "DISPLAY": ":99", "HOME": str(tmp_path)},
-                         cwd=Path(__file__).resolve().parents[2])
+                         cwd=REPO)
     assert "rc 1 qt imported False" in out.stdout, out.stderr
     assert "sudo apt-get install -y libxcb-icccm4 libxcb-keysyms1" in out.stderr

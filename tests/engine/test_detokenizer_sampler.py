@@ -7,8 +7,8 @@ import torch
 
 from engine.detokenizer import IncrementalDetokenizer
 from engine.request import SamplingParams
-from engine.sampler import Sampler
-from fake_runner import ToyTokenizer
+from engine.runner.sampler import Sampler
+from tests.support.fake_runner import ToyTokenizer
 
 
 class ByteTokenizer:

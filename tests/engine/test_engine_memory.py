@@ -18,7 +18,7 @@ from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.request import Request, SamplingParams
 from engine.request_ids import IdHashes
-from fake_runner import NullRunner
+from tests.support.fake_runner import NullRunner
 
 NUM_REQUESTS = 20_000
 CHECKPOINTS = (2_000, 10_000, 20_000)
@@ -82,7 +82,7 @@ def test_memory_does_not_grow_with_finished_requests(tmp_path, recorded):
                           max_num_batched_tokens=1024)
     writer = None
     if recorded:
-        from recordings import RecordingWriter
+        from recordings.file.writer import RecordingWriter
         writer = RecordingWriter(tmp_path / "mem.sqlite", {"config": config.to_dict()})
     engine = LLMEngine(config, NullRunner(), config.num_gpu_blocks, recorder=writer)
     num_finished = 0

@@ -10,9 +10,9 @@ import pytest
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.request import RequestStatus, SamplingParams
-from engine_harness import (Action, Arrival, assert_outputs_match, assert_recording_matches,
+from tests.support.engine_harness import (Action, Arrival, assert_outputs_match, assert_recording_matches,
                             distinct_prompt, reference_outputs, run_workload, solo_arrivals)
-from fake_runner import FakeRunner, reference_output
+from tests.support.fake_runner import FakeRunner, reference_output
 
 SEEDED = SamplingParams(max_tokens=14, n=3, temperature=1.0, seed=40, ignore_eos=True)
 
@@ -122,12 +122,12 @@ def test_live_knobs_that_make_a_group_impossible_fail_it():
 
 
 def test_a_recording_checks_group_sharing_and_flags_other_sharing(tmp_path):
-    """``recordings.checks`` accepts a group's shared prompt blocks (no prefix caching, no hash)
+    """``recordings.check.invariants`` accepts a group's shared prompt blocks (no prefix caching, no hash)
     and reports the same fork handed to a request outside the group (G2)."""
     import sqlite3
 
-    from recordings import Reader
-    from recordings.checks import check_recording
+    from recordings.file.reader import Reader
+    from recordings.check.invariants import check_recording
 
     path = tmp_path / "run.sqlite"
     run_workload(CONFIGS["swap"], workload(SEEDED), record_to=path)

@@ -9,9 +9,9 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.outputs import BLOCKS_ALLOCATED, BLOCKS_FORKED, NOT_ADMITTED_SEQ_CAP, ModelRunnerOutput
-from engine.preemption import preemption_info
+from engine.sched.preemption import preemption_info
 from engine.request import RequestStatus, SamplingParams
-from engine.scheduler import Scheduler
+from engine.sched.scheduler import Scheduler
 from engine.sequence_group import make_sequences, sequence_ids, sequence_params
 
 R = RequestStatus

@@ -9,7 +9,7 @@ from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.request import SamplingParams
 from engine.request_ids import IdHashes, RequestIds
-from fake_runner import NullRunner
+from tests.support.fake_runner import NullRunner
 
 CONFIG = EngineConfig(block_size=4, num_gpu_blocks=64, max_model_len=64, max_num_seqs=8,
                       max_num_batched_tokens=64)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine_runs import SMALL_SEED, Run, run_engine
+from tests.support.engine_runs import SMALL_SEED, Run, run_engine
 
 
 @pytest.fixture

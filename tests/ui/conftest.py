@@ -1,20 +1,16 @@
 """UI tests run offscreen with pytest-qt on states and records of the REAL engine with the fake
-runner of tests/engine (fakes.py next to this file)."""
+runner of tests/support (fakes.py)."""
 from __future__ import annotations
+from tests.support.paths import REPO
 
 import os
-import sys
-from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-ROOT = Path(__file__).resolve().parents[2]
-for p in (str(ROOT), str(Path(__file__).resolve().parent), str(ROOT / "tests" / "engine")):
-    if p not in sys.path:
-        sys.path.insert(0, p)
+ROOT = REPO
 
 import pytest  # noqa: E402
 
-from fakes import FakeControl, FakeSource, big_source  # noqa: E402
+from tests.support.fakes import FakeControl, FakeSource, big_source  # noqa: E402
 
 
 @pytest.fixture
@@ -46,8 +42,8 @@ def window(qtbot, source, control):
 
 @pytest.fixture
 def replay_window(qtbot, tmp_path):
-    """The window replaying a recording of the fake source's run (``recordings.Reader``)."""
-    from recordings import Reader
+    """The window replaying a recording of the fake source's run (``recordings.file.reader.Reader``)."""
+    from recordings.file.reader import Reader
     from ui import MainWindow
     path = tmp_path / "fake.sqlite"
     FakeSource(record_to=path).close()

@@ -3,22 +3,18 @@ says in its banner and on the check button what is damaged and which command sav
 (not just "check failed")."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-RECORDING_TESTS = str(Path(__file__).resolve().parents[1] / "recordings")
-if RECORDING_TESTS not in sys.path:
-    sys.path.insert(0, RECORDING_TESTS)
 
-from damaged_files import middle_leaf, overwrite_page, truncated  # noqa: E402
-from engine_runs import run_engine  # noqa: E402
-from fakes import shown_window  # noqa: E402
+from tests.support.damaged_files import middle_leaf, overwrite_page, truncated  # noqa: E402
+from tests.support.engine_runs import run_engine  # noqa: E402
+from tests.support.fakes import shown_window  # noqa: E402
 
-from app.recover import open_recording  # noqa: E402
-from recordings import Reader  # noqa: E402
-from recordings.damage import find_damage  # noqa: E402
+from app.commands.recover import open_recording  # noqa: E402
+from recordings.file.reader import Reader  # noqa: E402
+from recordings.damage.report import find_damage  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +70,7 @@ def test_a_file_the_reader_refuses_opens_as_damaged(qtbot, original, tmp_path):
 
 
 def test_files_that_are_no_recording_are_refused_with_the_reason(tmp_path):
-    from recordings import RecordingError
+    from recordings.errors import RecordingError
 
     (tmp_path / "empty.sqlite").write_bytes(b"")
     (tmp_path / "text.sqlite").write_text("not a database\n" * 100)

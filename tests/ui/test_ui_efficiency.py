@@ -2,21 +2,18 @@
 from a recording whose provenance names a shape and peaks; the reason when it names none."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recordings"))
-from engine_runs import SMALL_SEED, run_engine  # noqa: E402
+from tests.support.engine_runs import SMALL_SEED, run_engine  # noqa: E402
 
 from engine.sim.cost_model import CostModel, CostParams  # noqa: E402
 from engine.sim.hardware import DevicePeaks  # noqa: E402
 from engine.sim.model_shapes import ModelShape  # noqa: E402
-from recordings import Reader  # noqa: E402
-from recordings.roofline import roofline_info  # noqa: E402
-from ui.metrics_plots import MetricsPlots  # noqa: E402
+from recordings.file.reader import Reader  # noqa: E402
+from recordings.metrics.roofline import roofline_info  # noqa: E402
+from ui.views.metrics_plots import MetricsPlots  # noqa: E402
 from ui.record_cache import step_span  # noqa: E402
 from ui.step_summary import fetch_summaries  # noqa: E402
 

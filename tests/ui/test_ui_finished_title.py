@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from engine.state import NUM_RECENTLY_FINISHED
-from ui.queue_tables import QUEUES, QueueTables
+from engine.state.state import NUM_RECENTLY_FINISHED
+from ui.views.queue_tables import QUEUES, QueueTables
 
 
 def test_finished_tab_names_the_total_when_it_shows_only_the_last_ones(qtbot, source):

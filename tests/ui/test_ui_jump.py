@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from fakes import FakeSource
+from tests.support.fakes import FakeSource
 from ui import MainWindow
 from ui.jump import Jump, parse_jump, step_at_time
 from ui.transport import SPEEDS
@@ -61,7 +61,7 @@ class Info:
 
 
 class RecordingLike(FakeSource):
-    """A source that knows every request's arrival, as ``recordings.Reader.request_info``."""
+    """A source that knows every request's arrival, as ``recordings.file.reader.Reader.request_info``."""
 
     def request_info(self, request_id):
         return Info(3) if request_id == "gone-1" else None

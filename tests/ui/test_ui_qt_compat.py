@@ -2,12 +2,12 @@
 redrawing window within minutes (`Fatal Python error: none_dealloc`); pyproject.toml excludes that
 release. This guards the pin: a long session of void Qt calls must leave the process alive."""
 from __future__ import annotations
+from tests.support.paths import REPO
 
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 
 
 def test_many_void_qt_calls_do_not_deallocate_none():

@@ -1,13 +1,14 @@
-"""End to end: the engine run of the fake source recorded by recordings.RecordingWriter (as the
-engine's recorder), replayed in the window through recordings.Reader, shows the same states as
+"""End to end: the engine run of the fake source recorded by recordings.file.writer.RecordingWriter (as the
+engine's recorder), replayed in the window through recordings.file.reader.Reader, shows the same states as
 the live run; the jump box finds requests through the Reader's request_info."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from fakes import FakeSource
-from recordings import Reader, RecordingWriter
+from tests.support.fakes import FakeSource
+from recordings.file.reader import Reader
+from recordings.file.writer import RecordingWriter
 from ui import MainWindow
 
 
@@ -55,7 +56,7 @@ def test_jump_to_a_finished_request_in_a_recording(replay):
 def test_a_simulated_recording_says_so(qtbot, tmp_path):
     """A recording made by the simulated executor is marked in the status bar and the title."""
     from app.cli import main
-    from recordings.workload import DEMO_TRACE
+    from recordings.workloads.workload import DEMO_TRACE
 
     path = tmp_path / "sim.sqlite"
     assert main(["run", "--trace", str(DEMO_TRACE), "--limit", "6", "--executor", "sim", "--sim-model",

@@ -14,7 +14,7 @@ import pytest
 from PySide6.QtCore import QPoint
 from PySide6.QtWidgets import QApplication
 
-from fakes import FakeSource
+from tests.support.fakes import FakeSource
 from ui import MainWindow
 
 # 80 requests of mixed prompt and output lengths, two arriving per step

@@ -1,4 +1,4 @@
-"""``batchscope replay --at / --speed / --play`` (app.gui.start_replay) on a real recording."""
+"""``batchscope replay --at / --speed / --play`` (app.commands.window.start_replay) on a real recording."""
 from __future__ import annotations
 
 import argparse
@@ -6,7 +6,7 @@ import argparse
 import pytest
 
 from app.cli import REPLAY_SPEEDS, build_parser
-from app.gui import start_replay
+from app.commands.window import start_replay
 from ui.transport import SPEEDS
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 
-from ui.queue_tables import QueueTables
+from ui.views.queue_tables import QueueTables
 
 
 def test_selecting_the_last_row_survives_the_queue_shrinking(qtbot, source):

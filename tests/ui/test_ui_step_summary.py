@@ -5,21 +5,21 @@ must equal what the records say. The run: the real engine with the fake runner, 
 real writer, with a preemption, requests not admitted, chunked prefills, a failed step and idle
 steps in it."""
 from __future__ import annotations
+from tests.support.paths import FIXTURES
 
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from fakes import FakeSource
-from recordings import Reader
-from recordings.step_batches import batch_columns
+from tests.support.fakes import FakeSource
+from recordings.file.reader import Reader
+from recordings.file.step_batches import batch_columns
 from ui import MainWindow
-from ui.metrics_plots import metric_row
+from ui.views.metrics_plots import metric_row
 from ui.record_cache import RecordCache
 from ui.step_summary import StepSummary, fetch_summaries, summarize
 
-V1_FIXTURE = Path(__file__).resolve().parents[1] / "recordings" / "fixtures" / "v1_small.sqlite"
+V1_FIXTURE = FIXTURES / "v1_small.sqlite"
 RANGES = ((0, 61), (5, 17), (17, 18), (16, 19), (40, 45), (55, 100), (70, 80), (-5, 3))
 
 

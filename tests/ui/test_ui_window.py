@@ -5,11 +5,11 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
-from fakes import FakeControl, FakeSource, settle, show
-from screenshot import grab_window
+from tests.support.fakes import FakeControl, FakeSource, settle, show
+from tests.support.screenshot import grab_window
 from ui import MainWindow
-from ui.colors import request_rgb
-from ui.request_table import REASON_COLUMN
+from ui.style.colors import request_rgb
+from ui.views.request_table import REASON_COLUMN
 from ui.transport import SPEEDS
 
 
@@ -238,7 +238,7 @@ def test_live_source_that_loads_late_and_changes_between_steps(qtbot):
 
 
 def test_live_button_only_live_and_loading_before_the_first_step(qtbot):
-    from fakes import shown_window
+    from tests.support.fakes import shown_window
     source = FakeSource(0)                        # a live engine that has not stepped yet
     w = shown_window(qtbot, source, FakeControl(source))
     assert w.status["step"].text() == "loading…" and "-1" not in w.status["step"].text()

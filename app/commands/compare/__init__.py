@@ -1,0 +1,1 @@
+"""``batchscope compare``: configs, the command and its HTML report."""

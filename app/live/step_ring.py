@@ -1,0 +1,128 @@
+"""A step record packed so that the cyclic garbage collector never has to look at it.
+
+A :class:`engine.outputs.StepRecord` at 256 running holds ~512 ``BatchEntry`` / ``NewToken``
+named tuples; CPython's collector keeps tracking named tuples (it stops tracking only exact
+tuples whose items are untracked), so ``app.live.source.LiveSource``'s ring of 1,024 records
+kept ~530k tracked objects, and every full (generation 2) collection walked them all: 80-100 ms
+(up to ~500 ms on a loaded machine) in whichever frame it fell. A packed step holds the batch and
+the tokens as numpy columns and every other item as plain tuples of strings and numbers, which
+the collector stops tracking when a collection finds them holding nothing it tracks
+(``gc.is_tracked`` False; one pass per level of nesting at most, usually the young collections
+it survives anyway): no full collection walks it. See the
+CPython notes on ``gc.is_tracked`` / ``gc.freeze`` (docs.python.org/3/library/gc.html).
+
+``pack(record)`` runs on the engine thread once per step (~0.1 ms at 256 running);
+``unpack(packed)`` rebuilds the identical record (``unpack(pack(r)) == r``, named tuple types
+included) for the rare reads of whole records (a past state advanced through the newest steps, the
+"why" of one step); :func:`batch_columns` gives the window's step views their columns directly
+from the packed steps, equal to :func:`recordings.file.step_batches.batch_columns` of the records.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import numpy as np
+
+from engine.outputs import (Arrival, BatchEntry, BlockEvent, NewToken, RequestEvent, StepRecord,
+                            Transition)
+from recordings.file.step_batches import ENTRY_FIELDS, STEP_FIELDS
+
+FIELDS = tuple(f.name for f in dataclasses.fields(StepRecord))
+# fields of named tuples kept as plain tuples (a few per step), rebuilt with their type
+_PLAIN = {"arrivals": Arrival, "events": RequestEvent, "block_events": BlockEvent,
+          "transitions": Transition}
+_BATCH = FIELDS.index("scheduled")         # packed: (request_id, slot, num_tokens, ncomputed, prefill)
+_TOKENS = FIELDS.index("new_tokens")       # packed: (request_id, index, token_id, text)
+_STEP = FIELDS.index("step")
+_INDEX = {name: i for i, name in enumerate(FIELDS)}
+_TOKEN_FIELDS = (("request_id", object), ("index", np.int64), ("token_id", np.int64),
+                 ("text", object))
+_new = tuple.__new__
+
+PackedStep = tuple
+"""A packed :class:`StepRecord`: its fields in ``dataclasses.fields`` order, ``scheduled`` as
+five aligned numpy columns (``request_id`` object, ``slot``, ``num_tokens``,
+``num_computed_tokens`` int64, ``is_prefill`` bool), ``new_tokens`` as four (``request_id``
+object, ``index``, ``token_id`` int64, ``text`` object), the named-tuple fields as tuples of plain
+tuples."""
+
+
+def pack(record: StepRecord) -> PackedStep:
+    """``record`` as a :data:`PackedStep` (no named tuple, no list: nothing the collector keeps
+    tracking)."""
+    values = [getattr(record, name) for name in FIELDS]
+    for name in _PLAIN:       # items first, then their tuple: one pass of the collector untracks both
+        i = _INDEX[name]
+        values[i] = tuple([tuple(x) for x in values[i]])
+    values[_BATCH] = _columns(record.scheduled, ENTRY_FIELDS)
+    values[_TOKENS] = _columns(record.new_tokens, _TOKEN_FIELDS)
+    return tuple(values)
+
+
+def _columns(items: Sequence[tuple], fields) -> tuple[np.ndarray, ...]:
+    columns = list(zip(*items)) if items else [()] * len(fields)
+    return tuple(np.array(values, dtype).reshape(len(items))
+                 for (_, dtype), values in zip(fields, columns))
+
+
+def unpack(packed: PackedStep) -> StepRecord:
+    """The :class:`StepRecord` that was packed (equal to it, with the same named tuple types)."""
+    values = list(packed)
+    for name, cls in _PLAIN.items():
+        i = _INDEX[name]
+        values[i] = tuple(_new(cls, t) for t in values[i])
+    values[_BATCH] = _rows(BatchEntry, packed[_BATCH])
+    values[_TOKENS] = _rows(NewToken, packed[_TOKENS])
+    return StepRecord(*values)
+
+
+def _rows(cls, columns: tuple[np.ndarray, ...]) -> tuple:
+    return tuple(_new(cls, t) for t in zip(*(c.tolist() for c in columns)))
+
+
+def step_of(packed: PackedStep) -> int:
+    """The step a packed record is of."""
+    return packed[_STEP]
+
+
+def token_texts(packed: PackedStep, request_id: str) -> list[str]:
+    """The text deltas of ``request_id``'s tokens sampled in the packed step, in order."""
+    ids, _, _, texts = packed[_TOKENS]
+    return texts[ids == request_id].tolist() if len(ids) else []
+
+
+def has_events_of(packed: PackedStep, request_id: str) -> bool:
+    """True when the packed step has lifecycle events of ``request_id``."""
+    return any(e[0] == request_id for e in packed[_INDEX["events"]])
+
+
+def batch_columns(steps: Sequence[PackedStep]) -> dict[str, Any]:
+    """The columns of ``recordings.file.reader.Reader.step_batches`` for ``steps`` (packed, in step order):
+    equal to :func:`recordings.file.step_batches.batch_columns` of their records, without rebuilding them
+    (the batch arrays are concatenated)."""
+    n = len(steps)
+    out: dict[str, Any] = {}
+    for name, dtype in STEP_FIELDS:
+        if name == "num_new_tokens":
+            out[name] = np.array([len(s[_TOKENS][0]) for s in steps], np.int64).reshape(n)
+        elif name == "num_arrivals":
+            out[name] = np.array([len(s[_INDEX["arrivals"]]) for s in steps], np.int64).reshape(n)
+        elif name == "num_scheduled_tokens":
+            out[name] = np.array([int(s[_BATCH][2].sum()) for s in steps], np.int64).reshape(n)
+        elif name == "num_preemptions":       # StepRecord.num_preemptions of the packed events
+            out[name] = np.array([sum(1 for e in s[_INDEX["events"]] if e[1] == "preempted")
+                                  for s in steps], np.int64).reshape(n)
+        else:
+            i = _INDEX[name]
+            out[name] = np.array([s[i] for s in steps], dtype).reshape(n)
+    for name in ("error", "preempted_ids", "not_admitted", "waiting_reason", "knobs"):
+        i = _INDEX[name]
+        out[name] = [s[i] for s in steps]
+    first = np.zeros(n + 1, np.int64)
+    np.cumsum([len(s[_BATCH][1]) for s in steps], out=first[1:])
+    out["batch_start"] = first
+    for j, (name, dtype) in enumerate(ENTRY_FIELDS):
+        out[name] = (np.concatenate([s[_BATCH][j] for s in steps]) if n
+                     else np.zeros(0, dtype))
+    return out

@@ -1,6 +1,0 @@
-"""Paged attention: step metadata, the torch reference implementation, and its registration with
-transformers' attention-function registry."""
-from engine.attention.metadata import PagedAttentionMetadata
-from engine.attention.registry import ATTN_IMPLEMENTATION, register_paged_attention
-
-__all__ = ["PagedAttentionMetadata", "ATTN_IMPLEMENTATION", "register_paged_attention"]

@@ -1,0 +1,55 @@
+"""Plugging our paged attention into transformers models through their attention-function
+registry (``AttentionInterface``) and a matching no-op mask (``AttentionMaskInterface``).
+
+The model runner passes the step's :class:`PagedAttentionMetadata` as the extra forward keyword
+``paged_meta``; transformers forwards unknown keywords down to the attention function.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface
+
+from engine.runner.attention.decode_static import StaticDecodeMetadata, static_decode_attention
+from engine.runner.attention.reference import paged_attention
+from engine.runner.attention.triton_attention import paged_attention_triton, triton_available
+
+ATTN_IMPLEMENTATION = "batchscope_paged"
+
+
+def select_paged_attention(query: torch.Tensor):
+    """The paged attention for ``query``'s device: the torch reference (the CPU path and the
+    oracle) unless ``BATCHSCOPE_ATTENTION=triton`` asks for our Triton kernels on CUDA. They pass
+    the reference under the Triton interpreter but have not been compiled on a GPU yet, so they
+    are opt-in until ``bench/triton_check.py`` has passed on one."""
+    if query.is_cuda and os.environ.get("BATCHSCOPE_ATTENTION", "") == "triton" and triton_available():
+        return paged_attention_triton
+    return paged_attention
+
+
+def _paged_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+                             value: torch.Tensor, attention_mask, scaling: float | None = None,
+                             dropout: float = 0.0, **kwargs):
+    meta = kwargs.get("paged_meta")
+    if meta is None:
+        raise RuntimeError(f"{ATTN_IMPLEMENTATION} attention called without paged_meta: "
+                           "run the model through engine.runner.model_runner.ModelRunner")
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    if isinstance(meta, StaticDecodeMetadata):      # a padded decode-only batch (engine.runner.cuda_graphs)
+        return static_decode_attention(query, key, value, meta, module.layer_idx, scale), None
+    return select_paged_attention(query)(query, key, value, meta, module.layer_idx, scale), None
+
+
+def _no_mask(*args, **kwargs):
+    """Masking is done inside the paged attention from the block tables: no dense mask."""
+    return None
+
+
+def register_paged_attention() -> str:
+    """Register the paged attention and its mask under :data:`ATTN_IMPLEMENTATION`; idempotent.
+    Returns the name to pass to ``model.set_attn_implementation``."""
+    AttentionInterface.register(ATTN_IMPLEMENTATION, _paged_attention_forward)
+    AttentionMaskInterface.register(ATTN_IMPLEMENTATION, _no_mask)
+    return ATTN_IMPLEMENTATION

@@ -1,0 +1,344 @@
+"""StateTimeline: the one implementation of "state before a step + its StepRecord = state after".
+
+The engine applies every record it makes to its own timeline and publishes snapshots; the
+recording's reader starts a timeline from a keyframe (a snapshot) and applies the recorded steps.
+So the live view and a replay are equal by construction (the round-trip tests check it).
+
+Storage is columnar (numpy arrays with spare capacity, one row per request in arrival order, rows
+of finished requests dropped and compacted away), so a step costs O(requests in the step) Python
+work and a snapshot O(live requests) array copies: memory follows what is live, not history.
+"""
+from __future__ import annotations
+
+import math
+import operator
+from collections import deque
+from typing import Iterable
+
+import numpy as np
+
+from engine.outputs import (BLOCKS_ALLOCATED, BLOCKS_CACHED, BLOCKS_EVICTED, BLOCKS_FORKED,
+                            BLOCKS_FREED, BLOCKS_HIT, BLOCKS_RESERVED, BLOCKS_SWAPPED_IN, BLOCKS_SWAPPED_OUT,
+                            BLOCKS_UNRESERVED, Arrival, BlockEvent, RequestEvent, StepRecord, Transition)
+from engine.state.state import (COLUMNS, RESERVED, NUM_RECENTLY_FINISHED, STATUS_CODE, STATUSES, EngineState,
+                          row_view)
+
+_RUNNING = STATUS_CODE["RUNNING"]
+_WAITING = STATUS_CODE["WAITING"]
+_MIN_CAPACITY = 64
+_REQUEST_ID = operator.attrgetter("request_id")
+_CACHE_KINDS = (BLOCKS_HIT, BLOCKS_CACHED, BLOCKS_EVICTED, BLOCKS_FORKED)   # FORKED shares as HIT
+
+
+class StateTimeline:
+    """The mutable state of one run, advanced one :class:`StepRecord` at a time.
+
+    Not thread-safe: one thread applies records; :meth:`snapshot` hands immutable copies to
+    others. Raises ``KeyError`` when a record names a request the state does not hold (a corrupt
+    or out-of-order record) and ``ValueError`` for a block event of an unknown kind.
+    """
+
+    def __init__(self, num_total_blocks: int, block_size: int, max_num_seqs: int,
+                 num_cpu_blocks: int = 0) -> None:
+        self.start(EngineState(-1, 0.0, num_total_blocks, block_size, max_num_seqs,
+                               cpu_owner=np.full(num_cpu_blocks, -1, np.int64)))
+
+    @classmethod
+    def from_state(cls, state: EngineState) -> "StateTimeline":
+        """A timeline that continues from ``state`` (a keyframe or a snapshot)."""
+        tl = cls.__new__(cls)
+        tl.start(state)
+        return tl
+
+    def start(self, state: EngineState) -> None:
+        """Reset to ``state``."""
+        n = len(state)
+        cap = max(_MIN_CAPACITY, 2 * n)
+        self.step, self.clock = state.step, state.clock
+        self.layout = (state.num_total_blocks, state.block_size, state.max_num_seqs)
+        self.next_seq = state.next_seq
+        self._cols = {k: np.zeros(cap, dt) for k, dt in COLUMNS.items()}
+        for k in COLUMNS:
+            self._cols[k][:n] = state.columns[k]
+        self._ids: list[str | None] = list(state.request_ids)
+        self._alive = np.zeros(cap, bool)
+        self._alive[:n] = True
+        self._row = dict(zip(state.request_ids, range(n)))
+        self._n = n
+        self.block_owner = state.block_owner.copy()
+        self.block_pos = state.block_pos.copy()
+        self.block_hash = state.block_hash.copy()
+        self.cpu_owner = state.cpu_owner.copy()
+        # Prefix-shared blocks: holders other than block_owner, by request and by block.
+        self._extra: dict[int, dict[int, None]] = {}
+        self._extra_by_block: dict[int, list[int]] = {}
+        self._shared: tuple[np.ndarray, np.ndarray] | None = None    # snapshot arrays of _extra
+        for seq, b in zip(state.shared_seq.tolist(), state.shared_block.tolist()):
+            self._extra.setdefault(seq, {})[b] = None
+            self._extra_by_block.setdefault(b, []).append(seq)
+        self.finished: deque = deque(state.recently_finished, maxlen=NUM_RECENTLY_FINISHED)
+        self.last_finished: list = []   # final views of the requests the last apply finished
+
+    # --- reading ---------------------------------------------------------------------------
+    @property
+    def num_live(self) -> int:
+        return len(self._row)
+
+    def __contains__(self, request_id: str) -> bool:
+        return request_id in self._row
+
+    def snapshot(self) -> EngineState:
+        """An immutable copy of the current state (O(live requests + blocks))."""
+        n = self._n
+        nb, bs, mns = self.layout
+        if len(self._row) == n:            # no dead rows: copies of the slices (C speed)
+            ids = tuple(self._ids[:n])
+            columns = {k: c[:n].copy() for k, c in self._cols.items()}
+        else:
+            rows = np.flatnonzero(self._alive[:n])
+            ids = tuple(map(self._ids.__getitem__, rows.tolist()))
+            columns = {k: c[rows] for k, c in self._cols.items()}
+        shared_seq, shared_block = self._shared_arrays()
+        return EngineState(self.step, self.clock, nb, bs, mns, next_seq=self.next_seq,
+                           request_ids=ids, columns=columns,
+                           block_owner=self.block_owner.copy(), block_pos=self.block_pos.copy(),
+                           recently_finished=tuple(self.finished),
+                           block_hash=self.block_hash.copy(),
+                           shared_seq=shared_seq, shared_block=shared_block,
+                           cpu_owner=self.cpu_owner.copy())
+
+    def _shared_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """The further holders of shared blocks as sorted (seq, block) int64 arrays, rebuilt only
+        after a hit or free changed them (O(shared holdings) numpy work then)."""
+        if self._shared is None:
+            seqs = list(self._extra)
+            lens = [len(self._extra[q]) for q in seqs]
+            blocks = np.fromiter((b for q in seqs for b in self._extra[q]), np.int64, sum(lens))
+            seq = np.repeat(np.asarray(seqs, np.int64), lens)
+            order = np.lexsort((blocks, seq))
+            self._shared = (seq[order], blocks[order])
+            for a in self._shared:
+                a.flags.writeable = False
+        return self._shared
+
+    def seq_of(self, request_id: str) -> int | None:
+        """Arrival number of a live request, or None."""
+        i = self._row.get(request_id)
+        return None if i is None else int(self._cols["seq"][i])
+
+    def values(self, request_id: str) -> tuple[str, int, int, int, int]:
+        """(status, slot, num_computed_tokens, num_output_tokens, num_preemptions) of a live
+        request (slot -1 = none). Raises ``KeyError`` if it is not live."""
+        i, c = self._row[request_id], self._cols
+        return (STATUSES[int(c["status"][i])], int(c["slot"][i]), int(c["num_computed_tokens"][i]),
+                int(c["num_output_tokens"][i]), int(c["num_preemptions"][i]))
+
+    # --- advancing -------------------------------------------------------------------------
+    def apply(self, record: StepRecord) -> None:
+        """Advance to the state after ``record``'s step."""
+        self.apply_changes(record.arrivals, record.block_events, record.transitions,
+                           record.scheduled, record.new_tokens, record.token_time, record.events,
+                           record.knobs)
+        self.step, self.clock = record.step, record.clock
+
+    def apply_changes(self, arrivals: Iterable[Arrival], block_events: Iterable[BlockEvent],
+                      transitions: Iterable[Transition], scheduled=(), new_tokens=(),
+                      token_time: float = math.nan, events: Iterable[RequestEvent] = (),
+                      knobs: Iterable[tuple[str, int]] = ()) -> None:
+        """Apply a step's changes in their fixed order: arrivals, priority changes (``priority``
+        events), batch entries, tokens, block events, transitions (last, so they are the values
+        after the step). Also used for the changes a user makes between steps (they are
+        recorded with the next step)."""
+        self.last_finished = []
+        for name, value in knobs:
+            if name == "max_num_seqs":            # the batch slots a state shows
+                self.layout = (self.layout[0], self.layout[1], int(value))
+        for a in arrivals:
+            self._add(a)
+        for ev in events:
+            if ev.kind == "priority" and ev.request_id in self._row:
+                self._cols["priority"][self._row[ev.request_id]] = int(ev.detail)
+        c, row = self._cols, self._row      # after the arrivals: an arrival may compact the rows
+        # Batch entries and tokens column-wise: one row lookup per request, the rest in numpy.
+        if scheduled:
+            n = len(scheduled)
+            ids, slots, num_tokens, num_computed, _ = zip(*scheduled)
+            rows = np.fromiter(map(row.__getitem__, ids), np.intp, n)
+            c["num_computed_tokens"][rows] = np.fromiter(map(operator.add, num_computed, num_tokens), np.int64, n)
+            c["slot"][rows] = np.fromiter(slots, np.int32, n)
+            c["status"][rows] = _RUNNING
+        if new_tokens:
+            rows = np.fromiter(map(row.__getitem__, map(_REQUEST_ID, new_tokens)), np.intp, len(new_tokens))
+            c["num_output_tokens"][rows] += 1
+            first = c["first_token_time"]
+            first[rows[np.isnan(first[rows])]] = token_time
+            c["last_token_time"][rows] = token_time
+        for ev in block_events:
+            self._blocks(ev)
+        for t in transitions:
+            self._transition(t)
+
+    def _add(self, a: Arrival) -> None:
+        if a.request_id in self._row:
+            raise ValueError(f"request {a.request_id!r} arrived twice")
+        if self._n == len(self._alive):
+            self._grow()
+        i = self._n
+        self._n += 1
+        c = self._cols
+        c["seq"][i] = self.next_seq
+        self.next_seq += 1
+        c["status"][i] = _WAITING
+        c["slot"][i] = -1
+        c["arrival_step"][i] = a.arrival_step
+        c["arrival_time"][i] = a.arrival_time
+        c["num_prompt_tokens"][i] = a.num_prompt_tokens
+        c["max_tokens"][i] = a.max_tokens
+        c["priority"][i] = a.priority
+        for k in ("num_computed_tokens", "num_output_tokens", "num_preemptions", "num_blocks"):
+            c[k][i] = 0
+        c["first_token_time"][i] = c["last_token_time"][i] = math.nan
+        self._ids.append(a.request_id)
+        self._alive[i] = True
+        self._row[a.request_id] = i
+
+    def _blocks(self, ev: BlockEvent) -> None:
+        if ev.kind in (BLOCKS_RESERVED, BLOCKS_UNRESERVED):     # the usable pool changed
+            ids = np.asarray(ev.block_ids, np.int64)
+            self.block_owner[ids] = RESERVED if ev.kind == BLOCKS_RESERVED else -1
+            self.block_hash[ids] = 0
+            self.block_pos[ids] = 0
+            return
+        i = self._row[ev.request_id]
+        nblocks = self._cols["num_blocks"]
+        ids, n = ev.block_ids, len(ev.block_ids)
+        if ev.kind == BLOCKS_FREED and (self._extra or self._extra_by_block):
+            self._shared = None
+            self._free_shared(int(self._cols["seq"][i]), ids)
+            nblocks[i] -= n
+            return
+        if ev.kind in _CACHE_KINDS:
+            self._cache_event(i, ev)
+            return
+        if ev.kind == BLOCKS_SWAPPED_OUT:       # the CPU side; the GPU table was freed before
+            self.cpu_owner[np.asarray(ids, np.int64)] = self._cols["seq"][i]
+            return
+        if ev.kind == BLOCKS_SWAPPED_IN:
+            self.cpu_owner[np.asarray(ids, np.int64)] = -1
+            return
+        if n == 1:              # the common case (a decode crossing a block boundary): scalars
+            ids = ids[0]
+        else:
+            ids = np.asarray(ids, np.int64)
+        if ev.kind == BLOCKS_ALLOCATED:
+            start = int(nblocks[i])
+            self.block_owner[ids] = self._cols["seq"][i]
+            self.block_pos[ids] = start if n == 1 else np.arange(start, start + n)
+            nblocks[i] = start + n
+        elif ev.kind == BLOCKS_FREED:
+            self.block_owner[ids] = -1
+            # a cached block keeps its position: it still holds that prefix block's tokens
+            self.block_pos[ids] = np.where(self.block_hash[ids] != 0, self.block_pos[ids], 0)
+            nblocks[i] -= n
+        else:
+            raise ValueError(f"unknown block event kind {ev.kind!r}")
+
+    def _cache_event(self, i: int, ev: BlockEvent) -> None:
+        """A prefix-cache block event (hit, cached, evicted) for the request in row ``i``, or a
+        parallel-sampling fork (shared into the table like a hit)."""
+        ids = np.asarray(ev.block_ids, np.int64)
+        if ev.kind == BLOCKS_CACHED:
+            if len(ev.block_hashes) != len(ids):
+                raise ValueError(f"cached event with {len(ids)} blocks and {len(ev.block_hashes)} hashes")
+            self.block_hash[ids] = ev.block_hashes
+        elif ev.kind == BLOCKS_EVICTED:
+            self.block_hash[ids] = 0
+            self.block_pos[ids] = 0
+        else:                                   # hit or forked: shared into the table's head
+            self._shared = None
+            nblocks = self._cols["num_blocks"]
+            seq, start = int(self._cols["seq"][i]), int(nblocks[i])
+            for k, b in enumerate(ev.block_ids):
+                if self.block_owner[b] < 0:             # cached-free: it becomes the owner
+                    self.block_owner[b] = seq
+                    self.block_pos[b] = start + k
+                else:
+                    self._extra.setdefault(seq, {})[b] = None
+                    self._extra_by_block.setdefault(b, []).append(seq)
+            nblocks[i] = start + len(ids)
+
+    def _free_shared(self, seq: int, block_ids) -> None:
+        """Request ``seq`` releases its table ``block_ids`` while some blocks are shared: a block
+        it held as a further holder just loses it; a block it owned passes to its oldest other
+        holder, or becomes free (cached-free if it has a hash)."""
+        extra = self._extra.pop(seq, {})
+        for b in block_ids:
+            if b in extra:
+                holders = self._extra_by_block[b]
+                holders.remove(seq)
+                if not holders:
+                    del self._extra_by_block[b]
+                continue
+            holders = self._extra_by_block.get(b)
+            if holders:
+                heir = min(holders)
+                holders.remove(heir)
+                if not holders:
+                    del self._extra_by_block[b]
+                del self._extra[heir][b]
+                if not self._extra[heir]:
+                    del self._extra[heir]
+                self.block_owner[b] = heir
+            else:
+                self.block_owner[b] = -1
+                if not self.block_hash[b]:
+                    self.block_pos[b] = 0
+
+    def _transition(self, t: Transition) -> None:
+        i, c = self._row[t.request_id], self._cols
+        if t.status.startswith("FINISHED"):
+            c["slot"][i] = t.slot
+            c["num_computed_tokens"][i] = t.num_computed_tokens
+            c["num_preemptions"][i] = t.num_preemptions
+            view = row_view(t.request_id, c, i, status=t.status, error=t.error)
+            self.finished.append(view)
+            self.last_finished.append(view)
+            self._remove(t.request_id)
+            return
+        c["status"][i] = STATUS_CODE[t.status]
+        c["slot"][i] = t.slot
+        c["num_computed_tokens"][i] = t.num_computed_tokens
+        c["num_preemptions"][i] = t.num_preemptions
+
+    def _remove(self, request_id: str) -> None:
+        i = self._row.pop(request_id)
+        self._alive[i] = False
+        self._ids[i] = None
+        if self._n > 2 * _MIN_CAPACITY and len(self._row) * 2 < self._n:
+            self._compact()
+
+    def _grow(self) -> None:
+        live = len(self._row)
+        if live * 2 < self._n:
+            self._compact()
+            if self._n < len(self._alive):
+                return
+        cap = 2 * len(self._alive)
+        for k, col in self._cols.items():
+            new = np.zeros(cap, col.dtype)
+            new[:self._n] = col[:self._n]
+            self._cols[k] = new
+        alive = np.zeros(cap, bool)
+        alive[:self._n] = self._alive[:self._n]
+        self._alive = alive
+
+    def _compact(self) -> None:
+        rows = np.flatnonzero(self._alive[:self._n])
+        m = len(rows)
+        for col in self._cols.values():
+            col[:m] = col[rows]
+        self._ids = [self._ids[i] for i in rows]
+        self._alive[:] = False
+        self._alive[:m] = True
+        self._row = {rid: j for j, rid in enumerate(self._ids)}
+        self._n = m

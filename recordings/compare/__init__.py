@@ -1,0 +1,1 @@
+"""Comparing recorded runs of one workload: headline ratios, per-request changes, fairness."""

@@ -1,0 +1,310 @@
+"""Schema-v3 conversions between the engine's frozen objects and the recording's rows.
+
+The writer calls the ``*_rows`` / ``*_blob`` functions, the reader the ``*_from_*`` ones; both
+directions live here so a read-back object equals the one written. Requests are referred to by
+their arrival number ``seq`` (the ``requests`` table's key) rather than their id text. A step's
+batch and tokens are stored as aligned JSON arrays in its ``steps`` row (SQL can expand them with
+``json_each``; the ``tokens`` and ``step_requests`` views do), so a step of 256 decoding requests
+costs a few kB. What follows from other columns is left out (NULL), and the views and
+:func:`record_from_rows` fill it in: ``batch_num_tokens_json`` is NULL when every entry outside
+``batch_prefill_json`` (``[[index, num_tokens], ...]``) computes one token (always, for a decode),
+and ``token_index_json`` is NULL when each token's index is ``num_computed_tokens + num_tokens -
+num_prompt_tokens`` (always, today: the chunk that samples ends at the request's last known token).
+Keyframes are engine states stored as a NumPy ``.npz`` (``allow_pickle`` off, integers in the
+narrowest type that holds them). Version 3 only added columns (prefix-cache counters, the hashes
+of ``cached`` block events): the reader selects :data:`V2_DEFAULTS` in their place on a
+version-2 file.
+"""
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+import zlib
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from engine.outputs import (NOT_ADMITTED_BEHIND, Arrival, BatchEntry, BlockEvent, NewToken,
+                            RequestEvent, RequestView, StepRecord, Transition)
+from engine.state.state import COLUMNS, EngineState
+
+SeqOf = Callable[[str], int]
+IdOf = Callable[[int], str]
+NumPromptOf = Callable[[int], int]    # arrival number -> number of prompt tokens
+
+
+def dumps(obj: Any) -> str:
+    """Compact JSON text; tuples become lists, anything else unknown becomes ``str(obj)``."""
+    return json.dumps(obj, separators=(",", ":"), default=str)
+
+
+def strict_dumps(obj: Any) -> str:
+    """Compact JSON text; raises ``TypeError`` for values JSON cannot hold."""
+    return json.dumps(obj, separators=(",", ":"))
+
+
+# --- requests ----------------------------------------------------------------------------------
+_TOKEN_DTYPES = {2: "<u2", 4: "<i4"}   # tag byte -> dtype of the ids after it
+
+
+def token_blob(token_ids: Sequence[int]) -> bytes:
+    """Prompt token ids as a tag byte (2 or 4) then little-endian uint16 (every id < 65536: most
+    vocabularies) or int32 ids. The tagged blob has an odd length, a legacy one (plain int32,
+    written before the tag) an even one."""
+    ids = np.asarray(token_ids, dtype=np.int64)
+    size = 2 if not len(ids) or (ids.min() >= 0 and ids.max() < 1 << 16) else 4
+    return bytes([size]) + ids.astype(_TOKEN_DTYPES[size]).tobytes()
+
+
+def tokens_from_blob(blob: bytes | None) -> tuple[int, ...] | None:
+    """The token ids :func:`token_blob` stored (None stays None). Raises ``ValueError`` for a
+    damaged blob."""
+    if blob is None:
+        return None
+    if len(blob) % 2 == 0:  # legacy: plain int32
+        return tuple(np.frombuffer(blob, dtype="<i4").tolist())
+    dtype = _TOKEN_DTYPES.get(blob[0])
+    if dtype is None:
+        raise ValueError(f"prompt token blob with unknown tag {blob[0]}")
+    return tuple(np.frombuffer(blob[1:], dtype=dtype).tolist())
+
+
+def request_row(seq: int, request_id: str, arrival_step: int, arrival_time: float,
+                prompt_token_ids: Sequence[int], prompt_text: str | None,
+                sampling: Mapping[str, Any], *, store_prompt: bool = True) -> dict[str, Any]:
+    """The ``requests`` row of an arrival (outcome columns still empty); ``prompt_token_ids``
+    is NULL unless ``store_prompt``."""
+    return {"seq": seq, "request_id": request_id, "arrival_step": arrival_step,
+            "arrival_time": arrival_time, "num_prompt_tokens": len(prompt_token_ids),
+            "max_tokens": sampling.get("max_tokens"),
+            "prompt_token_ids": token_blob(prompt_token_ids) if store_prompt else None,
+            "prompt_text": prompt_text,
+            "sampling_json": dumps(dict(sampling))}
+
+
+def outcome_row(view: RequestView, step: int) -> dict[str, Any]:
+    """Outcome columns of a request that finished in ``step``, from its final view."""
+    return {"request_id": view.request_id, "status": view.status,
+            "finish_reason": view.finish_reason, "finish_step": step,
+            "num_output_tokens": view.num_output_tokens, "ttft": view.ttft,
+            "mean_itl": view.mean_itl, "num_preemptions": view.num_preemptions,
+            "error": view.error}
+
+
+def arrival_from_row(row: Sequence[Any]) -> Arrival:
+    """An :class:`Arrival` from (request_id, arrival_step, arrival_time, num_prompt_tokens,
+    max_tokens, priority); a NULL priority (files written before priorities) is 0."""
+    rid, step, at, n, m, prio = row
+    return Arrival(rid, int(step), float(at), int(n), int(m), int(prio or 0))
+
+
+# --- steps -------------------------------------------------------------------------------------
+def step_rows(record: StepRecord, seq_of: SeqOf,
+              num_prompt_of: Callable[[str], int]) -> dict[str, list[dict[str, Any]]]:
+    """Rows of every table one step writes, keyed by table name (``num_prompt_of(request_id)``:
+    its prompt length). Raises ``KeyError`` for a request the writer was never told about and
+    ``TypeError`` for a value JSON cannot hold."""
+    step, batch = record.step, record.scheduled
+    tok = {t.request_id: t for t in record.new_tokens}
+    aligned = [tok.get(e.request_id) for e in batch]
+    if tuple(t for t in aligned if t is not None) != record.new_tokens:
+        raise ValueError(f"step {step}: tokens are not in batch order")
+    texts = [None if t is None else t.text for t in aligned]
+    seqs = [seq_of(e.request_id) for e in batch]
+    prefill = [[i, e.num_tokens] for i, e in enumerate(batch) if e.is_prefill]
+    ones = all(e.num_tokens == 1 for e in batch if not e.is_prefill)
+    derived = all(t is None or t.index == e.num_computed_tokens + e.num_tokens
+                  - num_prompt_of(e.request_id) for e, t in zip(batch, aligned))
+    steps_row = {
+        "step": step, "start_ns": record.start_ns, "end_ns": record.end_ns,
+        "clock": record.clock, "token_time": record.token_time,
+        "num_scheduled_tokens": record.total_num_scheduled_tokens,
+        "num_scheduled_requests": len(batch), "num_new_tokens": len(record.new_tokens),
+        "num_waiting": record.num_waiting, "num_running": record.num_running,
+        "num_paused": record.num_paused, "num_finished": record.num_finished,
+        "num_free_blocks": record.num_free_blocks, "num_total_blocks": record.num_total_blocks,
+        "kv_cache_usage": record.kv_cache_usage, "num_preemptions": record.num_preemptions,
+        "schedule_ns": record.schedule_ns, "forward_ns": record.forward_ns,
+        "update_ns": record.update_ns, "recorder_wait_ns": record.recorder_wait_ns,
+        "error": record.error,
+        "batch_seq_json": strict_dumps(seqs),
+        "batch_slot_json": strict_dumps([e.slot for e in batch]),
+        "batch_num_tokens_json": None if ones else strict_dumps([e.num_tokens for e in batch]),
+        "batch_num_computed_json": strict_dumps([e.num_computed_tokens for e in batch]),
+        "batch_prefill_json": strict_dumps(prefill),
+        "token_index_json": None if derived else strict_dumps(
+            [-1 if t is None else t.index for t in aligned]),
+        "token_id_json": strict_dumps([-1 if t is None else t.token_id for t in aligned]),
+        "token_text_json": strict_dumps(texts) if any(texts) else None,
+        "preempted_json": strict_dumps([seq_of(r) for r in record.preempted_ids]),
+        "not_admitted_json": strict_dumps([[seq_of(r), why] for r, why in record.not_admitted]),
+        "waiting_reason": None if record.waiting_reason == NOT_ADMITTED_BEHIND else record.waiting_reason,
+        "knobs_json": strict_dumps(record.knobs) if record.knobs else None,
+        "prefix_cache_queries": record.prefix_cache_queries,
+        "prefix_cache_hits": record.prefix_cache_hits,
+    }
+    return {
+        "steps": [steps_row],
+        "events": [{"step": step, "ord": i, "seq": seq_of(e.request_id), "kind": e.kind,
+                    "detail": e.detail} for i, e in enumerate(record.events)],
+        "block_events": [{"step": step, "ord": i, "kind": b.kind,
+                          "seq": seq_of(b.request_id) if b.request_id else NO_REQUEST,
+                          "block_ids_json": strict_dumps(b.block_ids),
+                          "block_hashes_json": strict_dumps(b.block_hashes) if b.block_hashes else None}
+                         for i, b in enumerate(record.block_events)],
+        "transitions": [{"step": step, "ord": i, "seq": seq_of(t.request_id), "status": t.status,
+                         "slot": t.slot, "num_computed_tokens": t.num_computed_tokens,
+                         "num_preemptions": t.num_preemptions, "error": t.error}
+                        for i, t in enumerate(record.transitions)],
+    }
+
+
+# Column order the reader selects; record_from_rows unpacks rows in exactly this order.
+STEP_COLUMNS = ("step", "start_ns", "end_ns", "clock", "token_time", "num_waiting", "num_running",
+                "num_paused", "num_finished", "num_free_blocks", "num_total_blocks",
+                "schedule_ns", "forward_ns", "update_ns", "recorder_wait_ns", "error",
+                "batch_seq_json", "batch_slot_json", "batch_num_tokens_json",
+                "batch_num_computed_json", "batch_prefill_json", "token_index_json",
+                "token_id_json", "token_text_json", "preempted_json", "not_admitted_json",
+                "waiting_reason", "prefix_cache_queries", "prefix_cache_hits", "knobs_json")
+EVENT_COLUMNS = ("step", "seq", "kind", "detail")
+BLOCK_EVENT_COLUMNS = ("step", "kind", "seq", "block_ids_json", "block_hashes_json")
+# What a version-2 file is read as, for the columns version 3 added.
+V2_DEFAULTS = {"prefix_cache_queries": "0", "prefix_cache_hits": "0", "block_hashes_json": "NULL",
+               "waiting_reason": "NULL", "knobs_json": "NULL"}
+NO_REQUEST = -1     # the seq of a block event that belongs to no request (the pool resized)
+TRANSITION_COLUMNS = ("step", "seq", "status", "slot", "num_computed_tokens", "num_preemptions",
+                      "error")
+
+
+def record_from_rows(row: Sequence[Any], arrivals: Sequence[Arrival], events: Sequence[Sequence],
+                     block_events: Sequence[Sequence], transitions: Sequence[Sequence],
+                     id_of: IdOf, num_prompt_of: NumPromptOf) -> StepRecord:
+    """Rebuild one :class:`StepRecord` from its rows (columns as in the ``*_COLUMNS`` tuples,
+    child rows in ``ord`` order). Raises ``ValueError``/``KeyError``/``TypeError`` on bad rows."""
+    (step, start_ns, end_ns, clock, token_time, num_waiting, num_running, num_paused,
+     num_finished, num_free, num_total, schedule_ns, forward_ns, update_ns, wait_ns, error,
+     b_seq, b_slot, b_n, b_nc, b_pre, t_idx, t_id, t_text, preempted, not_admitted,
+     waiting_reason, prefix_cache_queries, prefix_cache_hits, knobs) = row
+    seqs, slots, ncs, ids = (json.loads(x) for x in (b_seq, b_slot, b_nc, t_id))
+    prefill_rows = json.loads(b_pre)  # [[index, num_tokens], ...] (a plain index: legacy)
+    prefill = {p[0] if isinstance(p, list) else p for p in prefill_rows}
+    if b_n is not None:
+        ns = json.loads(b_n)
+    else:
+        ns = [1] * len(seqs)
+        for i, n in (p for p in prefill_rows if isinstance(p, list)):
+            ns[i] = n
+    if t_idx is not None:
+        idxs = json.loads(t_idx)
+    else:
+        idxs = [-1 if tid < 0 else nc + n - num_prompt_of(seq)
+                for seq, n, nc, tid in zip(seqs, ns, ncs, ids)]
+    texts = json.loads(t_text) if t_text is not None else [""] * len(seqs)
+    if not (len(seqs) == len(slots) == len(ns) == len(ncs) == len(idxs) == len(ids) == len(texts)):
+        raise ValueError(f"step {step}: batch arrays of different lengths")
+    rids = [id_of(s) for s in seqs]
+    return StepRecord(
+        step=step, start_ns=start_ns, end_ns=end_ns, clock=clock, token_time=token_time,
+        arrivals=tuple(arrivals),
+        scheduled=tuple(BatchEntry(rid, slot, n, nc, i in prefill)
+                        for i, (rid, slot, n, nc) in enumerate(zip(rids, slots, ns, ncs))),
+        new_tokens=tuple(NewToken(rid, idx, tid, text or "")
+                         for rid, idx, tid, text in zip(rids, idxs, ids, texts) if idx >= 0),
+        events=tuple(RequestEvent(id_of(seq), kind, detail or "") for _, seq, kind, detail in events),
+        block_events=tuple(BlockEvent(kind, "" if seq == NO_REQUEST else id_of(seq),
+                                      tuple(json.loads(blocks)),
+                                      tuple(json.loads(hashes)) if hashes else ())
+                           for _, kind, seq, blocks, hashes in block_events),
+        transitions=tuple(Transition(id_of(seq), status, slot, nc, npre, err)
+                          for _, seq, status, slot, nc, npre, err in transitions),
+        preempted_ids=tuple(id_of(s) for s in json.loads(preempted)),
+        not_admitted=tuple((id_of(s), why) for s, why in json.loads(not_admitted)),
+        num_waiting=num_waiting, num_running=num_running, num_paused=num_paused,
+        num_finished=num_finished, num_free_blocks=num_free, num_total_blocks=num_total,
+        schedule_ns=schedule_ns, forward_ns=forward_ns, update_ns=update_ns,
+        recorder_wait_ns=wait_ns, error=error, waiting_reason=waiting_reason or NOT_ADMITTED_BEHIND,
+        prefix_cache_queries=prefix_cache_queries, prefix_cache_hits=prefix_cache_hits,
+        knobs=knobs_from_json(knobs))
+
+
+def knobs_from_json(text: str | None) -> tuple[tuple[str, int], ...]:
+    """``StepRecord.knobs`` from a ``steps.knobs_json`` value (NULL: no change)."""
+    return () if text is None else tuple((str(k), int(v)) for k, v in json.loads(text))
+
+
+# --- keyframes ---------------------------------------------------------------------------------
+# Columns a keyframe leaves out: the requests table holds them (``StaticOf`` looks them up).
+STATIC_COLUMNS = ("arrival_step", "arrival_time", "num_prompt_tokens", "max_tokens")
+StaticOf = Callable[[np.ndarray], tuple[tuple[str, ...], dict[str, np.ndarray]]]
+
+
+def state_blob(state: EngineState) -> tuple[bytes, str]:
+    """A keyframe of ``state``: (compressed ``.npz`` of its arrays and scalars, JSON of its
+    recently finished views). Request ids and the static columns (:data:`STATIC_COLUMNS`) are
+    not repeated in every keyframe: the ``requests`` table has them, by ``seq`` (stored as
+    differences, which compress to almost nothing)."""
+    buf = io.BytesIO()
+    seq = state.columns["seq"]
+    np.savez_compressed(
+        buf, scalars=np.array([state.step, state.num_total_blocks, state.block_size,
+                               state.max_num_seqs, state.next_seq], np.int64),
+        clock=np.array([state.clock], np.float64),
+        seq_delta=_narrow(np.diff(seq, prepend=0)),
+        block_owner=_narrow(state.block_owner), block_pos=_narrow(state.block_pos),
+        block_hash=state.block_hash, shared_seq=_narrow(state.shared_seq),
+        shared_block=_narrow(state.shared_block), cpu_owner=_narrow(state.cpu_owner),
+        **{f"col_{k}": _narrow(v) for k, v in state.columns.items()
+           if k != "seq" and k not in STATIC_COLUMNS})
+    finished = [[v.request_id, v.status, v.arrival_step, v.arrival_time, v.num_prompt_tokens,
+                 v.num_output_tokens, v.num_computed_tokens, v.max_tokens, v.slot,
+                 v.num_preemptions, v.ttft, v.mean_itl, v.finish_reason, v.error]
+                for v in state.recently_finished]
+    return buf.getvalue(), strict_dumps(finished)
+
+
+def _narrow(a: np.ndarray) -> np.ndarray:
+    """An integer array in the narrowest type that holds its values (a keyframe compresses
+    better); other arrays as they are. ``state_from_blob`` widens them back."""
+    if a.dtype.kind not in "iu" or not len(a):
+        return a
+    return a.astype(np.result_type(np.min_scalar_type(a.min()), np.min_scalar_type(a.max())))
+
+
+def _column(z, name: str, n: int) -> np.ndarray:
+    """Keyframe column ``name`` of ``n`` rows; zeros for a column added after the keyframe was
+    written (e.g. ``priority``, which older files of the same schema version lack)."""
+    key = f"col_{name}"
+    return z[key] if key in z.files else np.zeros(n, COLUMNS[name])
+
+
+def state_from_blob(blob: bytes, finished_json: str, static_of: StaticOf) -> EngineState:
+    """The :class:`EngineState` a :func:`state_blob` keyframe holds; ``static_of(seqs)`` gives
+    the request ids and static columns of those arrival numbers (from the ``requests`` table).
+    Keyframes that carry them themselves (written earlier in this schema's life) are read as
+    they are. Raises ``ValueError`` / ``KeyError`` for a damaged keyframe (never unpickles)."""
+    try:
+        with np.load(io.BytesIO(blob), allow_pickle=False) as z:
+            step, nb, bs, mns, next_seq = (int(x) for x in z["scalars"])
+            if "request_ids" in z.files:
+                ids = tuple(str(x) for x in z["request_ids"])
+                columns = {k: _column(z, k, len(ids)) for k in COLUMNS}
+            else:
+                seq = np.cumsum(z["seq_delta"].astype(np.int64))
+                ids, static = static_of(seq)
+                columns = {k: _column(z, k, len(seq)) for k in COLUMNS if k != "seq" and k not in static}
+                columns.update(static, seq=seq)
+            return EngineState(
+                step, float(z["clock"][0]), nb, bs, mns, next_seq=next_seq,
+                request_ids=ids, columns=columns,
+                block_owner=z["block_owner"].astype(np.int64),
+                block_pos=z["block_pos"].astype(np.int64),
+                recently_finished=tuple(RequestView(*v) for v in json.loads(finished_json)),
+                # prefix caching and swap (keyframes written before them have none of these)
+                **{k: z[k].astype(np.int64)
+                   for k in ("block_hash", "shared_seq", "shared_block", "cpu_owner")
+                   if k in z.files})
+    except (zipfile.BadZipFile, zlib.error, EOFError, RuntimeError, OverflowError) as exc:
+        # a damaged zip or deflate stream (bad header, unknown method, "encrypted" flag...)
+        raise ValueError(f"damaged keyframe: {type(exc).__name__}: {exc}") from exc

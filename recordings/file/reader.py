@@ -1,0 +1,384 @@
+"""Reader: replay a recording (finished, crashed or still being written) as a StepSource.
+
+``state_at(step)`` starts from the nearest keyframe at or before ``step`` (or from a cached state
+between that keyframe and ``step``, which makes scrubbing forward cheap) and applies the recorded
+steps with :class:`engine.state.timeline.StateTimeline`, the same code the engine used to make its live
+states. Schema-1 files are read by ``recordings.file.v1_reader``. Every failure is a
+:class:`RecordingError` naming the file.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import sqlite3
+import threading
+from collections import OrderedDict, defaultdict
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+
+from engine.outputs import StepRecord
+from engine.state.state import EngineState
+from engine.state.timeline import StateTimeline
+from recordings.file import codec
+from recordings.errors import RecordingError
+from recordings.info import RequestInfo, TimelineEvent
+from recordings.file.opening import file_version, missing_wal, open_readonly
+from recordings.file.schema import READABLE_OLD_VERSION, latest_version
+from recordings.file.reader_requests import RequestNumbers
+from recordings.file.scrub_back import ScrubBack
+from recordings.file.step_batches import BATCH_FIELDS, batch_columns, columns_from_rows
+
+_CHILD_TABLES = (("events", codec.EVENT_COLUMNS), ("block_events", codec.BLOCK_EVENT_COLUMNS),
+                 ("transitions", codec.TRANSITION_COLUMNS))
+
+
+def _select(columns, version: int) -> str:
+    """The SELECT list of ``columns`` for a file of schema ``version``: on a version-2 file the
+    columns version 3 added are read as their defaults."""
+    if version > READABLE_OLD_VERSION:
+        return ", ".join(columns)
+    return ", ".join(f"{codec.V2_DEFAULTS[c]} AS {c}" if c in codec.V2_DEFAULTS else c for c in columns)
+CURSOR_REACH = 64   # a forward seek within this many steps continues the last replay
+_ARRIVAL_SQL = ("SELECT request_id, arrival_step, arrival_time, num_prompt_tokens, max_tokens, "
+                "json_extract(sampling_json, '$.priority') "
+                "FROM requests WHERE arrival_step >= ? AND arrival_step <= ? ORDER BY seq")
+
+
+class Reader(RequestNumbers):
+    """Read-only access to the recording at ``path``; implements ``engine.state.source.StepSource``.
+
+    Safe to share between threads (calls are serialised). Keeps the last ``cache_size`` states.
+    ``damaged=True`` opens what is left of a damaged or truncated file (``recordings.damage.report``
+    finds which steps still read): the tables are not touched at open, so only the calls that
+    reach damaged rows fail.
+    Raises :class:`RecordingError` if the file is missing, not SQLite, not a BatchScope
+    recording, of an unsupported schema version, truncated or corrupt (here or on any later call).
+    ``Reader(path)`` on a schema-1 file returns a ``recordings.file.v1_reader.V1Reader`` (a subclass).
+    """
+
+    damage = None                 # a damaged file's recordings.damage.report.DamageReport (keep_readable)
+    _limit: int | None = None     # the last step served (keep_readable)
+
+    def __new__(cls, path: str | os.PathLike, cache_size: int = 8, *, damaged: bool = False):
+        if cls is Reader and file_version(Path(path), damaged) == 1:
+            from recordings.file.v1_reader import V1Reader
+            return super().__new__(V1Reader)  # a subclass: Python then runs its __init__ once
+        return super().__new__(cls)
+
+    def __init__(self, path: str | os.PathLike, cache_size: int = 8, *, damaged: bool = False) -> None:
+        self.path = Path(path)
+        self._lock = threading.RLock()
+        # the latest schema, or the previous one as it is (it lacks only prefix-cache columns)
+        old = file_version(self.path, damaged) == READABLE_OLD_VERSION
+        self._version = READABLE_OLD_VERSION if old else latest_version()
+        self._conn: sqlite3.Connection | None = open_readonly(self.path, self._version, damaged)
+        self._cache: OrderedDict[int, EngineState] = OrderedDict()
+        self._cache_size = max(1, cache_size)
+        self._init_request_numbers()
+        self._text: dict[str, tuple[int, list[str]]] = {}
+
+        self._cursor: StateTimeline | None = None     # the last replay, at its last step
+        self._scrub = ScrubBack()                      # states below a scrub back (bounded)
+        try:
+            with self._reading("run info"):
+                self._run_info = json.loads(self._rows("SELECT run_info_json FROM runs")[0][0])
+                if not isinstance(self._run_info, dict):
+                    raise TypeError(f"run_info_json is a {type(self._run_info).__name__}, not an object")
+        except BaseException:
+            self.close()                  # a failed open leaves no connection behind
+            raise
+
+    # --- StepSource ----------------------------------------------------------------------------
+    def run_info(self) -> dict[str, Any]:
+        """The ``run_info`` dict the writer was given (a copy; tuples came back as lists)."""
+        return copy.deepcopy(self._run_info)
+
+    def latest_step(self) -> int:
+        """The last committed step, -1 before the first (asks the file anew on every call); at
+        most the last readable step after :meth:`keep_readable`."""
+        if self._limit is not None:
+            return self._limit
+        value = self._rows("SELECT max(step) FROM steps")[0][0]
+        return -1 if value is None else value
+
+    def keep_readable(self, report) -> None:
+        """Serve only steps ``0..report.last_good_step`` from now on (``report``: the file's
+        :class:`recordings.damage.report.DamageReport`, kept as ``self.damage``): a damaged file then
+        replays up to its last readable step, and ``latest_step`` / ``state_at`` / ``records`` /
+        ``step_batches`` never reach the damage."""
+        with self._lock:
+            self.damage, self._limit = report, int(report.last_good_step)
+
+    def _stop(self, stop: int) -> int:
+        return stop if self._limit is None else min(stop, self._limit + 1)
+
+    def state_at(self, step: int) -> EngineState:
+        """The engine state after ``step``, clamped to [-1, latest_step()]. Scrubbing back (a
+        step at most a few below the last one asked for) is served from a bounded cache filled
+        ahead of need (``recordings.file.scrub_back``)."""
+        step = min(step, self._stop(step + 1) - 1)
+        with self._lock, self._reading(f"state at step {step}"):
+            row = self._rows("SELECT max(step) FROM steps WHERE step <= ?", (int(step),))[0][0]
+            target = -1 if row is None else row
+            if not self._scrub.moved_back(target):
+                return self._state_at(target)
+            state = self._scrub.states.get(target)
+            if state is None:
+                state = self._state_at(target, self._scrub.keep(target))
+            self._scrub.served(state, self._fill_base, self._records)
+            return state
+
+    def keyframe_state(self, step: int) -> EngineState:
+        """The state stored in the keyframe at ``step`` as it is (no replay, no cache). Raises
+        :class:`RecordingError` if there is none or it does not read or decode."""
+        with self._lock, self._reading(f"keyframe at step {step}"):
+            rows = self._rows("SELECT state_npz, finished_json FROM keyframes WHERE step = ?", (int(step),))
+            if not rows:
+                raise RecordingError(f"{self.path}: no keyframe at step {step}")
+            return codec.state_from_blob(rows[0][0], rows[0][1], self._static_of)
+
+    def _state_at(self, target: int, keep=lambda s: False) -> EngineState:
+        """The state after ``target`` (a recorded step or -1); a replay up to it hands the
+        states of the steps ``keep`` says yes to on its way to the scrub-back cache."""
+        if target in self._cache:
+            self._cache.move_to_end(target)
+            return self._cache[target]
+        cursor, self._cursor = self._cursor, None     # dropped if applying fails
+        if cursor is not None and cursor.step < target <= cursor.step + CURSOR_REACH:
+            timeline = cursor         # scrubbing forward: no state copied, no keyframe loaded
+        else:
+            base = self._base_state(target, self._keyframe_at(target))
+            if base.step == target:
+                return base
+            timeline = StateTimeline.from_state(base)
+        for record in self._records(timeline.step + 1, target + 1):
+            timeline.apply(record)
+            if record.step < target and keep(record.step):
+                self._scrub.states.add(timeline.snapshot())
+        self._cursor = timeline
+        state = timeline.snapshot()
+        self._remember(state)
+        return state
+
+    def _fill_base(self, target: int) -> EngineState:
+        """Where the scrub-back fill replays up to ``target`` from: the newest state it holds
+        at or after the keyframe before ``target``, else that keyframe."""
+        keyframe = self._keyframe_at(target)
+        near = self._scrub.states.at_or_before(target)
+        if near is not None and near.step >= keyframe:
+            return near
+        base = self._base_state(keyframe, keyframe)
+        self._scrub.states.add(base)          # the scrub reaches it next
+        return base
+
+    def records(self, start: int, stop: int) -> list[StepRecord]:
+        """The recorded steps with ``start <= step < stop``, in step order, each equal to the
+        :class:`StepRecord` that was written."""
+        with self._lock, self._reading(f"steps {start}..{stop}"):
+            return self._records(start, self._stop(stop))
+
+    def step_batches(self, start: int, stop: int) -> dict[str, Any]:
+        """The steps with ``start <= step < stop`` as the window's step views need them, without
+        decoding whole records: each step's scalar columns and its batch, as numpy columns (one
+        query, each JSON column parsed once for the whole range; tokens, events, block events
+        and transitions are not read). Equal to :func:`batch_columns` of :meth:`records`.
+
+        Per step (step order): ``step``, ``start_ns``, ``end_ns``, ``clock``, ``token_time``,
+        ``num_waiting``, ``num_running``, ``num_paused``, ``num_finished``, ``num_free_blocks``,
+        ``num_total_blocks``, ``schedule_ns``, ``forward_ns``, ``update_ns``,
+        ``recorder_wait_ns``, ``num_scheduled_tokens``, ``num_new_tokens``, ``num_arrivals``
+        (requests that arrived in the step, from ``requests.arrival_step``) (numpy int64 or
+        float64), ``error``, ``preempted_ids``, ``not_admitted``, ``waiting_reason``, ``knobs``
+        (lists, as in :class:`StepRecord`) and ``batch_start`` (int64, one more: step ``i``'s batch entries
+        are ``batch_start[i]:batch_start[i + 1]``). Per batch entry, in batch order:
+        ``request_id`` (object), ``slot``, ``num_tokens``, ``num_computed_tokens`` (int64) and
+        ``is_prefill`` (bool), as in ``StepRecord.scheduled``."""
+        stop = self._stop(stop)
+        with self._lock, self._reading(f"batches of steps {start}..{stop}"):
+            if type(self).records is not Reader.records:    # another schema: from its records
+                return batch_columns(self.records(start, stop))
+            rows = self._rows(f"SELECT {_select(BATCH_FIELDS, self._version)} FROM steps "
+                              "WHERE step >= ? AND step < ? ORDER BY step", (start, stop))
+            return columns_from_rows(rows, self._id_of)
+
+    def request_text(self, request_id: str, step: int) -> str:
+        """Generated text of ``request_id`` up to and including ``step`` ('' if unknown).
+        Incremental per request: scrubbing forward reads only the new steps."""
+        with self._lock, self._reading(f"text of {request_id}"):
+            row = self._rows("SELECT seq, arrival_step, finish_step FROM requests "
+                             "WHERE request_id = ?", (request_id,))
+            if not row:
+                return ""
+            seq, first, last = row[0]
+            upto = min(step, last) if last is not None else step
+            done, parts = self._text.get(request_id, (first - 1, []))
+            if done > upto:
+                done, parts = first - 1, []
+            for text_json, seq_json in self._rows(
+                    "SELECT token_text_json, batch_seq_json FROM steps WHERE step > ? AND step <= ? "
+                    "AND token_text_json IS NOT NULL ORDER BY step", (done, upto)):
+                seqs = json.loads(seq_json)
+                if seq in seqs:
+                    parts.append(json.loads(text_json)[seqs.index(seq)] or "")
+            self._text[request_id] = (max(done, upto), parts)
+            if len(self._text) > 64:
+                self._text.pop(next(iter(self._text)))
+            return "".join(parts)
+
+    # --- beyond StepSource ---------------------------------------------------------------------
+    # Schema-specific SQL and decoding (recordings.file.v1_reader overrides them).
+    _TIMELINE_SQL = ("SELECT e.step, e.kind, e.detail, s.clock, s.end_ns FROM events e "
+                     "JOIN requests r ON r.seq = e.seq JOIN steps s ON s.step = e.step "
+                     "WHERE r.request_id = ? ORDER BY e.step, e.ord")
+    _PROMPT_COLUMN = "prompt_token_ids"
+
+    @staticmethod
+    def _decode_prompt(value: Any) -> tuple[int, ...] | None:
+        return codec.tokens_from_blob(value)
+
+    def request_timeline(self, request_id: str) -> list[TimelineEvent]:
+        """Every lifecycle event of ``request_id`` in order ([] if unknown)."""
+        return [TimelineEvent(*r) for r in self._rows(self._TIMELINE_SQL, (request_id,))]
+
+    def request_info(self, request_id: str) -> RequestInfo | None:
+        """The request's arrival, prompt, sampling and outcome, or ``None`` if unknown."""
+        rows = self._rows(
+            "SELECT request_id, arrival_step, arrival_time, num_prompt_tokens, max_tokens, "
+            f"{self._PROMPT_COLUMN}, prompt_text, sampling_json, status, finish_reason, "
+            "finish_step, num_output_tokens, ttft, mean_itl, num_preemptions, error "
+            "FROM requests WHERE request_id = ?", (request_id,))
+        if not rows:
+            return None
+        values = list(rows[0])
+        with self._reading(f"request {request_id}"):
+            values[5] = self._decode_prompt(values[5])
+            values[7] = None if values[7] is None else json.loads(values[7])
+        return RequestInfo(*values)
+
+    def request_ids(self) -> list[str]:
+        """Every recorded request id, in arrival order."""
+        return [r[0] for r in self._rows("SELECT request_id FROM requests ORDER BY seq")]
+
+    def is_complete(self) -> bool:
+        """True once the writer closed the file cleanly (False while writing or after a crash)."""
+        return self._rows("SELECT closed_at FROM runs")[0][0] is not None
+
+    def missing_wal(self) -> bool:
+        """True when the file is in WAL mode with no ``-wal`` file beside it (a copy of a crashed
+        or running recording made without it): it then holds the steps up to its last checkpoint
+        (``recordings.file.opening.missing_wal``)."""
+        return missing_wal(self.path)
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        """Run one read-only SQL query on the recording (for metrics and exporters); the rows.
+        Raises :class:`RecordingError` on any SQLite error."""
+        return self._rows(sql, params)
+
+    def close(self) -> None:
+        """Close the file. Idempotent; later calls raise :class:`RecordingError`."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def __enter__(self) -> "Reader":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
+
+    # --- internals -------------------------------------------------------------------------
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        with self._lock:
+            if self._conn is None:
+                raise RecordingError(f"{self.path}: the reader is closed")
+            try:
+                try:
+                    return _fetch_all(self._conn, sql, params)
+                except (UnicodeDecodeError, sqlite3.OperationalError) as exc:
+                    if "decode" not in str(exc):
+                        raise
+                    self._conn.text_factory = _decode_replacing  # invalid UTF-8: U+FFFD
+                    try:
+                        return _fetch_all(self._conn, sql, params)
+                    finally:
+                        self._conn.text_factory = str
+            except (sqlite3.Error, UnicodeDecodeError) as exc:
+                raise RecordingError(f"{self.path}: corrupt or unreadable recording: {exc}") \
+                    from exc
+
+    @contextlib.contextmanager
+    def _reading(self, what: str) -> Iterator[None]:
+        """Turn a malformed row (bad JSON, missing field) into a RecordingError."""
+        try:
+            yield
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, OSError, OverflowError,
+                RecursionError) as exc:       # (a number too big for int64, JSON nested too deep)
+            raise RecordingError(f"{self.path}: corrupt recording ({what}): "
+                                 f"{type(exc).__name__}: {exc}") from exc
+
+    def _records(self, start: int, stop: int) -> list[StepRecord]:
+        steps = self._rows(f"SELECT {_select(codec.STEP_COLUMNS, self._version)} FROM steps "
+                           "WHERE step >= ? AND step < ? ORDER BY step", (start, stop))
+        if not steps:
+            return []
+        lo, hi = steps[0][0], steps[-1][0]
+        children = []
+        for table, columns in _CHILD_TABLES:
+            by_step: dict[int, list[tuple]] = defaultdict(list)
+            for r in self._rows(f"SELECT {_select(columns, self._version)} FROM {table} "
+                                "WHERE step >= ? AND step <= ? ORDER BY step, ord", (lo, hi)):
+                by_step[r[0]].append(r)
+            children.append(by_step)
+        arrivals: dict[int, list] = defaultdict(list)
+        for r in self._rows(_ARRIVAL_SQL, (lo, hi)):
+            arrivals[r[1]].append(codec.arrival_from_row(r))
+        events, blocks, transitions = children
+        return [codec.record_from_rows(row, arrivals.get(row[0], ()), events.get(row[0], ()),
+                                       blocks.get(row[0], ()), transitions.get(row[0], ()),
+                                       self._id_of, self._num_prompt_of)
+                for row in steps]
+
+    def _keyframe_at(self, target: int) -> int:
+        """The step of the newest keyframe at or before ``target``."""
+        keyframe = self._rows("SELECT max(step) FROM keyframes WHERE step <= ?", (target,))[0][0]
+        if keyframe is None:
+            raise RecordingError(f"{self.path}: corrupt recording: no keyframe at or before "
+                                 f"step {target}")
+        return keyframe
+
+    def _base_state(self, target: int, keyframe: int) -> EngineState:
+        """The latest cached state or keyframe (at step ``keyframe``) at or before ``target``
+        that replay can start from (no cached state is used from before the keyframe)."""
+        cached = [s for s in self._cache if keyframe <= s <= target]
+        if cached:
+            return self._cache[max(cached)]
+        blob, finished = self._rows("SELECT state_npz, finished_json FROM keyframes "
+                                    "WHERE step = ?", (keyframe,))[0]
+        state = codec.state_from_blob(blob, finished, self._static_of)
+        self._remember(state)
+        return state
+
+    def _remember(self, state: EngineState) -> None:
+        self._cache[state.step] = state
+        self._cache.move_to_end(state.step)
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+
+
+def _fetch_all(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[tuple]:
+    """Every row of ``sql``; the statement is finished even when a row fails to decode (an
+    unfinished statement would keep the file's read lock)."""
+    cursor = conn.execute(sql, params)
+    try:
+        return cursor.fetchall()
+    finally:
+        cursor.close()
+
+
+def _decode_replacing(raw: bytes) -> str:
+    """A text column's bytes as UTF-8, invalid sequences replaced by U+FFFD."""
+    return raw.decode("utf-8", "replace")

@@ -1,0 +1,121 @@
+"""Files that are not (whole, readable) recordings give a RecordingError naming file and problem."""
+from __future__ import annotations
+from tests.support.paths import FIXTURES
+
+import random
+import sqlite3
+
+import pytest
+import sqlite_utils
+
+from recordings.file.reader import Reader
+from recordings.errors import RecordingError
+from recordings.metrics.run_metrics import summarize
+from recordings.file.schema import latest_version
+
+V1_FIXTURE = FIXTURES / "v1_small.sqlite"
+
+
+def open_fails(path, match: str) -> RecordingError:
+    with pytest.raises(RecordingError, match=match) as info:
+        Reader(path)
+    assert str(path) in str(info.value)
+    return info.value
+
+
+def test_missing_and_empty_files(tmp_path):
+    open_fails(tmp_path / "nothing.sqlite", "no such file")
+    (tmp_path / "empty.sqlite").write_bytes(b"")
+    open_fails(tmp_path / "empty.sqlite", "empty")
+    open_fails(tmp_path, "not a file")
+
+
+def test_random_bytes(tmp_path):
+    path = tmp_path / "noise.sqlite"
+    path.write_bytes(random.Random(0).randbytes(50_000))
+    open_fails(path, "not an SQLite database")
+
+
+def test_truncated_recording(tmp_path, recorded):
+    data = recorded.path.read_bytes()
+    for size in (60, len(data) // 2, len(data) - 100):
+        path = tmp_path / f"cut{size}.sqlite"
+        path.write_bytes(data[:size])
+        open_fails(path, "truncated")
+
+
+def test_an_unrelated_sqlite_database(tmp_path):
+    path = tmp_path / "other.sqlite"
+    db = sqlite_utils.Database(path)
+    db["dogs"].insert({"name": "Cleo"})
+    db.close()
+    open_fails(path, "not a BatchScope recording")
+
+
+def test_a_newer_schema_version(tmp_path, recorded):
+    conn = sqlite3.connect(recorded.path)
+    conn.execute(f"PRAGMA user_version = {latest_version() + 1}")
+    conn.commit()
+    conn.close()
+    open_fails(recorded.path, f"schema version {latest_version() + 1} is newer")
+
+
+def test_a_recording_without_its_run_row(tmp_path, recorded):
+    conn = sqlite3.connect(recorded.path)
+    conn.execute("DELETE FROM runs")
+    conn.commit()
+    conn.close()
+    open_fails(recorded.path, "no run row")
+
+
+def test_a_v1_file_that_is_not_a_recording_any_more(tmp_path):
+    """The legacy path reports damage the same way (a v1 file with a dropped table)."""
+    path = tmp_path / "v1.sqlite"
+    path.write_bytes(V1_FIXTURE.read_bytes())
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TABLE request_states")
+    conn.commit()
+    conn.close()
+    open_fails(path, "corrupt or unreadable")
+
+
+@pytest.mark.parametrize("which", ["v2", "v1"])
+def test_damaged_bytes_never_leak_other_errors(tmp_path, recorded, which):
+    """Scribbling over the file may fail at open or at any later call, always as a
+    RecordingError naming the file (never a raw sqlite3 / JSON / npz / decoding error)."""
+    data = (recorded.path if which == "v2" else V1_FIXTURE).read_bytes()
+    num_steps = len(recorded.records) if which == "v2" else 33
+    rng = random.Random(1)
+    failures = 0
+    for trial in range(40):
+        damaged = bytearray(data)
+        start = rng.randrange(0, len(data) - 64)
+        size = rng.choice([1, 16, 512, 4096])
+        damaged[start:start + size] = rng.randbytes(size)
+        path = tmp_path / f"damaged{trial}.sqlite"
+        path.write_bytes(bytes(damaged))
+        try:
+            reader = Reader(path)
+            for k in range(-1, num_steps):
+                reader.state_at(k)
+            reader.records(0, 10**6)
+            for rid in reader.request_ids():
+                reader.request_info(rid)
+                reader.request_text(rid, 10**6)
+                reader.request_timeline(rid)
+            summarize(reader)
+        except RecordingError as exc:
+            assert str(path) in str(exc)
+            failures += 1
+    assert failures > 10
+
+
+@pytest.mark.parametrize("which", ["v2", "v1"])
+def test_a_closed_reader_says_so(recorded, which):
+    reader = Reader(recorded.path if which == "v2" else V1_FIXTURE)
+    reader.close()
+    reader.close()
+    with pytest.raises(RecordingError, match="closed"):
+        reader.latest_step()
+    with pytest.raises(RecordingError, match="closed"):
+        reader.state_at(3)

@@ -1,0 +1,159 @@
+"""Damaged recordings lose nothing that still reads: ``recordings.damage.report`` finds exactly the
+steps ``state_at`` replays (checked step by step against the intact file), and
+``recordings.damage.salvage`` copies them into a valid recording that replays the same states."""
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from tests.support.damaged_files import (middle_leaf, overwrite_page, prefix_end, replayable_steps, root_page,
+                           steps_of, truncated)
+from tests.support.engine_runs import run_engine
+from recordings.file.reader import Reader
+from recordings.errors import RecordingError
+from recordings.damage.report import _without, bad_ranges, find_damage
+from recordings.check.file_check import check_file
+from recordings.damage.salvage import salvage
+
+
+@pytest.fixture(scope="module")
+def original(tmp_path_factory):
+    """A closed recording of ~300 steps of the real engine (fake runner) over ~110 pages."""
+    path = tmp_path_factory.mktemp("orig") / "run.sqlite"
+    run_engine(path, seed=3, num_requests=120, fail_steps=(), max_prompt=64, max_output=48,
+               arrivals_per_step=1.0, writer_kwargs={"keyframe_interval": 16})
+    return path
+
+
+def test_bad_ranges_finds_each_failing_number_by_halving():
+    bad = {5, 6, 7, 40, 99}
+    calls = []
+
+    def probe(a, b):
+        calls.append((a, b))
+        return not any(a <= x < b for x in bad)
+    assert bad_ranges(probe, 0, 100, chunk=32) == [(5, 7), (40, 40), (99, 99)]
+    assert len(calls) < 100                       # not one probe per number
+    assert _without([(0, 10), (20, 30)], [(3, 4), (10, 21), (30, 30)]) == [(0, 2), (5, 9), (22, 29)]
+
+
+def test_an_intact_file_has_no_damage(original):
+    report = find_damage(original)
+    assert not report.is_damaged and report.damaged == []
+    last = Reader(original).latest_step()
+    assert report.readable == [(0, last)] and report.last_good_step == last
+
+
+@pytest.mark.parametrize("table", ["steps", "block_events", "keyframes"])
+def test_a_damaged_page_reports_exactly_the_steps_that_replay(original, tmp_path, table):
+    damaged = overwrite_page(original, tmp_path / "bad.sqlite", middle_leaf(original, table))
+    report = find_damage(damaged)
+    ref = Reader(original)
+    assert report.is_damaged and report.last_step == ref.latest_step()
+    assert any(table in line for line in report.damaged), report.damaged
+    truth = replayable_steps(damaged, ref)
+    assert truth != set(range(ref.latest_step() + 1))     # the damage costs steps
+    assert steps_of(report.readable) == truth
+    assert 0 <= report.last_good_step < report.last_step
+    lines = report.lines()
+    assert lines[0].startswith("page damage in table") and "readable" in "\n".join(lines)
+    assert report.suggestion().endswith(f"batchscope recover {damaged} {tmp_path / 'bad.salvaged.sqlite'}")
+
+
+@pytest.mark.parametrize("table", ["steps", "events"])
+def test_salvage_keeps_every_readable_step_and_round_trips(original, tmp_path, table):
+    damaged = overwrite_page(original, tmp_path / "bad.sqlite", middle_leaf(original, table))
+    report = find_damage(damaged)
+    phases = []
+    result = salvage(damaged, tmp_path / "out.sqlite", report=report,
+                     on_progress=lambda phase, done, total: phases.append(phase))
+    assert {"copy", "verify"} <= set(phases)
+    k = result.last_step       # the copy can keep more: it reads rows one by one, not as a replay
+    ref, out = Reader(original), Reader(result.path)
+    assert prefix_end(replayable_steps(damaged, ref)) == report.last_good_step <= k < report.last_step
+    assert result.num_steps == report.last_step + 1
+    assert out.latest_step() == k
+    for step in range(-1, k + 1):
+        assert out.state_at(step) == ref.state_at(step), step
+    assert out.run_info()["salvaged"]["last_step"] == k and not out.is_complete()
+    problems = check_file(out)
+    assert [p.invariant for p in problems] == ["incomplete"] and "salvaged" in problems[0].message
+    assert any(line.startswith(f"dropped steps {k + 1}..") for line in result.lines())
+    arrived = {rid for (rid,) in ref.execute("SELECT request_id FROM requests WHERE arrival_step <= ?", (k,))}
+    assert set(out.request_ids()) == arrived
+    assert not (tmp_path / "out.sqlite.partial").exists()
+    with pytest.raises(RecordingError, match="already exists"):
+        salvage(damaged, result.path)
+
+
+def test_lost_keyframes_are_replayed_and_stored_again(original, tmp_path):
+    damaged = overwrite_page(original, tmp_path / "bad.sqlite", middle_leaf(original, "keyframes"))
+    result = salvage(damaged, tmp_path / "out.sqlite")
+    ref, out = Reader(original), Reader(result.path)
+    steps = [k for (k,) in out.execute("SELECT step FROM keyframes ORDER BY step")]
+    assert max(b - a for a, b in zip(steps, steps[1:])) <= 16       # the run's keyframe_interval
+    assert result.rederived_keyframes > 0 and "re-derived" in " ".join(result.lines())
+    for k in range(0, result.last_step + 1, 5):
+        assert out.state_at(k) == ref.state_at(k)
+
+
+def test_a_keyframe_whose_bytes_changed_is_found_by_decoding_and_replayed(original, tmp_path):
+    """Bytes changed inside a row (SQLite's pages intact): only decoding finds it."""
+    damaged = tmp_path / "bad.sqlite"
+    damaged.write_bytes(original.read_bytes())
+    with sqlite3.connect(damaged) as db:
+        db.execute("UPDATE keyframes SET state_npz = zeroblob(300) WHERE step = 47")
+    assert find_damage(damaged, decode=False).bad_keyframes == []
+    report = find_damage(damaged)
+    assert report.bad_keyframes == [47] and "keyframes that do not decode: at steps 47" in report.lines()
+    assert report.readable[0] == (0, 46) and report.readable[1][0] == 63     # the next keyframe
+    result = salvage(damaged, tmp_path / "out.sqlite")
+    ref, out = Reader(original), Reader(result.path)
+    assert out.latest_step() == ref.latest_step() and result.rederived_keyframes == 1
+    assert out.keyframe_state(47) == ref.state_at(47)
+
+
+def test_a_damaged_index_costs_nothing_after_salvage(original, tmp_path):
+    """An index is rebuilt: every step survives though the damaged file's reader fails there."""
+    damaged = overwrite_page(original, tmp_path / "bad.sqlite", root_page(original, "requests_static"))
+    report = find_damage(damaged)
+    assert any(line.startswith("index requests_static of table requests") for line in report.damaged)
+    result = salvage(damaged, tmp_path / "out.sqlite", report=report)
+    ref, out = Reader(original), Reader(result.path)
+    assert out.latest_step() == ref.latest_step() and out.is_complete()
+    for step in range(0, ref.latest_step() + 1, 7):
+        assert out.state_at(step) == ref.state_at(step)
+
+
+@pytest.mark.parametrize("fraction", [0.5, 0.97])
+def test_a_truncated_file(original, tmp_path, fraction):
+    cut = truncated(original, tmp_path / "cut.sqlite", fraction)
+    with pytest.raises(RecordingError, match="truncated"):
+        Reader(cut)
+    report = find_damage(cut)
+    assert report.damaged[0].startswith("truncated") and report.is_damaged
+    ref = Reader(original)
+    truth = replayable_steps(cut, ref)
+    assert steps_of(report.readable) == truth
+    try:
+        result = salvage(cut, tmp_path / "out.sqlite", report=report)
+    except RecordingError as e:
+        assert "nothing can be salvaged" in str(e) and 0 not in truth
+        assert not (tmp_path / "out.sqlite").exists()
+        return
+    out = Reader(result.path)
+    assert out.latest_step() == result.last_step >= prefix_end(truth)
+    for k in range(result.last_step + 1):
+        assert out.state_at(k) == ref.state_at(k)
+
+
+def test_files_that_are_not_recordings_say_so(tmp_path):
+    (tmp_path / "empty.sqlite").write_bytes(b"")
+    (tmp_path / "text.sqlite").write_text("hello, not a database\n" * 100)
+    with pytest.raises(RecordingError, match="empty"):
+        find_damage(tmp_path / "empty.sqlite")
+    with pytest.raises(RecordingError, match="not an SQLite database"):
+        find_damage(tmp_path / "text.sqlite")
+    with pytest.raises(RecordingError, match="not an SQLite database"):
+        salvage(tmp_path / "text.sqlite", tmp_path / "out.sqlite")

@@ -1,0 +1,33 @@
+"""The metrics panel fits a narrow column (titles claim no width), and each value axis labels
+three ticks (0, half, top) so they do not overlap on short plots."""
+from __future__ import annotations
+
+from ui.views.metrics_plots import MetricsPlots
+
+
+def test_both_columns_fit_a_narrow_panel(qtbot, source):
+    w = MetricsPlots()
+    qtbot.addWidget(w)
+    w.set_run_info({"simulated": True})            # the longest titles
+    w.set_records(source.records(0, 31), 30, 39)
+    w.resize(400, 300)
+    w.show()
+    qtbot.waitExposed(w)
+    layout = w.layout_widget.ci
+    assert layout.minimumWidth() <= w.layout_widget.width()
+    right = max(p.mapRectToScene(p.boundingRect()).right() for p in w.plots.values())
+    assert right <= w.layout_widget.width() + 1
+    widths = {key: p.geometry().width() for key, p in w.plots.items()}
+    assert max(widths.values()) - min(widths.values()) < 0.15 * max(widths.values())   # equal columns
+
+
+def test_value_axes_label_zero_half_and_top(qtbot, source):
+    w = MetricsPlots()
+    qtbot.addWidget(w)
+    w.set_records(source.records(0, 31), 30, 39)
+    for key, plot in w.plots.items():
+        major, minor = plot.getAxis("left")._tickLevels       # what setTicks stored (pyqtgraph's field)
+        assert [v for v, _ in major][0] == 0 and len(major) == 3 and not minor, key
+        top = major[-1][0]
+        assert abs(major[1][0] - top / 2) < 1e-9
+        assert plot.getViewBox().viewRange()[1][1] >= top

@@ -1,0 +1,1 @@
+"""The compare window: several recordings of one workload side by side."""

@@ -1,0 +1,1 @@
+"""The window's dialogs: inject a request, change knobs, check findings, run summary."""

@@ -1,0 +1,1 @@
+"""The selected request: inspector form, explanations, forensics and its context menu."""

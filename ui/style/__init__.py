@@ -1,0 +1,1 @@
+"""Look: the dark theme and one stable colour per request."""

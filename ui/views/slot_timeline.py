@@ -1,0 +1,351 @@
+"""Batch-slot timeline: one row per batch slot, one column per step, drawn as ONE image.
+
+A cell is the request that held the slot in that step (its batch: ``StepSummary`` arrays, the
+same as ``StepRecord.scheduled``), in the request's
+colour: striped and lighter for a prefill chunk, solid for decode, dark when the slot was idle.
+The view shows a window of ``window`` steps that grows from the left and then pages forward with
+the run (``ui.record_cache.step_span``); a vertical marker shows the step on display. The view's x
+coordinate is the window's column (step - ``first_step``), so a page relabels the step axis
+(``ui.views.step_axis.StepAxis``) instead of moving the view. The grid of (palette index, prefill flag,
+request key) per slot and step is kept while the window stays put: a frame draws the columns
+of the steps that changed (the new one, while the run advances), in numpy over all of them at
+once, and repaints only those columns of the image: no Python per cell, no pass over the
+window per frame.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, QRectF, Signal
+from PySide6.QtGui import QFont
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
+
+from engine.outputs import BatchEntry, StepRecord
+from ui.style.colors import (BACKGROUND, IDLE, MUTED, color_index, css, dim, lighten,
+                       packed, palette_lut, request_rgb)
+from ui.views.packed_image import PackedImageItem
+from ui.views.pointer import track_pointer
+from ui.record_cache import step_span
+from ui.views.step_axis import StepAxis
+from ui.step_summary import StepSummary, as_summaries
+from ui.style.theme import cache_decorations, plot_widget, style_axis, title_row
+
+LABEL_PX = 56       # a run of cells this wide (screen pixels) gets its request id written on it
+MAX_LABELS = 300
+MAX_KEYS = 1_000_000   # request keys remembered before the key table starts over
+_NO_STEP = StepSummary((), [np.zeros(0, object)] + [np.zeros(0, np.int64)] * 3 + [np.zeros(0, bool)])
+_SOLID = palette_lut(none=IDLE)
+_LIGHT = palette_lut(lambda c: lighten(c, 0.5), none=IDLE)
+_SOLID_DIM = palette_lut(dim, none=IDLE)
+_LIGHT_DIM = palette_lut(lambda c: dim(lighten(c, 0.5)), none=IDLE)
+
+
+def row_px(num_slots: int) -> int:
+    """Image pixels per slot row: 8 (7 painted, striped for prefill, + a 1-pixel gap) up to 64
+    slots, 4 up to 128, then 1 (no stripes or gaps: a row is 1-2 screen pixels; a prefill
+    chunk is the lighter colour)."""
+    return 8 if num_slots <= 64 else 4 if num_slots <= 128 else 1
+
+
+def decode_rgb(request_id: str) -> tuple[int, int, int]:
+    return request_rgb(request_id)
+
+
+def prefill_rgb(request_id: str) -> tuple[int, int, int]:
+    """The light stripe of a prefill cell (even painted rows); odd rows are ``decode_rgb``."""
+    return lighten(request_rgb(request_id), 0.5)
+
+
+class SlotTimeline(QWidget):
+    """``set_records(steps, shown_step, max_num_seqs, latest_step)`` redraws (``steps``:
+    :class:`~ui.step_summary.StepSummary` s, or ``StepRecord`` s);
+    ``set_selected(id)`` fades every other request. Emits ``requestSelected(request_id)`` when
+    a cell is clicked. ``image`` is the packed uint32 array on screen, ``(slots * row_px, span)``."""
+
+    requestSelected = Signal(str)
+
+    def __init__(self, max_num_seqs: int = 1, window: int = 200, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.window = window
+        self.max_num_seqs = max(1, max_num_seqs)
+        self.row_px = row_px(self.max_num_seqs)
+        self.shown_step = -1
+        self.first_step, self.span = 0, window
+        self.labels: list[pg.TextItem] = []
+        self.selected: str | None = None
+        self.by_step: dict[int, StepSummary] = {}      # the drawn steps
+        self._keys: dict[str, int] = {}                # request id -> small int key
+        self._ids: list[str] = []                      # key -> request id
+        self._pal_of_key = np.zeros(0, np.int16)       # key -> palette index
+        self._grid = None                              # (palette, prefill, key), each (slots, span)
+        self._grid_at: tuple | None = None             # (first step, span, slots) of the grid
+        self._drawn: list = []                         # the step drawn in each grid column
+        self._shown_at: tuple | None = None            # (first step, span, slots) on the axes
+        self.image = np.zeros((self.row_px, 1), np.uint32)
+        self.plot = plot_widget()
+        pi = self.plot.getPlotItem()
+        pi.setMouseEnabled(False, False)
+        pi.invertY(True)
+        # x in window columns (step - first_step): a page relabels the axis, the view stays
+        self.step_axis = StepAxis("bottom")
+        pi.setAxisItems({"bottom": self.step_axis})
+        style_axis(self.step_axis, "step")
+        style_axis(pi.getAxis("left"), "batch slot")
+        cache_decorations(pi)
+        self.item = PackedImageItem()
+        pi.addItem(self.item)
+        self.marker = pg.InfiniteLine(angle=90, movable=False,
+                                      pen=pg.mkPen("#ffffff", width=1.5, style=pg.QtCore.Qt.DashLine))
+        pi.addItem(self.marker)
+        pi.getViewBox().sigResized.connect(lambda *_: self._grid is not None and self._paint())
+        track_pointer(self.plot, self._cell_at_scene, lambda c: self.describe(*c), self._clicked)
+        head, self.title, self.title_numbers = title_row(
+            "Batch slots", "  ·  8888 slots  ·  steps 88888888–88888888")
+        head.addStretch(1)
+        head.addWidget(QLabel(self._legend_html()))
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.setSpacing(2)
+        lay.addLayout(head)
+        lay.addWidget(self.plot, 1)
+        self._set_slot_ticks()
+
+    @staticmethod
+    def _legend_html() -> str:
+        c = (78, 121, 167)
+        sw = "<span style='color:{}'>&#9632;</span>"
+        return (f"<span style='color:{css(MUTED)}'>{sw.format(css(lighten(c, 0.5)))} prefill chunk"
+                f" (lighter, striped) &nbsp; {sw.format(css(c))} decode &nbsp; {sw.format(css(IDLE))} idle"
+                " &nbsp; ┆ shown step</span>")
+
+    def _set_slot_ticks(self) -> None:
+        s = self.max_num_seqs
+        stride = max(1, s // 16)
+        ticks = [(i, str(i)) for i in range(0, s, stride)]
+        self.plot.getPlotItem().getAxis("left").setTicks([ticks])
+
+    # --- per-step columns ----------------------------------------------------------------
+    def _new_key(self, request_id: str) -> int:
+        k = self._keys[request_id] = len(self._ids)
+        self._ids.append(request_id)
+        if k == len(self._pal_of_key):
+            self._pal_of_key = np.concatenate([self._pal_of_key, np.zeros(max(k, 1024), np.int16)])
+        self._pal_of_key[k] = color_index(request_id)
+        return k
+
+    def _columns(self, steps: Sequence[StepSummary]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(palette int16, prefill bool, key int32), each ``[max_num_seqs, len(steps)]``: one
+        column per step, palette and key -1 for an idle slot. One dict lookup per batch entry,
+        the rest in numpy over all the steps at once (a jump draws ~200 new steps)."""
+        s, n = self.max_num_seqs, len(steps)
+        pal, pre, key = (np.full((s, n), -1, np.int16), np.zeros((s, n), bool),
+                         np.full((s, n), -1, np.int32))
+        sizes = [len(st.slots) for st in steps]
+        if sum(sizes):
+            ids = np.concatenate([st.request_ids for st in steps]).tolist()
+            slot = np.concatenate([st.slots for st in steps])
+            prefill = np.concatenate([st.is_prefill for st in steps])
+            col = np.repeat(np.arange(n), sizes)
+            get = self._keys.get
+            keys = np.array([get(r, -1) for r in ids], np.int32)
+            for i in np.flatnonzero(keys < 0).tolist():   # requests not seen before: a key each, in order
+                k = get(ids[i])
+                keys[i] = self._new_key(ids[i]) if k is None else k
+            ok = (slot >= 0) & (slot < s)
+            at = slot[ok], col[ok]
+            key[at] = keys[ok]
+            pal[at] = self._pal_of_key[keys[ok]]
+            pre[at] = prefill[ok]
+        return pal, pre, key
+
+    # --- data in -------------------------------------------------------------------------
+    def set_records(self, records: Sequence[StepSummary | StepRecord], shown_step: int,
+                    max_num_seqs: int | None = None, latest_step: int | None = None) -> None:
+        """Show ``records`` (step summaries or records; those inside the step span are drawn)
+        up to ``shown_step``; the span covers the run up to ``latest_step`` while it fits in
+        ``window``. Only the columns whose step changed are redrawn (one a frame while the run
+        advances): the grid and the image are kept while the span stays put."""
+        new_keys = (max_num_seqs and max_num_seqs != self.max_num_seqs) or len(self._ids) > MAX_KEYS
+        if new_keys:
+            self.max_num_seqs = max_num_seqs or self.max_num_seqs
+            self.row_px = row_px(self.max_num_seqs)
+            self._keys, self._ids, self._pal_of_key = {}, [], np.zeros(0, np.int16)
+            self._set_slot_ticks()
+        latest = shown_step if latest_step is None else latest_step
+        self.shown_step = shown_step
+        self.first_step, self.span = x0, w = step_span(shown_step, latest, self.window)
+        recs = as_summaries([r for r in records if x0 <= r.step <= shown_step])
+        self.by_step = {r.step: r for r in recs}
+        s = self.max_num_seqs
+        if new_keys or self._grid is None or self._grid_at != (x0, w, s):
+            self._move_grid(x0, w, s, keep=not new_keys)
+        want: list = [None] * w
+        for r in recs:
+            want[r.step - x0] = r
+        drawn = self._drawn
+        changed = [j for j in range(w) if want[j] is not drawn[j]]
+        if changed:
+            cols = self._columns([want[j] if want[j] is not None else _NO_STEP for j in changed])
+            for grid, c in zip(self._grid, cols):
+                grid[:, changed] = c
+            for j in changed:
+                drawn[j] = want[j]
+        self.title_numbers.setText(f"  ·  {s} slots  ·  steps {x0}–{max(shown_step, x0)}")
+        self._paint(changed if self.image is not None else None)
+
+    def _move_grid(self, x0: int, w: int, s: int, keep: bool) -> None:
+        """A grid for the steps ``x0 .. x0 + w - 1``, keeping the columns of the steps it shares
+        with the old grid (``keep``), and their pixels: the span pages forward (or grows) with
+        only the new columns painted (by :meth:`set_records`, as any changed column)."""
+        old, old_at, old_drawn, old_image = self._grid, self._grid_at, self._drawn, self.image
+        self._grid_at, self._drawn = (x0, w, s), [None] * w
+        self._grid = (np.full((s, w), -1, np.int16), np.zeros((s, w), bool),
+                      np.full((s, w), -1, np.int32))
+        self.image = None
+        if not (keep and old is not None and old_at[2] == s):
+            return
+        ox0, ow = old_at[0], old_at[1]
+        lo, hi = max(x0, ox0), min(x0 + w, ox0 + ow)
+        if lo >= hi:
+            return
+        for new, prev in zip(self._grid, old):
+            new[:, lo - x0:hi - x0] = prev[:, lo - ox0:hi - ox0]
+        self._drawn[lo - x0:hi - x0] = old_drawn[lo - ox0:hi - ox0]
+        if old_image is not None and old_image.shape[1] == ow:
+            # the kept columns' pixels move with them; the others are idle until drawn
+            image = np.empty((s * self.row_px, w), np.uint32)
+            image[:, lo - x0:hi - x0] = old_image[:, lo - ox0:hi - ox0]
+            rest = [j for j in range(w) if not lo - x0 <= j < hi - x0]
+            if rest:                                        # idle columns, all alike
+                image[:, rest] = self._pixels(rest[:1])
+            self.image = image
+            self.item.set_packed(image)
+
+    def set_selected(self, request_id: str | None) -> None:
+        if request_id != self.selected:
+            self.selected = request_id
+            if self._grid is not None:
+                self._paint()
+
+    def _paint(self, columns: list[int] | None = None) -> None:
+        """Paint the image from the grid: every column, or only ``columns`` of it."""
+        labelled = any(t.isVisible() for t in self.labels)
+        if columns is None:
+            self.image = self._pixels(slice(None))
+            self.item.set_packed(self.image)
+        elif columns:
+            self.image[:, columns] = self._pixels(columns)      # in place
+        self._show()
+        if columns:
+            # repaint only those columns, unless request ids are written on the cells (a few
+            # dozen slots at most): labels that move leave their old place to the image below
+            if labelled or any(t.isVisible() for t in self.labels):
+                self.item.update()
+            else:
+                self.item.columns_changed(min(columns), max(columns))
+
+    def _pixels(self, columns) -> np.ndarray:
+        """Image pixels of the grid's ``columns`` (uint32 ``(slots * row_px, len)``)."""
+        pal, pre, key = (g[:, columns] for g in self._grid)
+        s, w = pal.shape
+        rp = self.row_px
+        if self.selected is None:
+            solid, light = _SOLID[pal], _LIGHT[pal]
+        else:
+            faded = key != self._keys.get(self.selected, -2)
+            solid = np.where(faded, _SOLID_DIM[pal], _SOLID[pal])
+            light = np.where(faded, _LIGHT_DIM[pal], _LIGHT[pal])
+        if rp == 1:
+            return np.where(pre, light, solid)
+        img = np.empty((s, rp, w), np.uint32)
+        img[:, rp - 1, :] = packed(BACKGROUND)
+        img[:, 0:rp - 1:2, :] = np.where(pre, light, solid)[:, None, :]
+        img[:, 1:rp - 1:2, :] = solid[:, None, :]
+        return img.reshape(s * rp, w)
+
+    def _show(self) -> None:
+        """Put the image's place, the axes' ranges, the marker and the labels on screen. The
+        view is in window columns (x = step - ``first_step``): it moves only when the window's
+        size changes (while the run is short); a page relabels the step axis."""
+        s, w, x0 = self.max_num_seqs, self.span, self.first_step
+        if self._shown_at != (w, s):
+            self._shown_at = (w, s)
+            self.item.setRect(QRectF(-0.5, -0.5, w, s))
+            pi = self.plot.getPlotItem()
+            pi.setXRange(-0.5, w - 0.5, padding=0)
+            pi.setYRange(-0.5, s - 0.5, padding=0)
+            pi.getViewBox().updateMatrix()     # now, not while painting (a second repaint)
+        self.step_axis.set_offset(x0)
+        self.marker.setValue(self.shown_step - x0)
+        self.marker.setVisible(self.shown_step >= 0)
+        self._place_labels(self._grid[2])
+
+    def _place_labels(self, key: np.ndarray) -> None:
+        """Write the request id at the start of every run of cells wide enough to hold it
+        (only when rows are tall enough to read: a few dozen slots at most)."""
+        vb = self.plot.getPlotItem().getViewBox()
+        px_per_step = max(vb.width(), 1.0) / max(self.span, 1)
+        min_run = max(1, int(np.ceil(LABEL_PX / px_per_step)))
+        runs = []
+        if vb.height() / max(self.max_num_seqs, 1) >= 14:
+            for slot, row in enumerate(key):
+                edges = np.flatnonzero(np.diff(np.r_[-2, row, -2]))
+                for a, b in zip(edges[:-1], edges[1:]):
+                    if row[a] >= 0 and b - a >= min_run:
+                        runs.append((slot, a, self._ids[row[a]]))
+        runs = runs[:MAX_LABELS]
+        while len(self.labels) < len(runs):
+            t = pg.TextItem(color="#101114", anchor=(0, 0.5))
+            font = QFont()
+            font.setPointSize(8)
+            font.setBold(True)
+            t.setFont(font)
+            self.plot.getPlotItem().addItem(t)
+            self.labels.append(t)
+        for t, (slot, col, rid) in zip(self.labels, runs):
+            t.setText(rid)
+            t.setColor("#101114" if self.selected in (None, rid) else "#a0a4ab")
+            t.setPos(col - 0.5 + 2 / px_per_step, slot - 0.5 / self.row_px)
+            t.setVisible(True)
+        for t in self.labels[len(runs):]:
+            t.setVisible(False)
+
+    # --- lookups (hover, click, tests) -----------------------------------------------------
+    def pixel_of(self, slot: int, step: int) -> tuple[int, int]:
+        """Image (row, col) of the first painted pixel of cell (slot, step)."""
+        return slot * self.row_px, step - self.first_step
+
+    def cell_at(self, x: float, y: float) -> tuple[int, int] | None:
+        """(step, slot) under view coordinates (x: the window's column, step - ``first_step``;
+        y: the slot), None outside the window."""
+        step, slot = self.first_step + int(round(x)), int(round(y))
+        if 0 <= slot < self.max_num_seqs and self.first_step <= step < self.first_step + self.span:
+            return step, slot
+        return None
+
+    def entry_at(self, step: int, slot: int) -> BatchEntry | None:
+        """The batch entry that held ``slot`` in ``step`` (None: idle or not drawn)."""
+        rec = self.by_step.get(step)
+        return None if rec is None else next((e for e in rec.scheduled if e.slot == slot), None)
+
+    def describe(self, step: int, slot: int) -> str:
+        e = self.entry_at(step, slot)
+        if e is None:
+            return f"step {step} · slot {slot}\nidle"
+        phase = "prefill chunk" if e.is_prefill else "decode"
+        return (f"step {step} · slot {slot}\n{e.request_id}  ({phase})\n{e.num_tokens} tokens "
+                f"[{e.num_computed_tokens} → {e.num_computed_tokens + e.num_tokens})")
+
+    def _cell_at_scene(self, pos: QPointF) -> tuple[int, int] | None:
+        vb = self.plot.getPlotItem().getViewBox()
+        if not vb.sceneBoundingRect().contains(pos):
+            return None
+        p = vb.mapSceneToView(pos)
+        return self.cell_at(p.x(), p.y())
+
+    def _clicked(self, cell: tuple[int, int]) -> None:
+        e = self.entry_at(*cell)
+        if e is not None:
+            self.requestSelected.emit(e.request_id)
