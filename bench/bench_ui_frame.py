@@ -50,7 +50,7 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests" / "ui"), str(ROOT / "tests" / "engine")]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 import numpy as np  # noqa: E402
 

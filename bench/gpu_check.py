@@ -102,7 +102,7 @@ def check_equality(device: str, small: bool, num_requests: int = 16) -> dict:
 def azure_rows(n: int) -> list[tuple[int, int]]:
     """(prompt, output) token counts of the first n conv rows (the shipped 400-row slice when
     ../shared is not there)."""
-    path = TRACE if TRACE.is_file() else Path(__file__).resolve().parents[1] / "recordings" / "data" / "azure_conv_demo.csv"
+    path = TRACE if TRACE.is_file() else Path(__file__).resolve().parents[1] / "recordings" / "workloads" / "data" / "azure_conv_demo.csv"
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))[:n]
     return [(int(r["ContextTokens"]), int(r["GeneratedTokens"])) for r in rows]

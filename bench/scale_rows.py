@@ -301,7 +301,6 @@ def make_seek_file(path: str | os.PathLike, num_steps: int, config, seed: int = 
     each step the waiting queue is topped up to ``waiting`` requests with prompts 16-2,000 and
     outputs 8-400 tokens (seeded). Reused when ``path`` already holds a closed recording of
     ``num_steps`` steps. Returns (made now, a line about it)."""
-    sys.path.insert(0, str(ROOT / "tests" / "engine"))
     from tests.support.fake_runner import NullRunner
 
     from engine.engine import LLMEngine

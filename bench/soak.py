@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "engine")]
+sys.path[:0] = [str(ROOT)]
 
 import numpy as np  # noqa: E402
 

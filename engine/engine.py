@@ -10,26 +10,33 @@ the state a replay of its recording rebuilds.
 """
 from __future__ import annotations
 
+import heapq
 import itertools
 import logging
 import sys
 import time
 from typing import Protocol
 
-
 from engine.config import EngineConfig
 from engine.detokenizer import IncrementalDetokenizer
-from engine.engine_admission import EngineAdmission
-from engine.engine_controls import EngineControls
-from engine.engine_recording import EngineRecording, Recorder
-from engine.outputs import (Arrival, BatchEntry, ModelRunnerOutput, NewToken, SchedulerOutput,
-                            StepRecord, Transition)
-from engine.request import Request
+from engine.outputs import Arrival, BatchEntry, ModelRunnerOutput, NewToken, SchedulerOutput, StepRecord, Transition
+from engine.request import Request, RequestStatus, SamplingParams
 from engine.request_ids import RequestIds
 from engine.sched.scheduler import Scheduler
-from engine.state.state import EngineState
+from engine.sequence_group import make_sequences, sequence_ids
 from engine.state.check import check_engine_state
+from engine.state.state import EngineState
 from engine.state.timeline import StateTimeline
+
+log = logging.getLogger("engine.engine")
+
+class Recorder(Protocol):
+    """What the engine needs from a recorder (``recordings.file.writer.RecordingWriter``)."""
+
+    def write_request(self, request_id: str, arrival_step: int, arrival_time: float,
+                      prompt_token_ids: list[int], prompt_text: str | None, sampling: dict) -> None: ...
+    def write_step(self, record: StepRecord) -> None: ...
+
 
 log = logging.getLogger(__name__)
 # Builds a NamedTuple from a tuple of its fields without its Python-level __new__ (the hot path
@@ -66,7 +73,7 @@ def release_cached_memory() -> None:
     if torch is not None and torch.cuda.is_available():
         torch.cuda.empty_cache()
 
-class LLMEngine(EngineAdmission, EngineControls, EngineRecording):
+class LLMEngine:
     """A continuous-batching engine over one paged KV cache of ``num_gpu_blocks`` blocks.
 
     ``runner`` executes steps (a real :class:`engine.runner.model_runner.ModelRunner` or a fake for
@@ -335,3 +342,174 @@ class LLMEngine(EngineAdmission, EngineControls, EngineRecording):
         while self.has_unfinished and (max_steps is None or len(records) < max_steps):
             records.append(self.step())
         return records
+
+    # ---- Adding requests and admitting due arrivals (with a detokenizer per request) ----
+    def add_request(self, prompt_token_ids: list[int], params: SamplingParams, *,
+                    request_id: str | None = None, arrival_time: float | None = None,
+                    prompt_text: str | None = None, priority: int | None = None) -> str:
+        """Add a request arriving at ``arrival_time`` (engine clock; None = now). Returns its id.
+        ``priority`` (default ``params.priority``) orders it under ``policy="priority"``. With
+        ``params.n`` > 1 the prompt's ``n`` sequences are requests ``<id>#0`` ... and ``<id>``
+        names them all in :meth:`abort_request` and the other calls (``engine.sequence_group``).
+
+        An impossible request (empty prompt, over ``max_model_len`` or the whole cache) is kept and
+        finished at once with FINISHED_ERROR and an error naming the limit; others keep running.
+        Raises ``ValueError`` for a duplicate id or stop strings without a tokenizer. Ids are
+        unique within a run: checked against live requests in memory and against finished ones
+        through the recording, or without one through 64-bit hashes (``engine.request_ids``).
+        """
+        rid = request_id if request_id is not None else f"req-{next(self._ids)}"
+        if params.stop and self.tokenizer is None:
+            raise ValueError("stop strings need a tokenizer; this engine runs on token ids only")
+        now = self.now()
+        at = now if arrival_time is None else arrival_time
+        # The caller's sequence is kept as is: a compact array('i') stays 4 bytes per token.
+        reqs = make_sequences(rid, prompt_token_ids, params, arrival_time=at, prompt_text=prompt_text,
+                              eos_token_id=self.eos_token_id, priority=priority)
+        self._request_ids.add([rid, *sequence_ids(rid, params.n)])
+        for req in reqs:
+            if at <= now:
+                self._admit(req)
+            else:
+                heapq.heappush(self._future, (at, next(self._seq), req))
+        return rid
+
+    def _admit(self, req: Request) -> None:
+        req.arrival_step = self.step_index
+        if self.recorder is not None:
+            sp = req.sampling_params
+            try:
+                self.recorder.write_request(req.request_id, req.arrival_step, req.arrival_time,
+                                            req.prompt_token_ids, req.prompt_text,
+                                            {**{k: getattr(sp, k) for k in sp.__dataclass_fields__},
+                                             "priority": req.priority})
+            except Exception as e:  # noqa: BLE001
+                self._recorder_failed(e)
+        self._arrival_index[req.request_id] = len(self._arrivals)
+        # The Arrival alone says "WAITING, nothing computed": no transition unless something
+        # else happens to the request (rejection, admission) before the step is recorded.
+        self._arrivals.append(Arrival(req.request_id, req.arrival_step, req.arrival_time,
+                                      req.num_prompt_tokens, req.sampling_params.max_tokens,
+                                      req.priority))
+        self._state = None
+        if not self.scheduler.add_request(req):
+            self._collect_finished(release=False)   # rejected: the runner never saw it
+            return
+        if self.tokenizer is not None:
+            sp = req.sampling_params
+            self._detok[req.request_id] = IncrementalDetokenizer(self.tokenizer, sp.stop,
+                                                                 sp.include_stop_str_in_output)
+
+    def admit_due(self) -> None:
+        """Move requests whose arrival time has come into the scheduler's waiting queue."""
+        self._admit_due()
+
+    def _admit_due(self) -> None:
+        if (self.config.clock == "sim" and self._future and not self.scheduler.waiting
+                and not self.scheduler.running):
+            # Simulated time: nothing can run until the next arrival, so jump to it.
+            self._sim_time = max(self._sim_time, self._future[0][0])
+        now = self.now()
+        while self._future and self._future[0][0] <= now:
+            self._admit(heapq.heappop(self._future)[2])
+
+    # ---- User controls between steps: abort, pause, resume, knobs, priority, move to front ----
+    def abort_request(self, request_id: str) -> bool:
+        """Abort a live request (frees its blocks at once); a parallel-sampling prompt's id aborts
+        every sequence. Returns False if unknown or finished."""
+        members = self.scheduler.groups.live_ids(request_id)
+        if members:
+            return all([self.abort_request(m) for m in members])
+        req = self.scheduler.requests.get(request_id)
+        if req is None or req.is_finished:
+            return False
+        self.scheduler.finish_request(request_id, RequestStatus.FINISHED_ABORTED)
+        self._touched.add(request_id)
+        self._state = None
+        self._collect_finished()
+        return True
+
+    def pause_request(self, request_id: str) -> bool:
+        """Park a request: it keeps its KV but no batch slot (a parallel-sampling group as a
+        whole). Returns False if not possible."""
+        request_id, ids = self._group_of(request_id)
+        ok = request_id in self.scheduler.requests and self.scheduler.pause_request(request_id)
+        if ok:
+            self._touched.update(ids)
+            self._state = None
+        return ok
+
+    def resume_request(self, request_id: str) -> bool:
+        """Un-park a paused request (a parallel-sampling group as a whole). Returns False if it
+        is not paused."""
+        request_id, ids = self._group_of(request_id)
+        ok = request_id in self.scheduler.requests and self.scheduler.resume_request(request_id)
+        if ok:
+            self._touched.update(ids)
+            self._state = None
+        return ok
+
+    def set_knobs(self, *, max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
+                  num_usable_blocks: int | None = None) -> list[tuple[str, int]]:
+        """Change live knobs between steps (the window does it while paused): the batch slots,
+        the token budget, and the usable KV pool (its first ``num_usable_blocks`` blocks;
+        shrinking preempts the requests holding blocks above: a demo of memory pressure).
+        Recorded with the next step (``StepRecord.knobs``). Returns the changes. Raises
+        ``ConfigError`` / ``ValueError`` naming the knob and its limit (nothing changes)."""
+        changes = self.scheduler.set_limits(max_num_seqs=max_num_seqs,
+                                            max_num_batched_tokens=max_num_batched_tokens,
+                                            num_usable_blocks=num_usable_blocks)
+        self.config = self.scheduler.config
+        self._knobs += changes
+        self._touched.update(e.request_id for e in self.scheduler.events)
+        self._collect_finished()          # requests that can no longer ever fit failed
+        self._state = None
+        return changes
+
+    def set_priority(self, request_id: str, priority: int) -> bool:
+        """Change a live request's priority (``policy="priority"`` only; a waiting request moves
+        in the queue at once). Returns False if it is not live; raises ``ValueError`` under
+        another policy."""
+        request_id, ids = self._group_of(request_id)
+        ok = self.scheduler.set_priority(request_id, priority)
+        if ok:
+            self._touched.update(ids)
+            self._state = None
+        return ok
+
+    def move_to_front(self, request_id: str) -> bool:
+        """Serve a waiting request next (``policy="fcfs"`` only; a parallel-sampling prompt's
+        id or sequence moves its group): ``Scheduler.move_to_front``, recorded with the next
+        step. Returns False if it is not waiting; raises ``ValueError`` under another policy."""
+        request_id, ids = self._group_of(request_id)
+        ok = self.scheduler.move_to_front(request_id)
+        if ok:
+            self._touched.update(ids)
+            self._state = None
+        return ok
+
+    def _group_of(self, request_id: str) -> tuple[str, list[str]]:
+        """(a live request to act on, the ids the action touches): a parallel-sampling group's
+        head and live sequences for its prompt's id or any of its sequences, else the id itself."""
+        req = self.scheduler.requests.get(request_id)
+        parent = req.group.parent_id if req is not None and req.group is not None else request_id
+        ids = self.scheduler.groups.live_ids(parent)
+        return (ids[0], ids) if ids else (request_id, [request_id])
+
+    # ---- Recording: the recorder and its failure path (the engine keeps serving) ----
+    def poll_recorder(self) -> str | None:
+        """Notice a recorder that failed in its own thread since the last write (a full disk):
+        stop recording and return ``recorder_error``. Call it while idle; ``step`` notices on its
+        next write anyway."""
+        failure = getattr(self.recorder, "failure", None) if self.recorder is not None else None
+        if failure:
+            self._recorder_failed(RuntimeError(failure))
+        return self.recorder_error
+
+    def _recorder_failed(self, exc: Exception) -> None:
+        """Stop recording after a recorder failure (full disk, writer thread died): the engine
+        keeps serving; ``recorder_error`` says what happened (the file stays readable up to its
+        last committed step)."""
+        log.error("recording stopped: %s", exc)
+        self.recorder_error = f"recording stopped at step {self.step_index - 1}: {exc}"
+        self.recorder = None

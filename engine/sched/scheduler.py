@@ -81,27 +81,48 @@ Documented policy choices (see ``../shared/cases/README.md``):
 """
 from __future__ import annotations
 
+import bisect
+import heapq
 import itertools
 from collections import deque
 from typing import Callable, Iterable
 
 from engine.config import EngineConfig
-from engine.sched.groups import GroupScheduling
-from engine.kv.manager import KVCacheManager
-from engine.outputs import (NOT_ADMITTED_BEHIND, NOT_ADMITTED_SWAPPED_FIRST, ModelRunnerOutput,
-                            RequestEvent, ScheduledRequest, SchedulerOutput)
-from engine.sched.preemption import NEEDED_BLOCKS, PAUSED_KV
-from engine.request import Request, RequestStatus
-from engine.sched.queue import make_queue
-from engine.runner.sync import RunnerSync
-from engine.sched.scheduler_admission import SchedulerAdmission
-from engine.sched.scheduler_controls import SchedulerControls
-from engine.sched.invariants import check_scheduler
-from engine.sched.scheduler_preemption import SchedulerPreemption
+from engine.kv.manager import NO_HIT, KVCacheManager
+from engine.kv.prefix_explain import EVENT_KIND as PREFIX_EVENT
 from engine.kv.swap import SwapSpace
+from engine.outputs import (
+    NOT_ADMITTED_BEHIND,
+    NOT_ADMITTED_LOWER_PRIORITY,
+    NOT_ADMITTED_NO_FREE_BLOCKS,
+    NOT_ADMITTED_SEQ_CAP,
+    NOT_ADMITTED_STATIC_BATCH,
+    NOT_ADMITTED_SWAPPED_FIRST,
+    NOT_ADMITTED_TOKEN_BUDGET,
+    ModelRunnerOutput,
+    RequestEvent,
+    ScheduledRequest,
+    SchedulerOutput,
+)
+from engine.request import Request, RequestStatus
+from engine.runner.sync import RunnerSync
+from engine.sched.groups import GroupScheduling
+from engine.sched.invariants import check_scheduler
+from engine.sched.preemption import (
+    FOR_PRIORITY,
+    MODE_RECOMPUTE,
+    MODE_SWAP,
+    MODE_SWAP_FALLBACK,
+    NEEDED_BLOCKS,
+    PAUSED_KV,
+    POOL_SHRUNK,
+    SLOTS_CUT,
+    PreemptionInfo,
+)
+from engine.sched.queue import make_queue, priority_key
 
 
-class Scheduler(SchedulerAdmission, SchedulerControls, SchedulerPreemption):
+class Scheduler:
     """Decides, step by step, which requests run and how many tokens each computes.
 
     ``num_gpu_blocks`` is the resolved size of the paged cache. ``requests`` holds the live
@@ -381,3 +402,393 @@ class Scheduler(SchedulerAdmission, SchedulerControls, SchedulerPreemption):
         """Assert G1, G2, G3 and G4 (raises ``AssertionError`` naming the invariant); see
         :func:`engine.sched.invariants.check_scheduler`."""
         check_scheduler(self)
+
+    # ---- Admission: which waiting requests start this step, and why the others do not ----
+    def _admission(self, step: int, budget: int, scheduled: list, preempted: list,
+                   not_admitted: list, memory_preempted: bool, outranked: bool = False) -> str:
+        """The admission phase of a step (no swapped request waits, or, with ``outranked``, the
+        first waiting request has strictly higher priority than every swapped-out one): admit
+        by the policy, or, after a preemption for memory, nobody. Fills ``not_admitted``;
+        returns the step's ``waiting_reason``."""
+        waiting_reason = NOT_ADMITTED_BEHIND
+        static = self.policy == "static"
+        if static and self.waiting:
+            waiting_reason = self._static_admission_open()
+        if memory_preempted:
+            # After a preemption for memory nobody is admitted: the cache is what ran out.
+            if self.waiting:
+                head = self.waiting.peek().request_id
+                not_admitted.append((head, NOT_ADMITTED_STATIC_BATCH
+                                     if static and head not in self.static_batch
+                                     else NOT_ADMITTED_NO_FREE_BLOCKS))
+        elif waiting_reason == NOT_ADMITTED_BEHIND:
+            self._admit(step, budget, scheduled, preempted, not_admitted, outranked)
+            if self.waiting and not not_admitted:     # static: the rest waits for the next batch
+                not_admitted.append((self.waiting.peek().request_id, NOT_ADMITTED_STATIC_BATCH))
+        if static and self.static_batch and self.waiting:
+            # waiting members of the batch (at most max_num_seqs) are behind the blocked one;
+            # everyone else waits for the batch to finish
+            listed = {rid for rid, _ in not_admitted}
+            not_admitted += [(r.request_id, NOT_ADMITTED_BEHIND)
+                             for r in itertools.islice(self.waiting, self.config.max_num_seqs)
+                             if r.request_id in self.static_batch and r.request_id not in listed]
+            waiting_reason = NOT_ADMITTED_STATIC_BATCH
+        return waiting_reason
+
+    def _admit(self, step: int, budget: int, scheduled: list, preempted: list,
+               not_admitted: list, outranked: bool = False) -> int:
+        """Admit waiting requests in queue order while slots, budget and blocks allow; the first
+        that cannot start is listed in ``not_admitted`` with its reason. With ``outranked``
+        (policy priority, swapped-out requests wait) only requests of strictly higher priority
+        than every swapped-out one start. Returns the budget left."""
+        kv, c = self.kv, self.config
+        static = self.policy == "static"
+        while self.waiting:
+            req = self.waiting.peek()
+            if static and req.request_id not in self.static_batch:
+                break                              # the rest waits for the next static batch
+            if outranked and req.priority >= self._best_swapped_priority():
+                not_admitted.append((req.request_id, NOT_ADMITTED_SWAPPED_FIRST))
+                break                              # the swapped-out requests come back first
+            # parallel sampling: a group's waiting sequences start together (engine.sched.groups)
+            width, extra_blocks, min_tokens = self.groups.admission_needs(req)
+            reason = None
+            if req.request_id in preempted:
+                # displaced this step by a higher-priority request: not back before the next step
+                reason = NOT_ADMITTED_LOWER_PRIORITY
+            elif len(self.running) + width > c.max_num_seqs:
+                reason = NOT_ADMITTED_SEQ_CAP
+            elif budget <= 0:
+                reason = NOT_ADMITTED_TOKEN_BUDGET
+            # Prefix caching: start from the longest cached prefix (NO_HIT when it is off).
+            hit = kv.get_computed_blocks(req) if reason is None else NO_HIT
+            num_cached = hit.num_computed_tokens
+            n = self._chunk(req, budget, num_cached) if reason is None else 0
+            if reason is None and ((not c.enable_chunked_prefill and n < req.num_tokens - num_cached)
+                                   or num_cached + n < min_tokens):
+                reason = NOT_ADMITTED_TOKEN_BUDGET
+            new_blocks = None
+            if reason in (None, NOT_ADMITTED_SEQ_CAP, NOT_ADMITTED_TOKEN_BUDGET) and self.policy == "priority":
+                freed = self._preempt_for_priority(req, scheduled, budget)
+                if freed:                               # made room for req: look at it again
+                    preempted += freed
+                    budget = c.max_num_batched_tokens - sum(x.num_tokens for x in scheduled)
+                    continue
+            if reason is None and kv.num_blocks_to_admit(req.num_tokens, hit) + extra_blocks > kv.num_free_blocks:
+                # Its whole prefill must fit the free blocks, not only this chunk: a prefill
+                # started without room would be preempted before it ends, over and over.
+                reason = NOT_ADMITTED_NO_FREE_BLOCKS
+                if not self.running:
+                    # Only parked KV stands in the way: take it (liveness) and look at req again
+                    # in this step (its blocks are free now: no step idles with free blocks).
+                    evicted = self._evict_paused(kv.blocks_for(req.num_tokens) + extra_blocks,
+                                                 req.request_id)
+                    if evicted:
+                        preempted += evicted
+                        continue
+            if reason is None:
+                new_blocks = kv.allocate_slots(req.request_id, num_cached + n, hit)
+                if new_blocks is None:
+                    reason = NOT_ADMITTED_NO_FREE_BLOCKS
+            if reason is not None:
+                not_admitted.append((req.request_id, reason))
+                break
+            self.waiting.pop()
+            req.num_computed_tokens = num_cached
+            if req.num_cached_tokens < 0:
+                req.num_cached_tokens = num_cached
+            if kv.enable_caching:         # how much hit, and why the match stopped there
+                self.events.append(RequestEvent(req.request_id, PREFIX_EVENT, kv.explain(req, hit).to_detail()))
+            self._start_running(req)
+            scheduled.append(ScheduledRequest(req.request_id, req.slot, n, req.num_computed_tokens,
+                                              req.is_prefill, tuple(new_blocks)))
+            budget -= n
+            if req.group is not None:       # parallel sampling: the other sequences fork onto it
+                self.groups.fork(req)
+        return budget
+
+    def _static_admission_open(self) -> str:
+        """Policy static: form a new batch from the first ``max_num_seqs`` waiting requests when
+        nothing of the previous one is left. Returns ``behind_older`` when admission is open
+        (the head of the queue is a member), else ``static_batch``."""
+        if not self.static_batch and not self.running:
+            self.static_batch = {r.request_id for r in
+                                 itertools.islice(self.waiting, self.config.max_num_seqs)}
+            if self.groups:                 # parallel sampling: whole groups only
+                self.static_batch = self.groups.whole_groups(self.static_batch)
+        if self.waiting.peek().request_id in self.static_batch:
+            return NOT_ADMITTED_BEHIND
+        return NOT_ADMITTED_STATIC_BATCH
+
+    # ---- User controls between steps: finish (abort), pause, resume, limits, priority, move to front ----
+    def finish_request(self, request_id: str, status: RequestStatus, *, error: str | None = None,
+                       stop_reason: str | None = None) -> None:
+        """Finish a live request (abort, stop string, failure). No-op if already finished."""
+        req = self.requests.get(request_id)
+        if req is None or req.is_finished:
+            return
+        kind = {RequestStatus.FINISHED_ABORTED: "aborted",
+                RequestStatus.FINISHED_ERROR: "failed"}.get(status, "finished")
+        self._finish(req, status, error=error, stop_reason=stop_reason, kind=kind)
+
+    def pause_request(self, request_id: str) -> bool:
+        """Park a waiting or running request: it keeps its KV but no batch slot."""
+        req = self.requests[request_id]
+        if req.group is not None and not self.groups.busy:      # parallel sampling: the group
+            return self.groups.pause(req)
+        if req.status is RequestStatus.RUNNING:
+            self._leave_running(req)
+        elif req.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
+            self.waiting.remove(req)
+        else:
+            return False
+        self.static_batch.discard(request_id)      # a parked request leaves its static batch
+        req.status = RequestStatus.PAUSED
+        self.paused.append(req)
+        self.events.append(RequestEvent(request_id, "paused"))
+        return True
+
+    def resume_request(self, request_id: str) -> bool:
+        """Un-park: back to running if a slot is free, else to the front of the waiting queue
+        (dropping its KV, to be recomputed) so it does not wait behind later arrivals. Under
+        ``priority`` it rejoins the queue at its priority; under ``static`` it waits for the next
+        batch (its KV is dropped, it is no member of the running batch)."""
+        req = self.requests[request_id]
+        if req.group is not None and not self.groups.busy:      # parallel sampling: the group
+            return self.groups.resume(req)
+        if req.status is not RequestStatus.PAUSED:
+            return False
+        self.paused.remove(req)
+        self.events.append(RequestEvent(request_id, "resumed"))
+        if (self.policy != "static" and self.kv.block_ids(request_id)
+                and len(self.running) < self.config.max_num_seqs):
+            self._start_running(req)
+            return True
+        self.kv.free(request_id)
+        req.num_computed_tokens = 0
+        req.status = RequestStatus.WAITING
+        if self.policy == "static":
+            self.waiting.add(req)
+        else:
+            self.waiting.prepend(req)
+        return True
+
+    def set_limits(self, *, max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
+                   num_usable_blocks: int | None = None) -> list[tuple[str, int]]:
+        """Change knobs between steps (the window's live knobs while paused). Lowering
+        ``max_num_seqs`` preempts the running requests whose batch slot is gone; shrinking the
+        usable KV pool to its first ``num_usable_blocks`` blocks preempts every request holding a
+        block above (swap mode: swapped out if the CPU pool has room) and takes those blocks out
+        of use; a live request that can then never fit fails with an error naming the limit.
+        Returns the (knob, value) changes made. Raises ``ConfigError`` / ``ValueError`` naming
+        the knob and its limit; then nothing changes."""
+        changes = {k: v for k, v in (("max_num_seqs", max_num_seqs),
+                                     ("max_num_batched_tokens", max_num_batched_tokens)) if v is not None}
+        new = self.config.replace(**changes)                # validated (raises ConfigError)
+        if num_usable_blocks is not None and not 1 <= num_usable_blocks <= self.kv.num_blocks:
+            raise ValueError(f"num_usable_blocks must be in [1, {self.kv.num_blocks}] (the KV cache "
+                             f"has {self.kv.num_blocks} blocks), got {num_usable_blocks}")
+        cap = new.max_num_seqs
+        for r in [r for r in self.running if r.slot >= cap]:
+            self._preempt(r, SLOTS_CUT)
+        self._free_slots = sorted(set(range(cap)) - {r.slot for r in self.running})
+        self.config = new
+        if num_usable_blocks is not None:
+            changes["num_usable_blocks"] = num_usable_blocks
+            outside = self.kv.blocks_held_outside(num_usable_blocks)
+            for r in [r for r in self.live_requests() if r.request_id in outside]:
+                self._preempt(r, POOL_SHRUNK)
+            self.kv.set_usable_blocks(num_usable_blocks)
+            for r in list(self.live_requests()):
+                err = self.admission_error(r)
+                if err is not None:
+                    self._finish(r, RequestStatus.FINISHED_ERROR, kind="failed",
+                                 error=f"{err} (num_usable_blocks was lowered to {num_usable_blocks})")
+        if self.groups:         # parallel sampling: a group may no longer fit the new slots or budget
+            self.groups.fail_impossible(", ".join(f"{k} was set to {v}" for k, v in changes.items()))
+        return list(changes.items())
+
+    def set_priority(self, request_id: str, priority: int) -> bool:
+        """Change a live request's priority (policy ``priority`` only): a waiting request moves
+        in the queue at once; a running one keeps running and is ordered by it for later
+        preemptions. Returns False if the request is not live. Raises ``ValueError`` under
+        another policy."""
+        if self.policy != "priority":
+            raise ValueError(f"set_priority needs policy='priority' (this engine runs "
+                             f"policy={self.policy!r})")
+        req = self.requests.get(request_id)
+        if req is None or req.is_finished:
+            return False
+        if req.group is not None and not self.groups.busy:      # parallel sampling: the group
+            return self.groups.set_priority(req, priority)
+        req.priority = int(priority)
+        if req in self.waiting:
+            self.waiting.reorder(req)
+        elif req.status is RequestStatus.RUNNING:
+            self.running.sort(key=priority_key)
+        self.events.append(RequestEvent(request_id, "priority", str(req.priority)))
+        return True
+
+    def move_to_front(self, request_id: str) -> bool:
+        """Serve a waiting request next (policy ``fcfs``): it leaves its place in the waiting
+        queue for the front, ahead of everyone waiting (preempted requests too), and is admitted
+        by the usual rules from there. A parallel-sampling sequence moves its whole group, the
+        group keeping its order. Recorded as a ``moved_to_front`` event of each moved request,
+        with the next step. Returns False if the request is not waiting (running, paused,
+        swapped, finished or unknown). Raises ``ValueError`` under another policy (``priority``:
+        use :meth:`set_priority`; ``static``: the batch decides)."""
+        if self.policy != "fcfs":
+            raise ValueError(f"move_to_front needs policy='fcfs' (this engine runs policy="
+                             f"{self.policy!r}; under 'priority' give the request a lower "
+                             "priority value instead)")
+        req = self.requests.get(request_id)
+        if req is None or req.is_finished:
+            return False
+        members = req.group.live() if req.group is not None else [req]
+        if any(m not in self.waiting for m in members):
+            return False
+        for m in reversed(members):
+            self.waiting.remove(m)
+            self.waiting.prepend(m)
+        self.events.extend(RequestEvent(m.request_id, "moved_to_front") for m in members)
+        return True
+
+    # ---- Batch slots, preemption and swap-in ----
+    def _resume_swapped(self, budget: int, scheduled: list[ScheduledRequest]) -> int:
+        """Swap requests back in, oldest swap-out first, while a slot, budget and the GPU blocks
+        for their KV plus this step's chunk are free; each is scheduled in this step. Returns
+        the budget left."""
+        kv, swap, c = self.kv, self.swap, self.config
+        while self.swapped and len(self.running) < c.max_num_seqs and budget > 0:
+            req = self.swapped[0]
+            if req.group is not None:   # parallel sampling: the group's sequences come back together
+                left = self.groups.resume_swapped(req, budget, scheduled)
+                if left is None:
+                    break
+                budget = left
+                continue
+            computed = req.num_computed_tokens
+            n = self._chunk(req, budget, computed)
+            if not c.enable_chunked_prefill and computed + n < req.num_tokens:
+                break
+            held = swap.num_gpu_blocks_to_swap_in(req.request_id)
+            if max(held, kv.blocks_for(computed + n)) > kv.num_free_blocks:
+                break
+            self.swapped.popleft()
+            self._swap_in += swap.swap_in(req.request_id)
+            grown = kv.allocate_slots(req.request_id, computed + n)
+            assert grown is not None          # counted above
+            self._start_running(req)
+            table = kv.block_table(req.request_id)
+            scheduled.append(ScheduledRequest(req.request_id, req.slot, n, computed, req.is_prefill, table))
+            budget -= n
+        return budget
+
+    def _preempt_for_priority(self, head: Request, scheduled: list[ScheduledRequest],
+                              budget: int) -> list[str]:
+        """Policy priority: preempt running requests of strictly lower priority than ``head``
+        (the first waiting request), worst first, when that lets ``head`` start now (a free slot,
+        the blocks of its whole prefill and token budget, ``budget`` being what is left);
+        nobody is preempted when it would not, or when ``head`` can start anyway. A victim
+        already scheduled in this step is taken out of ``scheduled`` (its blocks, this step's
+        included, are freed). A victim's parallel-sampling group goes with it, and a group
+        ``head`` needs what its whole group needs (``engine.sched.groups``; a victim group's
+        shared blocks are not counted as freed, so it may decline where it would help).
+        Returns the victims' ids."""
+        kv = self.kv
+        width, extra_blocks, min_tokens = self.groups.admission_needs(head)
+        need = kv.blocks_for(head.num_tokens) + extra_blocks
+        need_budget = max(1 if self.config.enable_chunked_prefill else head.num_tokens, min_tokens)
+        slots = self.config.max_num_seqs - len(self.running) - width + 1
+        free = kv.num_free_blocks
+        tokens = {x.request_id: x.num_tokens for x in scheduled}
+        victims = []
+        for r in reversed(self.running):
+            if slots >= 1 and free >= need and budget >= need_budget:
+                break
+            if r.priority <= head.priority:
+                break                                  # equal priority never preempts
+            victims.append(r)
+            slots += 1
+            free += kv.num_blocks_freed_by(r.request_id)
+            budget += tokens.get(r.request_id, 0)
+        if not victims or slots < 1 or free < need or budget < need_budget:
+            return []
+        ids = [rid for v in victims for rid in self._preempt(v, FOR_PRIORITY, head.request_id)]
+        gone = set(ids)
+        scheduled[:] = [x for x in scheduled if x.request_id not in gone]
+        return ids
+
+    def _pick_victim(self, req: Request) -> Request | None:
+        """Who loses its KV so that ``req`` can grow: the newest (lowest-priority) other running
+        request (not of ``req``'s parallel-sampling group), else the most recently paused
+        request holding KV, else ``req`` itself (with its group)."""
+        last = self.running[-1] if self.running else req
+        if last is not req and (last.group is None or last.group is not req.group):
+            return last
+        for p in reversed(self.paused):
+            if self.kv.block_ids(p.request_id):
+                return p
+        return req if req in self.running else None
+
+    def _evict_paused(self, num_free_needed: int, for_request: str) -> list[str]:
+        """Drop the KV of paused requests, most recently paused first, until ``num_free_needed``
+        blocks are free (or none is left to drop). Returns their ids."""
+        out = []
+        for p in reversed(list(self.paused)):
+            if self.kv.num_free_blocks >= num_free_needed:
+                break
+            if self.kv.block_ids(p.request_id):
+                out += self._preempt(p, PAUSED_KV, for_request)
+        return out
+
+    def _start_running(self, req: Request) -> None:
+        req.status = RequestStatus.RUNNING
+        req.slot = heapq.heappop(self._free_slots)
+        if self.policy == "priority":       # running in (priority, arrival) order: victims last
+            bisect.insort(self.running, req, key=priority_key)
+        else:
+            self.running.append(req)
+        self.events.append(RequestEvent(req.request_id, "scheduled"))
+
+    def _leave_running(self, req: Request) -> None:
+        self.runner_sync.drop(req.request_id)       # the runner drops its state of req
+        if req in self.running:
+            self.running.remove(req)
+        if req.slot is not None:
+            heapq.heappush(self._free_slots, req.slot)
+            req.slot = None
+
+    def _preempt(self, req: Request, reason: str, for_request: str = "", mode: str | None = None,
+                 num_shared: int = 0) -> list[str]:
+        """Preempt ``req``. Swap mode (a running request, room in the CPU pool): its KV is copied
+        to the CPU and it waits in ``swapped`` with its progress kept. Otherwise recompute: drop
+        the KV, go back to the waiting queue (its front under FCFS); in swap mode that is the
+        fallback, recorded as such. The event's detail is the :class:`PreemptionInfo`. The
+        sequences of a parallel-sampling group are preempted together
+        (``engine.sched.groups`` decides their ``mode`` and the ``num_shared`` blocks its
+        head swaps out for each). Returns the ids preempted."""
+        if req.group is not None and mode is None:
+            return self.groups.preempt(req, reason, for_request)
+        was_paused = req.status is RequestStatus.PAUSED
+        tokens = req.num_computed_tokens
+        self._leave_running(req)
+        req.num_preemptions += 1
+        num_blocks = self.kv.blocks_for(tokens)
+        if mode is None:
+            mode = MODE_RECOMPUTE                   # (also when no KV was computed: nothing to keep)
+            if self.swap is not None and not was_paused and num_blocks:
+                mode = MODE_SWAP if self.swap.can_swap_out(num_blocks) else MODE_SWAP_FALLBACK
+        if mode == MODE_SWAP:
+            self._swap_out += self.swap.swap_out(req.request_id, num_blocks, num_shared)
+            req.status = RequestStatus.SWAPPED
+            self.swapped.append(req)
+        else:
+            self.kv.free(req.request_id)
+            req.num_computed_tokens = 0
+        info = PreemptionInfo(mode, reason, for_request, tokens, req.num_preemptions)
+        self.events.append(RequestEvent(req.request_id, "preempted", info.to_detail()))
+        if mode != MODE_SWAP and not was_paused:
+            req.status = RequestStatus.PREEMPTED
+            self.waiting.prepend(req)
+        return [req.request_id]

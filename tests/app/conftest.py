@@ -15,7 +15,7 @@ import pytest  # noqa: E402
 
 from engine.model.tiny_model import make_tiny_llama  # noqa: E402
 
-DEMO_TRACE = ROOT / "recordings" / "data" / "azure_conv_demo.csv"
+DEMO_TRACE = ROOT / "recordings" / "workloads" / "data" / "azure_conv_demo.csv"
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ from app.cli import build_parser, parse_args
 from app.presets import PRESETS
 
 ROOT = REPO
-DEMO_TRACE = ROOT / "recordings" / "data" / "azure_conv_demo.csv"
+DEMO_TRACE = ROOT / "recordings" / "workloads" / "data" / "azure_conv_demo.csv"
 HEAVY = ("torch", "transformers", "PySide6", "pyqtgraph", "tqdm")
 
 

@@ -166,7 +166,7 @@ def test_a_terminated_run_closes_its_recording_and_says_it_is_incomplete(tiny_mo
     import signal
 
     rec = tmp_path / "term.sqlite"
-    demo = ROOT / "recordings" / "data" / "azure_conv_demo.csv"
+    demo = ROOT / "recordings" / "workloads" / "data" / "azure_conv_demo.csv"
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "run", "--model", str(tiny_model), "--trace",
                              str(demo), "--record", str(rec), "--clock", "virtual", "--max-num-seqs", "2",
                              "--max-prompt-tokens", "32", "--max-output-tokens", "64"],

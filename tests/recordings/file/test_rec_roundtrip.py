@@ -11,7 +11,7 @@ from engine.state.source import StepSource
 from engine.state.state import NUM_RECENTLY_FINISHED
 from tests.support.engine_runs import Run, run_engine
 from recordings.file.reader import Reader
-from recordings.file import reader_requests as reader_module
+from recordings.file import reader as reader_module
 
 
 def assert_replays(run: Run, path, num_random: int | None = None) -> None:
