@@ -1,5 +1,8 @@
 """BatchScope entry points and wiring: the ``batchscope`` command, the engine-thread bridge, startup,
 and the offline Python API (``from app import LLM, SamplingParams``; see ``app.llm``)."""
+import time
+
+PROCESS_START = time.perf_counter()   # for "first token after N s" (import of torch etc. included)
 
 
 def __getattr__(name: str):

@@ -60,7 +60,7 @@ def build_engine(config: EngineConfig, *, recorder_factory=None, trace: dict | N
     ``recorder_factory(run_info) -> recorder`` (e.g. ``lambda info: RecordingWriter(path, info)``)
     is called once the provenance is known. ``trace`` (name, sha256, scaling notes) goes into the
     provenance, with the device's ``peaks`` (measured here first unless given:
-    ``app.commands.bench.peaks.measure_peaks``, about a second on a GPU). Raises
+    ``app.peaks.measure_peaks``, about a second on a GPU). Raises
     ``engine.model.loader.ModelLoadError`` when the model does not load and
     ``RuntimeError`` when the device or the KV cache cannot be set up. A ``SimConfig``
     (``--executor sim``) builds a simulated engine instead: see :func:`build_sim_engine`.
@@ -70,7 +70,7 @@ def build_engine(config: EngineConfig, *, recorder_factory=None, trace: dict | N
     import torch
     import transformers
 
-    from app.commands.bench.peaks import measure_peaks
+    from app.peaks import measure_peaks
     from engine.runner.kv_sizing import size_num_blocks
     from engine.model.loader import load_model, resolve_model
     from engine.runner.cuda_graphs import enable_cuda_graphs

@@ -32,7 +32,7 @@ def check_usage(args: argparse.Namespace) -> None:
 
 
 def _check_engine_run(args: argparse.Namespace) -> None:
-    from app.cli import engine_config
+    from app.args import engine_config
 
     if args.trace is not None:                  # files first: no import needed
         _need_file(args.trace, "trace")

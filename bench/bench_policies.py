@@ -75,10 +75,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 import numpy as np  # noqa: E402
 
 from app.cli import main as batchscope  # noqa: E402
-from recordings.file.reader import Reader  # noqa: E402
+from recordings.file.open_reader import open_reader
 from recordings.metrics.run_metrics import RunSummary, summarize  # noqa: E402
 from recordings.metrics.run_metrics import BatchingSummary, summarize_batching  # noqa: E402
-from recordings.workloads.traces import load_trace  # noqa: E402
 from scale_rows import load1, wait_for_load  # noqa: E402
 
 TRACES = ROOT.parent / "shared" / "traces"
@@ -122,7 +121,7 @@ def record(out: Path, name: str, argv: list[str]) -> Measured:
     if rc != 0:
         print(buf.getvalue(), file=sys.stderr)
         raise SystemExit(f"{name}: batchscope run exited {rc}")
-    with Reader(path) as reader:
+    with open_reader(path) as reader:
         (queued,), = reader.execute("SELECT avg(num_waiting > 0) FROM steps")
         return Measured(name, path, summarize(reader), summarize_batching(reader), reader.run_info(),
                         float(queued), (before, load1()), wall)
@@ -167,7 +166,7 @@ def policy_rows(label: str, runs: dict[str, Measured]) -> list[tuple[str, ...]]:
 
 def output_lengths(path: Path) -> list[int]:
     """Each request's ``max_tokens`` in arrival order (its output length: EOS is ignored)."""
-    with Reader(path) as reader:
+    with open_reader(path) as reader:
         return [int(m) for (m,) in reader.execute("SELECT max_tokens FROM requests ORDER BY seq")]
 
 
@@ -180,7 +179,7 @@ def static_slot_bound(outputs: list[int], batch: int) -> float:
 
 def step_time_split(path: Path) -> tuple[float, float]:
     """(time in steps that ran a prefill chunk, time in decode-only steps) on the run's clock."""
-    with Reader(path) as reader:
+    with open_reader(path) as reader:
         (prefill, decode), = reader.execute(
             "SELECT coalesce(sum(CASE WHEN batch_prefill_json != '[]' THEN token_time - clock END), 0), "
             "coalesce(sum(CASE WHEN batch_prefill_json = '[]' THEN token_time - clock END), 0) FROM steps")

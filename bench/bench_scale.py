@@ -450,8 +450,8 @@ def azure_table(args) -> int:
     tv = dict(re.findall(r"^\s*(.+?): (.+)$", err_text[err_text.rfind("Command being timed"):], re.M))
     peak = int(tv["Maximum resident set size (kbytes)"]) / 1024
     cpu = float(tv["User time (seconds)"]) + float(tv["System time (seconds)"])
-    from recordings.file.reader import Reader
-    with Reader(out) as r:
+    from recordings.file.open_reader import open_reader
+    with open_reader(out) as r:
         num_steps = r.latest_step() + 1
         peak_step = r.execute("SELECT step, num_waiting, num_running FROM steps ORDER BY num_waiting DESC LIMIT 1")[0]
     print(f"\n/usr/bin/time: elapsed {tv.get('Elapsed (wall clock) time (h:mm:ss or m:ss)')}, user+sys "

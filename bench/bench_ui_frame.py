@@ -217,14 +217,14 @@ def bench_recording(args) -> None:
     from PySide6.QtWidgets import QApplication
 
     from app.commands.window import freeze_startup
-    from recordings.file.reader import Reader
+    from recordings.file.open_reader import open_reader
     from ui import MainWindow
 
     print(f"before: {load()}; {host_speed()}", flush=True)
     app = QApplication.instance() or (timing_app() if args.breakdown or args.sections
                                       else QApplication([]))
     t0 = time.perf_counter()
-    reader = Reader(args.recording)
+    reader = open_reader(args.recording)
     latest = reader.latest_step()
     rng = random.Random(args.seed)
     first = (rng.randrange(0, max(1, latest + 1 - args.steps)) if args.start is None

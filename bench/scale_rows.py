@@ -274,16 +274,16 @@ class SeekRun:
 def cold_seeks(path: str | os.PathLike, n: int = 50, seed: int = 0) -> SeekRun:
     """``state_at(k)`` on a NEW ``Reader`` for each of ``n`` seeded random steps (timed: the
     ``state_at`` call; the open is reported apart)."""
-    from recordings.file.reader import Reader
+    from recordings.file.open_reader import open_reader
 
-    with Reader(path) as r:
+    with open_reader(path) as r:
         latest = r.latest_step()
         keyframes = [s for (s,) in r.execute("SELECT step FROM keyframes ORDER BY step")]
     ks = random.Random(seed).sample(range(latest + 1), min(n, latest + 1))
     wall, cpu, opens, replayed = [], [], [], []
     for k in ks:
         t = time.perf_counter()
-        rd = Reader(path)
+        rd = open_reader(path)
         t0, c0 = time.perf_counter(), time.thread_time()
         rd.state_at(k)
         c1, t1 = time.thread_time(), time.perf_counter()
@@ -305,14 +305,14 @@ def make_seek_file(path: str | os.PathLike, num_steps: int, config, seed: int = 
 
     from engine.engine import LLMEngine
     from engine.request import SamplingParams
-    from recordings.file.reader import Reader
+    from recordings.file.open_reader import open_reader
     from recordings.errors import RecordingError
     from recordings.file.writer import RecordingWriter
 
     p = Path(path)
     if p.exists():
         try:
-            with Reader(p) as r:
+            with open_reader(p) as r:
                 if r.latest_step() == num_steps - 1 and r.is_complete() \
                         and r.run_info().get("workload", {}).get("seed") == seed:
                     return False, f"reused {p} ({num_steps:,} steps, {p.stat().st_size / 1e6:,.0f} MB)"
@@ -397,12 +397,13 @@ def ui_playback(path: str | os.PathLike, consecutive: int = 2000, jumps: int = 5
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtWidgets import QApplication
 
-    from recordings.file.reader import Reader
+
+    from recordings.file.open_reader import open_reader
     from ui import MainWindow
 
     app = QApplication.instance() or QApplication([])
     t0 = time.perf_counter()
-    reader = Reader(path)
+    reader = open_reader(path)
     latest = reader.latest_step()
     (peak,) = reader.execute("SELECT step FROM steps ORDER BY num_waiting DESC, step LIMIT 1")[0]
     first = max(0, min(peak - consecutive // 2, latest - consecutive))

@@ -27,11 +27,12 @@ def main() -> None:
     a = ap.parse_args()
     from PySide6.QtWidgets import QApplication
 
-    from recordings.file.reader import Reader
+
+    from recordings.file.open_reader import open_reader
     from ui import MainWindow
 
     app = QApplication.instance() or QApplication([])
-    reader = Reader(a.recording)
+    reader = open_reader(a.recording)
     win = MainWindow(reader, None, title="BatchScope — replay")
     win.resize(1600, 1000)
     win.show()

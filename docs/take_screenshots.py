@@ -27,6 +27,7 @@ def main() -> None:
     from app.cli import build_parser
     from app.commands.window import make_live
     from recordings.file.reader import Reader
+    from recordings.file.open_reader import open_reader
     from ui import MainWindow
 
     Path(a.record).unlink(missing_ok=True)
@@ -58,7 +59,7 @@ def main() -> None:
     worker.stop()
     print(f"first token after {first_token[0] if first_token else float('nan'):.1f} s "
           f"(window shown -> first generated token, model load included); steps: {source.latest_step() + 1}")
-    reader = Reader(record)
+    reader = open_reader(record)
     rep = MainWindow(reader, None, title="BatchScope — replay")
     rep.resize(1600, 1000)
     rep.show()

@@ -129,14 +129,14 @@ def _emit(**msg) -> None:
 def main(argv: list[str]) -> int:
     """The child: check the recording at ``argv[0]`` (at most ``argv[1]`` problems), reporting
     on stdout as JSON lines. Returns 0 when the check ran (clean or not), 1 when it could not."""
-    from recordings.file.reader import Reader
+    from recordings.file.open_reader import open_reader
     from recordings.check.file_check import check_file
 
     path, max_problems = argv[0], int(argv[1])
     if hasattr(os, "nice"):
         os.nice(10)                    # the window's frames come first when the CPUs are busy
     try:
-        with Reader(path) as reader:
+        with open_reader(path) as reader:
             num_steps = reader.latest_step() + 1
             every = max(1, num_steps // PROGRESS_STEPS)
 

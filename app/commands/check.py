@@ -14,12 +14,13 @@ def check_lines(path: str, *, max_problems: int = 100) -> tuple[list[str], int]:
     ``max_problems`` < 1."""
     from tqdm import tqdm
 
-    from recordings.file.reader import Reader
+
+    from recordings.file.open_reader import open_reader
     from recordings.check.file_check import check_file
 
     if max_problems < 1:
         raise ValueError(f"--max-problems must be >= 1, got {max_problems}")
-    with Reader(path) as reader:
+    with open_reader(path) as reader:
         num_steps = reader.latest_step() + 1
         with tqdm(total=num_steps, unit="step", desc="checking", dynamic_ncols=True, leave=False,
                   mininterval=0.5) as bar:
@@ -60,10 +61,10 @@ def run_check(path: str, *, max_problems: int = 100, out: TextIO | None = None) 
 def _stopped_early(path: str) -> list[str]:
     """The INCOMPLETE lines of a recording closed by its writer before every request finished
     (``recordings.file.completeness``); none for a whole run."""
-    from recordings.file.reader import Reader
+    from recordings.file.open_reader import open_reader
     from recordings.file.completeness import completeness
 
-    with Reader(path) as reader:
+    with open_reader(path) as reader:
         return completeness(reader).format_lines()
 
 

@@ -62,10 +62,10 @@ def run_export(args: argparse.Namespace) -> int:
         return _usage(f"{' and '.join(existing)} already {'exist' if len(existing) > 1 else 'exists'} "
                       "(--force overwrites)")
     from app.privacy import no_wider_than
-    from recordings.file.reader import Reader
+    from recordings.file.open_reader import open_reader
     from recordings.errors import RecordingError
     try:
-        with Reader(args.recording) as reader, no_wider_than(args.recording):  # prompts stay private
+        with open_reader(args.recording) as reader, no_wider_than(args.recording):  # prompts stay private
             lines = _export(reader, args)
     except (RecordingError, ValueError) as e:
         print(f"batchscope export: {e}", file=sys.stderr)

@@ -89,12 +89,12 @@ def error_line(label: str, predicted: np.ndarray, measured: np.ndarray) -> str:
 
 def run_fit(args: argparse.Namespace) -> int:
     """Fit, print, save. Returns 0, or 1 on bad input (message on stderr)."""
-    from recordings.file.reader import Reader
+    from recordings.file.open_reader import open_reader
     from recordings.errors import RecordingError
 
     out = Path(args.output)          # app.usage checked it: new, or --force, in a folder that exists
     try:
-        reader = Reader(args.recording)
+        reader = open_reader(args.recording)
         info = real_run_info(reader, args.recording)
         dtype = str(info.get("dtype", "float32"))
         shape = get_model_shape(args.sim_model or model_spec_of(info))
@@ -107,7 +107,7 @@ def run_fit(args: argparse.Namespace) -> int:
                                  mem_bandwidth=device.mem_bandwidth)
         checks = []
         for path in args.check or ():
-            other = Reader(path)
+            other = open_reader(path)
             real_run_info(other, path)
             other_steps, other_times = measured_steps(other)
             checks.append((path, predict(roofline_terms(model, other_steps), params), other_times))

@@ -111,13 +111,13 @@ def open_recording(path: str, *, progress: bool = True):
     (:meth:`recordings.file.reader.Reader.keep_readable`, the report kept as ``reader.damage``, with a
     progress bar on stderr while it is made). Raises ``recordings.errors.RecordingError`` for a file that is no recording, or
     when not even step 0 reads (the message then has the report)."""
-    from recordings.file.reader import Reader
+    from recordings.file.open_reader import open_reader
     from recordings.errors import RecordingError
     from recordings.damage.report import find_damage
     from recordings.damage.sqlite_damage import open_error_is_damage
 
     try:
-        return Reader(path)
+        return open_reader(path)
     except RecordingError as e:
         if not open_error_is_damage(e):
             raise
@@ -126,7 +126,7 @@ def open_recording(path: str, *, progress: bool = True):
     report = damage_report(path, decode=False) if progress else find_damage(path, decode=False)
     if report.last_good_step < 0:
         raise RecordingError(f"{error}\n" + "\n".join(report.lines() + [report.suggestion()])) from error
-    reader = Reader(path, damaged=True)
+    reader = open_reader(path, damaged=True)
     reader.keep_readable(report)
     return reader
 

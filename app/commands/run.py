@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from app.cli import engine_config
+from app.args import engine_config
 from app.factory import build_engine
 from app.usage import check_usage
 from app.workload_setup import add_workload, load_workload, read_trace
@@ -35,7 +35,7 @@ def run_headless(args: argparse.Namespace) -> int:
     served, 130 interrupted (the recording keeps every step so far)."""
     from engine.model.files import ModelLoadError
     from app.privacy import writer_privacy_kwargs
-    from recordings.file.reader import Reader
+    from recordings.file.open_reader import open_reader
     from recordings.errors import RecordingError
     from recordings.file.writer import RecordingWriter
     from recordings.workloads.traces import TraceFormatError
@@ -95,7 +95,7 @@ def run_headless(args: argparse.Namespace) -> int:
             if not eng.recorder_error:
                 eng.recorder_error = f"recording stopped: {e}"
     from recordings.metrics.serving import Slo
-    print_report(Reader(out), Slo(args.slo_ttft, args.slo_tpot))
+    print_report(open_reader(out), Slo(args.slo_ttft, args.slo_tpot))
     unfinished = len(wl.requests) - eng.scheduler.num_finished
     if eng.recorder_error:
         print(f"batchscope: {eng.recorder_error}", file=sys.stderr)
@@ -330,7 +330,7 @@ def print_summary(path: str, slo_ttft: float | None = None, slo_tpot: float | No
     from a recording's rows, and its provenance (``as_json``: as JSON,
     ``recordings.export.summary_json``; the SLOs apply to the text report). Returns 2 for a bad
     SLO, 1 for a bad file."""
-    from recordings.file.reader import Reader
+    from recordings.file.open_reader import open_reader
     from recordings.errors import RecordingError
     from recordings.metrics.serving import Slo
     try:
@@ -341,9 +341,9 @@ def print_summary(path: str, slo_ttft: float | None = None, slo_tpot: float | No
     try:
         if as_json:
             from recordings.export.summary_json import summary_json
-            print(summary_json(Reader(path)))
+            print(summary_json(open_reader(path)))
         else:
-            print_report(Reader(path), slo)
+            print_report(open_reader(path), slo)
     except RecordingError as e:
         return _fail(str(e))
     return 0

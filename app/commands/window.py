@@ -21,7 +21,7 @@ def default_recording_path() -> Path:
 def make_live(args: argparse.Namespace):
     """The live source and the engine worker for ``batchscope demo`` (worker not yet started)."""
     from app.live.bridge import EngineWorker, empty_state
-    from app.cli import engine_config
+    from app.args import engine_config
     from app.factory import build_engine
     from app.live.source import LiveSource
     from app.workload_setup import add_workload, check_args, load_workload, read_trace
@@ -49,7 +49,7 @@ def make_live(args: argparse.Namespace):
         add_workload(built.engine, holder["workload"].requests, clock=built.config.clock,
                      steps_per_second=args.steps_per_second)
 
-    from app.cli import PROCESS_START
+    from app import PROCESS_START
     worker = EngineWorker(build, source, on_ready=on_ready, start_paused=args.paused, started_at=PROCESS_START)
     return source, worker, record
 

@@ -17,6 +17,7 @@ from recordings.errors import RecordingError
 from recordings.compare.fairness import Bucket, bucket_edges, jain_index, latency_by_prompt_bucket
 from recordings.metrics.run_metrics import summarize, summarize_batching
 from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 
 
 # --- headline --------------------------------------------------------------------------------
@@ -140,7 +141,7 @@ def compare_recordings(paths: list[str | Path], names: list[str] | None = None) 
     ``ValueError`` for fewer than two paths."""
     if len(paths) < 2:
         raise ValueError(f"comparing needs two or more recordings, got {len(paths)}")
-    readers = [Reader(p) for p in paths]
+    readers = [open_reader(p) for p in paths]
     try:
         for r in readers:
             if r.execute("PRAGMA user_version")[0][0] < 2:

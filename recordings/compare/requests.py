@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from recordings.metrics.run_metrics import STEPS_PER_QUERY
+from recordings.metrics.stats import STEPS_PER_QUERY
 from recordings.file.reader import Reader
 
 PARTS = ("queue", "preempted", "prefill", "decode")

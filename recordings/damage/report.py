@@ -180,10 +180,10 @@ def find_damage(path: str | Path, on_progress: Callable[[int, int], None] | None
     decoding. Raises :class:`RecordingError` when the file is not a recording at all (missing,
     empty, not SQLite, another application's database, its run row unreadable): then nothing
     of it can be read."""
-    from recordings.file.reader import Reader
+    from recordings.file.open_reader import open_reader
 
     path = Path(path)
-    with Reader(path, damaged=True) as reader:
+    with open_reader(path, damaged=True) as reader:
         version = int(reader.execute("PRAGMA user_version")[0][0])
         report = DamageReport(path, version, damaged=truncation(path) + structure_damage(reader))
         if version < 2:
@@ -336,11 +336,11 @@ def _confirmed(path: Path, ranges: list[Range]) -> list[Range]:
     """``ranges`` with each end checked by ``state_at`` (each a cold seek on a fresh reader; a
     last step that does not replay is searched for by bisection); ranges that do not replay at
     all are dropped."""
-    from recordings.file.reader import Reader
+    from recordings.file.open_reader import open_reader
 
     def replays(k: int) -> bool:
         def seek() -> None:
-            with Reader(path, damaged=True) as reader:
+            with open_reader(path, damaged=True) as reader:
                 reader.state_at(k)
         return _reads(seek)
 

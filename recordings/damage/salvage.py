@@ -130,14 +130,14 @@ def _copy_rows(src: Path, work: Path, report: DamageReport,
                on_progress: Callable[[int, int], None] | None) -> dict[str, list[Range]]:
     """Every row of ``src`` that reads into a new recording at ``work``; per table, the key
     ranges (steps, ``seq`` for requests) that do not read."""
-    from recordings.file.reader import Reader
+    from recordings.file.open_reader import open_reader
 
     os.close(os.open(work, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     db = sqlite_utils.Database(str(work), execute_plugins=False)
     unreadable: dict[str, list[Range]] = {}
     try:
         migrate(db, work)
-        with Reader(src, damaged=True) as reader, db.atomic():
+        with open_reader(src, damaged=True) as reader, db.atomic():
             db["runs"].insert_all(_select(reader, "runs", "1", ()))
             unreadable["requests"] = _copy_range(reader, db, "requests", "seq", 0, report.num_requests)
             last, total = report.last_step, report.last_step + 2
@@ -166,9 +166,9 @@ def _rederive_keyframes(work: Path, last: int) -> int:
     """Keyframes replayed and stored again where the copy at ``work`` lacks them: every
     ``keyframe_interval`` steps (the run's, as the writer keeps at the latest) in each longer gap
     up to step ``last``, so a seek replays no more than in the original. How many."""
-    from recordings.file.reader import Reader
+    from recordings.file.open_reader import open_reader
 
-    with Reader(work) as reader:
+    with open_reader(work) as reader:
         interval = reader.execute("SELECT keyframe_interval FROM runs")[0][0] or DEFAULT_KEYFRAME_INTERVAL
         have = [k for (k,) in reader.execute("SELECT step FROM keyframes WHERE step <= ? ORDER BY step",
                                              (last,))]

@@ -22,8 +22,10 @@ import os
 import sqlite3
 from pathlib import Path
 
+import sqlite_utils
+
 from recordings.errors import RecordingError
-from recordings.file.schema import APPLICATION_ID, VIEWS, check_version, latest_version
+from recordings.file.schema import APPLICATION_ID, VIEWS, check_version, latest_version, migrate
 
 _MAGIC = b"SQLite format 3\x00"
 _HEADER_SIZE = 100
@@ -167,3 +169,18 @@ def _check_recording(conn: sqlite3.Connection, path: Path, expected: int, damage
         conn.execute(f"SELECT * FROM {table} ORDER BY 1 DESC LIMIT 1").fetchall()  # key order
     if conn.execute("SELECT count(*) FROM runs").fetchone()[0] != 1:
         raise RecordingError(f"{path}: the recording has no run row (incomplete file)")
+
+
+def upgrade_file(path: str | Path) -> int:
+    """Bring the recording at ``path`` to the latest schema in place; returns its new version.
+
+    Raises :class:`RecordingError` if it is not a BatchScope recording or is newer than the code.
+    """
+    check_sqlite_file(Path(path))
+    db = sqlite_utils.Database(str(path), execute_plugins=False)
+    try:
+        return migrate(db, path)
+    except sqlite3.DatabaseError as exc:
+        raise RecordingError(f"{path}: corrupt or unreadable recording: {exc}") from exc
+    finally:
+        db.close()

@@ -61,17 +61,11 @@ class Reader:
     reach damaged rows fail.
     Raises :class:`RecordingError` if the file is missing, not SQLite, not a BatchScope
     recording, of an unsupported schema version, truncated or corrupt (here or on any later call).
-    ``Reader(path)`` on a schema-1 file returns a ``recordings.file.v1_reader.V1Reader`` (a subclass).
+    Open a file of any schema with :func:`recordings.file.open_reader.open_reader`.
     """
 
     damage = None                 # a damaged file's recordings.damage.report.DamageReport (keep_readable)
     _limit: int | None = None     # the last step served (keep_readable)
-
-    def __new__(cls, path: str | os.PathLike, cache_size: int = 8, *, damaged: bool = False):
-        if cls is Reader and file_version(Path(path), damaged) == 1:
-            from recordings.file.v1_reader import V1Reader
-            return super().__new__(V1Reader)  # a subclass: Python then runs its __init__ once
-        return super().__new__(cls)
 
     def __init__(self, path: str | os.PathLike, cache_size: int = 8, *, damaged: bool = False) -> None:
         self.path = Path(path)

@@ -17,7 +17,6 @@ rows are a different model); :class:`recordings.file.reader.Reader` opens them r
 """
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Callable
 
@@ -229,20 +228,3 @@ def migrate(db: sqlite_utils.Database, path: str | Path, target: int | None = No
                 db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             version = number
     return version
-
-
-def upgrade_file(path: str | Path) -> int:
-    """Bring the recording at ``path`` to the latest schema in place; returns its new version.
-
-    Raises :class:`RecordingError` if it is not a BatchScope recording or is newer than the code.
-    """
-    from recordings.file.opening import check_sqlite_file  # opening imports this module
-
-    check_sqlite_file(Path(path))
-    db = sqlite_utils.Database(str(path), execute_plugins=False)
-    try:
-        return migrate(db, path)
-    except sqlite3.DatabaseError as exc:
-        raise RecordingError(f"{path}: corrupt or unreadable recording: {exc}") from exc
-    finally:
-        db.close()

@@ -1,6 +1,6 @@
 """Legacy: read schema-1 recordings (BatchScope before schema 2) through the :class:`Reader` API.
 
-``Reader(path)`` on a schema-1 file returns a :class:`V1Reader`. It is read-only: a v1 file is never
+``open_reader(path)`` on a schema-1 file returns a :class:`V1Reader`. It is read-only: a v1 file is never
 upgraded in place (its per-step rows are another model). What it gives:
 
 - ``state_at(k)``: the v1 way (the nearest keyframe, then the ``request_states`` rows, each a whole

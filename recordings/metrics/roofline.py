@@ -37,7 +37,7 @@ import numpy as np
 from engine.sim.cost_model import CostModel, CostParams, StepWork
 from engine.sim.hardware import DevicePeaks
 from engine.sim.model_shapes import ModelShape, get_model_shape
-from recordings.metrics.run_metrics import Percentiles
+from recordings.metrics.stats import Percentiles
 
 MEASURED = "peaks measured at start"
 CHUNK_STEPS = 4096        # steps read per query when a whole run is summed

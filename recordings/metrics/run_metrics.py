@@ -10,34 +10,13 @@ simulated seconds (the run's ``token_time`` span), not in the wall time the simu
 """
 from __future__ import annotations
 
-import array
-import json
 from dataclasses import dataclass, field
 from itertools import groupby
-from typing import Iterator, Sequence
-
-import numpy as np
 
 from recordings.errors import RecordingError
 from recordings.file.reader import Reader
-
-
-@dataclass(frozen=True)
-class Percentiles:
-    """p50/p90/p99 of a sample set (``None`` each when there are no samples)."""
-
-    p50: float | None
-    p90: float | None
-    p99: float | None
-    num_samples: int
-
-    @classmethod
-    def of(cls, samples: Sequence[float]) -> "Percentiles":
-        """Percentiles by numpy's default (linear) interpolation."""
-        if not len(samples):
-            return cls(None, None, None, 0)
-        p50, p90, p99 = (float(v) for v in np.percentile(np.asarray(samples, float), [50, 90, 99]))
-        return cls(p50, p90, p99, len(samples))
+from recordings.metrics.stats import Percentiles, latencies, token_times  # noqa: F401  (Percentiles: part of this module's API)
+from recordings.metrics.wall_clock import paused_seconds
 
 
 @dataclass(frozen=True)
@@ -162,7 +141,6 @@ def summarize(reader: Reader) -> RunSummary:
 
 
 def _summarize(reader: Reader) -> RunSummary:
-    from recordings.metrics.wall_clock import paused_seconds   # it reuses _latencies: imported here
 
     clock = str(reader.run_info().get("config", {}).get("clock", "virtual"))
     (num_steps, first_ns, last_ns, num_preemptions, peak_kv), = reader.execute(
@@ -183,7 +161,7 @@ def _summarize(reader: Reader) -> RunSummary:
                                           "coalesce(sum(prefix_cache_hits), 0) FROM steps")
     preemptions = _preemptions(reader, "request_id" if v1 else "seq")
     (num_computed,), = reader.execute("SELECT coalesce(sum(num_scheduled_tokens), 0) FROM steps")
-    ttft, itl = _v1_latencies(reader, clock) if v1 else _latencies(reader)
+    ttft, itl = _v1latencies(reader, clock) if v1 else latencies(reader)
     num_output_tokens = reader.execute("SELECT count(*) FROM tokens" if v1 else
                                        "SELECT coalesce(sum(num_new_tokens), 0) FROM steps")[0][0]
     duration_s = (last_ns - first_ns) / 1e9 - paused_seconds(reader, clock) if num_steps else 0.0
@@ -241,47 +219,6 @@ def _preemptions(reader: Reader, who: str) -> dict:
             "num_recomputed_tokens": int(recomputed)}
 
 
-STEPS_PER_QUERY = 2048   # steps decoded per query: memory stays flat on a 100k-step file
-
-
-def token_times(reader: Reader, token_time: str = "token_time") -> Iterator[tuple[float, int]]:
-    """``(time, seq)`` for every generated token of a schema >= 2 recording, in step order (a
-    request's tokens in their order), streamed over the steps' aligned token arrays
-    ``STEPS_PER_QUERY`` steps a query; placeholders (negative token ids) are skipped.
-    ``token_time`` is the SQL expression over ``steps`` for a token's time (default: the engine
-    clock's ``token_time``)."""
-    (top,), = reader.execute("SELECT max(step) FROM steps")
-    for lo in range(0, (top if top is not None else -1) + 1, STEPS_PER_QUERY):
-        for t, seqs, ids in reader.execute(
-                f"SELECT {token_time}, batch_seq_json, token_id_json FROM steps WHERE step >= ? "
-                "AND step < ? AND num_new_tokens > 0 ORDER BY step", (lo, lo + STEPS_PER_QUERY)):
-            for seq, token_id in zip(json.loads(seqs), json.loads(ids)):
-                if token_id >= 0:
-                    yield t, seq
-
-
-def _latencies(reader: Reader, token_time: str = "token_time",
-               arrival: dict[int, float] | None = None) -> tuple[array.array, array.array]:
-    """TTFT samples (one per request with a token) and ITL samples (gaps between consecutive
-    tokens of a request), from :func:`token_times`; samples are kept as float64 arrays (8 bytes
-    each), never as rows. ``token_time`` is the SQL expression over ``steps`` for a token's time
-    and ``arrival`` the arrival times by request ``seq`` (default: the engine clock's
-    ``token_time`` and ``requests.arrival_time``)."""
-    if arrival is None:
-        arrival = dict(reader.execute("SELECT seq, arrival_time FROM requests"))
-    last: dict[int, float] = {}
-    ttft, itl = array.array("d"), array.array("d")
-    for t, seq in token_times(reader, token_time):
-        prev = last.get(seq)
-        if prev is None:
-            if arrival.get(seq) is not None:
-                ttft.append(t - arrival[seq])
-        else:
-            itl.append(t - prev)
-        last[seq] = t
-    return ttft, itl
-
-
 # Schema 1 has no token_time: a token's time is its step's clock + 1 under the virtual clock, else
 # the step's clock + its duration (v1's definition). Rows grouped by request in token order.
 _V1_TOKEN_TIMES = ("SELECT t.request_id, s.clock + CASE WHEN :clock = 'wall' "
@@ -290,7 +227,7 @@ _V1_TOKEN_TIMES = ("SELECT t.request_id, s.clock + CASE WHEN :clock = 'wall' "
                    "ORDER BY t.request_id, t.step, t.seq")
 
 
-def _v1_latencies(reader: Reader, clock: str) -> tuple[list[float], list[float]]:
+def _v1latencies(reader: Reader, clock: str) -> tuple[list[float], list[float]]:
     """TTFT and ITL samples of a schema-1 recording (its ``tokens`` table)."""
     arrival = dict(reader.execute("SELECT request_id, arrival_time FROM requests"))
     rows = reader.execute(_V1_TOKEN_TIMES, {"clock": clock})

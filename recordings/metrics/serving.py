@@ -29,8 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from recordings.errors import RecordingError
-from recordings.metrics.run_metrics import Percentiles, token_times
 from recordings.file.reader import Reader
+from recordings.metrics.stats import Percentiles, token_times
 
 COMPLETED = ("FINISHED_STOPPED", "FINISHED_LENGTH")
 UNITS = {"virtual": "steps", "wall": "s", "sim": "sim s"}

@@ -4,9 +4,9 @@ batching, TPOT, paused time and wall-clock latencies of a virtual-clock run), ``
 prefill / decode split, goodput) and ``recordings.metrics.roofline`` (roofline efficiency). No Qt."""
 from __future__ import annotations
 
-from recordings.metrics.run_metrics import summarize, summarize_batching
 from recordings.file.reader import Reader
 from recordings.metrics.roofline import summarize_roofline
+from recordings.metrics.run_metrics import summarize, summarize_batching
 from recordings.metrics.serving import Slo, summarize_serving
 from recordings.metrics.wall_clock import wall_clock
 

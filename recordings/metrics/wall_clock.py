@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from recordings.metrics.run_metrics import Percentiles, _latencies
+from recordings.metrics.stats import Percentiles, latencies
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,6 @@ def wall_clock(reader) -> WallClock:
     if clock == "virtual" and reader.execute("PRAGMA user_version")[0][0] >= 2:
         arrival = dict(reader.execute("SELECT r.seq, s.start_ns / 1e9 FROM requests r "
                                       "JOIN steps s ON s.step = r.arrival_step"))
-        t, i = _latencies(reader, token_time="end_ns / 1e9", arrival=arrival)
+        t, i = latencies(reader, token_time="end_ns / 1e9", arrival=arrival)
         ttft, itl = Percentiles.of(t), Percentiles.of(i)
     return WallClock(clock, span, paused_seconds(reader, clock), ttft, itl)

@@ -7,7 +7,7 @@ EOS ignored, as in a trace replay), and optionally ``priority``, ``temperature``
 ``top_k``, ``seed``, ``n`` (vLLM's sampling names), ``hash_ids`` (Mooncake's prefix-block ids, with
 ``prompt_tokens`` only) and ``request_id``. Fields are checked by a pydantic model (unknown
 fields, wrong types and out-of-range values are refused); each bad line becomes a
-``recordings.workloads.traces.TraceRowError`` naming its line, the field and the limit, and every good line
+``recordings.workloads.rows.TraceRowError`` naming its line, the field and the limit, and every good line
 is kept. Lines are decoded one by one, so bytes that are not UTF-8 spoil only their own line.
 No torch, no Qt.
 """
@@ -22,7 +22,7 @@ from typing import Annotated, Any
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
                       model_validator)
 
-from recordings.workloads.traces import MAX_HASH_ID, MAX_TRACE_TOKENS, TraceLoad, TraceRow, TraceRowError
+from recordings.workloads.rows import MAX_HASH_ID, MAX_TRACE_TOKENS, TraceLoad, TraceRow, TraceRowError
 
 FORMAT = "batchscope-jsonl"
 TITLE = "a BatchScope JSONL workload"
@@ -118,7 +118,7 @@ def is_workload_line(line: str) -> bool:
 
 
 def parse_line(line_no: int, line: bytes | str) -> TraceRow:
-    """One line as a :class:`recordings.workloads.traces.TraceRow` with its :class:`RequestSpec`. Raises
+    """One line as a :class:`recordings.workloads.rows.TraceRow` with its :class:`RequestSpec`. Raises
     ``ValueError`` naming the problem: not UTF-8, not JSON, or each failed field with its limit."""
     if isinstance(line, bytes):
         try:

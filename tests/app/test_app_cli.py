@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from app.cli import build_parser, main
-from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 from recordings.metrics.run_metrics import summarize
 from recordings.workloads.workload import DEMO_TRACE
 
@@ -59,7 +59,7 @@ def test_run_replays_a_trace_records_it_and_prints_a_summary(tiny_model, tmp_pat
                   "preemptions"):
         assert field in out.stdout
     assert "prompt lengths" in out.stdout and "clipped" in out.stdout   # says what was scaled
-    reader = Reader(rec)
+    reader = open_reader(rec)
     final = reader.state_at(reader.latest_step())
     assert len(final) == 0                     # nothing left live at the end
     ids = reader.request_ids()
@@ -72,7 +72,7 @@ def test_run_replays_a_trace_records_it_and_prints_a_summary(tiny_model, tmp_pat
                    "--record", str(rec2), "--clock", "virtual", "--max-prompt-tokens", "48",
                    "--max-output-tokens", "12", "--num-gpu-blocks", "24", "--max-num-seqs", "6")
     assert out2.returncode == 0
-    r2 = Reader(rec2)
+    r2 = open_reader(rec2)
     assert r2.latest_step() == reader.latest_step()
     strip = lambda recs: [(r.scheduled, r.new_tokens, r.block_events, r.transitions)  # noqa: E731
                           for r in recs]
@@ -91,7 +91,7 @@ def test_malformed_rows_are_reported_by_line_and_the_rest_is_served(tiny_model, 
                   "--clock", "virtual", "--max-output-tokens", "4", "--max-prompt-tokens", "32")
     assert out.returncode == 0, out.stderr[-3000:]
     assert "line 5" in out.stdout + out.stderr
-    assert len(Reader(rec).request_ids()) == 7
+    assert len(open_reader(rec).request_ids()) == 7
 
 
 @pytest.mark.parametrize("problem", ["missing-model", "existing-record", "bad-trace", "bad-knob",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from app.cli import main
 from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 from recordings.check.invariants import check_recording
 from recordings.workloads.workload import DEMO_TRACE
 
@@ -26,7 +27,7 @@ def test_the_default_pool_fits_the_workload(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "KV cache sized for the workload" in err
     assert "max_num_seqs x max_model_len would give" in err          # an A100 holds more: the cap binds
-    with Reader(out) as reader:
+    with open_reader(out) as reader:
         cfg = reader.run_info()["config"]
         assert cfg["num_gpu_blocks"] == workload_blocks(reader)
         peak = reader.execute("SELECT max(kv_cache_usage) FROM steps")[0][0]
@@ -44,6 +45,6 @@ def test_a_chosen_pool_or_prefix_caching_keeps_its_size(tmp_path, capsys):
     cached = tmp_path / "cached.sqlite"
     assert main([*SIM, "--enable-prefix-caching", "--record", str(cached)]) == 0
     assert "sized for the workload" not in capsys.readouterr().err
-    assert Reader(chosen).run_info()["config"]["num_gpu_blocks"] == 200
-    with Reader(cached) as reader:
+    assert open_reader(chosen).run_info()["config"]["num_gpu_blocks"] == 200
+    with open_reader(cached) as reader:
         assert reader.run_info()["config"]["num_gpu_blocks"] > workload_blocks(reader)

@@ -8,7 +8,7 @@ from app.cli import build_parser, engine_config, main
 from engine.config import POLICIES
 from engine.outputs import NOT_ADMITTED_STATIC_BATCH
 from engine.sched.scheduler import Scheduler
-from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 from recordings.metrics.run_metrics import summarize_batching
 from recordings.workloads.workload import DEMO_TRACE
 
@@ -66,7 +66,7 @@ def test_static_policy_runs_the_baseline_with_idle_slots(tmp_path, capsys):
     for policy in ("fcfs", "static"):
         path = tmp_path / f"{policy}.sqlite"
         assert main([*SIM_RUN, "--policy", policy, "--check-invariants", "--record", str(path)]) == 0
-        with Reader(path) as reader:
+        with open_reader(path) as reader:
             assert reader.run_info()["config"]["policy"] == policy
             waits = reader.execute("SELECT count(*) FROM steps WHERE waiting_reason = ?",
                                    (NOT_ADMITTED_STATIC_BATCH,))[0][0]
@@ -94,7 +94,7 @@ def test_check_invariants_stops_the_run_at_the_violating_step(tmp_path, capsys, 
     assert main([*SIM_RUN, "--check-invariants", "--record", str(path)]) == 1
     err = capsys.readouterr().err
     assert "invariant violated at step 3: G3:" in err, err
-    with Reader(path) as reader:
+    with open_reader(path) as reader:
         assert reader.latest_step() == 3 and reader.is_complete()
 
 
@@ -105,7 +105,7 @@ def test_without_check_invariants_the_same_corruption_is_not_looked_for(tmp_path
     assert main([*SIM_RUN, "--record", str(tmp_path / "plain.sqlite")]) == 0
     assert not checked
     assert main([*SIM_RUN, "--check-invariants", "--record", str(tmp_path / "checked.sqlite")]) == 0
-    with Reader(tmp_path / "checked.sqlite") as reader:
+    with open_reader(tmp_path / "checked.sqlite") as reader:
         assert len(checked) == reader.latest_step() + 1
 
 
@@ -130,7 +130,7 @@ def test_swap_flags_reach_the_config_and_a_sim_run_swaps(tmp_path, capsys):
     argv = [*SIM_RUN, "--record", str(rec), "--preemption-mode", "swap", "--num-cpu-blocks", "200"]
     argv[argv.index("--num-gpu-blocks") + 1] = "40"
     assert main(argv) == 0
-    with Reader(rec) as reader:
+    with open_reader(rec) as reader:
         (swaps,), = reader.execute("SELECT count(*) FROM events WHERE kind = 'preempted' "
                                    "AND json_extract(detail, '$.mode') = 'swap'")
         (outs,), = reader.execute("SELECT count(*) FROM block_events WHERE kind = 'swapped_out'")

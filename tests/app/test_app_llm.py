@@ -8,7 +8,7 @@ import torch
 
 from app import LLM, SamplingParams
 from engine.config import ConfigError
-from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 from recordings.errors import RecordingError
 
 GREEDY = SamplingParams(max_tokens=6, ignore_eos=True)
@@ -77,7 +77,7 @@ def test_sampling_params_reach_the_sampler(llm):
 def test_record_writes_a_recording_that_opens(llm, tmp_path):
     path = tmp_path / "run.sqlite"
     outs = llm.generate(PROMPTS, GREEDY, record=path, use_tqdm=False)
-    with Reader(path) as reader:
+    with open_reader(path) as reader:
         assert reader.is_complete()
         assert reader.request_ids() == [o.request_id for o in outs]
         for o in outs:
@@ -96,7 +96,7 @@ def test_record_writes_a_recording_that_opens(llm, tmp_path):
     with pytest.raises(RecordingError, match="overwrite=True"):        # not overwritten unasked
         llm.generate(PROMPTS[:1], GREEDY, record=path, use_tqdm=False)
     again = llm.generate(PROMPTS[:1], GREEDY, record=path, overwrite=True, use_tqdm=False)
-    with Reader(path) as reader:                                       # replaced by the new call
+    with open_reader(path) as reader:                                       # replaced by the new call
         assert {t.request_id for r in reader.records(0, reader.latest_step() + 1)
                 for t in r.new_tokens} == {again[0].request_id}
 
@@ -170,4 +170,4 @@ def test_simulated_executor(tmp_path):
     outs = llm.generate([[1, 2, 3], [4, 5]], GREEDY, use_tqdm=False, record=tmp_path / "sim.sqlite")
     assert [len(o.token_ids) for o in outs] == [6, 6]
     assert llm.config.clock == "sim" and outs[0].metrics.time_to_first_token > 0
-    assert Reader(tmp_path / "sim.sqlite").run_info()["executor"] == "sim"
+    assert open_reader(tmp_path / "sim.sqlite").run_info()["executor"] == "sim"

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from app.cli import main
-from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 from recordings.workloads.workload import DEMO_TRACE
 
 SIM = ("--executor", "sim", "--sim-model", "llama-3.2-1b", "--sim-device", "a100", "--max-num-seqs", "16",
@@ -19,7 +19,7 @@ def test_sharegpt_lengths_with_poisson_arrivals(tmp_path, capsys):
                  "--max-prompt-tokens", "2048", "--record", str(out), *SIM,
                  "--slo-ttft", "500", "--slo-tpot", "50"]) == 0
     text = capsys.readouterr()
-    reader = Reader(out)
+    reader = open_reader(out)
     arrivals = [t for (t,) in reader.execute("SELECT arrival_time FROM requests ORDER BY seq")]
     gaps = np.random.default_rng(2).exponential(1 / 4, 39)         # vLLM's generator, written out
     assert arrivals == pytest.approx([0.0, *np.cumsum(gaps)])
@@ -46,7 +46,7 @@ def test_request_rate_replaces_a_trace_timestamps_and_keeps_hash_ids(tmp_path, c
     err = capsys.readouterr().err
     assert "all 12 requests arrive at t=0 (--request-rate inf); replaces the trace's timestamps" in err
     assert "hash_ids: kept with each row's lengths through the Poisson resampling" in err
-    reader = Reader(out)
+    reader = open_reader(out)
     assert reader.execute("SELECT max(arrival_time) FROM requests") == [(0.0,)]
     sharing = reader.run_info()["trace"]["prefix_sharing"]
     assert sharing["num_hash_ids"] == 36 and sharing["num_hash_ids_unused"] == 0
@@ -63,7 +63,7 @@ def test_jsonl_workload_runs_with_its_own_ids_and_priorities(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "line 4: arrival: Input should be a valid number" in err
     assert "line 3: prompt is text but this engine has no tokenizer" in err
-    rows = Reader(out).execute("SELECT request_id, num_prompt_tokens, num_output_tokens, status FROM requests "
+    rows = open_reader(out).execute("SELECT request_id, num_prompt_tokens, num_output_tokens, status FROM requests "
                                "ORDER BY request_id")
     assert rows == [("late", 300, 5, "FINISHED_LENGTH"), ("urgent", 20, 3, "FINISHED_LENGTH")]
     # under fcfs the priority row is refused by the scheduler, and the notes said so beforehand

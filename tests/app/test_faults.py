@@ -16,6 +16,7 @@ from engine.engine import LLMEngine  # noqa: E402
 from engine.request import SamplingParams  # noqa: E402
 from tests.support.fake_runner import FakeRunner  # noqa: E402
 from recordings.file.reader import Reader  # noqa: E402
+from recordings.file.open_reader import open_reader
 from recordings.errors import RecordingError  # noqa: E402
 from recordings.file.writer import RecordingWriter  # noqa: E402
 from recordings.check.file_check import check_file  # noqa: E402
@@ -64,7 +65,7 @@ def test_out_of_memory_fails_that_steps_requests_and_serves_the_others(tmp_path,
     engine, finished, closed_error = serve(path, OutOfMemoryRunner(64, 4))
     assert closed_error is None and emptied == [True]          # the CUDA cache was emptied once
     failed = {rid for rid, r in finished.items() if r.status.value == "FINISHED_ERROR"}
-    with Reader(path) as reader:
+    with open_reader(path) as reader:
         (in_step,) = reader.records(OOM_STEP, OOM_STEP + 1)
         assert in_step.error.startswith("OutOfMemoryError: CUDA out of memory")
         assert failed == {e.request_id for e in in_step.scheduled} and 0 < len(failed) <= 4
@@ -82,7 +83,7 @@ def test_the_window_shows_the_out_of_memory_step(tmp_path, qtbot):
     from ui import MainWindow
     path = tmp_path / "oom.sqlite"
     serve(path, OutOfMemoryRunner(64, 4))
-    with Reader(path) as reader:
+    with open_reader(path) as reader:
         w = MainWindow(reader, None, open_recording=Reader)
         qtbot.addWidget(w)
         w.timer.stop()
@@ -109,7 +110,7 @@ def disk_full_after(monkeypatch, step: int):
 
 def check_incomplete(path, capsys):
     from app.cli import main
-    with Reader(path) as reader:
+    with open_reader(path) as reader:
         last = reader.latest_step()
         assert not reader.is_complete() and last >= 0
         reader.state_at(last)                                    # every committed step replays

@@ -126,12 +126,13 @@ def test_a_recording_checks_group_sharing_and_flags_other_sharing(tmp_path):
     and reports the same fork handed to a request outside the group (G2)."""
     import sqlite3
 
-    from recordings.file.reader import Reader
+
+    from recordings.file.open_reader import open_reader
     from recordings.check.invariants import check_recording
 
     path = tmp_path / "run.sqlite"
     run_workload(CONFIGS["swap"], workload(SEEDED), record_to=path)
-    with Reader(path) as reader:
+    with open_reader(path) as reader:
         assert check_recording(reader) == []
     db = sqlite3.connect(path)
     step, ord_ = db.execute("SELECT step, ord FROM block_events WHERE kind = 'forked' ORDER BY step, ord").fetchone()
@@ -139,7 +140,7 @@ def test_a_recording_checks_group_sharing_and_flags_other_sharing(tmp_path):
     db.execute("UPDATE block_events SET seq = ? WHERE step = ? AND ord = ?", (seq_of_s, step, ord_))
     db.commit()
     db.close()
-    with Reader(path) as reader:
+    with open_reader(path) as reader:
         problems = check_recording(reader)
     assert any(p.step == step and p.invariant == "G2" and "nor a group's prompt" in p.message
                              for p in problems), problems

@@ -6,7 +6,7 @@ from __future__ import annotations
 import collections
 
 from tests.support.preemption_totals import live_preemption_totals
-from recordings.metrics.run_metrics import Percentiles
+from recordings.metrics.stats import Percentiles
 
 
 def live_summary(result):

@@ -124,11 +124,11 @@ def check_case_properties(result: RunResult) -> None:
 def check_summary_from_recording(result: RunResult) -> None:
     """Every metric recomputed from the recording (``recordings.metrics.run_metrics.summarize``) equals the live
     value, and per request the stored TTFT, preemptions, status and output count."""
-    from recordings.file.reader import Reader
+    from recordings.file.open_reader import open_reader
     from recordings.metrics.run_metrics import summarize
     from tests.support.case_metrics import live_summary
 
-    with Reader(result.recording) as reader:
+    with open_reader(result.recording) as reader:
         summary = summarize(reader)
         infos = {rid: reader.request_info(rid) for rid in result.requests}
     assert summary == live_summary(result)

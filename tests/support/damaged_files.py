@@ -8,6 +8,8 @@ import sqlite3
 from pathlib import Path
 
 from recordings.file.reader import Reader
+
+from recordings.file.open_reader import open_reader
 from recordings.errors import RecordingError
 
 
@@ -60,7 +62,7 @@ def replayable_steps(damaged: Path, original: Reader) -> set[int]:
     out = set()
     for k in range(original.latest_step() + 1):
         try:
-            with Reader(damaged, damaged=True) as reader:
+            with open_reader(damaged, damaged=True) as reader:
                 if reader.state_at(k) == original.state_at(k):
                     out.add(k)
         except RecordingError:

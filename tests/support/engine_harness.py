@@ -810,11 +810,11 @@ def assert_recording_matches(result: RunResult) -> None:
     """The README's "again from the recording": open ``result.recording`` and check that every
     step's state and record read back equal the live ones, then re-check G1, G3, G4 (and G6 if the
     run drained) on the states read from the file, with the config stored in the file."""
-    from recordings.file.reader import Reader
+    from recordings.file.open_reader import open_reader
 
     assert result.recording is not None, "run_workload(..., record_to=path) first"
     n = len(result.records)
-    with Reader(result.recording) as reader:
+    with open_reader(result.recording) as reader:
         assert reader.is_complete() and reader.latest_step() == n - 1
         config = reader.run_info()["config"]
         # the config the run started with; the live knob changes it recorded give the live one
@@ -835,7 +835,7 @@ def assert_recording_matches(result: RunResult) -> None:
         assert list(states[-1].request_ids) == list(result.engine.requests)
         if not result.engine.scheduler.paused:
             assert_no_problems(checker.check_drained(states[-1], records[-1]))
-    with Reader(result.recording) as reader:         # the same checks as `batchscope check`
+    with open_reader(result.recording) as reader:         # the same checks as `batchscope check`
         assert_no_problems(check_file(reader))
 
 

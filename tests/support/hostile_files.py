@@ -23,11 +23,11 @@ def read_everything(path):
     """Every read a user's session makes of the file: open, seek, records, batches, each request's
     info, text and timeline, SQL on the views, the summary and ``batchscope check``. Returns the
     check's problems."""
-    from recordings.file.reader import Reader
+    from recordings.file.open_reader import open_reader
     from recordings.metrics.run_metrics import summarize
     from recordings.check.file_check import check_file
 
-    with Reader(path) as reader:
+    with open_reader(path) as reader:
         last = reader.latest_step()
         for k in sorted({-1, 0, last // 2, last, last + 5}):
             reader.state_at(k)

@@ -19,14 +19,15 @@ def grab(out: str, paths: list[str], at: float = 0.4, by: str = "time", select: 
          names: list[str] | None = None) -> None:
     from PySide6.QtWidgets import QApplication
 
-    from recordings.file.reader import Reader
+
+    from recordings.file.open_reader import open_reader
     from tests.support.screenshot import save_grab
     from recordings.compare.comparison import compare_recordings
     from ui.compare.window import CompareWindow
 
     app = QApplication.instance() or QApplication([])
     c = compare_recordings(paths, names)
-    w = CompareWindow([Reader(p) for p in paths], [h.name for h in c.headlines], c, by=by)
+    w = CompareWindow([open_reader(p) for p in paths], [h.name for h in c.headlines], c, by=by)
     w.show()
     w.seek(int(at * w.sync.last_tick))
     w.select_request(select)

@@ -44,10 +44,11 @@ def window(qtbot, source, control):
 def replay_window(qtbot, tmp_path):
     """The window replaying a recording of the fake source's run (``recordings.file.reader.Reader``)."""
     from recordings.file.reader import Reader
+    from recordings.file.open_reader import open_reader
     from ui import MainWindow
     path = tmp_path / "fake.sqlite"
     FakeSource(record_to=path).close()
-    reader = Reader(path)
+    reader = open_reader(path)
     w = MainWindow(reader, None, open_recording=Reader)
     w.timer.stop()
     qtbot.addWidget(w)

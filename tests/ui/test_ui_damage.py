@@ -13,7 +13,7 @@ from tests.support.engine_runs import run_engine  # noqa: E402
 from tests.support.fakes import shown_window  # noqa: E402
 
 from app.commands.recover import open_recording  # noqa: E402
-from recordings.file.reader import Reader  # noqa: E402
+from recordings.file.open_reader import open_reader
 from recordings.damage.report import find_damage  # noqa: E402
 
 
@@ -33,7 +33,7 @@ def not_blank(widget) -> bool:
 
 def test_a_damage_found_by_the_check_limits_the_replay_and_names_the_fix(qtbot, original, tmp_path):
     bad = overwrite_page(original, tmp_path / "bad.sqlite", middle_leaf(original, "steps"))
-    reader = Reader(bad)                       # the damage is past what opening touches
+    reader = open_reader(bad)                       # the damage is past what opening touches
     last = reader.latest_step()
     w = shown_window(qtbot, reader)
     qtbot.waitUntil(lambda: w.damage_text is not None, timeout=60_000)
@@ -46,7 +46,7 @@ def test_a_damage_found_by_the_check_limits_the_replay_and_names_the_fix(qtbot, 
     assert f"batchscope recover {bad} " in w.banner.text
     assert reader.latest_step() == k
     w.show_step(last)                          # scrubbing past the damage stops at the last readable step
-    assert w.state.step == k and w.state == Reader(original).state_at(k)
+    assert w.state.step == k and w.state == open_reader(original).state_at(k)
     assert w._source_error is None
     dialog = w.show_problems()
     qtbot.addWidget(dialog)

@@ -12,6 +12,7 @@ from engine.sim.cost_model import CostModel, CostParams  # noqa: E402
 from engine.sim.hardware import DevicePeaks  # noqa: E402
 from engine.sim.model_shapes import ModelShape  # noqa: E402
 from recordings.file.reader import Reader  # noqa: E402
+from recordings.file.open_reader import open_reader
 from recordings.metrics.roofline import roofline_info  # noqa: E402
 from ui.views.metrics_plots import MetricsPlots  # noqa: E402
 from ui.record_cache import step_span  # noqa: E402
@@ -31,7 +32,7 @@ def recordings(tmp_path_factory):
 
 
 def show(qtbot, path, shown: int | None = None) -> tuple[MetricsPlots, Reader, int]:
-    reader = Reader(path)
+    reader = open_reader(path)
     latest = reader.latest_step()
     shown = latest if shown is None else shown
     w = MetricsPlots(window=200)
@@ -80,7 +81,7 @@ def test_a_simulated_run_is_labelled_as_such(qtbot):
 def test_the_window_hands_the_recordings_provenance_to_the_panel(qtbot, recordings):
     from ui import MainWindow
 
-    reader = Reader(recordings[0])
+    reader = open_reader(recordings[0])
     win = MainWindow(reader, None)
     win.timer.stop()
     qtbot.addWidget(win)

@@ -8,7 +8,7 @@ import pytest
 
 from tests.support.fakes import FakeSource
 from recordings.file.reader import Reader
-from recordings.file.writer import RecordingWriter
+from recordings.file.open_reader import open_reader
 from ui import MainWindow
 
 
@@ -17,7 +17,7 @@ def replay(qtbot, tmp_path):
     path = tmp_path / "fake.sqlite"
     source = FakeSource(record_to=path)
     source.close()
-    reader = Reader(path)
+    reader = open_reader(path)
     w = MainWindow(reader, None, open_recording=Reader)
     w.timer.stop()
     qtbot.addWidget(w)
@@ -61,7 +61,7 @@ def test_a_simulated_recording_says_so(qtbot, tmp_path):
     path = tmp_path / "sim.sqlite"
     assert main(["run", "--trace", str(DEMO_TRACE), "--limit", "6", "--executor", "sim", "--sim-model",
                  "llama-3.2-1b", "--sim-device", "h200", "--num-gpu-blocks", "64", "--record", str(path)]) == 0
-    reader = Reader(path)
+    reader = open_reader(path)
     w = MainWindow(reader, None, open_recording=Reader)
     w.timer.stop()
     qtbot.addWidget(w)

@@ -13,6 +13,7 @@ import pytest
 
 from tests.support.fakes import FakeSource
 from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 from recordings.file.step_batches import batch_columns
 from ui import MainWindow
 from ui.views.metrics_plots import metric_row
@@ -28,7 +29,7 @@ def recorded(tmp_path_factory):
     path = tmp_path_factory.mktemp("summary") / "run.sqlite"
     source = FakeSource(60, num_blocks=28, fail_steps=(17,), record_to=path)
     source.close()
-    reader = Reader(path)
+    reader = open_reader(path)
     records = source.records(0, 61)
     # the run covers every path of the decoding
     assert any(r.preempted_ids for r in records) and any(r.not_admitted for r in records)
@@ -80,7 +81,7 @@ def test_summaries_answer_what_the_records_answer(recorded):
 
 
 def test_a_v1_recording_is_summarised_from_its_records():
-    reader = Reader(V1_FIXTURE)
+    reader = open_reader(V1_FIXTURE)
     try:
         last = reader.latest_step()
         assert_same_columns(reader.step_batches(0, last + 1), batch_columns(reader.records(0, last + 1)))

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (QCheckBox, QDialog, QDialogButtonBox, QDoubleSpin
 from engine.request import MAX_PENALTY
 from engine.state.source import EngineControl
 from ui.style.colors import ERROR, css
-from ui.inspector.request_menu import PRIORITY_RANGE
+from ui.request_menu import PRIORITY_RANGE
 from ui.style.theme import follow_window
 
 

@@ -15,7 +15,7 @@ from engine.state.state import EngineState
 from ui.style.colors import ERROR, css, request_rgb
 from ui.inspector.explain import explain_waiting
 from ui.inspector.forensics import RequestForensics
-from ui.inspector.request_menu import allowed_actions, run_action
+from ui.request_menu import allowed_actions, run_action
 from ui.views.request_table import cell_text
 from ui.state_lookup import block_ids, find_view
 from ui.plain_text import PlainLabel, rich_escape

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QVBoxL
 from engine.outputs import StepRecord
 from engine.state.source import EngineControl
 from engine.state.state import EngineState
-from ui.inspector.request_menu import request_menu
+from ui.request_menu import request_menu
 from ui.views.queue_view import PAD, CellDelegate, QueueTabs, QueueView, visible_rows  # noqa: F401 (re-exported)
 from ui.views.request_table import PRIORITY_COLUMN, REASON_COLUMN, REASON_TEXTS, RequestTableModel
 from ui.step_summary import StepSummary

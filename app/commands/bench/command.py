@@ -39,7 +39,7 @@ where it runs in bfloat16."""
 def add_bench_parser(sub) -> None:
     """Register ``batchscope bench`` on the subparsers ``sub``: engine knobs (as ``run``, with
     GPU-sized defaults), workload source and scaling, model choice, recording, outputs."""
-    from app.cli import _engine_args, _workload_args
+    from app.args import add_engine_args, add_workload_args
 
     bench = sub.add_parser(
         "bench", help="headless benchmark: the anchor workload (or a trace) through the engine; prints "
@@ -66,8 +66,8 @@ def add_bench_parser(sub) -> None:
     rec.add_argument("--record", metavar="PATH", help="record every step to this new .sqlite file")
     rec.add_argument("--no-record", action="store_true", help="no recording (the default)")
     g.add_argument("--json", metavar="OUT", help="also write the figures to this JSON file")
-    _engine_args(bench, num_gpu_blocks=None, clock="wall")
-    _workload_args(bench, time_scale=1.0)
+    add_engine_args(bench, num_gpu_blocks=None, clock="wall")
+    add_workload_args(bench, time_scale=1.0)
     bench.set_defaults(model=None, max_num_seqs=256, max_num_batched_tokens=8192, max_model_len=2048)
     for action in bench._actions:                # the defaults above, said in --help
         if action.dest == "model":

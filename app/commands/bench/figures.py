@@ -16,7 +16,7 @@ from typing import Iterable, Sequence
 
 from engine.outputs import StepRecord
 from engine.sim.cost_model import CostModel, CostParams
-from recordings.metrics.run_metrics import Percentiles
+from recordings.metrics.stats import Percentiles
 
 FLOOR_PARAMS = CostParams.floor()
 

@@ -15,8 +15,8 @@ from tqdm import tqdm
 
 from app.commands.bench.command import anchor_limit, model_shape_name
 from app.commands.bench.figures import bench_figures, format_figures
-from app.commands.bench.peaks import measure_peaks
-from app.cli import engine_config
+from app.peaks import measure_peaks
+from app.args import engine_config
 from app.factory import build_engine, resolve_device, resolve_dtype
 from app.commands.run import fit_kv_to_workload
 from app.workload_setup import add_workload, load_workload, read_trace

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from app.commands.compare.configs import RunConfig, knob_actions, parse_configs, policy_configs, run_args
 from app.presets import add_preset_arg, apply_preset
+from app.commands.compare.rejections import rejection_lines
 
 HELP = "compare runs of one workload: static vs continuous batching, or any two configs"
 DESCRIPTION = """Compare runs of one workload. Run it under several configs (--policies static,fcfs or
@@ -87,7 +88,7 @@ def default_out_dir() -> Path:
 def plan_runs(args: argparse.Namespace) -> list[RunConfig]:
     """The configs to run, checked (values, and each whole engine config). Raises ``ValueError``
     or ``engine.config.ConfigError`` naming the problem."""
-    from app.cli import engine_config
+    from app.args import engine_config
     from app.workload_setup import check_args
 
     if args.policies and args.configs:
@@ -148,29 +149,6 @@ def print_comparison(c, top: int) -> None:
     headers, rows = fairness_table(c)
     print("\nfairness:")
     print(tabulate(rows, headers=headers, disable_numparse=True))
-
-
-def rejection_lines(c) -> list[str]:
-    """Why each run's requests were rejected or failed, grouped by reason as ``batchscope run``
-    and ``summary`` print them (``app.commands.run.rejection_report`` over the recording's
-    ``FINISHED_ERROR`` requests); runs with the same report share it (the same --max-model-len
-    rejects the same requests in every run), control and bidi characters of the recorded ids
-    and reasons escaped (``recordings.safe_text.visible``). [] when no run rejected any."""
-    from app.commands.run import recorded_rejections, rejection_report
-    from recordings.file.reader import Reader
-    from recordings.safe_text import visible
-
-    reports: dict[str, list[str]] = {}
-    for h in c.headlines:
-        if h.num_rejected:
-            reader = Reader(h.path)
-            try:
-                report = rejection_report(recorded_rejections(reader), h.num_requests)
-            finally:
-                reader.close()
-            reports.setdefault(report, []).append(h.name)
-    return [line for report, names in reports.items()
-            for line in ("", visible(f"{', '.join(names)}: {report}"))]
 
 
 def run_compare(args: argparse.Namespace) -> int:
@@ -239,13 +217,14 @@ def open_compare_window(paths: list[Path], comparison) -> int:
                      "desktop or under Xvfb, or headless with QT_QPA_PLATFORM=offscreen")
     from PySide6.QtWidgets import QApplication
 
-    from recordings.file.reader import Reader
+
+    from recordings.file.open_reader import open_reader
     from ui.compare.window import CompareWindow
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("BatchScope")
     names = [h.name for h in comparison.headlines]
-    win = CompareWindow([Reader(p) for p in paths], names, comparison,
+    win = CompareWindow([open_reader(p) for p in paths], names, comparison,
                         title=f"BatchScope — compare: {' vs '.join(names)}")
     win.show()
     return app.exec()

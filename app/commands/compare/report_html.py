@@ -64,11 +64,11 @@ def _plot(x_label: str, y_label: str):
 
 def metrics_png(paths: list[Path]) -> str:
     """The compare window's metrics plots (by time) of the recordings at ``paths``."""
-    from recordings.file.reader import Reader
+    from recordings.file.open_reader import open_reader
     from ui.compare.metrics import CompareMetrics, run_columns, run_series
     from ui.compare.window import RUN_COLORS, UNITS
 
-    readers = [Reader(p) for p in paths]
+    readers = [open_reader(p) for p in paths]
     runs = [run_columns(r) for r in readers]
     unit = UNITS.get((readers[0].run_info().get("config") or {}).get("clock"), "s")
     top = max((float(run["token_time"][-1]) for run in runs if len(run["step"])), default=1.0)
@@ -130,11 +130,11 @@ def _headline_cells(c: Comparison) -> dict:
 
 
 def _runs(c: Comparison) -> list[dict]:
-    from recordings.file.reader import Reader
+    from recordings.file.open_reader import open_reader
 
     runs = []
     for h in c.headlines:
-        with Reader(h.path) as r:
+        with open_reader(h.path) as r:
             info = r.run_info()
         cfg = info.get("config") or {}
         model = info.get("model")
@@ -150,9 +150,9 @@ def render_report(c: Comparison, plots: dict[str, str], scatters: list[str]) -> 
     """The report's HTML text for ``c`` with the given base64 PNGs (autoescaped jinja2)."""
     import jinja2
 
-    from app.commands.compare.command import rejection_lines
+    from app.commands.compare.rejections import rejection_lines
 
-    env = jinja2.Environment(loader=jinja2.PackageLoader("app", "templates"), autoescape=True,
+    env = jinja2.Environment(loader=jinja2.PackageLoader("app.commands.compare", "templates"), autoescape=True,
                              undefined=jinja2.StrictUndefined)
     pairs = []
     for k in range(1, len(c.headlines)):

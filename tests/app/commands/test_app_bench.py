@@ -90,7 +90,7 @@ def test_efficiency_is_the_floor_of_the_recorded_steps_over_the_measured_time(re
     from engine.sim.cost_model import CostModel, CostParams
     from engine.sim.hardware import DevicePeaks
     from engine.sim.model_shapes import ModelShape
-    from recordings.file.reader import Reader
+    from recordings.file.open_reader import open_reader
 
     rec, out = recorded_run
     fig = out["figures"]
@@ -99,7 +99,7 @@ def test_efficiency_is_the_floor_of_the_recorded_steps_over_the_measured_time(re
     shape = ModelShape("tiny", 2, 128, 256, 4, 2, 32, 1000, bytes_per_param=4)
     peaks = DevicePeaks("cpu", out["peaks"]["peak_flops"], out["peaks"]["mem_bandwidth"], 1)
     cost = CostModel(shape, peaks, CostParams(0.0, 0.0, 1.0, 1.0))
-    reader = Reader(rec)
+    reader = open_reader(rec)
     steps = reader.records(0, reader.latest_step() + 1)
     floor = sum(cost.step_time(s.scheduled, len(s.new_tokens)) for s in steps)
     assert floor > 0
@@ -110,19 +110,19 @@ def test_efficiency_is_the_floor_of_the_recorded_steps_over_the_measured_time(re
 
 
 def test_figures_match_the_recordings_summary(recorded_run):
-    from recordings.file.reader import Reader
+    from recordings.file.open_reader import open_reader
     from recordings.metrics.run_metrics import summarize
 
     rec, out = recorded_run
     fig = out["figures"]
-    s = summarize(Reader(rec))
+    s = summarize(open_reader(rec))
     assert fig["num_output_tokens"] == s.num_output_tokens == sum(
         [77, 212, 46])                                    # the first 3 anchor requests' output lengths
     assert fig["num_finished"] == s.num_finished == 3
     assert fig["ttft_p50_s"] == pytest.approx(s.ttft.p50, rel=1e-9)
     assert fig["ttft_p99_s"] == pytest.approx(s.ttft.p99, rel=1e-9)
     assert fig["output_tokens_per_s"] == pytest.approx(fig["num_output_tokens"] / fig["duration_s"])
-    assert Reader(rec).run_info()["trace"]["name"] == "anchor"
+    assert open_reader(rec).run_info()["trace"]["name"] == "anchor"
 
 
 def test_recording_off_schedules_the_same_steps(recorded_run, tmp_path, capsys):
@@ -138,12 +138,12 @@ def test_recording_off_schedules_the_same_steps(recorded_run, tmp_path, capsys):
 def test_the_recording_gives_the_benchs_floor_and_peaks(recorded_run):
     """The recording names the shape and the peaks the bench measured, so its summary's floor is
     the bench's; its run time (first step to last) lies inside the bench's measured time."""
-    from recordings.file.reader import Reader
+    from recordings.file.open_reader import open_reader
     from recordings.metrics.roofline import summarize_roofline
 
     rec, out = recorded_run
     fig = out["figures"]
-    run = summarize_roofline(Reader(rec))
+    run = summarize_roofline(open_reader(rec))
     assert run.roofline.cost.device.peak_flops == out["peaks"]["peak_flops"]
     assert run.roofline.cost.shape.bytes_per_param == 4                 # float32 on the CPU
     assert run.floor_s == pytest.approx(fig["roofline_floor_s"], rel=1e-9)

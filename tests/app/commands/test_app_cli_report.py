@@ -20,7 +20,7 @@ from app.commands.run import rejection_report  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
 from engine.engine import LLMEngine  # noqa: E402
 from engine.request import SamplingParams  # noqa: E402
-from recordings.file.reader import Reader  # noqa: E402
+from recordings.file.open_reader import open_reader
 from recordings.metrics.run_metrics import summarize  # noqa: E402
 from recordings.file.completeness import completeness  # noqa: E402
 from recordings.metrics.wall_clock import wall_clock  # noqa: E402
@@ -66,10 +66,10 @@ def test_a_reason_without_numbers_gets_the_lengths():
 def test_a_run_stopped_early_is_summarised_as_incomplete(tmp_path, capsys):
     path = tmp_path / "stopped.sqlite"
     run = run_engine(path, seed=3, num_requests=14, max_steps=6, fail_steps=())   # the window closed
-    recorded = Reader(path).request_ids()                  # the requests that had arrived
+    recorded = open_reader(path).request_ids()                  # the requests that had arrived
     unfinished = [rid for rid in recorded if rid not in run.finished]
     assert unfinished
-    c = completeness(Reader(path))
+    c = completeness(open_reader(path))
     assert c.closed_cleanly and not c.is_complete and c.num_unfinished == len(unfinished)
     assert set(c.first_unfinished) <= set(unfinished)
     assert len(c.first_unfinished) == min(len(unfinished), 8)
@@ -84,7 +84,7 @@ def test_a_run_stopped_early_is_summarised_as_incomplete(tmp_path, capsys):
 
     whole = tmp_path / "whole.sqlite"
     run_engine(whole, seed=3, num_requests=6, fail_steps=())
-    assert completeness(Reader(whole)).is_complete
+    assert completeness(open_reader(whole)).is_complete
     assert main(["summary", str(whole)]) == 0
     assert "INCOMPLETE" not in capsys.readouterr().out
     assert main(["check", str(whole)]) == 0
@@ -116,7 +116,7 @@ def test_replay_says_on_the_console_that_a_recording_is_incomplete(tmp_path, cap
 
     path = tmp_path / "stopped.sqlite"
     run_engine(path, seed=3, num_requests=14, max_steps=4, fail_steps=())
-    warn_if_incomplete(Reader(path))
+    warn_if_incomplete(open_reader(path))
     err = capsys.readouterr().err
     assert "INCOMPLETE recording" in err and "unfinished requests:" in err
 
@@ -132,7 +132,7 @@ def test_paused_time_is_not_counted_in_the_wall_duration(tmp_path):
 
     path = tmp_path / "paused.sqlite"
     run_engine(path, seed=5, num_requests=8, fail_steps=(), clock="wall", between_steps=pause_once)
-    reader = Reader(path)
+    reader = open_reader(path)
     wc = wall_clock(reader)
     assert pause_s <= wc.paused_s < pause_s + 0.2
     s = summarize(reader)
@@ -144,7 +144,7 @@ def test_paused_time_is_not_counted_in_the_wall_duration(tmp_path):
 def test_a_virtual_clock_run_gets_wall_clock_latencies(tmp_path):
     path = tmp_path / "virtual.sqlite"
     run = run_engine(path, seed=6, num_requests=8, fail_steps=())
-    wc = wall_clock(Reader(path))
+    wc = wall_clock(open_reader(path))
     assert wc.paused_s == 0.0
     # ITL in wall seconds: the gaps between the end times of the steps that gave a request tokens
     ends: dict[str, list[float]] = {}
@@ -157,7 +157,7 @@ def test_a_virtual_clock_run_gets_wall_clock_latencies(tmp_path):
     lines = wc.format_lines()
     assert any("latency unit" in line and "steps" in line for line in lines)
     assert any(line.startswith("ITL wall p50/90/99 (s)") for line in lines)
-    assert summarize(Reader(path)).itl.p50 == 1.0          # in steps
+    assert summarize(open_reader(path)).itl.p50 == 1.0          # in steps
 
 
 def test_a_terminated_run_closes_its_recording_and_says_it_is_incomplete(tiny_model, tmp_path):
@@ -175,7 +175,7 @@ def test_a_terminated_run_closes_its_recording_and_says_it_is_incomplete(tiny_mo
     while time.monotonic() < deadline and proc.poll() is None:
         if rec.exists():
             try:
-                if Reader(rec).latest_step() >= 3:
+                if open_reader(rec).latest_step() >= 3:
                     break
             except Exception:                 # noqa: BLE001 - the file is being created
                 pass
@@ -186,7 +186,7 @@ def test_a_terminated_run_closes_its_recording_and_says_it_is_incomplete(tiny_mo
     assert proc.returncode == 130, err[-2000:]
     assert out.startswith("INCOMPLETE recording: the run was stopped after")
     assert "unfinished requests:" in out and "interrupted:" in out
-    assert completeness(Reader(rec)).closed_cleanly
+    assert completeness(open_reader(rec)).closed_cleanly
 
 
 def test_closing_the_window_waits_for_the_step_in_progress(capsys):

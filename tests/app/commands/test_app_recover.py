@@ -13,7 +13,7 @@ from tests.support.damaged_files import middle_leaf, overwrite_page  # noqa: E40
 from tests.support.engine_runs import run_engine  # noqa: E402
 
 from app.cli import main  # noqa: E402
-from recordings.file.reader import Reader  # noqa: E402
+from recordings.file.open_reader import open_reader
 
 
 @pytest.fixture(scope="module")
@@ -33,9 +33,9 @@ def test_check_names_the_damage_the_readable_steps_and_the_command(damaged, caps
     assert "malformed" in err                      # SQLite's own word is still there...
     assert f"{bad}: the file is damaged; what still reads:" in out        # ...but no longer alone
     assert "page damage in table steps" in out
-    last = Reader(original).latest_step()
+    last = open_reader(original).latest_step()
     assert "lost or unreadable" in out and f"of {last + 1:,})" in out
-    n = len(Reader(original).request_ids())
+    n = len(open_reader(original).request_ids())
     assert f"requests: {n:,} of {n:,} readable" in out
     assert f"batchscope recover {bad} {bad.with_name('bad.salvaged.sqlite')}" in out
 
@@ -45,11 +45,11 @@ def test_recover_writes_a_valid_recording_and_says_what_it_dropped(damaged, tmp_
     out_path = tmp_path / "saved.sqlite"
     assert main(["recover", str(bad), str(out_path)]) == 0
     out = capsys.readouterr().out
-    saved = Reader(out_path)
+    saved = open_reader(out_path)
     k = saved.latest_step()
     assert f"kept steps 0..{k} " in out and f"dropped steps {k + 1}.." in out
     assert f"batchscope replay {out_path}" in out
-    assert saved.state_at(k) == Reader(original).state_at(k)
+    assert saved.state_at(k) == open_reader(original).state_at(k)
     assert main(["check", str(out_path)]) == 1      # complete but for the lost steps: said so
     assert "salvaged from a damaged recording" in capsys.readouterr().out
     assert main(["recover", str(bad), str(out_path)]) == 2          # never overwritten

@@ -11,7 +11,7 @@ from app.cli import main
 from engine.sim.cost_model import CostModel, CostParams
 from engine.sim.hardware import measure_cpu
 from engine.sim.model_shapes import ModelShape
-from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 from recordings.metrics.roofline import roofline_of, step_floors, step_seconds
 from recordings.metrics.summary_lines import summary_lines
 from recordings.workloads.workload import DEMO_TRACE
@@ -25,7 +25,7 @@ def test_a_model_run_records_its_measured_peaks_and_its_shape(tiny_model, tmp_pa
     assert main(["run", "--model", str(tiny_model), "--trace", str(DEMO_TRACE), "--limit", "6", "--device", "cpu",
                  "--max-prompt-tokens", "32", "--max-output-tokens", "6", "--num-gpu-blocks", "32",
                  "--record", str(rec)]) == 0
-    info = Reader(rec).run_info()
+    info = open_reader(rec).run_info()
     config = json.loads((tiny_model / "config.json").read_text())
     shape = ModelShape.from_config(config, info["model"]["name"]).with_dtype("float32")
     assert info["roofline"]["model"] == shape.to_dict()
@@ -41,7 +41,7 @@ def test_a_model_run_records_its_measured_peaks_and_its_shape(tiny_model, tmp_pa
 def test_a_simulated_runs_efficiency_is_its_cost_models_and_says_so(tmp_path):
     rec = tmp_path / "sim.sqlite"
     assert main([*SIM_RUN, "--record", str(rec)]) == 0
-    reader = Reader(rec)
+    reader = open_reader(rec)
     info = reader.run_info()
     roofline = roofline_of(info)
     assert roofline.simulated and roofline.cost.device.name == "h200"
@@ -74,10 +74,10 @@ def test_a_run_where_every_request_is_rejected_summarizes_without_an_efficiency(
 def test_a_simulated_run_on_the_virtual_clock_has_no_efficiency(tmp_path):
     rec = tmp_path / "virtual.sqlite"
     assert main([*SIM_RUN, "--clock", "virtual", "--record", str(rec)]) == 0
-    roofline = roofline_of(Reader(rec).run_info())
+    roofline = roofline_of(open_reader(rec).run_info())
     assert roofline.cost is None and "virtual clock" in roofline.note
     assert any("roofline efficiency" in line and "n/a: a simulated run on the virtual clock" in line
-               for line in summary_lines(Reader(rec)))
+               for line in summary_lines(open_reader(rec)))
 
 
 def test_threads_sets_torchs_cpu_threads_and_the_recording_says_so(tiny_model, tmp_path):
@@ -93,4 +93,4 @@ def test_threads_sets_torchs_cpu_threads_and_the_recording_says_so(tiny_model, t
         assert torch.get_num_threads() == want
     finally:
         torch.set_num_threads(before)
-    assert Reader(rec).run_info()["torch_threads"] == want
+    assert open_reader(rec).run_info()["torch_threads"] == want

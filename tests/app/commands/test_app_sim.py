@@ -7,7 +7,7 @@ import pytest
 
 from app.cli import main
 from engine.sim.cost_model import CostParams
-from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 from recordings.workloads.workload import DEMO_TRACE
 
 SIM_RUN = ("run", "--trace", str(DEMO_TRACE), "--limit", "30", "--time-scale", "0.05", "--max-num-seqs", "8",
@@ -16,19 +16,19 @@ SIM_RUN = ("run", "--trace", str(DEMO_TRACE), "--limit", "30", "--time-scale", "
 
 def _rows(path) -> list:
     return [(r.clock, r.token_time, r.scheduled, r.new_tokens, r.block_events, r.transitions)
-            for r in Reader(path).records(0, 100_000)]
+            for r in open_reader(path).records(0, 100_000)]
 
 
 def test_sim_run_is_recorded_as_simulated_and_is_deterministic(tmp_path, capsys):
     a, b = tmp_path / "a.sqlite", tmp_path / "b.sqlite"
     assert main([*SIM_RUN, "--record", str(a)]) == 0
     assert main([*SIM_RUN, "--record", str(b)]) == 0
-    info = Reader(a).run_info()
+    info = open_reader(a).run_info()
     assert info["executor"] == "sim" and info["simulated"] is True and info["device"] == "sim:a100"
     assert info["config"]["clock"] == "sim" and info["sim"]["model"]["name"] == "llama-3.2-1b"
     assert info["sim"]["cost"] == CostParams().to_dict()
     # synthetic prompt ids are not stored (the provenance says how to rebuild them); lengths are
-    reader = Reader(a)
+    reader = open_reader(a)
     assert "not stored: synthetic ids" in info["prompt_token_ids"]
     assert reader.execute("SELECT count(*) FROM requests WHERE prompt_token_ids IS NOT NULL") == [(0,)]
     assert reader.execute("SELECT min(num_prompt_tokens) FROM requests")[0][0] >= 1
@@ -51,7 +51,7 @@ def test_fit_on_a_real_recording_then_simulate_with_it(tiny_model, tmp_path, cap
     assert json.loads(fit.read_text())["bw_efficiency"] > 0
     assert main(["run", "--trace", str(DEMO_TRACE), "--limit", "8", "--executor", "sim", "--sim-model",
                  str(tiny_model), "--sim-device", "cpu", "--sim-cost", str(fit), "--record", str(sim)]) == 0
-    info = Reader(sim).run_info()
+    info = open_reader(sim).run_info()
     assert info["sim"]["cost"] == params.to_dict() and info["sim"]["device"]["peak_flops"] == params.peak_flops
     assert main(["fit", str(sim), "-o", str(tmp_path / "again.json")]) == 1
     assert "simulated recording" in capsys.readouterr().err
@@ -94,6 +94,6 @@ def test_a_recorder_failure_stops_recording_not_serving(tmp_path, capsys, monkey
     assert main([*SIM_RUN, "--record", str(out)]) == 1
     captured = capsys.readouterr()
     assert "recording stopped" in captured.err and "No space left on device" in captured.err
-    reader = Reader(out)
+    reader = open_reader(out)
     assert -1 <= reader.latest_step() < 40 and not reader.is_complete()   # its batch was rolled back
     reader.state_at(reader.latest_step())          # readable up to its last committed step

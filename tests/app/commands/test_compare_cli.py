@@ -10,7 +10,7 @@ import pytest
 
 from app.cli import main
 from app.presets import PRESETS
-from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 from recordings.workloads.workload import DEMO_TRACE
 
 SIM = ("--trace", str(DEMO_TRACE), "--limit", "24", "--time-scale", "0.05", "--max-num-seqs", "4",
@@ -28,7 +28,7 @@ def sim_pair(tmp_path_factory):
 def test_compare_runs_each_policy_and_prints_the_ratios(sim_pair, capsys):
     paths = sorted(sim_pair.glob("*.sqlite"))
     assert [p.name for p in paths] == ["1-static.sqlite", "2-fcfs.sqlite"]
-    assert [Reader(p).run_info()["config"]["policy"] for p in paths] == ["static", "fcfs"]
+    assert [open_reader(p).run_info()["config"]["policy"] for p in paths] == ["static", "fcfs"]
     assert "requests" in (sim_pair / "1-static.txt").read_text()       # each run's own summary
     assert main(["compare", *map(str, paths), "--no-window", "--top", "3"]) == 0
     out = capsys.readouterr().out
@@ -41,7 +41,7 @@ def test_a_preset_sizes_every_run_and_a_given_flag_wins(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["compare", "--preset", "sim", "--trace", str(DEMO_TRACE), "--limit", "12",
                  "--max-num-seqs", "8", "--policies", "static,fcfs", "--out", str(out), "--no-window"]) == 0
-    infos = [Reader(p).run_info() for p in sorted(out.glob("*.sqlite"))]
+    infos = [open_reader(p).run_info() for p in sorted(out.glob("*.sqlite"))]
     sim = PRESETS["sim"].values
     assert [i["config"]["policy"] for i in infos] == ["static", "fcfs"]
     for info in infos:
@@ -57,7 +57,7 @@ def test_configs_override_knobs_per_run(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["compare", *SIM, "--configs", "policy=fcfs;policy=fcfs,max_num_seqs=2,enable_prefix_caching=1",
                  "--out", str(out), "--no-window"]) == 0
-    cfgs = [Reader(p).run_info()["config"] for p in sorted(out.glob("*.sqlite"))]
+    cfgs = [open_reader(p).run_info()["config"] for p in sorted(out.glob("*.sqlite"))]
     assert [(c["max_num_seqs"], c["enable_prefix_caching"]) for c in cfgs] == [(4, False), (2, True)]
     assert "policy=fcfs,max_num_seqs=2,enable_prefix_caching=1" in capsys.readouterr().out
 
@@ -139,7 +139,7 @@ def test_rejections_are_counted_and_explained_per_run(tmp_path, capsys):
     printed = capsys.readouterr().out
     counts = []
     for path in sorted(out.glob("*.sqlite")):
-        with Reader(path) as r:
+        with open_reader(path) as r:
             counts.append(r.execute("SELECT count(*) FROM requests WHERE status = 'FINISHED_ERROR'")[0][0])
     assert counts[0] > counts[1] > 0                               # a shorter max_model_len rejects more
     assert re.search(rf"rejected / failed\s+{counts[0]} of 24\s+{counts[1]} of 24", printed)

@@ -8,6 +8,7 @@ import pytest
 from app.cli import build_parser
 from app.commands.window import make_live
 from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 from ui import MainWindow
 from ui.dialogs.inject import InjectDialog
 
@@ -63,7 +64,7 @@ def test_injected_request_waits_runs_streams_and_finishes(live, qtbot):
     win.refresh(force=True)
     assert rid in [r.request_id for r in win.state.finished]
     worker.stop()
-    reader = Reader(record)                                              # and it was recorded
+    reader = open_reader(record)                                              # and it was recorded
     assert reader.state_at(reader.latest_step()).view(rid) == view
     assert reader.request_info(rid).num_output_tokens == view.num_output_tokens
     assert reader.request_text(rid, reader.latest_step()) == source.request_text(rid, source.latest_step())

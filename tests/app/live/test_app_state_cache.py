@@ -18,6 +18,7 @@ from engine.request import SamplingParams  # noqa: E402
 from engine.state.state import EngineState  # noqa: E402
 from tests.support.fake_runner import FakeRunner  # noqa: E402
 from recordings.file.reader import Reader  # noqa: E402
+from recordings.file.open_reader import open_reader
 from recordings.file.writer import RecordingWriter  # noqa: E402
 
 
@@ -46,7 +47,7 @@ def _live_run(tmp_path, ring_steps: int, publish_every: int, num_requests: int =
         else:
             source.publish_record(record)
     writer.close()
-    return source, states, Reader(path)
+    return source, states, open_reader(path)
 
 
 @pytest.fixture

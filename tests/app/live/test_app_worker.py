@@ -19,6 +19,7 @@ from engine.request import SamplingParams  # noqa: E402
 from tests.support.fake_runner import FakeRunner  # noqa: E402
 from tests.support.disk_full import fill_disk_at  # noqa: E402
 from recordings.file.reader import Reader  # noqa: E402
+from recordings.file.open_reader import open_reader
 from recordings.file.writer import RecordingWriter  # noqa: E402
 
 CONFIG = EngineConfig(block_size=4, num_gpu_blocks=32, max_model_len=64, max_num_seqs=4,
@@ -60,7 +61,7 @@ def test_a_recorder_failure_is_shown_and_the_engine_serves_on(tmp_path, monkeypa
     wait_for(lambda: "No space left on device" in (worker.last_error() or ""))   # shown, even idle
     assert all(r.num_output_tokens == 20 for r in done["finished"].values())   # served to the end
     worker.stop()
-    assert Reader(tmp_path / "full.sqlite").latest_step() < 8
+    assert open_reader(tmp_path / "full.sqlite").latest_step() < 8
 
 
 def test_actions_after_the_last_step_reach_the_recording(tmp_path):
@@ -72,7 +73,7 @@ def test_actions_after_the_last_step_reach_the_recording(tmp_path):
     worker.pause_request("r0")
     wait_for(lambda: worker.source.latest_state().view("r0").status == "PAUSED")
     worker.stop()
-    reader = Reader(path)
+    reader = open_reader(path)
     assert reader.latest_step() == 1                       # one bookkeeping step, nothing ran in it
     assert reader.records(1, 2)[0].scheduled == ()
     assert reader.request_info("r5").status == "FINISHED_ABORTED"

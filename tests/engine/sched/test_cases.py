@@ -497,7 +497,7 @@ def test_recompute_keeps_output_split_with_penalties(tiny_model, tmp_path):
     runner (fp32, CPU): B is preempted mid-decode and recomputed, both outputs equal the
     reference run (10x blocks, no preemption) and transformers ``generate()`` with the same
     penalties, and the recording shows the output split."""
-    from recordings.file.reader import Reader
+    from recordings.file.open_reader import open_reader
 
     c = case("recompute-keeps-output-split")
     config = engine_config(c)
@@ -519,7 +519,7 @@ def test_recompute_keeps_output_split_with_penalties(tiny_model, tmp_path):
     # Everything again from the recording: its records and states are the live ones, and they show
     # the split; the reported prompt / completion token counts are the case's.
     assert_recording_matches(result)
-    with Reader(result.recording) as reader:
+    with open_reader(result.recording) as reader:
         n = reader.latest_step() + 1
         records = reader.records(0, n)
         states = [None] + [reader.state_at(k) for k in range(n)]
@@ -610,7 +610,7 @@ def test_metrics_after_preemption(prefix_caching):
 @pytest.mark.parametrize("prefix_caching", [False, True], ids=["no-prefix-cache", "prefix-cache"])
 def test_metrics_recomputed_from_the_recording(tmp_path, prefix_caching):
     """Every metric recomputed from the recording equals the live value."""
-    from recordings.file.reader import Reader
+    from recordings.file.open_reader import open_reader
     from recordings.metrics.run_metrics import summarize
 
     result = wl_metrics(prefix_caching).run(record_to=tmp_path / "run.sqlite")
@@ -618,7 +618,7 @@ def test_metrics_recomputed_from_the_recording(tmp_path, prefix_caching):
     reqs_live = result.requests.values()
     n_events = sum(1 for rec in result.records for e in rec.events if e.kind == "preempted")
     produced = [r for r in reqs_live if r.num_output_tokens > 0]
-    with Reader(result.recording) as reader:
+    with open_reader(result.recording) as reader:
         summary = summarize(reader)
         info = {rid: reader.request_info(rid) for rid in result.requests}
         records = reader.records(0, reader.latest_step() + 1)
@@ -868,10 +868,10 @@ def test_priority_equal_never_preempts():
 def test_priority_queue_wait_from_recording(tmp_path):
     """The recording gives H's queue wait in steps: arrival step to its first ``scheduled``
     event, both read from the file."""
-    from recordings.file.reader import Reader
+    from recordings.file.open_reader import open_reader
 
     result = wl_priority().run(record_to=tmp_path / "p.sqlite")
-    with Reader(tmp_path / "p.sqlite") as reader:
+    with open_reader(tmp_path / "p.sqlite") as reader:
         info = reader.request_info("H")
         scheduled = [e.step for e in reader.request_timeline("H") if e.kind == "scheduled"]
     assert scheduled[0] - info.arrival_step == first_scheduled(result, "H") - 5 <= 1

@@ -60,8 +60,8 @@ def test_shrinking_the_pool_preempts_holders_and_outputs_stay_right(tmp_path, mo
     writer.close()
     assert {rid: r.output_token_ids for rid, r in done.items()} == {
         rid: reference_output(p, 20) for rid, p in prompts.items()}
-    from recordings.file.reader import Reader
-    with Reader(tmp_path / "knobs.sqlite") as reader:
+    from recordings.file.open_reader import open_reader
+    with open_reader(tmp_path / "knobs.sqlite") as reader:
         assert reader.records(0, len(records)) == records
         final = reader.state_at(len(records) - 1)
     assert final == engine.state() and not (final.block_owner == RESERVED).any()

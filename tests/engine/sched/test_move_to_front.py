@@ -7,7 +7,7 @@ import pytest
 from engine.config import EngineConfig
 from engine.request import SamplingParams
 from tests.support.engine_harness import Action, Arrival, distinct_prompt, run_workload
-from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 from recordings.check.invariants import check_recording
 from tests.engine.sched.test_policies import run_step
 from tests.engine.sched.test_scheduler import add, ids, make_request, make_scheduler
@@ -52,7 +52,7 @@ def test_a_recorded_run_with_a_move_keeps_its_invariants_and_replays_the_event(t
     assert result.action_results[0][1]
     first = {rid: result.scheduled_steps(rid)[0] for rid in result.requests}
     assert first["r0"] < first["r9"] < min(first[f"r{i}"] for i in range(1, 9))
-    with Reader(result.recording) as reader:
+    with open_reader(result.recording) as reader:
         assert check_recording(reader) == []
         events = [e for e in reader.request_timeline("r9") if e.kind == "moved_to_front"]
         assert [e.step for e in events] == [2]

@@ -15,14 +15,14 @@ import pytest
 from app.cli import main
 from engine.state.state import EngineState
 from tests.support.engine_runs import SMALL_SEED, run_engine
-from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 from recordings.check.invariants import StateChecker, check_recording
 
 FIXTURES = FIXTURES
 
 
 def problems_of(path, max_problems: int = 100) -> list:
-    with Reader(path) as reader:
+    with open_reader(path) as reader:
         return check_recording(reader, max_problems=max_problems)
 
 
@@ -95,7 +95,7 @@ def test_batchscope_check_exit_codes_and_one_line_per_problem(clean, tmp_path, c
 
 def test_limits_come_from_the_runs_config(clean):
     """G4 against the stored config: lower its token budget and exactly the steps above it fail."""
-    with Reader(clean) as reader:
+    with open_reader(clean) as reader:
         tokens = {r.step: r.total_num_scheduled_tokens for r in reader.records(0, reader.latest_step() + 1)}
         info = reader.run_info()
     limit = sorted(set(tokens.values()))[-2]         # below the busiest steps only
@@ -174,7 +174,7 @@ def test_a_run_cut_short_is_not_held_to_the_drain_invariant(tmp_path):
     from engine.engine import LLMEngine
     from engine.request import SamplingParams
     from tests.support.fake_runner import FakeRunner
-    from recordings.file.reader import Reader
+    from recordings.file.open_reader import open_reader
     from recordings.file.writer import RecordingWriter
     from recordings.check.invariants import check_recording
 
@@ -185,7 +185,7 @@ def test_a_run_cut_short_is_not_held_to_the_drain_invariant(tmp_path):
             engine.add_request(list(range(1, 9)), SamplingParams(max_tokens=30, ignore_eos=True))
         for _ in range(5):
             engine.step()
-    with Reader(tmp_path / "cut.sqlite") as reader:
+    with open_reader(tmp_path / "cut.sqlite") as reader:
         (unfinished,), = reader.execute("SELECT count(*) FROM requests WHERE status IS NULL")
         assert unfinished == 4
         assert check_recording(reader) == []

@@ -8,7 +8,7 @@ import pytest
 
 from app.commands.check import run_check
 from tests.support.hostile_files import edit_file
-from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 from recordings.check.file_check import check_file
 
 
@@ -27,7 +27,7 @@ def edit(path, *statements):
 
 
 def problems(path):
-    with Reader(path) as reader:
+    with open_reader(path) as reader:
         return check_file(reader)
 
 
@@ -38,7 +38,7 @@ def test_a_clean_recording_has_no_problem_and_exits_0(clean, capsys):
 
 
 def test_a_missing_step_is_named(copy):
-    with Reader(copy) as reader:
+    with open_reader(copy) as reader:
         (k,), = reader.execute("SELECT min(step) FROM transitions WHERE step > 0")
     edit(copy, f"DELETE FROM steps WHERE step = {k}")
     found = [(p.step, p.invariant, p.message) for p in problems(copy)]
@@ -47,7 +47,7 @@ def test_a_missing_step_is_named(copy):
 
 
 def test_a_stored_outcome_that_differs_from_the_rows_is_named(copy):
-    with Reader(copy) as reader:
+    with open_reader(copy) as reader:
         (rid, step, ttft), = reader.execute(
             "SELECT request_id, finish_step, ttft FROM requests WHERE ttft IS NOT NULL "
             "AND status = 'FINISHED_LENGTH' ORDER BY seq LIMIT 1")

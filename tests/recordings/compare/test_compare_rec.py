@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tests.support.engine_runs import run_engine
-from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 from recordings.compare.comparison import compare_recordings
 from recordings.compare.fingerprint import WorkloadMismatch, check_same_workload, workload_fingerprint
 from recordings.compare.requests import PARTS, request_times
@@ -22,7 +22,7 @@ def _run(path, seed=3, **kw):
 
 def test_latency_parts_add_up_to_e2e_and_match_the_token_times(tmp_path):
     run = _run(tmp_path / "a.sqlite", num_gpu_blocks=12)       # tight: preemptions happen
-    reader = Reader(run.path)
+    reader = open_reader(run.path)
     t = request_times(reader)
     served = np.isfinite(t.e2e)
     assert served.sum() >= 10
@@ -69,8 +69,8 @@ def test_different_workloads_are_refused_naming_the_difference(tmp_path):
     a, b = _run(tmp_path / "a.sqlite", seed=3), _run(tmp_path / "b.sqlite", seed=4)
     with pytest.raises(WorkloadMismatch, match=r"not runs of one workload: (prompt length|max_tokens|arrival)"):
         compare_recordings([a.path, b.path])
-    fa = workload_fingerprint(Reader(a.path))
-    assert fa.digest == workload_fingerprint(Reader(_run(tmp_path / "c.sqlite", seed=3, max_num_seqs=2).path)).digest
+    fa = workload_fingerprint(open_reader(a.path))
+    assert fa.digest == workload_fingerprint(open_reader(_run(tmp_path / "c.sqlite", seed=3, max_num_seqs=2).path)).digest
     shorter = type(fa)(fa.clock, fa.request_ids[:-1], fa.arrival[:-1], fa.num_prompt_tokens[:-1], fa.max_tokens[:-1])
     with pytest.raises(WorkloadMismatch, match="16 vs 15 requests"):
         check_same_workload(fa, shorter)

@@ -8,7 +8,8 @@ import sqlite3
 import pytest
 import sqlite_utils
 
-from recordings.file.reader import Reader
+
+from recordings.file.open_reader import open_reader
 from recordings.errors import RecordingError
 from recordings.metrics.run_metrics import summarize
 from recordings.file.schema import latest_version
@@ -18,7 +19,7 @@ V1_FIXTURE = FIXTURES / "v1_small.sqlite"
 
 def open_fails(path, match: str) -> RecordingError:
     with pytest.raises(RecordingError, match=match) as info:
-        Reader(path)
+        open_reader(path)
     assert str(path) in str(info.value)
     return info.value
 
@@ -95,7 +96,7 @@ def test_damaged_bytes_never_leak_other_errors(tmp_path, recorded, which):
         path = tmp_path / f"damaged{trial}.sqlite"
         path.write_bytes(bytes(damaged))
         try:
-            reader = Reader(path)
+            reader = open_reader(path)
             for k in range(-1, num_steps):
                 reader.state_at(k)
             reader.records(0, 10**6)
@@ -112,7 +113,7 @@ def test_damaged_bytes_never_leak_other_errors(tmp_path, recorded, which):
 
 @pytest.mark.parametrize("which", ["v2", "v1"])
 def test_a_closed_reader_says_so(recorded, which):
-    reader = Reader(recorded.path if which == "v2" else V1_FIXTURE)
+    reader = open_reader(recorded.path if which == "v2" else V1_FIXTURE)
     reader.close()
     reader.close()
     with pytest.raises(RecordingError, match="closed"):

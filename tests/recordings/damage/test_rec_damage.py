@@ -10,7 +10,7 @@ import pytest
 from tests.support.damaged_files import (middle_leaf, overwrite_page, prefix_end, replayable_steps, root_page,
                            steps_of, truncated)
 from tests.support.engine_runs import run_engine
-from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 from recordings.errors import RecordingError
 from recordings.damage.report import _without, bad_ranges, find_damage
 from recordings.check.file_check import check_file
@@ -41,7 +41,7 @@ def test_bad_ranges_finds_each_failing_number_by_halving():
 def test_an_intact_file_has_no_damage(original):
     report = find_damage(original)
     assert not report.is_damaged and report.damaged == []
-    last = Reader(original).latest_step()
+    last = open_reader(original).latest_step()
     assert report.readable == [(0, last)] and report.last_good_step == last
 
 
@@ -49,7 +49,7 @@ def test_an_intact_file_has_no_damage(original):
 def test_a_damaged_page_reports_exactly_the_steps_that_replay(original, tmp_path, table):
     damaged = overwrite_page(original, tmp_path / "bad.sqlite", middle_leaf(original, table))
     report = find_damage(damaged)
-    ref = Reader(original)
+    ref = open_reader(original)
     assert report.is_damaged and report.last_step == ref.latest_step()
     assert any(table in line for line in report.damaged), report.damaged
     truth = replayable_steps(damaged, ref)
@@ -70,7 +70,7 @@ def test_salvage_keeps_every_readable_step_and_round_trips(original, tmp_path, t
                      on_progress=lambda phase, done, total: phases.append(phase))
     assert {"copy", "verify"} <= set(phases)
     k = result.last_step       # the copy can keep more: it reads rows one by one, not as a replay
-    ref, out = Reader(original), Reader(result.path)
+    ref, out = open_reader(original), open_reader(result.path)
     assert prefix_end(replayable_steps(damaged, ref)) == report.last_good_step <= k < report.last_step
     assert result.num_steps == report.last_step + 1
     assert out.latest_step() == k
@@ -90,7 +90,7 @@ def test_salvage_keeps_every_readable_step_and_round_trips(original, tmp_path, t
 def test_lost_keyframes_are_replayed_and_stored_again(original, tmp_path):
     damaged = overwrite_page(original, tmp_path / "bad.sqlite", middle_leaf(original, "keyframes"))
     result = salvage(damaged, tmp_path / "out.sqlite")
-    ref, out = Reader(original), Reader(result.path)
+    ref, out = open_reader(original), open_reader(result.path)
     steps = [k for (k,) in out.execute("SELECT step FROM keyframes ORDER BY step")]
     assert max(b - a for a, b in zip(steps, steps[1:])) <= 16       # the run's keyframe_interval
     assert result.rederived_keyframes > 0 and "re-derived" in " ".join(result.lines())
@@ -109,7 +109,7 @@ def test_a_keyframe_whose_bytes_changed_is_found_by_decoding_and_replayed(origin
     assert report.bad_keyframes == [47] and "keyframes that do not decode: at steps 47" in report.lines()
     assert report.readable[0] == (0, 46) and report.readable[1][0] == 63     # the next keyframe
     result = salvage(damaged, tmp_path / "out.sqlite")
-    ref, out = Reader(original), Reader(result.path)
+    ref, out = open_reader(original), open_reader(result.path)
     assert out.latest_step() == ref.latest_step() and result.rederived_keyframes == 1
     assert out.keyframe_state(47) == ref.state_at(47)
 
@@ -120,7 +120,7 @@ def test_a_damaged_index_costs_nothing_after_salvage(original, tmp_path):
     report = find_damage(damaged)
     assert any(line.startswith("index requests_static of table requests") for line in report.damaged)
     result = salvage(damaged, tmp_path / "out.sqlite", report=report)
-    ref, out = Reader(original), Reader(result.path)
+    ref, out = open_reader(original), open_reader(result.path)
     assert out.latest_step() == ref.latest_step() and out.is_complete()
     for step in range(0, ref.latest_step() + 1, 7):
         assert out.state_at(step) == ref.state_at(step)
@@ -130,10 +130,10 @@ def test_a_damaged_index_costs_nothing_after_salvage(original, tmp_path):
 def test_a_truncated_file(original, tmp_path, fraction):
     cut = truncated(original, tmp_path / "cut.sqlite", fraction)
     with pytest.raises(RecordingError, match="truncated"):
-        Reader(cut)
+        open_reader(cut)
     report = find_damage(cut)
     assert report.damaged[0].startswith("truncated") and report.is_damaged
-    ref = Reader(original)
+    ref = open_reader(original)
     truth = replayable_steps(cut, ref)
     assert steps_of(report.readable) == truth
     try:
@@ -142,7 +142,7 @@ def test_a_truncated_file(original, tmp_path, fraction):
         assert "nothing can be salvaged" in str(e) and 0 not in truth
         assert not (tmp_path / "out.sqlite").exists()
         return
-    out = Reader(result.path)
+    out = open_reader(result.path)
     assert out.latest_step() == result.last_step >= prefix_end(truth)
     for k in range(result.last_step + 1):
         assert out.state_at(k) == ref.state_at(k)

@@ -9,13 +9,13 @@ import pytest
 
 from app.cli import main
 from tests.support.export_runs import sim_demo
-from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 from recordings.export.mooncake import HashIds, export_mooncake
 from recordings.workloads.traces import load_mooncake_jsonl
 
 
 def _requests(path):
-    with Reader(path) as reader:
+    with open_reader(path) as reader:
         return reader.execute("SELECT arrival_step, arrival_time, num_prompt_tokens, max_tokens "
                               "FROM requests ORDER BY seq")
 
@@ -30,7 +30,7 @@ def test_hash_ids_number_chained_prefix_blocks_in_order_of_first_use():
 
 
 def test_virtual_clock_round_trip_through_the_importer(recorded, tmp_path):
-    with Reader(recorded.path) as reader:
+    with open_reader(recorded.path) as reader:
         result = export_mooncake(reader, tmp_path / "w.jsonl", steps_per_second=4)
     load = load_mooncake_jsonl(result.path)
     rows = _requests(recorded.path)

@@ -9,12 +9,12 @@ import pytest
 
 from tests.support.engine_runs import run_engine
 from tests.support.export_runs import check_trace_format, sim_demo
-from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 from recordings.export.perfetto import export_perfetto
 
 
 def _export(path, out, **kw):
-    with Reader(path) as reader:
+    with open_reader(path) as reader:
         result = export_perfetto(reader, out, **kw)
     with open(out, encoding="utf-8") as f:
         return result, check_trace_format(json.load(f))
@@ -106,7 +106,7 @@ def test_a_recording_cut_short_closes_every_slice(tmp_path):
 def test_sim_demo_on_the_sim_clock_in_microseconds(tmp_path):
     rec = sim_demo(tmp_path / "sim.sqlite", limit=60)
     result, events = _export(rec, tmp_path / "t.json")
-    with Reader(rec) as reader:
+    with open_reader(rec) as reader:
         records = reader.records(0, reader.latest_step() + 1)
     assert result.timebase.clock == "sim" and result.timebase.us_per_unit == 1e6
     steps = _by(events, "X", "step")
@@ -121,7 +121,7 @@ def test_sim_demo_on_the_sim_clock_in_microseconds(tmp_path):
 
 
 def test_bad_arguments_leave_no_file(recorded, tmp_path):
-    with Reader(recorded.path) as reader:
+    with open_reader(recorded.path) as reader:
         with pytest.raises(ValueError, match="must be > 0"):
             export_perfetto(reader, tmp_path / "t.json", us_per_step=0)
         with pytest.raises(OSError):
@@ -131,12 +131,12 @@ def test_bad_arguments_leave_no_file(recorded, tmp_path):
 
 def test_streams_the_recording_in_chunks_with_the_same_result(recorded, tmp_path, monkeypatch):
     whole = tmp_path / "whole.json"
-    with Reader(recorded.path) as reader:
+    with open_reader(recorded.path) as reader:
         export_perfetto(reader, whole)
     import recordings.check.invariants
     monkeypatch.setattr(recordings.checks, "CHUNK_STEPS", 8)
     spans = []
-    with Reader(recorded.path) as reader:
+    with open_reader(recorded.path) as reader:
         records = reader.records
         monkeypatch.setattr(reader, "records", lambda a, b: spans.append(b - a) or records(a, b))
         export_perfetto(reader, tmp_path / "chunked.json")
@@ -148,7 +148,7 @@ def test_swap_preemptions_show_in_the_swapped_queue(tmp_path):
     rec = sim_demo(tmp_path / "swap.sqlite", 60, "--preemption-mode", "swap", "--num-cpu-blocks", "64")
     _, events = _export(rec, tmp_path / "t.json")
     swapped = [e["args"]["swapped"] for e in _by(events, "C") if e["name"] == "queues"]
-    with Reader(rec) as reader:
+    with open_reader(rec) as reader:
         assert swapped == [len(reader.state_at(k).queue_rows("swapped"))
                            for k in range(reader.latest_step() + 1)]
     assert max(swapped) > 0

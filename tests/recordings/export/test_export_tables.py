@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from recordings.file.reader import Reader
+
+from recordings.file.open_reader import open_reader
 from recordings.metrics.run_metrics import summarize
 from recordings.export import tables
 from recordings.export.summary_json import export_json, summary_dict
@@ -35,7 +36,7 @@ def test_csv_paths(tmp_path, out, expected):
 def test_csv_rows_are_the_recorded_requests_and_steps(recorded, tmp_path, monkeypatch):
     monkeypatch.setattr(tables, "ROWS_PER_QUERY", 7)          # several chunks per table
     (tmp_path / "out").mkdir()
-    with Reader(recorded.path) as reader:
+    with open_reader(recorded.path) as reader:
         req_path, n_req, step_path, n_steps = export_csv(reader, tmp_path / "out")
         table = reader.execute("SELECT request_id, arrival_time, num_prompt_tokens, max_tokens, "
                                "status, finish_step FROM requests ORDER BY seq")
@@ -58,14 +59,14 @@ def test_csv_rows_are_the_recorded_requests_and_steps(recorded, tmp_path, monkey
 
 
 def test_csv_of_a_schema_1_recording(tmp_path):
-    with Reader(V1_FIXTURE) as reader:
+    with open_reader(V1_FIXTURE) as reader:
         req_path, n_req, step_path, n_steps = export_csv(reader, tmp_path / "v1")
         assert (n_req, n_steps) == (len(reader.request_ids()), reader.latest_step() + 1)
     assert req_path.name == "v1-requests.csv" and _read(req_path)[0]["request_id"] == "r0"
 
 
 def test_summary_json_holds_every_summary_field(recorded, tmp_path):
-    with Reader(recorded.path) as reader:
+    with open_reader(recorded.path) as reader:
         run = summarize(reader)
         data = json.loads(export_json(reader, tmp_path / "s.json").read_text())
         assert data == summary_dict(reader)
@@ -109,7 +110,7 @@ def test_csv_cells_never_start_a_formula(tmp_path):
         db.execute("UPDATE requests SET status = '-2+3', ttft = '=A1' WHERE request_id = 'plain'")
         db.execute("UPDATE requests SET ttft = -5 WHERE request_id = 'a=b'")
     db.close()
-    with Reader(path) as reader:
+    with open_reader(path) as reader:
         req_path, _, step_path, _ = export_csv(reader, tmp_path / "out")
     requests, steps = _read(req_path), _read(step_path)
     assert [r["request_id"] for r in requests] == [f"'{rid}" for rid in HOSTILE_IDS] + ["plain", "a=b"]

@@ -8,7 +8,7 @@ import json
 import numpy as np
 
 from tests.support.export_runs import sim_demo
-from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 from recordings.export.perfetto import SLOTS_PID, export_perfetto
 
 
@@ -19,7 +19,7 @@ def window_runs(path, qtbot) -> set[tuple[int, str, int, int]]:
     from ui.views.slot_timeline import SlotTimeline
     from ui.step_summary import fetch_summaries
 
-    with Reader(path) as reader:
+    with open_reader(path) as reader:
         latest = reader.latest_step()
         max_num_seqs = reader.run_info()["config"]["max_num_seqs"]
         steps = fetch_summaries(reader, 0, latest + 1)      # the window's RecordCache reads these
@@ -38,7 +38,7 @@ def window_runs(path, qtbot) -> set[tuple[int, str, int, int]]:
 
 
 def export_runs(path, out) -> set[tuple[int, str, int, int]]:
-    with Reader(path) as reader:
+    with open_reader(path) as reader:
         export_perfetto(reader, out)
     with open(out, encoding="utf-8") as f:
         events = json.load(f)["traceEvents"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from tests.support.engine_runs import SMALL_SEED, run_engine
-from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 
 
 def test_small_run_covers_the_lifecycle(recorded):
@@ -24,7 +24,7 @@ def test_small_run_covers_the_lifecycle(recorded):
 
 def table_rows(path) -> dict[str, tuple[list[str], list[tuple]]]:
     """Every table's columns and rows, without the wall-clock columns."""
-    with Reader(path) as reader:
+    with open_reader(path) as reader:
         out = {}
         for (table,) in reader.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
                                        "ORDER BY name"):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.engine_runs import SMALL_SEED, run_engine, without_wall_times
-from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 
 REPO = REPO
 HERE = Path(__file__).resolve().parent
@@ -27,7 +27,7 @@ def test_a_reader_follows_a_growing_recording(tmp_path):
         if len(run.records) % 10:
             return
         if not readers:
-            readers.append(Reader(path))
+            readers.append(open_reader(path))
         reader = readers[0]
         run.writer.flush()
         latest = reader.latest_step()
@@ -86,7 +86,7 @@ def test_a_killed_writer_leaves_every_committed_step(tmp_path, how):
             child.wait()
     assert child.returncode != 0
     expected = run_engine(None, SMALL_SEED)  # the same run again (virtual clock: deterministic)
-    reader = Reader(path)
+    reader = open_reader(path)
     assert reader.latest_step() == committed - 1
     assert not reader.is_complete()
     for k in range(committed):
@@ -112,7 +112,7 @@ def test_a_writer_left_open_is_closed_at_interpreter_exit(tmp_path):
     """)
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
     expected = run_engine(None, SMALL_SEED)
-    reader = Reader(path)
+    reader = open_reader(path)
     assert reader.is_complete()
     assert [without_wall_times(r) for r in reader.records(0, 10**6)] == [
         without_wall_times(r) for r in expected.records]

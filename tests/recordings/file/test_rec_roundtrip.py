@@ -10,14 +10,14 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from engine.state.source import StepSource
 from engine.state.state import NUM_RECENTLY_FINISHED
 from tests.support.engine_runs import Run, run_engine
-from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 from recordings.file import reader as reader_module
 
 
 def assert_replays(run: Run, path, num_random: int | None = None) -> None:
     """Every state and record of ``run`` comes back equal from the recording at ``path``: in step
     order, then in a random order through a tiny cache (``num_random`` steps, default all)."""
-    with Reader(path, cache_size=4) as reader:
+    with open_reader(path, cache_size=4) as reader:
         n = len(run.records)
         assert reader.latest_step() == n - 1
         assert reader.state_at(-1) == run.initial
@@ -77,7 +77,7 @@ def test_round_trip_with_thousands_of_finished_requests(tmp_path):
     assert sum(r.num_preemptions for r in run.records) > 100
     assert max(len(s) for s in run.states) < 100  # live requests only
     assert_replays(run, path, num_random=300)
-    with Reader(path) as reader:
+    with open_reader(path) as reader:
         (keyframes,), = reader.execute("SELECT count(*) FROM keyframes")
         assert 1 < keyframes < len(run.records) / 8
 
@@ -89,7 +89,7 @@ def test_reader_id_cache_stays_bounded_and_replays_stay_equal(recorded, monkeypa
     # at most the cap plus one load (a window of 5, or a keyframe's requests): fewer than the run's
     bound = 4 + max(5, max(len(s) for s in recorded.states))
     assert bound < len(recorded.prompts)
-    with Reader(recorded.path, cache_size=1) as reader:
+    with open_reader(recorded.path, cache_size=1) as reader:
         for k in range(len(recorded.records)):
             assert reader.state_at(k) == recorded.states[k]
             assert len(reader._ids) <= bound
@@ -97,13 +97,13 @@ def test_reader_id_cache_stays_bounded_and_replays_stay_equal(recorded, monkeypa
 
 
 def test_reader_is_a_step_source(recorded):
-    reader: StepSource = Reader(recorded.path)
+    reader: StepSource = open_reader(recorded.path)
     assert reader.run_info() == recorded.run_info
     assert reader.latest_step() == len(recorded.records) - 1
 
 
 def test_state_at_clamps_out_of_range_steps(recorded):
-    reader = Reader(recorded.path)
+    reader = open_reader(recorded.path)
     assert reader.state_at(-50) == recorded.initial
     assert reader.state_at(10**6) == recorded.final
     assert reader.records(-10, 0) == []
@@ -111,14 +111,14 @@ def test_state_at_clamps_out_of_range_steps(recorded):
 
 
 def test_keyframes_every_interval(recorded):
-    reader = Reader(recorded.path)
+    reader = open_reader(recorded.path)
     steps = [s for (s,) in reader.execute("SELECT step FROM keyframes ORDER BY step")]
     assert steps == list(range(-1, len(recorded.records), 8))
     assert reader.execute("SELECT keyframe_interval FROM runs") == [(8,)]
 
 
 def test_request_text_timeline_and_info(recorded):
-    reader = Reader(recorded.path)
+    reader = open_reader(recorded.path)
     final_views = {v.request_id: v for v in recorded.final.finished}
     assert len(recorded.finished) < NUM_RECENTLY_FINISHED and set(final_views) == set(recorded.prompts)
     for rid, req in recorded.finished.items():

@@ -8,9 +8,10 @@ import shutil
 import pytest
 import sqlite_utils
 
-from recordings.file.reader import Reader
+
+from recordings.file.open_reader import open_reader
 from recordings.errors import RecordingError
-from recordings.file import schema
+from recordings.file import opening, schema
 
 TABLES = {"runs", "requests", "steps", "events", "block_events", "transitions", "keyframes"}
 VIEWS = {"tokens", "step_requests"}
@@ -62,18 +63,18 @@ def test_pending_migrations_run_in_order_and_old_files_are_upgraded(monkeypatch,
     path = recorded.path
     monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS, (nxt, v_next), (after, v_after)])
     with pytest.raises(RecordingError, match=f"schema version {now}, expected {after}"):
-        Reader(path)
-    assert schema.upgrade_file(path) == after
+        open_reader(path)
+    assert opening.upgrade_file(path) == after
     assert applied == [nxt, after]
-    reader = Reader(path)
+    reader = open_reader(path)
     assert reader.execute("PRAGMA user_version") == [(after,)]
     assert reader.records(0, 10**6) == recorded.records
     assert reader.state_at(10**6) == recorded.final
     monkeypatch.undo()
     with pytest.raises(RecordingError, match=f"schema version {after} is newer .* supports"):
-        Reader(path)
+        open_reader(path)
     with pytest.raises(RecordingError, match="newer"):
-        schema.upgrade_file(path)
+        opening.upgrade_file(path)
 
 
 def test_a_failed_migration_leaves_the_file_at_its_old_version(monkeypatch, recorded):
@@ -84,7 +85,7 @@ def test_a_failed_migration_leaves_the_file_at_its_old_version(monkeypatch, reco
     now = schema.latest_version()
     monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS, (now + 1, broken)])
     with pytest.raises(RuntimeError, match="boom"):
-        schema.upgrade_file(recorded.path)
+        opening.upgrade_file(recorded.path)
     db = sqlite_utils.Database(recorded.path)
     assert schema.schema_version(db) == now and "note" not in db["steps"].columns_dict
 
@@ -94,20 +95,20 @@ def test_a_v1_recording_is_not_upgraded_in_place(tmp_path):
     shutil.copy(V1_FIXTURE, path)
     before = path.read_bytes()
     with pytest.raises(RecordingError, match="version-1 recording with steps is not upgraded"):
-        schema.upgrade_file(path)
+        opening.upgrade_file(path)
     assert path.read_bytes() == before
-    assert Reader(path).latest_step() == 32  # still opens, read-only, through the v1 reader
+    assert open_reader(path).latest_step() == 32  # still opens, read-only, through the v1 reader
 
 
 def test_upgrade_refuses_files_that_are_not_recordings(tmp_path):
     other = tmp_path / "other.sqlite"
     sqlite_utils.Database(other)["dogs"].insert({"name": "Cleo"})
     with pytest.raises(RecordingError, match="not a BatchScope recording"):
-        schema.upgrade_file(other)
+        opening.upgrade_file(other)
     noise = tmp_path / "noise.bin"
     noise.write_bytes(b"x" * 5000)
     with pytest.raises(RecordingError, match="not an SQLite database"):
-        schema.upgrade_file(noise)
+        opening.upgrade_file(noise)
 
 
 def test_a_version_2_file_opens_as_it_is_without_the_version_3_columns(recorded, tmp_path):
@@ -124,7 +125,7 @@ def test_a_version_2_file_opens_as_it_is_without_the_version_3_columns(recorded,
     db.execute("PRAGMA user_version = 2")
     db.conn.commit()
     db.close()
-    reader = Reader(path)
+    reader = open_reader(path)
     assert reader.execute("PRAGMA user_version") == [(2,)]
     records = reader.records(0, 10**6)
     assert records == recorded.records and records

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from engine.state.cache import StateCache, state_nbytes
 from tests.support.engine_runs import run_engine
-from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 from recordings.file import codec
 
 
@@ -14,7 +14,7 @@ def test_scrub_back_equals_the_engine_from_a_bounded_cache(tmp_path, monkeypatch
                      writer_kwargs={"keyframe_interval": 16})
     n = len(run.records)
     assert n > 80
-    with Reader(run.path) as reader:
+    with open_reader(run.path) as reader:
         bound = 12 * max(state_nbytes(s) for s in run.states)
         reader._scrub.states = StateCache(max_bytes=bound)          # eviction at work
         reader._scrub.fill.budget_s = 60.0                          # as a frame with time to spare

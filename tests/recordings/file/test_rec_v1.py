@@ -14,6 +14,7 @@ import pytest
 
 from engine.state.state import EngineState
 from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 from recordings.errors import RecordingError
 from recordings.metrics.run_metrics import summarize
 from recordings.file.v1_reader import V1Reader
@@ -35,7 +36,7 @@ def expected() -> dict[int, dict[str, list]]:
 
 
 def test_the_v1_fixture_opens_through_reader(v1_path):
-    reader = Reader(v1_path)
+    reader = open_reader(v1_path)
     assert isinstance(reader, V1Reader) and isinstance(reader, Reader)
     assert reader.latest_step() == 32
     assert reader.is_complete()
@@ -45,7 +46,7 @@ def test_the_v1_fixture_opens_through_reader(v1_path):
 
 @pytest.mark.parametrize("order", ["forward", "backward"])
 def test_every_state_equals_what_the_v1_reader_gave(v1_path, expected, order):
-    reader = Reader(v1_path, cache_size=2)
+    reader = open_reader(v1_path, cache_size=2)
     assert sorted(expected) == list(range(-1, 33))
     steps = sorted(expected, reverse=order == "backward")
     for k in steps:
@@ -68,7 +69,7 @@ def test_every_state_equals_what_the_v1_reader_gave(v1_path, expected, order):
 
 
 def test_token_times_come_from_ttft_and_mean_itl(v1_path):
-    reader = Reader(v1_path)
+    reader = open_reader(v1_path)
     for k in range(33):
         state = reader.state_at(k)
         for v in state.views():
@@ -84,7 +85,7 @@ def test_token_times_come_from_ttft_and_mean_itl(v1_path):
 
 
 def test_records_in_todays_shape(v1_path):
-    reader = Reader(v1_path)
+    reader = open_reader(v1_path)
     records = reader.records(0, 100)
     assert [r.step for r in records] == list(range(33))
     rows = reader.execute("SELECT step, num_scheduled_requests, num_scheduled_tokens, "
@@ -102,7 +103,7 @@ def test_records_in_todays_shape(v1_path):
 
 
 def test_requests_text_timeline_and_info(v1_path):
-    reader = Reader(v1_path)
+    reader = open_reader(v1_path)
     info = reader.request_info("r5")
     assert info.status == "FINISHED_ABORTED" and info.prompt_token_ids is not None
     assert info.sampling["max_tokens"] == info.max_tokens
@@ -117,7 +118,7 @@ def test_requests_text_timeline_and_info(v1_path):
 
 
 def test_summary_of_the_v1_fixture_is_what_the_previous_release_printed(v1_path):
-    summary = summarize(Reader(v1_path))
+    summary = summarize(open_reader(v1_path))
     assert summary.num_requests == 13
     assert summary.num_steps == 33
     assert summary.num_output_tokens == 89
@@ -132,7 +133,7 @@ def test_summary_of_the_v1_fixture_is_what_the_previous_release_printed(v1_path)
 
 def test_the_v1_file_is_only_read(v1_path):
     before = v1_path.read_bytes()
-    with Reader(v1_path) as reader:
+    with open_reader(v1_path) as reader:
         for k in range(-1, 33):
             reader.state_at(k)
         summarize(reader)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.engine_runs import SMALL_SEED, feed, run_engine, without_wall_times
-from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 from recordings.errors import RecordingError
 from recordings.file.writer import RecordingWriter
 from recordings.file import codec
@@ -34,7 +34,7 @@ def small_run():
 def test_writes_are_queued_until_a_flush(tmp_path, small_run):
     path = tmp_path / "run.sqlite"
     with RecordingWriter(path, small_run.run_info, flush_interval_s=60) as writer:
-        reader = Reader(path)
+        reader = open_reader(path)
         feed(writer, small_run, 0, 5)
         time.sleep(0.05)
         assert reader.latest_step() == -1  # nothing committed by write_step itself
@@ -46,7 +46,7 @@ def test_writes_are_queued_until_a_flush(tmp_path, small_run):
 def test_a_batch_commits_after_the_flush_interval(tmp_path, small_run):
     path = tmp_path / "run.sqlite"
     with RecordingWriter(path, small_run.run_info, flush_interval_s=0.02) as writer:
-        reader = Reader(path)
+        reader = open_reader(path)
         feed(writer, small_run, 0, 3)
         assert wait_for(lambda: reader.latest_step() == 2)
 
@@ -57,11 +57,11 @@ def test_a_full_batch_commits_without_waiting(tmp_path):
     assert n > BATCH_ITEMS // 2 and n + len(run.prompts) > BATCH_ITEMS + 50
     path = tmp_path / "run.sqlite"
     with RecordingWriter(path, run.run_info, flush_interval_s=60) as writer:
-        reader = Reader(path)
+        reader = open_reader(path)
         feed(writer, run, 0, n)
         assert wait_for(lambda: reader.latest_step() >= BATCH_ITEMS // 3)
         assert reader.latest_step() < n - 1  # the tail waits for its batch
-    assert Reader(path).records(0, n) == run.records
+    assert open_reader(path).records(0, n) == run.records
 
 
 def test_close_is_idempotent_and_leaves_one_complete_file(tmp_path, small_run):
@@ -71,7 +71,7 @@ def test_close_is_idempotent_and_leaves_one_complete_file(tmp_path, small_run):
     writer.close()
     writer.close()
     assert not Path(f"{path}-wal").exists()
-    assert Reader(path).is_complete()
+    assert open_reader(path).is_complete()
     with pytest.raises(RecordingError, match="closed"):
         writer.write_step(small_run.records[0])
     with pytest.raises(RecordingError, match="closed"):
@@ -84,10 +84,10 @@ def test_refuses_to_overwrite_an_existing_file(tmp_path, small_run):
         feed(writer, small_run, 0, 3)
     with pytest.raises(RecordingError, match="already exists"):
         RecordingWriter(path, small_run.run_info)
-    assert Reader(path).latest_step() == 2
+    assert open_reader(path).latest_step() == 2
     with RecordingWriter(path, small_run.run_info, overwrite=True) as writer:
         feed(writer, small_run, 0, 5)
-    assert Reader(path).latest_step() == 4
+    assert open_reader(path).latest_step() == 4
 
 
 def test_bad_arguments(tmp_path, small_run):
@@ -105,9 +105,9 @@ def test_run_info_keeps_what_json_cannot_hold_as_text(tmp_path, small_run):
     path = tmp_path / "run.sqlite"
     with RecordingWriter(path, info):
         pass
-    got = Reader(path).run_info()
+    got = open_reader(path).run_info()
     assert got["weights"] == "/models/x.safetensors" and got["dims"] == [1, 2]
-    row = Reader(path).execute("SELECT model, device, dtype, seed, clock FROM runs")
+    row = open_reader(path).execute("SELECT model, device, dtype, seed, clock FROM runs")
     assert row == [("fake", "cpu", "none", SMALL_SEED, "virtual")]
 
 
@@ -147,7 +147,7 @@ def test_a_writer_thread_failure_is_raised_not_swallowed(tmp_path, small_run, mo
     with pytest.raises(RecordingError, match="OSError"):
         writer.close()
     writer.close()  # reported once; closing again is a no-op
-    reader = Reader(path)
+    reader = open_reader(path)
     assert reader.latest_step() == 2 and not reader.is_complete()
     assert reader.state_at(10**6) == small_run.states[2]
     assert reader.records(0, 10**6) == records[:3]
@@ -176,7 +176,7 @@ def test_a_writer_failure_stops_the_recording_not_the_engine(tmp_path, monkeypat
     assert [without_wall_times(r) for r in run.records] == [
         without_wall_times(r) for r in unrecorded.records]
     assert len(run.finished) == len(run.prompts)  # every request served to the end
-    reader = Reader(path)
+    reader = open_reader(path)
     latest = reader.latest_step()
     assert 5 <= latest < 12 and not reader.is_complete()
     for k in range(latest + 1):
@@ -190,7 +190,7 @@ def test_a_step_naming_an_unannounced_request_fails_the_writer(tmp_path, small_r
     feed(writer, small_run, 0, 8, skip={small_run.records[0].arrivals[0].request_id})
     with pytest.raises(RecordingError, match="writer failed.*KeyError"):
         writer.close()
-    assert Reader(path).latest_step() == -1
+    assert open_reader(path).latest_step() == -1
 
 
 def test_duplicate_steps_fail_the_writer(tmp_path, small_run):
@@ -199,7 +199,7 @@ def test_duplicate_steps_fail_the_writer(tmp_path, small_run):
         with RecordingWriter(path, small_run.run_info) as writer:
             feed(writer, small_run, 0, 1)
             writer.write_step(small_run.records[0])
-    assert Reader(path).latest_step() == -1
+    assert open_reader(path).latest_step() == -1
 
 
 def test_write_step_only_enqueues(tmp_path, monkeypatch):
@@ -214,7 +214,7 @@ def test_write_step_only_enqueues(tmp_path, monkeypatch):
     monkeypatch.setattr(codec, "step_rows", guarded)
     run = run_engine(tmp_path / "run.sqlite", SMALL_SEED)
     assert run.engine.recorder_error is None
-    assert Reader(run.path).records(0, 10**6) == run.records
+    assert open_reader(run.path).records(0, 10**6) == run.records
 
 
 def test_a_full_queue_makes_the_engine_wait_and_nothing_is_dropped(tmp_path, monkeypatch):
@@ -236,7 +236,7 @@ def test_a_full_queue_makes_the_engine_wait_and_nothing_is_dropped(tmp_path, mon
     assert max(depths) <= 2
     waits = [r.recorder_wait_ns / 1e9 for r in run.records]
     assert max(waits) > delay_s / 2 and sum(waits) > delay_s * n / 3
-    reader = Reader(run.path)
+    reader = open_reader(run.path)
     assert reader.is_complete()
     assert reader.records(0, 10**6) == run.records
     assert reader.execute("SELECT sum(recorder_wait_ns) FROM steps")[0][0] == sum(
@@ -260,7 +260,7 @@ def test_values_that_do_not_follow_from_the_batch_are_stored_as_they_are(tmp_pat
     path = tmp_path / "run.sqlite"
     with RecordingWriter(path, run.run_info) as writer:
         feed(writer, run, 0, len(run.records))
-    reader = Reader(path)
+    reader = open_reader(path)
     assert reader.records(0, 10**6) == run.records
     explicit = reader.execute("SELECT step FROM steps WHERE token_index_json IS NOT NULL "
                               "OR batch_num_tokens_json IS NOT NULL")

@@ -12,6 +12,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from tests.support.hostile_files import CONTROLS, HOSTILE, INVALID_UTF8, MARKUP, make_hostile_recording, request_ids  # noqa: E402
 from recordings.file.reader import Reader  # noqa: E402
+from recordings.file.open_reader import open_reader
 from recordings.safe_text import visible  # noqa: E402
 
 
@@ -21,7 +22,7 @@ def hostile(tmp_path_factory):
 
 
 def test_the_reader_gives_the_text_back_as_it_was(hostile):
-    with Reader(hostile) as reader:
+    with open_reader(hostile) as reader:
         ids = reader.request_ids()
         assert ids == request_ids()
         infos = [reader.request_info(rid) for rid in ids]
@@ -64,7 +65,7 @@ def test_every_view_of_the_window_shows_the_text_literally(hostile, qtbot):
     from PySide6.QtWidgets import QAbstractItemView, QLabel, QWidget
     from ui import MainWindow
 
-    reader = Reader(hostile)
+    reader = open_reader(hostile)
     w = MainWindow(reader, None, open_recording=Reader)
     qtbot.addWidget(w)
     w.timer.stop()          # frames are driven below

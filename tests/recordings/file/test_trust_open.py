@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from tests.support.hostile_files import edit_file, read_everything
-from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 from recordings.errors import RecordingError
 
 CALLS: list[str] = []
@@ -70,13 +70,13 @@ def test_a_trigger_in_the_file_never_fires_and_the_file_is_not_changed(copy):
 def test_the_files_own_views_are_never_run(copy):
     """A file whose ``tokens`` view calls a function: the reader's SQL on ``tokens`` runs the
     reader's own definition, and the rows are the real tokens."""
-    with Reader(copy) as reader:
+    with open_reader(copy) as reader:
         real = reader.execute("SELECT * FROM tokens ORDER BY step, ord")
     craft(copy, "DROP VIEW tokens",
           "CREATE VIEW tokens AS SELECT spy() AS step, 0 AS ord FROM steps",
           "CREATE VIEW evil AS SELECT spy() AS x FROM steps")
     read_everything(copy)
-    with Reader(copy) as reader:
+    with open_reader(copy) as reader:
         assert reader.execute("SELECT * FROM tokens ORDER BY step, ord") == real
         with pytest.raises(RecordingError, match="spy"):
             reader.execute("SELECT * FROM evil")
@@ -106,7 +106,7 @@ def test_a_keyframe_holding_a_pickle_is_not_unpickled(copy):
     np.savez(buffer, block_owner=np.array([Payload()], dtype=object))
     craft(copy, "UPDATE keyframes SET state_npz = x'" + buffer.getvalue().hex() + "'")
     assert b"spy" in buffer.getvalue()      # the pickle is really in the file
-    with Reader(copy) as reader, pytest.raises(RecordingError, match="keyframe|pickle|corrupt"):
+    with open_reader(copy) as reader, pytest.raises(RecordingError, match="keyframe|pickle|corrupt"):
         reader.state_at(3)
     assert CALLS == []
 

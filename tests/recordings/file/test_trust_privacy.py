@@ -10,6 +10,7 @@ import pytest
 from engine.request import SamplingParams
 from tests.support.engine_runs import SMALL_SEED, run_engine
 from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 
 SECRET = "my password is hunter2"
 
@@ -55,7 +56,7 @@ def test_no_text_stores_ids_and_lengths_but_no_text(tmp_path):
     secret_run(without, store_text=False)
     assert SECRET.encode() in with_text.read_bytes()          # the control: text is stored by default
     assert SECRET.encode() not in without.read_bytes()
-    with Reader(with_text) as a, Reader(without) as b:
+    with open_reader(with_text) as a, open_reader(without) as b:
         assert b.run_info()["text_stored"] is False and "text_stored" not in a.run_info()
         assert b.execute("SELECT count(*) FROM requests WHERE prompt_text IS NOT NULL") == [(0,)]
         assert b.execute("SELECT count(*) FROM steps WHERE token_text_json IS NOT NULL") == [(0,)]
@@ -88,7 +89,7 @@ def test_the_window_says_the_text_was_not_recorded(tmp_path, qtbot):
     from ui import MainWindow
     path = tmp_path / "no_text.sqlite"
     secret_run(path, store_text=False)
-    with Reader(path) as reader:
+    with open_reader(path) as reader:
         w = MainWindow(reader, None, open_recording=Reader)
         qtbot.addWidget(w)
         w.timer.stop()

@@ -10,7 +10,7 @@ import pytest
 
 from app.commands.check import run_check
 from tests.support.engine_runs import SMALL_SEED, run_engine
-from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 from recordings.errors import RecordingError
 
 
@@ -37,7 +37,7 @@ def copy_while_running(path, tmp_path, at_step, checkpoint):
 
 def test_a_copy_after_a_checkpoint_opens_up_to_it_and_says_it_is_incomplete(tmp_path, capsys):
     run, copy = copy_while_running(tmp_path / "run.sqlite", tmp_path, 21, checkpoint=True)
-    with Reader(copy) as reader:
+    with open_reader(copy) as reader:
         assert reader.latest_step() == 20 and not reader.is_complete() and reader.missing_wal()
         assert reader.state_at(20) == run.states[20]
         assert reader.records(0, 21) == run.records[:21]
@@ -52,7 +52,7 @@ def test_a_copy_after_a_checkpoint_opens_up_to_it_and_says_it_is_incomplete(tmp_
 def test_a_copy_before_any_checkpoint_names_the_missing_wal_file(tmp_path):
     _, copy = copy_while_running(tmp_path / "run.sqlite", tmp_path, 21, checkpoint=False)
     with pytest.raises(RecordingError) as info:
-        Reader(copy)
+        open_reader(copy)
     message = str(info.value)
     assert "only.sqlite-wal, which is missing" in message and "not a BatchScope" not in message
     assert sorted(p.name for p in copy.parent.iterdir()) == ["only.sqlite"]
@@ -61,5 +61,5 @@ def test_a_copy_before_any_checkpoint_names_the_missing_wal_file(tmp_path):
 def test_a_clean_recording_is_not_reported_missing_its_wal(tmp_path):
     path = tmp_path / "run.sqlite"
     run_engine(path, SMALL_SEED)
-    with Reader(path) as reader:
+    with open_reader(path) as reader:
         assert reader.is_complete() and not reader.missing_wal()

@@ -13,7 +13,7 @@ from engine.config import EngineConfig  # noqa: E402
 from engine.engine import LLMEngine  # noqa: E402
 from engine.request import SamplingParams  # noqa: E402
 from tests.support.fake_runner import NullRunner  # noqa: E402
-from recordings.file.reader import Reader  # noqa: E402
+from recordings.file.open_reader import open_reader
 from recordings.file.writer import RecordingWriter  # noqa: E402
 from recordings.metrics.serving import Slo, summarize_serving  # noqa: E402
 
@@ -62,7 +62,7 @@ def sim_run(tmp_path_factory) -> Path:
 
 
 def test_latencies_queue_and_throughput_match_the_hand_worked_schedule(sim_run):
-    with Reader(sim_run) as reader:
+    with open_reader(sim_run) as reader:
         s = summarize_serving(reader)
     assert (s.clock, s.time_unit, s.duration_unit) == ("sim", "sim s", "sim s")
     assert s.num_requests == s.num_completed == 4
@@ -77,7 +77,7 @@ def test_latencies_queue_and_throughput_match_the_hand_worked_schedule(sim_run):
 
 
 def test_prefill_decode_split_attributes_step_time_by_tokens(sim_run):
-    with Reader(sim_run) as reader:
+    with open_reader(sim_run) as reader:
         s = summarize_serving(reader)
     # steps 0, 3, 4 all prefill; step 2 has 4 prefill + 1 decode token; steps 1, 5 decode only
     assert s.prefill_time == pytest.approx(3 * D + 4 / 5 * D)
@@ -99,7 +99,7 @@ def test_prefill_decode_split_attributes_step_time_by_tokens(sim_run):
     (Slo(ttft_ms=3 * D * 1000, tpot_ms=D * 500), {"e"}),
 ])
 def test_goodput_counts_requests_meeting_both_slos(sim_run, slo, good):
-    with Reader(sim_run) as reader:
+    with open_reader(sim_run) as reader:
         g = summarize_serving(reader, slo).goodput
     expected = {rid for rid in TTFT if TTFT[rid] * 1000 <= (slo.ttft_ms or 1e9)
                 and TPOT.get(rid, 0.0) * 1000 <= (slo.tpot_ms or 1e9)}
@@ -110,7 +110,7 @@ def test_goodput_counts_requests_meeting_both_slos(sim_run, slo, good):
 
 
 def test_goodput_is_undefined_under_the_virtual_clock(tmp_path):
-    with Reader(record(tmp_path / "virtual.sqlite", clock="virtual")) as reader:
+    with open_reader(record(tmp_path / "virtual.sqlite", clock="virtual")) as reader:
         s = summarize_serving(reader, Slo(ttft_ms=100))
     assert s.time_unit == "steps" and s.duration_unit == "wall s"
     assert s.goodput.undefined and "steps" in s.goodput.undefined
@@ -119,7 +119,7 @@ def test_goodput_is_undefined_under_the_virtual_clock(tmp_path):
 
 
 def test_no_slo_means_no_goodput_and_bad_slos_are_refused(sim_run):
-    with Reader(sim_run) as reader:
+    with open_reader(sim_run) as reader:
         assert summarize_serving(reader).goodput is None
         assert summarize_serving(reader, Slo()).goodput is None
     for bad in (0, -5, float("inf"), float("nan")):
@@ -133,7 +133,7 @@ def test_a_schema_1_recording_says_its_serving_metrics_are_not_available(tmp_pat
     from recordings.metrics.summary_lines import summary_lines
     v1 = tmp_path / "v1.sqlite"
     shutil.copy(FIXTURES / "v1_small.sqlite", v1)
-    with Reader(v1) as reader:
+    with open_reader(v1) as reader:
         assert summarize_serving(reader, Slo(ttft_ms=100)) is None
         lines = summary_lines(reader, Slo(ttft_ms=100))
     serving = [line for line in lines if line.startswith("E2E, queue time, goodput")]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tests.support.engine_runs import run_engine
-from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 from recordings.metrics.run_metrics import summarize_batching
 
 
@@ -14,7 +14,7 @@ from recordings.metrics.run_metrics import summarize_batching
 def test_batching_metrics_match_the_live_run(tmp_path, caching):
     run = run_engine(tmp_path / "run.sqlite", seed=4, num_requests=24, fail_steps=(), p_action=0.0,
                      num_gpu_blocks=60, num_prefixes=2 * caching, enable_prefix_caching=caching)
-    with Reader(run.path) as reader:
+    with open_reader(run.path) as reader:
         got = summarize_batching(reader)
     records = run.records
     assert got.time_unit == "steps"

@@ -15,7 +15,7 @@ from engine.state.state import FINISH_REASON
 from tests.support.engine_runs import SMALL_SEED, run_engine
 from tests.support.fake_runner import FakeRunner  # noqa: E402
 from tests.support.preemption_totals import live_preemption_totals  # noqa: E402
-from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 from recordings.file.writer import RecordingWriter
 from recordings.metrics.run_metrics import summarize
 
@@ -36,7 +36,7 @@ def test_summary_matches_the_live_run(tmp_path, clock):
     # wall clock: every request arrives at once, so the schedule does not depend on timing
     run = run_engine(path, 11, num_requests=30, num_gpu_blocks=16, clock=clock,
                      arrivals_per_step=0.5 if clock == "virtual" else 0)
-    summary = summarize(Reader(path))
+    summary = summarize(open_reader(path))
     records = run.records
 
     preempted_events = sum(e.kind == "preempted" for r in records for e in r.events)
@@ -104,14 +104,14 @@ def test_priority_preemptions_are_totalled_from_the_events(tmp_path):
                            request_id=f"r{i}", arrival_time=float(i // 3))
     records = engine.run_until_done()
     writer.close()
-    summary = summarize(Reader(path))
+    summary = summarize(open_reader(path))
     assert summary.preemptions_by_reason.get(FOR_PRIORITY, 0) > 0
     assert_preemption_totals(summary, records, finished.values(), config.block_size)
     assert summary.num_recomputed_tokens < summary.num_preempted_tokens   # the cache gave some back
 
 
 def test_format_table_names_every_metric(recorded):
-    summary = summarize(Reader(recorded.path))
+    summary = summarize(open_reader(recorded.path))
     table = summary.format_table()
     for label in ("requests", "finished", "steps", "prompt tokens", "output tokens",
                   "output tokens/s", "TTFT p50/p90/p99 (steps)", "ITL p50/p90/p99 (steps)",
@@ -125,7 +125,7 @@ def test_an_empty_recording_summarizes_to_zeros(tmp_path):
     path = tmp_path / "empty.sqlite"
     with RecordingWriter(path, run_engine(None, SMALL_SEED, num_requests=0).run_info):
         pass
-    summary = summarize(Reader(path))
+    summary = summarize(open_reader(path))
     assert (summary.num_requests, summary.num_steps, summary.num_output_tokens,
             summary.num_preemptions) == (0, 0, 0, 0)
     assert summary.ttft.p50 is None and summary.output_tokens_per_s is None

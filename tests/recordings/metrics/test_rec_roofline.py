@@ -12,7 +12,7 @@ from engine.sim.cost_model import CostModel, CostParams
 from engine.sim.hardware import DevicePeaks
 from engine.sim.model_shapes import ModelShape, get_model_shape
 from tests.support.engine_runs import SMALL_SEED, run_engine
-from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 from recordings.export.summary_json import summary_dict
 from recordings.metrics.roofline import roofline_info, roofline_of, step_floors, step_seconds, summarize_roofline
 from recordings.metrics.summary_lines import summary_lines
@@ -34,7 +34,7 @@ def expected(path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     the cost model directly: not through the batch arrays the module reads."""
     cost = CostModel(SHAPE, PEAKS, CostParams(per_step_overhead_s=0.0, per_seq_overhead_s=0.0,
                                               flops_efficiency=1.0, bw_efficiency=1.0))
-    reader = Reader(path)
+    reader = open_reader(path)
     records = reader.records(0, reader.latest_step() + 1)
     floor = np.array([cost.step_time(r.scheduled, len(r.new_tokens)) for r in records])
     seconds = np.array([(r.end_ns - r.start_ns) * 1e-9 for r in records])
@@ -42,7 +42,7 @@ def expected(path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def test_each_steps_efficiency_is_its_floor_over_its_time(with_peaks):
-    reader = Reader(with_peaks)
+    reader = open_reader(with_peaks)
     roofline = roofline_of(reader.run_info())
     assert roofline.cost is not None and not roofline.simulated and "measured at start" in roofline.note
     cols = reader.step_batches(0, reader.latest_step() + 1)
@@ -53,7 +53,7 @@ def test_each_steps_efficiency_is_its_floor_over_its_time(with_peaks):
 
 
 def test_the_runs_figures_sum_and_rank_the_steps(with_peaks):
-    reader = Reader(with_peaks)
+    reader = open_reader(with_peaks)
     floor, seconds, busy = expected(with_peaks)
     run = summarize_roofline(reader, chunk=7)              # several chunks: the sums carry over
     assert run.num_steps == len(floor)
@@ -81,14 +81,14 @@ def test_steps_faster_than_the_floor_are_counted_and_explained(tmp_path):
     path = tmp_path / "low.sqlite"
     low = DevicePeaks("cpu", 1e3, 1e3, 1 << 30, "a far too low measurement")
     run_engine(path, seed=SMALL_SEED, run_info={"roofline": roofline_info(SHAPE, low)}, keep_states=False)
-    reader = Reader(path)
+    reader = open_reader(path)
     run = summarize_roofline(reader)
     assert run.per_step.p50 > 1 and run.num_above_peak == run.per_step.num_samples
     assert f"{run.num_above_peak} steps ran faster than the floor" in "\n".join(summary_lines(reader))
 
 
 def test_without_peaks_the_summary_says_why():
-    reader = Reader(V1_FIXTURE)                                    # an old file: no peaks, no shape
+    reader = open_reader(V1_FIXTURE)                                    # an old file: no peaks, no shape
     lines = [line for line in summary_lines(reader) if line.startswith("roofline efficiency")]
     assert len(lines) == 1 and "n/a: the run names no device peaks and model shape" in lines[0]
     assert summarize_roofline(reader).efficiency is None

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tests.support.fuzz_files import load_bounded, mutated
 from recordings.workloads.traces import (AZURE_HEADER, MAX_TRACE_TOKENS, TraceFormatError, load_azure_csv,
-                               load_mooncake_jsonl, load_trace)
+                               load_mooncake_jsonl)
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 counts = st.integers(0, MAX_TRACE_TOKENS)

@@ -9,7 +9,7 @@ import pytest
 from tests.support.shared_traces import MOONCAKE, traces_dir  # noqa: F401
 
 from app.cli import main
-from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 from recordings.workloads.prefix_blocks import (PrefixCoverage, hash_block_tokens, ideal_prefix_hit_rate)
 from recordings.workloads.traces import load_trace
 from recordings.workloads.workload import build_workload
@@ -164,7 +164,7 @@ def test_run_summary_prints_the_ideal_hit_rate(handmade, tmp_path, capsys):
     out = capsys.readouterr().out
     assert ("ideal prefix-cache hit rate (infinite cache, arrival order): 50.0% of the trace's "
             "512-token hash blocks; 62.1% of this workload's prompt tokens in 16-token blocks") in out
-    sharing = Reader(rec).run_info()["trace"]["prefix_sharing"]
+    sharing = open_reader(rec).run_info()["trace"]["prefix_sharing"]
     assert sharing["trace_ideal_hit_rate"] == HANDMADE_IDEAL and sharing["hash_block_tokens"] == 48
     # 62.1%: lengths 122, 103, 56, 9, 122; hits 96 + 48 + 112 (r0 cached 112 tokens) of 412
     assert sharing["workload_ideal_hit_rate"] == (96 + 48 + 112) / (122 + 103 + 56 + 9 + 122)

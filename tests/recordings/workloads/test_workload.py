@@ -120,7 +120,7 @@ def test_bad_arguments_raise(kwargs):
 
 def test_shipped_slice_and_attribution_are_in_the_package():
     assert DATA_DIR == DEMO_TRACE.parent == demo_trace_path().parent
-    assert DATA_DIR.parent.samefile(recordings.__path__[0])
+    assert DATA_DIR.parent.samefile(Path(recordings.__path__[0]) / "workloads")
     data = DEMO_TRACE.read_bytes()
     assert data.startswith(b"TIMESTAMP,ContextTokens,GeneratedTokens\r\n")
     assert data.count(b"\r\n") == 401 and data.count(b"\n") == 401 and data.endswith(b"\r\n")

@@ -7,7 +7,8 @@ import pytest
 
 from tests.support.engine_runs import run_engine  # noqa: E402
 
-from recordings.file.reader import Reader  # noqa: E402
+
+from recordings.file.open_reader import open_reader
 from recordings.compare.comparison import compare_recordings  # noqa: E402
 from ui.compare.sync import SyncClock  # noqa: E402
 from ui.compare.window import CompareWindow  # noqa: E402
@@ -28,7 +29,7 @@ def two_runs(tmp_path_factory):
 @pytest.fixture
 def window(qtbot, two_runs):
     c = compare_recordings(two_runs, ["four <slots>", "one"])
-    w = CompareWindow([Reader(p) for p in two_runs], [h.name for h in c.headlines], c)
+    w = CompareWindow([open_reader(p) for p in two_runs], [h.name for h in c.headlines], c)
     qtbot.addWidget(w)
     w.show()
     qtbot.waitExposed(w)
@@ -36,7 +37,7 @@ def window(qtbot, two_runs):
 
 
 def _clocks(path) -> np.ndarray:
-    return np.array([c for (c,) in Reader(path).execute("SELECT clock FROM steps ORDER BY step")])
+    return np.array([c for (c,) in open_reader(path).execute("SELECT clock FROM steps ORDER BY step")])
 
 
 def test_sync_by_time_shows_the_step_each_run_was_running(window, two_runs):
@@ -113,7 +114,7 @@ def test_the_request_panel_lists_every_delta_and_selects_in_every_run(window, tw
     window.seek(window.sync.last_tick)
     table.selectRow(0)
     assert all(p.block_map.selected == worst.request_id for p in window.panes)
-    arrival = Reader(two_runs[0]).request_info(worst.request_id).arrival_step
+    arrival = open_reader(two_runs[0]).request_info(worst.request_id).arrival_step
     assert window.panes[0].shown == arrival           # the moment it arrived, in the first run
 
 
@@ -121,7 +122,7 @@ def test_run_columns_read_in_chunks_match_the_steps_and_throughput_keeps_every_t
     import ui.compare.metrics as cm
 
     monkeypatch.setattr(cm, "CHUNK", 7)
-    reader = Reader(two_runs[1])
+    reader = open_reader(two_runs[1])
     cols = cm.run_columns(reader)
     rows = reader.execute("SELECT step, clock, token_time, num_new_tokens, num_running, num_waiting FROM steps "
                           "ORDER BY step")

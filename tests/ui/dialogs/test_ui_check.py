@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 
 from tests.support.fakes import FakeSource, shown_window
-from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 from ui.check_worker import CheckWorker
 
 
@@ -23,7 +23,7 @@ def wait_checked(qtbot, w):
 
 def test_a_clean_complete_recording_checks_clean(qtbot, tmp_path):
     path = recording(tmp_path, 80)                   # every request finished by then
-    w = shown_window(qtbot, Reader(path))
+    w = shown_window(qtbot, open_reader(path))
     assert w.check_btn.isVisible() and w.check_btn.text().startswith("checking")
     wait_checked(qtbot, w)
     assert w.check_problems == [] and w.check_btn.text() == "check: clean"
@@ -33,7 +33,7 @@ def test_a_clean_complete_recording_checks_clean(qtbot, tmp_path):
 
 def test_a_run_cut_short_is_marked_incomplete_and_lists_its_unfinished_requests(qtbot, tmp_path):
     path = recording(tmp_path, 12)
-    reader = Reader(path)
+    reader = open_reader(path)
     live = reader.state_at(11).request_ids
     assert live
     w = shown_window(qtbot, reader)
@@ -54,7 +54,7 @@ def test_problems_are_listed_and_jump_to_their_step(qtbot, tmp_path):
     path = recording(tmp_path, 30)
     with sqlite3.connect(path) as db:                # a corrupted count: G1 fails at step 20
         db.execute("UPDATE steps SET num_free_blocks = num_free_blocks + 1 WHERE step = 20")
-    w = shown_window(qtbot, Reader(path))
+    w = shown_window(qtbot, open_reader(path))
     wait_checked(qtbot, w)
     assert w.check_problems and w.check_problems[0].step == 20
     assert w.check_btn.text().startswith("check: 1 problem")
@@ -67,12 +67,12 @@ def test_problems_are_listed_and_jump_to_their_step(qtbot, tmp_path):
 
 def test_opening_another_file_cancels_the_running_check(qtbot, tmp_path, monkeypatch):
     first, second = recording(tmp_path, 80, "a.sqlite"), recording(tmp_path, 12, "b.sqlite")
-    w = shown_window(qtbot, Reader(first))
+    w = shown_window(qtbot, open_reader(first))
     old = w.check
     stopped: list[bool] = []
     old.finished.connect(lambda: stopped.append(True))
     already = old.isFinished()
-    w.set_source(Reader(second))                    # does not wait for the old check to stop
+    w.set_source(open_reader(second))                    # does not wait for the old check to stop
     assert old.cancelled and w.check is not old
     qtbot.waitUntil(lambda: already or bool(stopped), timeout=10_000)
     wait_checked(qtbot, w)
@@ -121,7 +121,7 @@ def test_a_file_still_being_written_can_be_followed(qtbot, tmp_path):
     source = FakeSource(6, record_to=path)
     try:
         source.writer.flush()
-        reader = Reader(path)
+        reader = open_reader(path)
         w = shown_window(qtbot, reader)
         assert not w.run_end.closed and "not closed" in w.windowTitle()
         assert w.transport.live_btn.isVisible()

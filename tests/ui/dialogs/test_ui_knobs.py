@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QDialog
 
 from engine.state.state import RESERVED
 from tests.support.fakes import FakeControl, FakeSource, settle, show, shown_window, swap_source
-from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 from ui.dialogs.knobs import KnobsDialog
 from ui.views.metrics_plots import knobs_text
 from ui.step_summary import fetch_summaries, summarize
@@ -119,7 +119,7 @@ def test_knob_changes_are_marked_in_the_metrics_live_and_from_a_recording(qtbot,
     changed = [(r.step, r.knobs) for r in source.history if r.knobs]
     assert changed == [(6, (("max_num_seqs", 2), ("num_usable_blocks", 48))),
                        (10, (("num_usable_blocks", 64),))]
-    reader = Reader(path)
+    reader = open_reader(path)
     light = fetch_summaries(reader, 0, reader.latest_step() + 1)
     assert [s.knobs for s in light] == [r.knobs for r in source.history]
     assert [s.knobs for s in summarize(source.history)] == [r.knobs for r in source.history]

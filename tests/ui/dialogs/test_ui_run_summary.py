@@ -6,6 +6,7 @@ import pytest
 
 from tests.support.fakes import FakeSource
 from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 from recordings.metrics.serving import Slo
 from recordings.metrics.summary_lines import summary_lines
 from ui import MainWindow
@@ -20,7 +21,7 @@ def recorded(tmp_path):
 
 
 def test_window_shows_the_cli_summary_of_a_replay(qtbot, recorded):
-    reader = Reader(recorded)
+    reader = open_reader(recorded)
     w = MainWindow(reader, None, open_recording=Reader)
     w.timer.stop()
     qtbot.addWidget(w)

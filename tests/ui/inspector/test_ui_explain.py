@@ -10,7 +10,7 @@ from engine.outputs import (BLOCKS_HIT, NOT_ADMITTED_BEHIND, NOT_ADMITTED_LOWER_
                             NOT_ADMITTED_STATIC_BATCH)
 from engine.sched.preemption import preemption_info
 from tests.support.fakes import FakeControl, FakeSource, show, shown_window
-from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 from ui import MainWindow
 from engine.kv.prefix_explain import describe_detail as describe_prefix
 from ui.inspector import explain as request_explain, request_menu
@@ -211,7 +211,7 @@ def test_replay_explains_the_same_as_live(qtbot, tmp_path):
     path = tmp_path / "prio.sqlite"
     live = priority_source(record_to=path)
     live.close()
-    w_live, w_replay = shown_window(qtbot, live), shown_window(qtbot, Reader(path))
+    w_live, w_replay = shown_window(qtbot, live), shown_window(qtbot, open_reader(path))
     victim = next(rid for r in live.history for rid in r.preempted_ids)
     for k in (3, 4, 10, live.latest_step()):
         for rid in (victim, "req-2", "req-5"):

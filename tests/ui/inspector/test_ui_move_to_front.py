@@ -5,7 +5,7 @@ from __future__ import annotations
 from tests.support.fakes import FakeControl, FakeSource, shown_window
 from ui.inspector import request_menu
 from ui.dialogs.inject import InjectDialog
-from ui.inspector.request_menu import MOVE_TO_FRONT_TEXT
+from ui.request_menu import MOVE_TO_FRONT_TEXT
 
 # eight requests at once through 2 slots: six wait
 QUEUE = tuple((40, 12, 0) for _ in range(8))

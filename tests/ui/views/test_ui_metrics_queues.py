@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from tests.support.fakes import FakeControl, FakeSource, show, shown_window, swap_source
-from recordings.file.reader import Reader
+from recordings.file.open_reader import open_reader
 from ui import MainWindow
 from ui.views.metrics_plots import PLOTS, MetricsPlots
 
@@ -59,7 +59,7 @@ def test_the_swapped_curve_follows_the_swapped_queue_in_a_replay(qtbot, tmp_path
     path = tmp_path / "swap.sqlite"
     source = swap_source(record_to=path)
     source.close()
-    reader = Reader(path)
+    reader = open_reader(path)
     try:
         w = MainWindow(reader, None)
         w.timer.stop()

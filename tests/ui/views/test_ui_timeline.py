@@ -8,7 +8,7 @@ from PySide6.QtWidgets import QWidget
 from ui.style.colors import FREE, IDLE, PALETTE, packed, request_qcolor, request_rgb, unpack
 from ui.views.metrics_plots import MetricsPlots, nice_ceiling
 from ui.record_cache import step_span
-from ui.inspector.request_menu import request_menu
+from ui.request_menu import request_menu
 from ui.views.slot_timeline import SlotTimeline, decode_rgb, prefill_rgb
 
 

@@ -1,0 +1,63 @@
+"""What every workload importer produces: trace rows, the lines that were not rows, and a loaded
+file. Plain data, no torch, no Qt."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MAX_TRACE_TOKENS = 1 << 24      # prompt or output tokens of one row (16,777,216): a bigger count is a bad row
+MAX_HASH_ID = (1 << 63) - 1     # hash ids are hashed as unsigned 64-bit numbers
+
+
+class TraceFormatError(ValueError):
+    """The file is not a trace of the expected format (wrong header, not CSV/JSONL, not text).
+    The message names the file and what was expected."""
+
+
+@dataclass(frozen=True)
+class TraceRow:
+    """One request of a trace.
+
+    ``line_no`` is the 1-based line of the file it came from; ``arrival_s`` is seconds after the
+    earliest valid row (0.0 for it); ``hash_ids`` are Mooncake's prefix-block ids (one per
+    512-token block of the prompt; empty for Azure). ``spec`` is what a row of BatchScope's JSONL
+    workload format says beyond counts (a ``recordings.workloads.jsonl.RequestSpec``: prompt text
+    or ids, sampling, priority, request id); ``None`` for the other formats.
+    """
+
+    line_no: int
+    arrival_s: float
+    num_prompt_tokens: int
+    num_output_tokens: int
+    hash_ids: tuple[int, ...] = ()
+    spec: Any = None
+
+
+@dataclass(frozen=True)
+class TraceRowError:
+    """A line that could not be read as a row: its 1-based number, the problem, the raw text."""
+
+    line_no: int
+    message: str
+    raw: str
+
+    def __str__(self) -> str:
+        return f"line {self.line_no}: {self.message}"
+
+
+@dataclass
+class TraceLoad:
+    """The result of loading a trace file: valid rows in arrival order, the lines that were not,
+    the file (``sha256`` of its bytes, for provenance) and its ``format`` (``AZURE``/``MOONCAKE``)."""
+
+    path: Path
+    sha256: str
+    format: str
+    rows: list[TraceRow] = field(default_factory=list)
+    errors: list[TraceRowError] = field(default_factory=list)
+
+    @property
+    def duration_s(self) -> float:
+        """Seconds from the first to the last arrival (0.0 for fewer than two rows)."""
+        return self.rows[-1].arrival_s if self.rows else 0.0
