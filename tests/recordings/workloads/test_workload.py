@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
