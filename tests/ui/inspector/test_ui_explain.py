@@ -13,7 +13,8 @@ from tests.support.fakes import FakeControl, FakeSource, show, shown_window
 from recordings.file.open_reader import open_reader
 from ui import MainWindow
 from engine.kv.prefix_explain import describe_detail as describe_prefix
-from ui.inspector import explain as request_explain, request_menu
+from ui import request_menu
+from ui.inspector import explain as request_explain
 from ui.dialogs.inject import InjectDialog
 from ui.views.request_table import NOT_ADMITTED_TEXT, PAUSED_TEXT, PRIORITY_COLUMN, REASON_COLUMN
 

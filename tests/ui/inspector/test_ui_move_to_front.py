@@ -3,7 +3,7 @@ menu and the inject dialog's "Inject at front"."""
 from __future__ import annotations
 
 from tests.support.fakes import FakeControl, FakeSource, shown_window
-from ui.inspector import request_menu
+from ui import request_menu
 from ui.dialogs.inject import InjectDialog
 from ui.request_menu import MOVE_TO_FRONT_TEXT
 
