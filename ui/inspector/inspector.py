@@ -134,8 +134,9 @@ class RequestInspector(QWidget):
         blocks = self.block_ids
         ids = ", ".join(map(str, blocks[:12])) + (" …" if len(blocks) > 12 else "")
         self.values["KV"].setText(f"{len(blocks)} blocks [{ids}]" if blocks else "no blocks")
-        self.values["latency"].setText(f"TTFT {cell_text(v, 4)} · mean ITL {cell_text(v, 5)}"
-                                       f" ({self.time_unit or 'engine clock units'})")
+        u = self.time_unit
+        self.values["latency"].setText(f"TTFT {cell_text(v, 4, unit=u)} · mean ITL {cell_text(v, 5, unit=u)}"
+                                       + ("" if u in ("s", "sim s") else f" ({u or 'engine clock units'})"))
         self.values["reason"].setText(explain_waiting(self.record, v, self.state) or "–")
         style = f"color: {css(ERROR)};" if v.error else ""
         if self.values["reason"].styleSheet() != style:     # a new style sheet re-polishes
