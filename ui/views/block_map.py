@@ -126,6 +126,7 @@ class KVBlockMap(QWidget):
         self._label_font = QFont()
         self._label_font.setPointSize(8)
         self._label_metrics = QFontMetrics(self._label_font)
+        self._widths: dict[str, int] = {}
         track_pointer(self.plot, self._key_at_scene, self._describe_key, self._clicked)
         self.plot.scene().sigMouseClicked.connect(self._double_clicked)
         lay = QVBoxLayout(self)
@@ -247,7 +248,15 @@ class KVBlockMap(QWidget):
         return marks
 
     def _framed(self) -> np.ndarray | None:
-        return owned_blocks(self.state, self.selected) if self.selected else None
+        """bool [blocks]: the selected request's blocks, those it shares with older holders of
+        a prefix included (None without a selection)."""
+        if not self.selected:
+            return None
+        mask = owned_blocks(self.state, self.selected)
+        st, row = self.state, find_row(self.state, self.selected)
+        if row is not None and len(st.shared_seq):
+            mask[st.shared_block[st.shared_seq == st.columns["seq"][row]]] = True
+        return mask
 
     def _aspect(self) -> float:
         w, h = self.plot.width(), self.plot.height()
@@ -427,8 +436,8 @@ class KVBlockMap(QWidget):
     def run_labels(self) -> list[tuple[float, float, str]]:
         """``(x, y, text)`` (image coordinates, text) of each label the by-request layout has
         room for at the current zoom: a request's id and block count, or a region's name and
-        count, written at the first band of its run whose whole columns are at least
-        :data:`LABEL_H` device pixels tall and as wide as the text. [] in the physical layout."""
+        count, written at the widest of the first three bands of its run, when its whole columns are
+        at least :data:`LABEL_H` device pixels tall and as wide as the text. [] in the physical layout."""
         runs, g = self.runs, self.grid
         if runs is None or self.state is None:
             return []
@@ -436,27 +445,46 @@ class KVBlockMap(QWidget):
         if g.band * g.px * scale < LABEL_H:
             return []
         ids = self.state.request_ids
-        texts = [f"{ids[r]} · {n:,}" for r, n in zip(runs.rows.tolist(), np.diff(runs.starts).tolist())]
-        texts += [f"{name} {n:,}" for name, n in zip(REGIONS, runs.regions.tolist())]
         bounds = np.concatenate([runs.starts, runs.region_starts[1:]])
         per_band, k = g.band * g.columns, g.per_pixel
+        pa, pb = -(-bounds[:-1] // k), bounds[1:] // k          # whole positions of each run
+        # the widest of its first three bands (a run spans few), in whole columns
+        best_room, best_x, best_y = np.full(len(pa), -1.0), np.zeros(len(pa)), np.zeros(len(pa))
+        for j in range(3):
+            band = pa // per_band + j
+            lo, hi = np.maximum(pa, band * per_band), np.minimum(pb, (band + 1) * per_band)
+            first_col = -(-(lo - band * per_band) // g.band)
+            room = np.where(hi > lo, (hi - band * per_band) // g.band - first_col, 0) * g.px * scale
+            better = room > best_room
+            best_room = np.where(better, room, best_room)
+            best_x = np.where(better, first_col * g.px, best_x)
+            best_y = np.where(better, band * g.band * g.px, best_y)
+        h = len(runs.rows)
+        sizes = np.diff(bounds).tolist()
         out: list[tuple[float, float, str]] = []
-        for i, text in enumerate(texts):
-            a, b = int(bounds[i]), int(bounds[i + 1])
-            if b <= a:
-                continue
-            pa, pb = -(-a // k), b // k                 # whole positions of the run: [pa, pb)
-            need = self._label_metrics.horizontalAdvance(text) + 6
-            band = pa // per_band
-            while band * per_band < pb and len(out) < MAX_LABELS:
-                lo, hi = max(pa, band * per_band), min(pb, (band + 1) * per_band)
-                first_col = -(-(lo - band * per_band) // g.band)     # whole columns only
-                last_col = (hi - band * per_band) // g.band
-                if (last_col - first_col) * g.px * scale >= need:
-                    out.append((first_col * g.px, band * g.band * g.px, text))
+        for i in np.flatnonzero(best_room >= self._text_width("888") + 6).tolist():
+            n = sizes[i]
+            # the longest text that fits: id and block count, the id, the count
+            if i < h:
+                rid = ids[runs.rows[i]]
+                choices = (f"{rid} · {n:,}", rid, f"{n:,}")
+            else:
+                choices = (f"{REGIONS[i - h]} {n:,}", f"{n:,}")
+            text = next((t for t in choices if self._text_width(t) + 6 <= best_room[i]), None)
+            if text is not None:
+                out.append((float(best_x[i]), float(best_y[i]), text))
+                if len(out) >= MAX_LABELS:
                     break
-                band += 1
         return out
+
+    def _text_width(self, text: str) -> int:
+        """Device-independent pixels ``text`` takes in a label (remembered per text)."""
+        w = self._widths.get(text)
+        if w is None:
+            if len(self._widths) > 20_000:
+                self._widths.clear()
+            w = self._widths[text] = self._label_metrics.horizontalAdvance(text)
+        return w
 
     def _device_per_image_px(self) -> float:
         """Device pixels per image pixel at the current zoom."""
@@ -473,8 +501,10 @@ class KVBlockMap(QWidget):
         for t, (x, y, text) in zip(self.labels, runs):
             if t.toPlainText() != text:
                 t.setText(text)
-            t.setPos(x, y)
-            t.setVisible(True)
+            if (t.pos().x(), t.pos().y()) != (x, y):
+                t.setPos(x, y)
+            if not t.isVisible():
+                t.setVisible(True)
         for t in self.labels[len(runs):]:
             if t.isVisible():
                 t.setVisible(False)
