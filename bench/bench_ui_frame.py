@@ -12,11 +12,14 @@ from the live source's bounded state cache (``engine.state.cache``, filled ahead
 its size and bound are printed).
 
     QT_QPA_PLATFORM=offscreen .venv/bin/python bench/bench_ui_frame.py \
-        [--frames 1000] [--steps-per-frame 1,7,20] [--no-recording] [--profile OUT.prof] [--sections]
+        [--frames 1000] [--steps-per-frame 1,7,20] [--blocks 200000] [--layouts physical,request]
+        [--no-recording] [--profile OUT.prof] [--sections]
     QT_QPA_PLATFORM=offscreen .venv/bin/python bench/bench_ui_frame.py --recording REC.sqlite \
         [--steps 2000] [--back 0] [--jumps 50] [--seed 0] [--start K] [--breakdown] [--profile OUT.prof] [--sections]
 
-Prints wall and CPU time p50 / p95 / p99 / max per scenario (``--steps-per-frame`` new steps a
+``--layouts`` runs each live scenario once per block map layout (``physical``, ``request``: by
+request; ``ui.views.block_map``), in the same run, so their frame times compare on the same
+machine and load. Prints wall and CPU time p50 / p95 / p99 / max per scenario (``--steps-per-frame`` new steps a
 frame, e.g. 7 at 200 steps/s and 30 frames/s; then scrubbing back one step a frame) with a
 running request selected and the running table shown, and a per-view CPU breakdown. On a shared
 machine read the CPU times: wall time there includes waiting for other processes. Every garbage
@@ -329,13 +332,14 @@ def bench_live(args) -> None:
     app.processEvents()
     print(f"window {w.width()}x{w.height()} offscreen; {os.cpu_count()} CPUs; {memory()}\n")
     profile_at = min(args.steps_per_frame, key=lambda n: abs(n - 7))
-    for spf in args.steps_per_frame:
+    for spf, layout in [(spf, layout) for spf in args.steps_per_frame for layout in args.layouts]:
+        w.block_map.set_layout(layout)
         st = w.state
         w.select_request(st.request_ids[int(st.queue_rows("running")[len(st.queue_rows("running")) // 2])])
         app.processEvents()
         first, gcs = st.step + 1, len(GC.pauses)
         prof = None
-        if args.profile and spf == profile_at:
+        if args.profile and spf == profile_at and layout == args.layouts[-1]:
             import cProfile
             prof = cProfile.Profile()
         timer, sec = Timer(), sections(args, w, app)
@@ -352,7 +356,7 @@ def bench_live(args) -> None:
         if prof:
             prof.dump_stats(args.profile)
         st = w.state
-        timer.report(f"live, {spf} step{'s' if spf > 1 else ''}/frame")
+        timer.report(f"live, {spf} step{'s' if spf > 1 else ''}/frame, {layout}")
         done = run.num_added - len(run.engine.requests) - done0
         print(f"{'':38s} steps {first}..{st.step}: {done:,} requests finished; at the end "
               f"{len(st.queue_rows('running'))} running, {len(st.queue_rows('waiting')):,} waiting")
@@ -413,7 +417,10 @@ def main() -> None:
                     "comma-separated (7: 200 steps/s at 30 frames/s)")
     ap.add_argument("--no-recording", action="store_true",
                     help="live: no recorder (the live source keeps only its ring of records)")
-    ap.add_argument("--blocks", type=int, default=16_384)
+    ap.add_argument("--blocks", type=int, default=16_384, help="live: KV cache blocks")
+    ap.add_argument("--layouts", type=lambda v: v.split(","), default=["physical"],
+                    help="live: block map layouts, comma-separated (physical, request): each "
+                    "scenario once per layout")
     ap.add_argument("--running", type=int, default=256)
     ap.add_argument("--waiting", type=int, default=10_000)
     ap.add_argument("--recording", help="replay this recording instead of a live run")

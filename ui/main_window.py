@@ -133,7 +133,7 @@ class MainWindow(QMainWindow):
     # --- construction ------------------------------------------------------------------------
     def _build_views(self) -> None:
         self.banner = ErrorBanner()
-        self.block_map = KVBlockMap()
+        self.block_map = KVBlockMap(layout="auto")
         self.timeline = SlotTimeline(window=self.window)
         self.queues = QueueTables()
         self.metrics = MetricsPlots(window=self.window)

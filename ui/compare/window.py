@@ -92,7 +92,7 @@ class RunPane(QWidget):
         title = QLabel(f"<span style='color:{css(color)}'>&#9632;</span> <b>{html.escape(name)}</b>")
         self.where = fix_size(QLabel(""), "step 8888888 of 8888888 · t = 8.888e+88 sim s")
         self.where.setStyleSheet(f"color: {css(MUTED)};")
-        self.block_map = KVBlockMap()
+        self.block_map = KVBlockMap(layout="auto")
         self.timeline = SlotTimeline(window=window)
         split = _split(Qt.Horizontal, [self.block_map, self.timeline], [520, 1080])
         lay = QVBoxLayout(self)

@@ -59,6 +59,12 @@ LABEL_H = 14                     # device pixels a label needs: a run this tall 
 MAX_LABELS = 120                 # its text) gets its request id and block count written on it
 
 
+def _unbroken(text: str) -> str:
+    """``text`` as one legend entry that no line break splits (spaces and hyphens that do not
+    break)."""
+    return text.replace(" ", "&nbsp;").replace("-", "&#8209;")
+
+
 class KVBlockMap(QWidget):
     """The paged KV cache at one step. ``set_state(state)`` redraws; ``set_selected(id)``
     frames that request's blocks. Emits ``requestSelected(request_id)`` on click.
@@ -187,8 +193,8 @@ class KVBlockMap(QWidget):
             entries.append(("", "lower grid: CPU swap pool (swapped-out KV)"))
         entries += [("<span style='color:white'>&#9633;</span>", "selected"), ("", "wheel: zoom"),
                     ("", "double-click: fit")]
-        return " &nbsp; ".join(f"{mark}&nbsp;{text.replace(' ', '&nbsp;')}" if mark else
-                               text.replace(" ", "&nbsp;") for mark, text in entries)
+        return " &nbsp; ".join(f"{mark}&nbsp;{_unbroken(text)}" if mark else
+                               _unbroken(text) for mark, text in entries)
 
     # --- data in -------------------------------------------------------------------------
     def set_state(self, state: EngineState) -> None:

@@ -137,7 +137,9 @@ class SlotTimeline(QWidget):
         spi.setMouseEnabled(False, False)
         spi.hideAxis("bottom")
         style_axis(spi.getAxis("left"), "used")
-        spi.getAxis("left").setTicks([[(0.0, "0"), (1.0, "all")], []])
+        spi.getAxis("left").setTicks([[], []])             # 0 .. all slots: the strip's height
+        self.strip.setToolTip("slots used per step, of all slots: decode (blue, from the bottom), "
+                              "prefill chunks (amber, above)")
         for axis in (spi.getAxis("left"), pi.getAxis("left")):   # the strip's columns over the rows'
             axis.setWidth(AXIS_PX)
         cache_decorations(spi)
