@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (QFormLayout, QHBoxLayout, QLabel, QPlainTextEdit,
 from engine.outputs import RequestView, StepRecord
 from engine.state.source import EngineControl, StepSource
 from engine.state.state import EngineState
+from ui.style.numbers import clock_text
 from ui.style.colors import ERROR, css, request_rgb
 from ui.inspector.explain import explain_waiting
 from ui.inspector.forensics import RequestForensics
@@ -127,7 +128,7 @@ class RequestInspector(QWidget):
                             f"<b style='font-size:12pt'>{rich_escape(v.request_id)}</b> &nbsp; at step {self.step}")
         where = f"slot {v.slot}" if v.slot is not None else "no slot"
         self.values["state"].setText(f"{v.status.lower()} · {where} · {v.num_preemptions} preemptions")
-        self.values["arrival"].setText(f"step {v.arrival_step:,} (clock {v.arrival_time:,.3f})")
+        self.values["arrival"].setText(f"step {v.arrival_step:,} (clock {clock_text(v.arrival_time, self.time_unit)})")
         self.values["tokens"].setText(
             f"prompt {v.num_prompt_tokens} · generated {v.num_output_tokens} / {v.max_tokens}"
             f" · KV written {v.num_computed_tokens}")

@@ -41,6 +41,7 @@ from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 from engine.outputs import StepRecord
 from recordings.metrics.roofline import Roofline, roofline_of
 from ui.style.colors import MUTED, PALETTE, TEXT, css
+from ui.style.numbers import number_text
 from ui.record_cache import StepMemo, step_span
 from ui.step_summary import StepSummary, as_summaries
 from ui.style.theme import PLOT_BG, PLOT_FG, cache_decorations, style_axis
@@ -222,7 +223,7 @@ class WindowCurve(pg.PlotCurveItem):
 def value_ticks(axis: pg.AxisItem, top: float) -> None:
     """Label 0, ``top`` / 2 and ``top`` only: pyqtgraph puts at least 2.25 major intervals and
     their minor ticks on any axis, and on these ~40-pixel plots the labels overlapped."""
-    axis.setTicks([[(v, f"{v:,.0f}" if v >= 10 else f"{v:g}") for v in (0.0, top / 2, top)], []])
+    axis.setTicks([[(v, number_text(v)) for v in (0.0, top / 2, top)], []])
 
 
 def nice_ceiling(x: float) -> float:
