@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from engine.state.source import StepSource
+from engine.state.source import RecordingSource, StepSource
 from engine.state.state import EngineState
 from ui.step_summary import fetch_summaries
 
@@ -64,16 +64,14 @@ def step_at_time(source: StepSource, t: float) -> int:
 def arrival_step(source: StepSource, request_id: str, state: EngineState | None) -> int:
     """The step in which ``request_id`` arrived: from ``source.request_info`` (a recording) when
     the source has one, else from the shown or the newest state. Raises ``ValueError`` if unknown."""
-    info_of = getattr(source, "request_info", None)
-    if callable(info_of):
-        info = info_of(request_id)
-        if info is not None:
-            return int(info.arrival_step)
+    info = source.request_info(request_id)
+    if info is not None:
+        return int(info.arrival_step)
     for st in (state, source.state_at(source.latest_step())):
         view = st.view(request_id) if st is not None else None
         if view is not None:
             return view.arrival_step
-    if callable(info_of):                   # a recording knows every request it holds
+    if isinstance(source, RecordingSource):        # a recording knows every request it holds
         raise ValueError(f"no request {request_id!r} in this recording")
     raise ValueError(f"no request {request_id!r} in this run (or it finished long before the "
                      "shown step, and this source cannot look it up)")

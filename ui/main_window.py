@@ -38,7 +38,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.state.source import EngineControl, StepSource
+from engine.state.source import EngineControl, RecordingSource, StepSource
 from engine.state.state import EngineState
 from recordings.check.invariants import Problem
 from recordings.errors import RecordingError
@@ -471,11 +471,12 @@ class MainWindow(QMainWindow):
                                 if end else "")
         self.end_btn.setMinimumWidth(self.end_btn.sizeHint().width())
         self.end_btn.setVisible(bool(end))
-        path = getattr(source, "path", None)
-        self.check_btn.setVisible(path is not None)
-        if path is None:
+        recording = isinstance(source, RecordingSource)
+        self.check_btn.setVisible(recording)
+        if not recording:
             return
-        if getattr(source, "damage", None) is not None:     # opened as damaged: already known
+        path = source.path
+        if source.damage is not None:                       # opened as damaged: already known
             self._damaged(source.damage)
             return
         self.check_btn.setText("checking…")
@@ -525,9 +526,8 @@ class MainWindow(QMainWindow):
         """A damaged file (``recordings.damage.report.DamageReport``): replay only its readable steps
         (``Reader.keep_readable``), say so in the banner and on the check button, whose list
         holds the report and the command that saves what reads."""
-        keep = getattr(self.source, "keep_readable", None)
-        if keep is not None and report.version >= 2:
-            keep(report)
+        if isinstance(self.source, RecordingSource) and report.version >= 2:
+            self.source.keep_readable(report)
         n, k = report.last_step + 1, report.last_good_step
         self.check_problems = [Problem(-1, "damage", line) for line in report.lines() + [report.suggestion()]]
         self.check_btn.setText(f"damaged: steps 0..{k} of {n:,} readable" if k >= 0 else "damaged: no step reads")

@@ -166,8 +166,7 @@ def load_history(source, request_id: str, step: int, block_size: int) -> Request
     """``request_id``'s preemptions, admissions and prefix notes up to and including ``step``,
     from ``source.request_timeline`` (a source without one: an empty history) and, for each
     admission, the ``hit`` block events of that step's record (``source.records``)."""
-    timeline = getattr(source, "request_timeline", None)
-    events = [e for e in (timeline(request_id) if callable(timeline) else ()) if e.step <= step]
+    events = [e for e in source.request_timeline(request_id) if e.step <= step]
     # a "scheduled" right after "resumed" is a paused request taking its slot back with its KV,
     # not an admission (no prefix-cache lookup)
     steps = sorted({e.step for prev, e in zip([None, *events], events)
