@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import enum
 import operator
 import types
 import typing
@@ -18,6 +19,7 @@ from typing import Any, Callable
 
 from engine.config import ConfigError, EngineConfig
 from engine.sim.config import SimConfig
+from engine.vocab import Clock, Executor
 
 DEMO_NUM_GPU_BLOCKS = 112   # tight enough that the demo shows the cache filling and a few preemptions
 
@@ -73,6 +75,8 @@ def _value_type(annotation) -> type:
     """``int`` of ``int | None``; ``str`` stays ``str``."""
     if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
         return next(t for t in typing.get_args(annotation) if t is not type(None))
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return str          # parsed as text: choices name the words, the config makes them members
     return annotation
 
 
@@ -111,7 +115,7 @@ def _explicit(fields: dict[str, dataclasses.Field]) -> dict[str, ConfigFlag]:
                                   lambda v: v == "on"),
         # the field is always "sim" (it marks a SimConfig); the flag picks the executor
         "executor": ConfigFlag("executor", "executor", dict(choices=list(fields["executor"].metadata["choices"]),
-                                                            default="model", help=_help(help_of("executor")))),
+                                                            default=Executor.MODEL.value, help=_help(help_of("executor")))),
         "sim_model": ConfigFlag("sim_model", "sim_model", dict(
             metavar="NAME", help=_help(help_of("sim_model"), "--model, i.e. the embedded SmolLM2-135M"))),
     }
@@ -210,8 +214,8 @@ def engine_config(a: argparse.Namespace) -> EngineConfig:
     """EngineConfig from parsed arguments (a ``SimConfig`` with ``--executor sim``), read through
     :data:`CONFIG_FLAGS`. Raises ConfigError with the knob and its limit, or the known names of a
     simulated model or device."""
-    sim = getattr(a, "executor", "model") == "sim"
-    clock = "sim" if sim and a.clock == "wall" else a.clock   # real seconds mean nothing to a simulation
+    sim = getattr(a, "executor", Executor.MODEL) == Executor.SIM
+    clock = Clock.SIM if sim and a.clock == Clock.WALL else a.clock   # real seconds mean nothing to a simulation
     knobs = {f.field: f.to_field(getattr(a, f.dest)) for f in ENGINE_FLAGS if f.field}
     knobs["clock"] = clock
     sim_flags = {f.field: getattr(a, f.dest, None) for f in SIM_FLAGS if f.field != "executor"}

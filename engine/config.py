@@ -5,9 +5,11 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
-POLICIES = ("fcfs", "priority", "static")
-PREEMPTION_MODES = ("recompute", "swap")
-CLOCKS = ("virtual", "wall", "sim")
+from engine.vocab import Clock, Policy, PreemptionMode, values
+
+POLICIES = values(Policy)
+PREEMPTION_MODES = (PreemptionMode.RECOMPUTE.value, PreemptionMode.SWAP.value)   # the knob; SWAP_FALLBACK is an outcome
+CLOCKS = values(Clock)
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
@@ -66,20 +68,20 @@ class EngineConfig:
         False, "reuse the KV of full blocks whose whole prefix an earlier step computed (automatic prefix "
                "caching, vLLM v1 style; off by default)")
     long_prefill_token_threshold: int = knob(0, "cap on one request's prefill chunk per step, 0 = none")
-    policy: str = knob(
-        "fcfs", "which waiting request gets a batch slot: fcfs = by arrival (continuous batching); priority = by "
+    policy: Policy = knob(
+        Policy.FCFS, "which waiting request gets a batch slot: fcfs = by arrival (continuous batching); priority = by "
                 "the request's priority, lower value first, ties by arrival, and a strictly higher-priority "
                 "waiting request may preempt the lowest-priority running one (trace requests all have priority "
                 "0, so a replay runs as fcfs); static = the baseline without continuous batching: a batch of up "
                 "to --max-num-seqs requests is admitted only when the whole previous batch finished",
         choices=POLICIES)
-    preemption_mode: str = knob(
-        "recompute", "what happens to a request preempted when the KV cache runs out: recompute = its KV is "
+    preemption_mode: PreemptionMode = knob(
+        PreemptionMode.RECOMPUTE, "what happens to a request preempted when the KV cache runs out: recompute = its KV is "
                      "dropped and computed again; swap = copied to a CPU pool of --num-cpu-blocks blocks and "
                      "back (recompute when that pool is full)", choices=PREEMPTION_MODES)
     num_cpu_blocks: int = knob(0, "KV blocks of the CPU swap pool (only with --preemption-mode swap)")
-    clock: str = knob(
-        "virtual", "wall: arrivals in real seconds; virtual: arrivals in steps, reproducible schedules; sim: "
+    clock: Clock = knob(
+        Clock.VIRTUAL, "wall: arrivals in real seconds; virtual: arrivals in steps, reproducible schedules; sim: "
                    "simulated seconds from --executor sim's step times, idle gaps skipped; with --executor "
                    "sim, wall means sim", choices=CLOCKS)
     check_invariants: bool = knob(
@@ -114,14 +116,18 @@ class EngineConfig:
         need(self.policy in POLICIES, f"policy must be one of {POLICIES}, got {self.policy!r}")
         need(self.preemption_mode in PREEMPTION_MODES,
              f"preemption_mode must be one of {PREEMPTION_MODES}, got {self.preemption_mode!r}")
+        need(self.clock in CLOCKS, f"clock must be one of {CLOCKS}, got {self.clock!r}")
+        # the words as members of the vocabulary (each equals its string: stored and printed alike)
+        object.__setattr__(self, "policy", Policy(self.policy))
+        object.__setattr__(self, "preemption_mode", PreemptionMode(self.preemption_mode))
+        object.__setattr__(self, "clock", Clock(self.clock))
         need(self.num_cpu_blocks >= 0, f"num_cpu_blocks must be >= 0, got {self.num_cpu_blocks}")
-        need(self.preemption_mode != "swap" or self.num_cpu_blocks >= 1,
+        need(self.preemption_mode != PreemptionMode.SWAP or self.num_cpu_blocks >= 1,
              "preemption_mode='swap' needs num_cpu_blocks >= 1 (the CPU swap pool), got "
              f"{self.num_cpu_blocks}")
-        need(self.preemption_mode == "swap" or self.num_cpu_blocks == 0,
+        need(self.preemption_mode == PreemptionMode.SWAP or self.num_cpu_blocks == 0,
              f"num_cpu_blocks={self.num_cpu_blocks} is only used with preemption_mode='swap' "
-             f"(this config has preemption_mode={self.preemption_mode!r})")
-        need(self.clock in CLOCKS, f"clock must be one of {CLOCKS}, got {self.clock!r}")
+             f"(this config has preemption_mode='{self.preemption_mode}')")
         need(re.fullmatch(r"auto|cpu|cuda(:\d+)?|sim:\S+", self.device) is not None,   # sim: SimConfig
              f"device must be auto, cpu, cuda or cuda:N (the engine runs on CUDA GPUs and CPUs), "
              f"got {self.device!r}")

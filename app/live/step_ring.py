@@ -26,6 +26,7 @@ import numpy as np
 
 from engine.outputs import (Arrival, BatchEntry, BlockEvent, NewToken, RequestEvent, StepRecord,
                             Transition)
+from engine.vocab import EventKind
 from recordings.file.step_batches import ENTRY_FIELDS, LIST_FIELDS, STEP_FIELDS, step_batch_columns
 
 FIELDS = tuple(f.name for f in dataclasses.fields(StepRecord))
@@ -106,7 +107,7 @@ def batch_columns(steps: Sequence[PackedStep]) -> dict[str, Any]:
         "num_arrivals": lambda s: len(s[_INDEX["arrivals"]]),
         "num_scheduled_tokens": lambda s: int(s[_BATCH][2].sum()),
         # StepRecord.num_preemptions of the packed events
-        "num_preemptions": lambda s: sum(1 for e in s[_INDEX["events"]] if e[1] == "preempted"),
+        "num_preemptions": lambda s: sum(1 for e in s[_INDEX["events"]] if e[1] == EventKind.PREEMPTED),
     }
     columns: dict[str, Any] = {}
     for name, _ in STEP_FIELDS:

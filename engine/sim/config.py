@@ -7,6 +7,7 @@ from engine.config import ConfigError, EngineConfig, knob
 from engine.sim.cost_model import CostModel, CostParams
 from engine.sim.hardware import CPU, DevicePeaks, check_device_name, known_devices
 from engine.sim.model_shapes import ModelShape, get_model_shape, known_models
+from engine.vocab import Executor, values
 
 # Fraction of the device memory the weights and the KV cache may use together (vLLM's default
 # ``gpu_memory_utilization``); the rest is left to activations and the runtime.
@@ -22,7 +23,7 @@ class SimConfig(EngineConfig):
     ``"sim"`` (it marks the recording's provenance). Names are checked on construction
     (:class:`ConfigError` lists the known ones)."""
 
-    executor: str = knob("sim", "model: run the model's forward pass; sim: the real scheduler and KV cache with "
+    executor: Executor = knob(Executor.SIM, "model: run the model's forward pass; sim: the real scheduler and KV cache with "
                                 "simulated step times, to replay big traces fast", choices=("model", "sim"))
     sim_model: str = knob("llama-3.1-8b", f"architecture to simulate: {', '.join(known_models())}, or a "
                                           f"transformers folder / config.json", metavar="NAME")
@@ -35,7 +36,7 @@ class SimConfig(EngineConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.executor != "sim":
+        if self.executor != Executor.SIM:
             raise ConfigError(f"SimConfig.executor must be 'sim', got {self.executor!r}")
         try:
             get_model_shape(self.sim_model)
