@@ -43,6 +43,7 @@ from engine.state.state import EngineState
 from recordings.check.invariants import Problem
 from recordings.errors import RecordingError
 from ui.check_worker import CheckWorker
+from ui.style.numbers import clock_text
 from ui.dialogs.check import FindingsDialog, problem_findings, unfinished_findings
 from ui.dialogs.inject import InjectDialog
 from ui.dialogs.knobs import KnobsDialog
@@ -60,7 +61,7 @@ from ui.style.colors import ERROR, css
 from ui.style.theme import apply_theme, fix_size
 from ui.transport import FRAME_MS, LOADING_TEXT, TransportBar
 from ui.views.block_map import KVBlockMap
-from ui.views.metrics_plots import MetricsPlots
+from ui.views.metrics_plots import TPS_WORDS, MetricsPlots
 from ui.views.queue_tables import QueueTables
 from ui.views.slot_timeline import SlotTimeline
 
@@ -71,7 +72,7 @@ CHECK_TIP = ("The recording checked as `batchscope check` does (integrity, rows,
 
 # widest text of the status-bar fields that change every frame (their fixed sizes)
 STATUS_TEMPLATES = {"step": "step 8888888 of 8888888  (scrubbed)", "clock": "clock 8.888e+88 steps",
-                    "kv": "KV 100% (888,888/888,888 blocks)", "tps": "8,888,888 output tok/s"}
+                    "kv": "KV 100% (888,888/888,888 blocks)", "tps": f"8,888,888 output tok/s ({TPS_WORDS})"}
 
 
 # the view groups updated at half the frame rate while draws stream (ui.frame_pacer)
@@ -132,7 +133,7 @@ class MainWindow(QMainWindow):
     # --- construction ------------------------------------------------------------------------
     def _build_views(self) -> None:
         self.banner = ErrorBanner()
-        self.block_map = KVBlockMap()
+        self.block_map = KVBlockMap(layout="auto")
         self.timeline = SlotTimeline(window=self.window)
         self.queues = QueueTables()
         self.metrics = MetricsPlots(window=self.window)
@@ -352,8 +353,7 @@ class MainWindow(QMainWindow):
         self.record = self.records[-1] if self.records and self.records[-1].step == k else None
         self._update_slow(self.pacer.begin())
         self._drawn = (k, step_span(k, latest, self.window), id(self.source))
-        unit = f" {self.time_unit}" if self.time_unit else ""
-        self.status["clock"].setText(f"clock {state.clock:.4g}{unit}")
+        self.status["clock"].setText(f"clock {clock_text(state.clock, self.time_unit)}")
         self.status["kv"].setText(f"KV {100 * state.kv_cache_usage:.0f}% "
                                   f"({state.num_used_blocks:,}/{state.num_total_blocks:,} blocks)")
 
@@ -367,7 +367,7 @@ class MainWindow(QMainWindow):
             self.metrics.set_records(self.records, k, self._latest, num_swapped=swapped)
             self.inspector.set_state(state, k, self.record)
             tps = self.metrics.mean_output_tps()
-            self.status["tps"].setText("– tok/s" if tps is None else f"{tps:,.0f} output tok/s")
+            self.status["tps"].setText("– tok/s" if tps is None else f"{tps:,.0f} output tok/s ({TPS_WORDS})")
 
     def _show_errors(self) -> None:
         errors = [self._source_error]

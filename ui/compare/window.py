@@ -31,6 +31,7 @@ from ui.jump import arrival_step, parse_jump
 from ui.views.block_map import KVBlockMap
 from ui.record_cache import RecordCache
 from ui.views.slot_timeline import SlotTimeline
+from ui.style.numbers import clock_text
 from ui.style.theme import apply_theme, fix_size
 from ui.transport import TransportBar
 
@@ -91,7 +92,7 @@ class RunPane(QWidget):
         title = QLabel(f"<span style='color:{css(color)}'>&#9632;</span> <b>{html.escape(name)}</b>")
         self.where = fix_size(QLabel(""), "step 8888888 of 8888888 · t = 8.888e+88 sim s")
         self.where.setStyleSheet(f"color: {css(MUTED)};")
-        self.block_map = KVBlockMap()
+        self.block_map = KVBlockMap(layout="auto")
         self.timeline = SlotTimeline(window=window)
         split = _split(Qt.Horizontal, [self.block_map, self.timeline], [520, 1080])
         lay = QVBoxLayout(self)
@@ -114,7 +115,7 @@ class RunPane(QWidget):
         records = self.cache.get(k - self.window, k + 1)
         self.block_map.set_state(state)
         self.timeline.set_records(records, k, state.max_num_seqs, self.latest)
-        t = f" · t = {state.clock:.4g} {self.unit}" if k >= 0 else ""
+        t = f" · t = {clock_text(state.clock, self.unit)}" if k >= 0 else ""
         self.where.setText(f"step {k} of {self.latest}{t}")
 
     def set_selected(self, request_id: str | None) -> None:
@@ -222,7 +223,7 @@ class CompareWindow(QMainWindow):
             pane.show_step(step)
         x = self.sync.x_at(self.tick)
         self.metrics.set_cursor(x)
-        self.position.setText(f"t = {x:.4g} {self.unit}" if self.sync.by == "time" else f"step {int(x)}")
+        self.position.setText(f"t = {clock_text(x, self.unit)}" if self.sync.by == "time" else f"step {int(x)}")
         self.transport.set_position(self.tick, self.sync.last_tick, False)
 
     def jump_to(self, text: str) -> bool:
