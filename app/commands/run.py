@@ -95,11 +95,14 @@ def run_headless(args: argparse.Namespace) -> int:
             if not eng.recorder_error:
                 eng.recorder_error = f"recording stopped: {e}"
     from recordings.metrics.serving import Slo
-    print_report(open_reader(out), Slo(args.slo_ttft, args.slo_tpot))
+    reader = open_reader(out)
+    print_report(reader, Slo(args.slo_ttft, args.slo_tpot), stopped_by=eng.recorder_error)
     unfinished = len(wl.requests) - eng.scheduler.num_finished
-    if eng.recorder_error:
+    if eng.recorder_error:       # every number printed is the file's, not the engine's
         print(f"batchscope: {eng.recorder_error}", file=sys.stderr)
-    if rejected:
+        print(f"batchscope: the run stopped there: {out} holds {held_by_file(reader)}; the "
+              "summary covers those only", file=sys.stderr)
+    elif rejected:
         print(rejection_report(rejected, len(wl.requests)))
     if interrupted:
         print(f"interrupted: {unfinished} of the workload's {len(wl.requests)} requests did not finish "
@@ -111,7 +114,7 @@ def run_headless(args: argparse.Namespace) -> int:
     if interrupted:
         return 130
     if eng.recorder_error:
-        return 1                         # served to the end, but the recording is incomplete
+        return 1                         # stopped when the recording failed
     return 1 if rejected and len(rejected) == len(wl.requests) else 0
 
 
@@ -193,9 +196,19 @@ def _stop_on(problems: list) -> None:
         raise InvariantViolation("invariant violated at " + "; ".join(map(str, problems)))
 
 
+def held_by_file(reader) -> str:
+    """What the recording open in ``reader`` holds, from its rows: ``"steps 0..K and N
+    requests"`` (``"no step and N requests"``)."""
+    last = reader.latest_step()
+    (num_requests,), = reader.execute("SELECT count(*) FROM requests")
+    steps = "no step" if last < 0 else f"steps 0..{last:,}"
+    return f"{steps} and {num_requests:,} request{'s' if num_requests != 1 else ''}"
+
+
 def _replay(eng, total: int, clock: str) -> None:
-    """Step until every request finished, sleeping through idle gaps under the wall clock.
-    Raises :class:`InvariantViolation` under ``check_invariants``."""
+    """Step until every request finished, sleeping through idle gaps under the wall clock; stop
+    at once when the recording fails (``eng.recorder_error``: a full disk), so nothing runs that
+    the file cannot show. Raises :class:`InvariantViolation` under ``check_invariants``."""
     checker = None
     if eng.config.check_invariants:
         from recordings.check.invariants import StateChecker
@@ -209,6 +222,8 @@ def _replay(eng, total: int, clock: str) -> None:
                 time.sleep(max(0.0, min(0.05, eng.next_arrival_time - eng.now())))
                 continue
             rec = _checked_step(eng, checker)
+            if eng.recorder_error or eng.poll_recorder():
+                return
             if rec.num_finished != done:
                 bar.update(rec.num_finished - done)
                 done = rec.num_finished
@@ -304,8 +319,9 @@ def _rate(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1%}"
 
 
-def print_report(reader, slo=None) -> None:
-    """A recording's report, section by section: whether it is complete, the metrics
+def print_report(reader, slo=None, stopped_by: str | None = None) -> None:
+    """A recording's report, section by section: whether it is complete (``stopped_by``: why the
+    recording stopped, when the caller knows, e.g. a full disk), the metrics
     (``recordings.metrics.summary_lines``, with goodput under ``slo``, a
     ``recordings.metrics.serving.Slo``), then the run's provenance; recorded names and reasons
     are printed with control and bidi characters escaped (``recordings.safe_text.visible``)."""
@@ -315,7 +331,7 @@ def print_report(reader, slo=None) -> None:
 
     rejected = recorded_rejections(reader)
     (total,), = reader.execute("SELECT count(*) FROM requests")
-    lines = [*completeness(reader).format_lines(), *summary_lines(reader, slo),
+    lines = [*completeness(reader).format_lines(stopped_by), *summary_lines(reader, slo),
              *(rejection_report(rejected, total).splitlines() if rejected else ()),
              *describe_run(reader.run_info())]
     if reader.run_info().get("text_stored") is False:

@@ -36,12 +36,15 @@ class Completeness:
         """Closed by the writer with every request finished."""
         return self.closed_cleanly and self.num_unfinished == 0
 
-    def format_lines(self) -> list[str]:
+    def format_lines(self, cause: str | None = None) -> list[str]:
         """Nothing for a complete run; else 'INCOMPLETE ...' lines saying how it was cut short and
-        which requests did not finish (count and first ids)."""
+        which requests did not finish (count and first ids). ``cause``: why the writer stopped,
+        when the caller knows (a full disk), instead of the guess from the file alone."""
         if self.is_complete:
             return []
-        if not self.closed_cleanly:
+        if cause and not self.closed_cleanly:
+            why = cause
+        elif not self.closed_cleanly:
             why = ("the file was not closed by its writer: the run was killed or crashed (or is still "
                    f"being recorded); it holds the {self.num_steps} steps committed until then")
         else:
