@@ -38,6 +38,7 @@ def run_headless(args: argparse.Namespace) -> int:
     from recordings.file.open_reader import open_reader
     from recordings.errors import RecordingError
     from recordings.file.writer import RecordingWriter
+    from recordings.workloads.rows import EmptyWorkload
     from recordings.workloads.traces import TraceFormatError
 
     out = Path(args.record)
@@ -65,6 +66,8 @@ def run_headless(args: argparse.Namespace) -> int:
                 "(rebuilt by the same trace, seed and scaling)")
         writer = RecordingWriter(out, built.run_info, store_prompt_token_ids=not synthetic,
                                  **writer_privacy_kwargs(args))
+    except EmptyWorkload as e:                  # every row refused by this engine: bad input
+        return _fail(str(e), USAGE)
     except (ModelLoadError, TraceFormatError, RecordingError, OSError, RuntimeError, ValueError) as e:
         return _fail(str(e))
     eng = built.engine
