@@ -25,16 +25,13 @@ def add_recover_parser(sub) -> None:
 
 def check_recover_usage(args) -> None:
     """Raise ``app.usage.UsageError`` (exit 2) when the damaged file is missing, or the output
-    exists (the damaged file itself included) or has no folder to go in."""
-    from app.usage import UsageError
+    exists (the damaged file itself included) or cannot be written (``app.usage.check_output``)."""
+    from app.usage import UsageError, check_output
 
     src, out = Path(args.recording), Path(args.output)
     if not src.is_file():
         raise UsageError(f"recording file not found: {src}" if not src.exists() else f"recording {src} is not a file")
-    if out.exists():
-        raise UsageError(f"{out} exists; name a new file for the salvaged recording (nothing is overwritten)")
-    if not out.parent.is_dir():
-        raise UsageError(f"cannot write {out}: folder {out.parent} does not exist")
+    check_output(out, "; name a new file for the salvaged recording (nothing is overwritten)")
 
 
 def damage_report(path: str, desc: str = "finding what is readable", decode: bool = True):
