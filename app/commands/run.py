@@ -347,8 +347,9 @@ def print_summary(path: str, slo_ttft: float | None = None, slo_tpot: float | No
                   as_json: bool = False) -> int:
     """``batchscope summary FILE [--slo-ttft MS] [--slo-tpot MS] [--json]``: metrics recomputed
     from a recording's rows, and its provenance (``as_json``: as JSON,
-    ``recordings.export.summary_json``; the SLOs apply to the text report). Returns 2 for a bad
-    SLO, 1 for a bad file."""
+    ``recordings.export.summary_json``; the SLOs apply to the text report). A damaged file is
+    said first (``WARNING: ...``, the file's one damage analysis, on stderr with ``--json``).
+    Returns 2 for a bad SLO, 1 for a bad file."""
     from recordings.file.open_reader import open_reader
     from recordings.errors import RecordingError
     from recordings.metrics.serving import Slo
@@ -357,12 +358,19 @@ def print_summary(path: str, slo_ttft: float | None = None, slo_tpot: float | No
     except ValueError as e:
         print(f"batchscope: {e}", file=sys.stderr)
         return 2
+    from app.commands.recover import damage_report, open_recording
+    from recordings.safe_text import visible
     try:
+        damage = damage_report(path)     # the analysis check, recover and the window show
+        if damage.is_damaged:            # said first; the metrics then cover what reads
+            print(visible(f"WARNING: {damage.summary()}", keep_newlines=False),
+                  file=sys.stderr if as_json else sys.stdout)
+        reader = open_recording(path, progress=False) if damage.is_damaged else open_reader(path)
         if as_json:
             from recordings.export.summary_json import summary_json
-            print(summary_json(open_reader(path)))
+            print(summary_json(reader))
         else:
-            print_report(open_reader(path), slo)
+            print_report(reader, slo)
     except RecordingError as e:
         return _fail(str(e))
     return 0

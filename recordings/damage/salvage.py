@@ -39,6 +39,7 @@ from typing import Callable
 import sqlite_utils
 
 from recordings.file import codec
+from recordings.damage.analysis import damage_analysis
 from recordings.damage.rebuild_requests import RebuiltRequests, rebuild_requests
 from recordings.damage.report import DamageReport, Range, bad_ranges, find_damage
 from recordings.errors import RecordingError
@@ -94,7 +95,8 @@ class SalvageResult:
 def salvage(src: str | Path, out: str | Path, *, report: DamageReport | None = None,
             on_progress: Callable[[str, int, int], None] | None = None) -> SalvageResult:
     """Copy the readable part of the recording at ``src`` into a new recording at ``out`` (see
-    the module doc). ``report``: ``find_damage(src)`` when already known.
+    the module doc). ``report``: the file's damage report when already known (default: its one analysis,
+    ``recordings.damage.analysis.damage_analysis``).
     ``on_progress(phase, done, total)``: ``"scan"`` (steps of the damaged file read),
     ``"copy"`` (steps copied), ``"verify"`` (steps of the copy decoded). Raises
     :class:`RecordingError` when ``out`` exists, the file is not a recording, is of schema 1,
@@ -105,8 +107,8 @@ def salvage(src: str | Path, out: str | Path, *, report: DamageReport | None = N
 
     def phase(name: str):
         return None if on_progress is None else lambda done, total: on_progress(name, done, total)
-    if report is None:       # rows that read are enough here: the copy is decoded
-        report = find_damage(src, phase("scan"), decode=False)
+    if report is None:       # the file's one analysis (rows read; the copy is decoded)
+        report = damage_analysis(src, phase("scan"))
     if report.version < 2:
         raise RecordingError(f"{src}: a schema-{report.version} recording is not salvaged (too old)")
     work = out.with_name(out.name + ".partial")
