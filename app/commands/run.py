@@ -220,13 +220,13 @@ def _replay(eng, total: int, clock: str) -> None:
         done = 0
         while eng.has_unfinished:
             eng.admit_due()
+            if eng.recorder_error or eng.poll_recorder():     # an arrival's write failed, or a commit
+                return
             s = eng.scheduler
             if not (s.waiting or s.running) and clock == "wall" and eng.next_arrival_time is not None:
                 time.sleep(max(0.0, min(0.05, eng.next_arrival_time - eng.now())))
                 continue
             rec = _checked_step(eng, checker)
-            if eng.recorder_error or eng.poll_recorder():
-                return
             if rec.num_finished != done:
                 bar.update(rec.num_finished - done)
                 done = rec.num_finished

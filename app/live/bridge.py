@@ -194,13 +194,13 @@ class EngineWorker(threading.Thread):
         eng = self.built.engine
         while not self._stop_event.is_set():
             changed = self._drain()
+            eng.admit_due()
             if eng.poll_recorder() and not self._recording_failed:
                 self._recording_failed = True        # pause before the next step: the user decides
                 self._do_pause()
                 self._error = (f"{eng.recorder_error}. The engine is paused: resume to serve on "
                                "without recording.")
             stepping = self._steps_requested > 0 or not self._paused
-            eng.admit_due()
             s = eng.scheduler
             if stepping and (s.waiting or s.running):
                 if self._steps_requested > 0:
