@@ -510,7 +510,12 @@ class LLMEngine:
     def _recorder_failed(self, exc: Exception) -> None:
         """Stop recording after a recorder failure (full disk, writer thread died): the engine
         keeps serving; ``recorder_error`` says what happened (the file stays readable up to its
-        last committed step)."""
+        last committed step, which the message names: the recorder's ``last_committed_step``,
+        not the engine's step, which a queued writer trails)."""
         log.error("recording stopped: %s", exc)
-        self.recorder_error = f"recording stopped at step {self.step_index - 1}: {exc}"
+        last = getattr(self.recorder, "last_committed_step", None)
+        held = ("" if not isinstance(last, int) else
+                "; the file holds no step" if last < 0 else f"; the file holds steps 0..{last}")
+        self.recorder_error = (f"recording stopped: {exc}{held} (the engine was at step "
+                               f"{self.step_index - 1})")
         self.recorder = None

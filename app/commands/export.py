@@ -57,10 +57,12 @@ def run_export(args: argparse.Namespace) -> int:
     source = Path(args.recording).resolve()
     if any(out.resolve() == source for out in outputs):
         return _usage(f"{args.output} is the recording itself; choose another -o")
-    existing = [str(out) for out in outputs if out.exists()]
-    if existing and not args.force:
-        return _usage(f"{' and '.join(existing)} already {'exist' if len(existing) > 1 else 'exists'} "
-                      "(--force overwrites)")
+    from app.usage import UsageError, check_output
+    try:
+        for out in outputs:     # csv into a folder: export_csv creates it
+            check_output(out, " (--force overwrites)", overwrite=args.force, make_folder=args.format == "csv")
+    except UsageError as e:
+        return _usage(str(e))
     from app.privacy import no_wider_than
     from recordings.file.open_reader import open_reader
     from recordings.errors import RecordingError

@@ -14,7 +14,10 @@ def default_recording_path() -> Path:
     from engine.model.gguf_convert import cache_root
 
     root = cache_root() / "runs"
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError:              # app.usage.check_output says so, as for any output path
+        pass
     return root / f"live-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.sqlite"
 
 
@@ -26,12 +29,15 @@ def make_live(args: argparse.Namespace):
     from app.live.source import LiveSource
     from app.workload_setup import add_workload, check_args, load_workload, read_trace
     from app.privacy import writer_privacy_kwargs
+    from app.usage import RECORD_EXISTS, check_output
     from recordings.file.writer import RecordingWriter
 
     config = engine_config(args)
     check_args(args)
     trace = read_trace(args)
     record = Path(args.record) if args.record else default_recording_path()
+    if not args.record:          # app.usage checked a --record path with the command line
+        check_output(record, RECORD_EXISTS, make_folder=True)
     from recordings.file.reader import Reader
     source = LiveSource(empty_state(config.max_num_seqs), open_reader=Reader)
     holder: dict = {}

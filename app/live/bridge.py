@@ -31,7 +31,9 @@ class EngineWorker(threading.Thread):
 
     ``on_ready(built)`` runs on the engine thread right after the build (e.g. to queue a demo
     workload). Starts paused if ``start_paused``. ``stop()`` ends the loop and closes the recorder.
-    Any exception in a step is shown through ``last_error`` and the loop keeps going.
+    Any exception in a step is shown through ``last_error`` and the loop keeps going. When the
+    recording fails (a full disk) the engine pauses before its next step and ``last_error`` names
+    the last step the file holds; resuming serves on without recording.
     """
 
     def __init__(self, build: Callable[[], BuiltEngine], source: LiveSource, *,
@@ -47,6 +49,7 @@ class EngineWorker(threading.Thread):
         self._stop_event = threading.Event()
         self._idle_wait_s = idle_wait_s
         self._error: str | None = None
+        self._recording_failed = False
         self._status = "loading model…"
         self.built: BuiltEngine | None = None
         self._started_at = started_at if started_at is not None else time.perf_counter()
@@ -191,10 +194,13 @@ class EngineWorker(threading.Thread):
         eng = self.built.engine
         while not self._stop_event.is_set():
             changed = self._drain()
-            if eng.poll_recorder() and self._error != eng.recorder_error:
-                self._error = eng.recorder_error     # recording stopped; serving goes on
-            stepping = self._steps_requested > 0 or not self._paused
             eng.admit_due()
+            if eng.poll_recorder() and not self._recording_failed:
+                self._recording_failed = True        # pause before the next step: the user decides
+                self._do_pause()
+                self._error = (f"{eng.recorder_error}. The engine is paused: resume to serve on "
+                               "without recording.")
+            stepping = self._steps_requested > 0 or not self._paused
             s = eng.scheduler
             if stepping and (s.waiting or s.running):
                 if self._steps_requested > 0:

@@ -154,8 +154,14 @@ def run_compare(args: argparse.Namespace) -> int:
 
     if args.top < 0:
         return _fail(f"--top must be >= 0, got {args.top}", 2)
-    if args.report and not Path(args.report).resolve().parent.is_dir():
-        return _fail(f"cannot write {args.report}: its folder does not exist", 2)
+    from app.usage import UsageError, check_output, check_output_folder
+    try:
+        if args.report:       # a report is replaced; the recordings' folder must be new or empty
+            check_output(args.report, overwrite=True)
+        if not args.recordings:
+            check_output_folder(args.out if args.out else default_out_dir().parent)
+    except UsageError as e:
+        return _fail(str(e), 2)
     if args.recordings:
         if args.policies or args.configs or args.trace:
             return _fail("give recordings, or --trace/--policies/--configs to run, not both", 2)
