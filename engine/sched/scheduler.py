@@ -311,7 +311,12 @@ class Scheduler:
         max_tokens and fail requests the runner reported errors for. Returns the requests that got
         a token. ``check_stop(req)`` (the engine's detokenizer) is called once per new token and
         returns the stop string it completed, or None; a stop string in the last allowed token
-        finishes the request as stopped, not as length-capped (vLLM's rule)."""
+        finishes the request as stopped, not as length-capped (vLLM's rule).
+
+        A request of ``out`` that was aborted, paused, preempted or otherwise left the running
+        set after ``schedule`` (a control call while the step was in flight) gets nothing from
+        this step: its output is dropped, as vLLM drops the output of a request aborted during
+        its step; it recomputes those tokens if it runs again."""
         got_token = []
         requests, errors, sampled = self.requests, runner_out.errors, runner_out.sampled_token_ids
         running = RequestStatus.RUNNING
@@ -322,9 +327,9 @@ class Scheduler:
             scheduled = scheduled + self.groups.check_forks(out, runner_out)
         for s in scheduled:
             rid = s.request_id
-            req = requests[rid]
-            if req.status is not running:
-                continue
+            req = requests.get(rid)
+            if req is None or req.status is not running:
+                continue        # it left the running set while the step was in flight: dropped
             if errors:
                 err = errors.get(rid)
                 if err is not None:
