@@ -19,6 +19,8 @@ import functools
 import heapq
 import itertools
 import logging
+import math
+import numbers
 import sys
 import threading
 import time
@@ -79,6 +81,10 @@ def release_cached_memory() -> None:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available():
         torch.cuda.empty_cache()
+
+CLOCK_UNITS = {"virtual": "steps", "wall": "seconds since the engine started",
+               "sim": "simulated seconds"}
+
 
 def _locked(method):
     """Run ``method`` under the engine's lock (callers on any thread, see the module docstring)."""
@@ -417,13 +423,25 @@ class LLMEngine:
 
         An impossible request (empty prompt, over ``max_model_len`` or the whole cache) is kept and
         finished at once with FINISHED_ERROR and an error naming the limit; others keep running.
-        Raises ``ValueError`` for a duplicate id or stop strings without a tokenizer. Ids are
+        Raises ``ValueError`` for a duplicate id, stop strings without a tokenizer, a nonzero
+        priority under a policy other than ``priority`` (refused here, not at admission), or an
+        ``arrival_time`` that is not a finite number >= 0. A past ``arrival_time`` is honoured:
+        the request's queue time and latencies count from it (it is served in the order added);
+        a future one holds the request back until the clock reaches it. Ids are
         unique within a run: checked against live requests in memory and against finished ones
         through the recording, or without one through 64-bit hashes (``engine.request_ids``).
         """
         rid = request_id if request_id is not None else f"req-{next(self._ids)}"
         if params.stop and self.tokenizer is None:
             raise ValueError("stop strings need a tokenizer; this engine runs on token ids only")
+        refused = self.scheduler.priority_error(params.priority if priority is None else priority)
+        if refused:
+            raise ValueError(f"request {rid!r}: {refused}")
+        if arrival_time is not None and not (isinstance(arrival_time, numbers.Real)
+                                             and 0 <= arrival_time < math.inf):
+            raise ValueError(f"request {rid!r}: arrival_time must be a finite number >= 0 on the engine "
+                             f"clock ({self.config.clock}: {CLOCK_UNITS[self.config.clock]}), "
+                             f"got {arrival_time!r}")
         now = self.now()
         at = now if arrival_time is None else arrival_time
         # The caller's sequence is kept as is: a compact array('i') stays 4 bytes per token.

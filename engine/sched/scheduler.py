@@ -164,9 +164,8 @@ class Scheduler:
             return "empty prompt: a request needs at least 1 prompt token"
         if m < 1:
             return f"max_tokens must be >= 1, got {m}"
-        if req.priority and self.policy != "priority":
-            return (f"priority={req.priority} needs policy='priority' (this engine runs "
-                    f"policy={self.policy!r}, where every request has priority 0)")
+        if req.priority:
+            return self.priority_error(req.priority)
         if p + m > c.max_model_len:
             return f"prompt ({p}) + max_tokens ({m}) = {p + m} tokens exceeds max_model_len {c.max_model_len}"
         usable = self.kv.num_usable_blocks
@@ -175,6 +174,14 @@ class Scheduler:
             return (f"prompt ({p}) + max_tokens ({m}) = {p + m} tokens needs {self.kv.blocks_for(p + m)} "
                     f"KV blocks but the whole cache has {usable} blocks ({cap} tokens)")
         return None if req.group is None else self.groups.admission_error(req)
+
+    def priority_error(self, priority: int) -> str | None:
+        """Why a request of ``priority`` cannot be served by this policy, or None: a nonzero
+        priority needs ``policy="priority"``."""
+        if priority and self.policy != "priority":
+            return (f"priority={priority} needs policy='priority' (this engine runs "
+                    f"policy={self.policy!r}, where every request has priority 0)")
+        return None
 
     def add_request(self, req: Request) -> bool:
         """Queue ``req`` (by the policy), or reject it at once. Returns False if rejected.
