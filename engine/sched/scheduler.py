@@ -90,6 +90,7 @@ from typing import Callable, Iterable
 from engine.config import EngineConfig
 from engine.kv.manager import NO_HIT, KVCacheManager
 from engine.kv.prefix_explain import EVENT_KIND as PREFIX_EVENT
+from engine.kv.prefix_explain import WAITING_EVENT_KIND as PREFIX_WAITING_EVENT
 from engine.kv.swap import SwapSpace
 from engine.outputs import (
     NOT_ADMITTED_BEHIND,
@@ -154,6 +155,7 @@ class Scheduler:
         self._swap_in: list[tuple[int, int]] = []
         self.groups = GroupScheduling(self)     # parallel sampling (engine.sched.groups)
         self.runner_sync = RunnerSync()         # which requests the runner holds state for
+        self._waiting_lookups: dict[str, str] = {}   # waiting id -> its last recorded lookup
 
     # --- admission ----------------------------------------------------------------------
     def admission_error(self, req: Request) -> str | None:
@@ -164,8 +166,9 @@ class Scheduler:
             return "empty prompt: a request needs at least 1 prompt token"
         if m < 1:
             return f"max_tokens must be >= 1, got {m}"
-        if req.priority:
-            return self.priority_error(req.priority)
+        refused = self.priority_error(req.priority)
+        if refused:
+            return refused
         if p + m > c.max_model_len:
             return f"prompt ({p}) + max_tokens ({m}) = {p + m} tokens exceeds max_model_len {c.max_model_len}"
         usable = self.kv.num_usable_blocks
@@ -294,6 +297,8 @@ class Scheduler:
             waiting_reason = self._admission(step, budget, scheduled, preempted, not_admitted,
                                              memory_preempted, outranked)
 
+        if kv.enable_caching and not_admitted:
+            self._note_waiting_lookups(not_admitted)
         # swap copies of this step, and of swap-outs made between steps (live knobs)
         swap_out, swap_in = tuple(self._swap_out), tuple(self._swap_in)
         self._swap_out, self._swap_in = [], []
@@ -305,6 +310,21 @@ class Scheduler:
                                blocks_to_copy=copies, parallel_samples=samples, forked=forked,
                                scheduled_new_reqs=new, scheduled_cached_reqs=cached,
                                finished_req_ids=finished)
+
+    def _note_waiting_lookups(self, not_admitted: list[tuple[str, str]]) -> None:
+        """Prefix caching: for each waiting request this step looked at and did not admit, what
+        its prefix-cache lookup finds now, as a ``prefix_cache_waiting`` event when it differs
+        from the last one since it began waiting (``engine.kv.prefix_explain``). O(its blocks)
+        for the few requests of ``not_admitted``; changes no prefix-cache count."""
+        kv, last = self.kv, self._waiting_lookups
+        for rid, reason in not_admitted:
+            req = self.requests.get(rid)
+            if req is None or req.status not in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
+                continue
+            detail = kv.explain(req, kv.get_computed_blocks(req))._replace(not_admitted=reason).to_detail()
+            if last.get(rid) != detail:
+                last[rid] = detail
+                self.events.append(RequestEvent(rid, PREFIX_WAITING_EVENT, detail))
 
     def _best_swapped_priority(self) -> int:
         """The lowest ``priority`` value (the most urgent) among the swapped-out requests."""
@@ -380,6 +400,7 @@ class Scheduler:
             self.swapped.remove(req)
             self.swap.drop(req.request_id)
         self.static_batch.discard(req.request_id)
+        self._waiting_lookups.pop(req.request_id, None)
         self.kv.free(req.request_id)
         req.status = status
         req.error = error
@@ -755,6 +776,7 @@ class Scheduler:
         return out
 
     def _start_running(self, req: Request) -> None:
+        self._waiting_lookups.pop(req.request_id, None)
         req.status = RequestStatus.RUNNING
         req.slot = heapq.heappop(self._free_slots)
         if self.policy == "priority":       # running in (priority, arrival) order: victims last

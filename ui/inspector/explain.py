@@ -21,6 +21,7 @@ from engine.outputs import (BLOCKS_HIT, NOT_ADMITTED_BEHIND, NOT_ADMITTED_LOWER_
 from engine.sched.preemption import (MODE_RECOMPUTE, MODE_SWAP, MODE_SWAP_FALLBACK, PreemptionInfo,
                                preemption_info)
 from engine.kv.prefix_explain import EVENT_KIND as PREFIX_EVENT
+from engine.kv.prefix_explain import WAITING_EVENT_KIND as PREFIX_WAITING_EVENT
 from engine.kv.prefix_explain import describe_detail as describe_prefix_match
 from engine.state.state import EngineState
 from ui.views.request_table import (PAUSED_TEXT, SWAPPED_TEXT, not_admitted, reason_text,
@@ -37,7 +38,8 @@ MODE_NOTES = {
 # The engine records, at each admission with prefix caching on, a ``prefix_cache`` event saying
 # how much hit and where the match stopped and why (engine.kv.prefix_explain); the inspector lists
 # its lines under the prefix-cache hit, for live runs and recordings alike.
-PREFIX_EXPLAINERS: dict[str, Callable[[str], str]] = {PREFIX_EVENT: describe_prefix_match}
+PREFIX_EXPLAINERS: dict[str, Callable[[str], str]] = {PREFIX_EVENT: describe_prefix_match,
+                                                       PREFIX_WAITING_EVENT: describe_prefix_match}
 
 
 def explain_waiting(record, view: RequestView, state: EngineState) -> str:
