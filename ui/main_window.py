@@ -63,6 +63,7 @@ from ui.views.block_map import KVBlockMap
 from ui.views.metrics_plots import MetricsPlots
 from ui.views.queue_tables import QueueTables
 from ui.views.slot_timeline import SlotTimeline
+from engine.plural import plural
 
 CHECK_TIP = ("The recording checked as `batchscope check` does (integrity, rows, G1-G4 every step, G6 "
              "at the end, metrics, complete); "
@@ -355,7 +356,7 @@ class MainWindow(QMainWindow):
         unit = f" {self.time_unit}" if self.time_unit else ""
         self.status["clock"].setText(f"clock {state.clock:.4g}{unit}")
         self.status["kv"].setText(f"KV {100 * state.kv_cache_usage:.0f}% "
-                                  f"({state.num_used_blocks:,}/{state.num_total_blocks:,} blocks)")
+                                  f"({state.num_used_blocks:,}/{plural(state.num_total_blocks, 'block')})")
 
     def _update_slow(self, groups: tuple[str, ...]) -> None:
         """Update the slow view ``groups`` (``SLOW_VIEWS`` names) to the shown step."""

@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from app.commands.suggest import replay_command
+
 PHASES = {"scan": "finding what is readable", "copy": "copying", "verify": "checking the copy"}
 
 
@@ -100,7 +102,7 @@ def run_recover(args, out: TextIO | None = None) -> int:
     print(visible(f"{args.output}: salvaged from {args.recording}"), file=out)
     for line in result.report.lines() + result.lines():
         print(visible(f"  {line}", keep_newlines=False), file=out)
-    print(visible(f"  open it with: batchscope replay {args.output}"), file=out)
+    print(visible(f"  open it with: {replay_command(args.output)}"), file=out)
     return 0
 
 

@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 
+from app.commands.suggest import replay_command
 
 def default_recording_path() -> Path:
     """A new file under ``runs/`` of BatchScope's cache folder (the model cache's root:
@@ -188,4 +189,4 @@ def launch(args: argparse.Namespace, command: str) -> int:
     finally:
         stop_worker(worker)
         if record.exists():
-            print(f"recording saved: {record}  (batchscope replay {record})", file=sys.stderr)
+            print(f"recording saved: {record}  ({replay_command(record)})", file=sys.stderr)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from typing import NamedTuple
+from engine.plural import plural
 
 EVENT_KIND = "prefix_cache"
 WAITING_EVENT_KIND = "prefix_cache_waiting"    # a lookup of a request that was not admitted
@@ -60,8 +61,8 @@ class PrefixMatch(NamedTuple):
         return line
 
     def _describe(self) -> str:
-        head = (f"prefix cache: {self.num_matched_blocks} of {self.num_lookup_blocks} blocks hit "
-                f"({self.num_matched_tokens} tokens)")
+        head = (f"prefix cache: {self.num_matched_blocks} of {plural(self.num_lookup_blocks, 'block')} hit "
+                f"({plural(self.num_matched_tokens, 'token')})")
         if self.stop == STOP_SHORT:
             return "prefix cache: prompt shorter than one block + 1 token, nothing to look up"
         if self.stop == STOP_ALL:

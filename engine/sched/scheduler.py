@@ -121,6 +121,7 @@ from engine.sched.preemption import (
     PreemptionInfo,
 )
 from engine.sched.queue import make_queue, priority_key
+from engine.plural import plural
 
 
 class Scheduler:
@@ -175,7 +176,7 @@ class Scheduler:
         cap = usable * self.kv.block_size
         if p + m > cap:
             return (f"prompt ({p}) + max_tokens ({m}) = {p + m} tokens needs {self.kv.blocks_for(p + m)} "
-                    f"KV blocks but the whole cache has {usable} blocks ({cap} tokens)")
+                    f"KV blocks but the whole cache has {plural(usable, 'block')} ({plural(cap, 'token')})")
         return None if req.group is None else self.groups.admission_error(req)
 
     def priority_error(self, priority: int) -> str | None:
@@ -620,7 +621,7 @@ class Scheduler:
         new = self.config.replace(**changes)                # validated (raises ConfigError)
         if num_usable_blocks is not None and not 1 <= num_usable_blocks <= self.kv.num_blocks:
             raise ValueError(f"num_usable_blocks must be in [1, {self.kv.num_blocks}] (the KV cache "
-                             f"has {self.kv.num_blocks} blocks), got {num_usable_blocks}")
+                             f"has {plural(self.kv.num_blocks, 'block')}), got {num_usable_blocks}")
         cap = new.max_num_seqs
         for r in [r for r in self.running if r.slot >= cap]:
             self._preempt(r, SLOTS_CUT)

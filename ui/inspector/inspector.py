@@ -19,6 +19,7 @@ from ui.request_menu import allowed_actions, run_action
 from ui.views.request_table import cell_text
 from ui.state_lookup import block_ids, find_view
 from ui.plain_text import PlainLabel, rich_escape
+from engine.plural import plural
 
 FIELDS = ("state", "arrival", "tokens", "KV", "latency", "reason")
 TEXT_PLACEHOLDER = "generated text appears here as it streams"
@@ -133,7 +134,7 @@ class RequestInspector(QWidget):
             f" · KV written {v.num_computed_tokens}")
         blocks = self.block_ids
         ids = ", ".join(map(str, blocks[:12])) + (" …" if len(blocks) > 12 else "")
-        self.values["KV"].setText(f"{len(blocks)} blocks [{ids}]" if blocks else "no blocks")
+        self.values["KV"].setText(f"{plural(len(blocks), 'block')} [{ids}]" if blocks else "no blocks")
         self.values["latency"].setText(f"TTFT {cell_text(v, 4)} · mean ITL {cell_text(v, 5)}"
                                        f" ({self.time_unit or 'engine clock units'})")
         self.values["reason"].setText(explain_waiting(self.record, v, self.state) or "–")
