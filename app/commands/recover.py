@@ -45,7 +45,7 @@ def damage_report(path: str, desc: str = "finding what is readable", decode: boo
 
     from recordings.damage.report import find_damage
 
-    with tqdm(unit="step", desc=desc, dynamic_ncols=True, leave=False, mininterval=0.5) as bar:
+    with tqdm(disable=None, unit="step", desc=desc, dynamic_ncols=True, leave=False, mininterval=0.5) as bar:
         def progress(done: int, total: int) -> None:
             bar.total = total
             bar.update(done - bar.n)
@@ -87,7 +87,7 @@ def run_recover(args, out: TextIO | None = None) -> int:
     def progress(phase: str, done: int, total: int) -> None:
         bar = bars.get(phase)
         if bar is None:
-            bar = bars[phase] = tqdm(total=total, unit="step", dynamic_ncols=True, leave=False,
+            bar = bars[phase] = tqdm(disable=None, total=total, unit="step", dynamic_ncols=True, leave=False,
                                      mininterval=0.5, desc=PHASES[phase])
         bar.total = total
         bar.update(done - bar.n)

@@ -202,7 +202,7 @@ def _replay(eng, total: int, clock: str) -> None:
     if eng.config.check_invariants:
         from recordings.check.invariants import StateChecker
         checker = StateChecker(eng.config.to_dict() | {"num_gpu_blocks": eng.num_gpu_blocks})
-    with tqdm(total=total, unit="req", desc="replaying", dynamic_ncols=True) as bar:
+    with tqdm(disable=None, total=total, unit="req", desc="replaying", dynamic_ncols=True) as bar:
         done = 0
         while eng.has_unfinished:
             eng.admit_due()

@@ -167,12 +167,10 @@ def launch(args: argparse.Namespace, command: str) -> int:
         return 2
     if check_window_libraries():
         return 1
-    from PySide6.QtWidgets import QApplication
-
     from ui import MainWindow
+    from ui.qt_app import qt_application
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
-    app.setApplicationName("BatchScope")
+    app = qt_application(sys.argv[:1])
     _quit_on_signals(app)
     if command == "replay":
         win = MainWindow(source, None, open_recording=open_recording, title=f"BatchScope — {args.recording}")

@@ -75,3 +75,17 @@ def test_no_message_says_1_blocks():
         s.set_limits(num_usable_blocks=5)
     assert "has 1 block)" in str(e.value)
     assert "1 of 1 block hit (4 tokens)" in PrefixMatch(1, 1, 4, STOP_ALL).describe()
+
+
+def test_progress_bars_leave_no_escape_codes_in_a_log(tmp_path, capfd):
+    """stderr is a file here, as in a CI log: no carriage returns or ANSI escapes from tqdm."""
+    trace = tmp_path / "w.jsonl"
+    trace.write_text("".join(f'{{"arrival": {i * 0.1}, "prompt_tokens": 20, "output_tokens": 3}}\n'
+                             for i in range(30)))
+    out = tmp_path / "r.sqlite"
+    assert main(["run", "--trace", str(trace), "--record", str(out), "--executor", "sim",
+                 "--sim-device", "h100", "--num-gpu-blocks", "64"]) == 0
+    assert main(["check", str(out)]) == 0
+    captured = capfd.readouterr()
+    log = captured.err + captured.out
+    assert "\r" not in log and "\x1b[" not in log, log[-500:]

@@ -215,14 +215,14 @@ def open_compare_window(paths: list[Path], comparison) -> int:
     if not _has_display():
         return _fail("no display found (DISPLAY/WAYLAND_DISPLAY unset): use --no-window, run it on a "
                      "desktop or under Xvfb, or headless with QT_QPA_PLATFORM=offscreen")
-    from PySide6.QtWidgets import QApplication
 
 
     from recordings.file.open_reader import open_reader
     from ui.compare.window import CompareWindow
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
-    app.setApplicationName("BatchScope")
+    from ui.qt_app import qt_application
+
+    app = qt_application(sys.argv[:1])
     names = [h.name for h in comparison.headlines]
     win = CompareWindow([open_reader(p) for p in paths], names, comparison,
                         title=f"BatchScope — compare: {' vs '.join(names)}")

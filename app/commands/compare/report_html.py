@@ -31,7 +31,9 @@ def _app():
 
     if QApplication.instance() is None and not _has_display():
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
-    return QApplication.instance() or QApplication([])
+    from ui.qt_app import qt_application
+
+    return qt_application()
 
 
 def png_base64(item, width: int = WIDTH) -> str:
