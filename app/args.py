@@ -20,9 +20,9 @@ def add_engine_args(p: argparse.ArgumentParser, *, num_gpu_blocks: int | None, c
     g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
                    help="auto = float32 on CPU, bfloat16 on GPU (default: %(default)s)")
     g.add_argument("--threads", type=int, metavar="N",
-                   help="torch's CPU threads for the forward pass (torch.set_num_threads; default: torch's "
-                        "choice, one per core). On a machine busy with other work, fewer threads than "
-                        "cores (e.g. 1 on 2 cores) avoid the threads waiting on each other")
+                   help="torch's CPU threads for the forward pass (torch.set_num_threads; default: the "
+                        "cores other processes leave free, from the load average at start and re-checked "
+                        "while running, shown in the status bar; app.threads)")
     g.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default: %(default)s)")
     g.add_argument("--num-gpu-blocks", type=int, default=num_gpu_blocks,
                    help="physical KV blocks; omit to size from free memory (default: %(default)s)")

@@ -208,6 +208,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+MODEL_COMMANDS = ("demo", "run", "bench", "compare")     # the commands that may run a model on torch
+
+
 def main(argv: list[str] | None = None) -> int:
     """The ``batchscope`` command. Arguments are checked before anything heavy (torch, Qt) is
     imported. Exit codes: 0 done, 2 usage error (bad flag or value, a file named on the command
@@ -230,9 +233,11 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"batchscope: {e}", file=sys.stderr)
         return 2
-    if getattr(args, "threads", None):
-        import torch
-        torch.set_num_threads(args.threads)
+    if command in MODEL_COMMANDS and getattr(args, "executor", "model") != "sim":
+        from app.threads import ThreadGovernor       # torch's threads: --threads, or cores and load
+        args.thread_governor = ThreadGovernor(getattr(args, "threads", None))
+        print(f"batchscope: torch {args.thread_governor.describe()}"
+              + ("" if args.thread_governor.fixed else "; --threads N to set it"), file=sys.stderr)
     if command == "run":
         from app.commands.run import run_headless
         return run_headless(args)

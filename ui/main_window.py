@@ -197,7 +197,7 @@ class MainWindow(QMainWindow):
         self.actions["open"].setEnabled(self.open_recording is not None)
 
     def _build_status(self) -> None:
-        self.status = {k: QLabel("") for k in ("mode", "step", "clock", "kv", "tps")}
+        self.status = {k: QLabel("") for k in ("mode", "step", "clock", "kv", "tps", "threads")}
         self.status["run"] = PlainLabel("")
         for k, template in STATUS_TEMPLATES.items():
             fix_size(self.status[k], template)
@@ -340,6 +340,10 @@ class MainWindow(QMainWindow):
                      if latest >= 0 else LOADING_TEXT if self.control is not None else "no steps recorded")
         if self.status["step"].text() != step_text:
             self.status["step"].setText(step_text)
+        threads = getattr(self.control, "threads_status", None)
+        threads_text = (threads() or "") if callable(threads) else ""
+        if self.status["threads"].text() != threads_text:
+            self.status["threads"].setText(threads_text)    # torch's threads (app.threads), live only
         self._show_errors()
 
     def _draw(self, k: int, latest: int, state: EngineState | None = None) -> None:

@@ -51,7 +51,8 @@ def make_live(args: argparse.Namespace):
                      steps_per_second=args.steps_per_second)
 
     from app import PROCESS_START
-    worker = EngineWorker(build, source, on_ready=on_ready, start_paused=args.paused, started_at=PROCESS_START)
+    worker = EngineWorker(build, source, on_ready=on_ready, start_paused=args.paused, started_at=PROCESS_START,
+                          threads=getattr(args, "thread_governor", None))
     return source, worker, record
 
 

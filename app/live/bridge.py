@@ -32,11 +32,13 @@ class EngineWorker(threading.Thread):
     ``on_ready(built)`` runs on the engine thread right after the build (e.g. to queue a demo
     workload). Starts paused if ``start_paused``. ``stop()`` ends the loop and closes the recorder.
     Any exception in a step is shown through ``last_error`` and the loop keeps going.
+    ``threads`` (an :class:`app.threads.ThreadGovernor`) is re-checked between steps and shown by
+    :meth:`threads_status`.
     """
 
     def __init__(self, build: Callable[[], BuiltEngine], source: LiveSource, *,
                  on_ready: Callable[[BuiltEngine], None] | None = None, start_paused: bool = False,
-                 idle_wait_s: float = 0.05, started_at: float | None = None) -> None:
+                 idle_wait_s: float = 0.05, started_at: float | None = None, threads=None) -> None:
         super().__init__(name="batchscope-engine", daemon=True)
         self._build = build
         self.source = source
@@ -53,6 +55,7 @@ class EngineWorker(threading.Thread):
         self.first_token_s: float | None = None   # seconds from started_at to the first generated token
         self.build_s: float | None = None         # seconds spent loading the model and building
         self._ids = itertools.count()
+        self._threads = threads
 
     # --- EngineControl (any thread) ---------------------------------------------------------
     def pause(self) -> None:
@@ -69,6 +72,10 @@ class EngineWorker(threading.Thread):
 
     def last_error(self) -> str | None:
         return self._error
+
+    def threads_status(self) -> str | None:
+        """torch's thread count and why, for the status bar (None when no governor runs)."""
+        return None if self._threads is None else self._threads.describe()
 
     def status(self) -> str:
         """One line for the status bar: loading / running / paused / idle / failed."""
@@ -191,6 +198,8 @@ class EngineWorker(threading.Thread):
         eng = self.built.engine
         while not self._stop_event.is_set():
             changed = self._drain()
+            if self._threads is not None:
+                self._threads.maybe_recheck()        # other work on the machine came or went
             if eng.poll_recorder() and self._error != eng.recorder_error:
                 self._error = eng.recorder_error     # recording stopped; serving goes on
             stepping = self._steps_requested > 0 or not self._paused
