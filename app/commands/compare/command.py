@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import datetime as dt
 import io
+import os
 import sys
 from pathlib import Path
 
@@ -205,7 +206,22 @@ def show_comparison(paths: list[Path], names: list[str] | None, args: argparse.N
         print(f"\nreport: {args.report}")
     if args.no_window:
         return 0
+    if args.report and not interactive_display():
+        # the report is what a headless run is for: never wait on a window nobody can see
+        print(f"no display (DISPLAY/WAYLAND_DISPLAY unset, or Qt's {os.environ.get('QT_QPA_PLATFORM') or 'no'} "
+              "platform): the compare window is not opened; the report holds the comparison", file=sys.stderr)
+        return 0
     return open_compare_window(paths, comparison)
+
+
+def interactive_display() -> bool:
+    """Whether a window opened here can be seen: not Qt's offscreen or minimal platform, and on
+    Linux a display (DISPLAY or WAYLAND_DISPLAY)."""
+    if os.environ.get("QT_QPA_PLATFORM", "").split(":")[0] in ("offscreen", "minimal"):
+        return False
+    if sys.platform.startswith("linux"):
+        return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+    return True
 
 
 def open_compare_window(paths: list[Path], comparison) -> int:

@@ -167,3 +167,21 @@ def test_runs_without_rejections_print_no_rejection_report(tmp_path, capsys):
                  "--out", str(tmp_path / "o"), "--no-window", "--top", "0"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"rejected / failed\s+0 of 24\s+0 of 24", out) and "rejected at admission" not in out
+
+
+@pytest.mark.parametrize("env", [{"QT_QPA_PLATFORM": "offscreen"}, {"QT_QPA_PLATFORM": ""}])
+def test_report_without_a_display_never_waits_on_a_window(sim_pair, tmp_path, env):
+    """A headless `compare --report` writes the report and returns (a subprocess with a timeout:
+    one that waited on an invisible window would hang)."""
+    import os
+    import subprocess
+    import sys
+
+    paths = [str(p) for p in sorted(sim_pair.glob("*.sqlite"))]
+    report = tmp_path / "r.html"
+    clean = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+    clean.update({k: v for k, v in env.items() if v})
+    done = subprocess.run([sys.executable, "-m", "app.cli", "compare", *paths, "--report", str(report)],
+                          capture_output=True, text=True, timeout=300, env=clean)
+    assert done.returncode == 0, done.stderr
+    assert report.is_file() and "the compare window is not opened" in done.stderr
