@@ -104,26 +104,42 @@ def plan_runs(args: argparse.Namespace) -> list[RunConfig]:
     return configs
 
 
-def record_runs(args: argparse.Namespace, configs: list[RunConfig], out: Path) -> list[Path] | int:
+def record_runs(args: argparse.Namespace, configs: list[RunConfig], out: Path,
+                host_speed=None) -> list[Path] | int:
     """Run the workload under each config with ``batchscope run``'s machinery (a progress bar
     each), recording to ``out/<n>-<slug>.sqlite`` with the run's printed summary in ``.txt``
-    next to it. Returns the recordings, or an exit code when a run failed (its output shown)."""
+    next to it. Runs on the wall clock also time the host before and after each run
+    (``host_speed()``, default ``app.host_speed.host_speed_ms``) and say when its speed changed
+    (``app.host_speed.speed_change_note``): other work on the machine, not the config. Returns
+    the recordings, or an exit code when a run failed (its output shown)."""
+    from app.args import engine_config
     from app.commands.run import run_headless
+    from app.host_speed import host_speed_ms, speed_change_note
 
     out.mkdir(parents=True, exist_ok=True)
-    paths = []
+    paths, checks = [], []
     for i, c in enumerate(configs, 1):
         path = out / f"{i}-{c.slug}.sqlite"
         print(f"[{i}/{len(configs)}] {c.label} -> {path}", file=sys.stderr)
+        run = run_args(args, c, str(path))
+        timed = engine_config(run).clock == "wall"      # (sim runs: simulated seconds)
+        before = (host_speed or host_speed_ms)() if timed else None
         log = io.StringIO()
         with contextlib.redirect_stdout(log):
-            code = run_headless(run_args(args, c, str(path)))
+            code = run_headless(run)
         path.with_suffix(".txt").write_text(log.getvalue())
         if code != 0:
             print(log.getvalue(), end="")
             return _fail(f"run {i} ({c.label}) failed (exit {code}); the recordings so far are in {out}",
                          code if code == 130 else 1)
+        if timed:
+            checks.append((c.label, before, (host_speed or host_speed_ms)()))
+            print(f"  host speed check {checks[-1][1]:.1f} ms before, {checks[-1][2]:.1f} ms after "
+                  "(lower is faster)", file=sys.stderr)
         paths.append(path)
+    note = speed_change_note(checks)
+    if note:
+        print(f"batchscope compare: note: {note}", file=sys.stderr)
     return paths
 
 
