@@ -233,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"batchscope: {e}", file=sys.stderr)
         return 2
-    if command in MODEL_COMMANDS and getattr(args, "executor", "model") != "sim":
+    if (command in MODEL_COMMANDS and getattr(args, "executor", "model") != "sim"
+            and not getattr(args, "recordings", None)):
         from app.threads import ThreadGovernor       # torch's threads: --threads, or cores and load
         args.thread_governor = ThreadGovernor(getattr(args, "threads", None))
         print(f"batchscope: torch {args.thread_governor.describe()}"
