@@ -2,11 +2,11 @@
 stopped where it did ("why is my prefix-cache hit rate 0%?").
 
 At each admission with prefix caching on, the scheduler records a
-``RequestEvent(request_id, "prefix_cache", detail)`` whose detail is the compact JSON of a
+``RequestEvent(request_id, EventKind.PREFIX_CACHE, detail)`` whose detail is the compact JSON of a
 :class:`PrefixMatch`; the window lists it in the request inspector, live and in replay, and SQL can
 read it (``json_extract(detail, '$.stop')``). In each step a waiting request fails admission it
-records what its lookup found as a ``"prefix_cache_waiting"`` event (:data:`WAITING_EVENT_KIND`,
-the detail's ``not_admitted`` naming the reason), when that differs from the last one recorded
+records what its lookup found as an ``EventKind.PREFIX_CACHE_WAITING`` event (the detail's
+``not_admitted`` naming the reason), when that differs from the last one recorded
 since it began waiting: why a request with a cached prefix still waits. The block-level reasons follow from the chained
 hashes (vLLM v1's prefix caching): block ``k`` can only hit if blocks ``0..k-1`` did.
 """
@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import json
 from typing import NamedTuple
+
 from engine.plural import plural
 
-EVENT_KIND = "prefix_cache"
-WAITING_EVENT_KIND = "prefix_cache_waiting"    # a lookup of a request that was not admitted
 
 STOP_ALL = "all_matched"           # every block a lookup may use was cached
 STOP_SHORT = "shorter_than_block"  # fewer than block_size + 1 tokens: no block may be looked up
@@ -32,7 +31,7 @@ class PrefixMatch(NamedTuple):
     last token is always computed) hit, covering ``num_matched_tokens`` tokens; ``stop`` says why
     it ended (``STOP_*``), ``at_token`` is the first token of the block that missed (-1 if none)
     and ``evicted_step`` the step that evicted that block (-1 unless ``stop`` is
-    :data:`STOP_EVICTED`). ``not_admitted`` is the reason (``engine.outputs.NOT_ADMITTED_*``) a
+    :data:`STOP_EVICTED`). ``not_admitted`` is the reason (an ``engine.vocab.NotAdmittedReason``) a
     waiting request's lookup did not lead to an admission; empty at an admission."""
 
     num_matched_blocks: int
