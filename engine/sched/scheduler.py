@@ -162,7 +162,7 @@ class Scheduler:
         priority needs ``policy="priority"``."""
         if priority and self.policy != Policy.PRIORITY:
             return (f"priority={priority} needs policy='priority' (this engine runs "
-                    f"policy={self.policy!r}, where every request has priority 0)")
+                    f"policy={str(self.policy)!r}, where every request has priority 0)")
         return None
 
     def add_request(self, req: Request) -> bool:
@@ -627,7 +627,7 @@ class Scheduler:
         another policy."""
         if self.policy != Policy.PRIORITY:
             raise ValueError(f"set_priority needs policy='priority' (this engine runs "
-                             f"policy={self.policy!r})")
+                             f"policy={str(self.policy)!r})")
         req = self.requests.get(request_id)
         if req is None or req.is_finished:
             return False
