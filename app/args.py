@@ -124,9 +124,9 @@ def _explicit(fields: dict[str, dataclasses.Field]) -> dict[str, ConfigFlag]:
 # Flags of the engine group that set no config field, after the field they follow in --help.
 THREADS = ConfigFlag("threads", None, dict(
     type=int, metavar="N",
-    help="torch's CPU threads for the forward pass (torch.set_num_threads; default: torch's choice, one per "
-         "core). On a machine busy with other work, fewer threads than cores (e.g. 1 on 2 cores) avoid the "
-         "threads waiting on each other"))
+    help="torch's CPU threads for the forward pass (torch.set_num_threads; default: the cores other "
+         "processes leave free, from the load average at start and re-checked while running, shown in the "
+         "status bar; app.threads)"))
 
 
 def _config_flags() -> tuple[list[ConfigFlag], list[ConfigFlag]]:

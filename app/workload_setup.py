@@ -87,10 +87,23 @@ def read_trace(args: argparse.Namespace):
         load = load_trace(path, limit=args.limit)
         if not load.rows:
             raise EmptyWorkload(path, [str(e) for e in load.errors])
+    _check_priorities(args, load.rows)
     rate = _request_rate(args)
     if rate is not None:
         load.rows = with_poisson_arrivals(load.rows, rate, args.seed)
     return load
+
+
+def _check_priorities(args: argparse.Namespace, rows) -> None:
+    """A nonzero priority is refused unless ``--policy priority`` (as ``LLMEngine.add_request``
+    refuses it): raise ``ValueError`` naming how many rows carry one and the first's line."""
+    policy = getattr(args, "policy", "fcfs")
+    ranked = [r for r in rows if r.spec is not None and r.spec.priority]
+    if ranked and policy != "priority":
+        what = "1 request carries" if len(ranked) == 1 else f"{len(ranked)} requests carry"
+        raise ValueError(f"{what} a nonzero priority (first: line {ranked[0].line_no}, priority "
+                         f"{ranked[0].spec.priority}): only --policy priority honours it; run with "
+                         f"--policy priority (this run has --policy {policy})")
 
 
 DEFAULT_NUM_REQUESTS = 1000
@@ -144,12 +157,6 @@ def load_workload(args: argparse.Namespace, load, tokenizer, vocab_size: int | N
     if wl.prefix_sharing is not None:
         info["prefix_sharing"] = wl.prefix_sharing.to_dict()
     notes = source + list(wl.scaling_notes)
-    num_ranked = sum(1 for r in wl.requests if r.priority)
-    if num_ranked and getattr(args, "policy", "fcfs") != "priority":
-        carry = "request carries" if num_ranked == 1 else "requests carry"
-        notes.append(f"{num_ranked} {carry} a nonzero priority: only --policy priority honours "
-                     f"it; under --policy {args.policy} the scheduler rejects {'it' if num_ranked == 1 else 'them'} "
-                     f"at admission")
     notes += [f"skipped malformed row {line}" for line in skipped[:5]]
     if len(skipped) > 5:
         notes.append(f"... and {len(skipped) - 5} more malformed rows skipped")

@@ -74,6 +74,8 @@ class EventKind(Word):
     MOVED_TO_FRONT = "moved_to_front"
     FORKED = "forked"                    # a parallel-sampling sequence joined its group; detail: the head's id
     PREFIX_CACHE = "prefix_cache"        # a prefix-cache lookup; detail: engine.kv.prefix_explain's JSON
+    PREFIX_CACHE_WAITING = "prefix_cache_waiting"   # a waiting request's lookup in a step it was not
+                                                    # admitted (when it changed); detail: the same JSON
     FINISHED = "finished"                # stop or length
     ABORTED = "aborted"
     FAILED = "failed"                    # an error while it ran

@@ -15,6 +15,7 @@ from ui.step_summary import fetch_summaries
 
 _STEP = re.compile(r"^(?:step\s*|#)?\s*(-?\d+)$", re.IGNORECASE)
 _TIME = re.compile(r"^(?:t\s*[=:]|t\s+|@)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?)\s*s?$", re.IGNORECASE)
+_TIME_PREFIX = re.compile(r"^(?:t\s*[=:]|@)", re.IGNORECASE)
 _ID = re.compile(r"^(?:id\s*[=:]|req(?:uest)?\s+)\s*(\S+)$", re.IGNORECASE)
 
 
@@ -27,7 +28,8 @@ class Jump:
 
 
 def parse_jump(text: str) -> Jump:
-    """The jump ``text`` asks for. Raises ``ValueError`` on an empty box."""
+    """The jump ``text`` asks for. Raises ``ValueError`` on an empty box and on a time that is no
+    number (``t=abc``: "t= needs a number")."""
     text = text.strip()
     if not text:
         raise ValueError("type a step number, a time (t=12.5) or a request id")
@@ -35,6 +37,8 @@ def parse_jump(text: str) -> Jump:
         return Jump("step", int(m.group(1)))
     if m := _TIME.match(text):
         return Jump("time", float(m.group(1)))
+    if _TIME_PREFIX.match(text):          # t=abc: a time was meant, not a request id
+        raise ValueError(f"{text!r}: t= needs a number (engine time, e.g. t=12.5)")
     if m := _ID.match(text):
         return Jump("request", m.group(1))
     return Jump("request", text)

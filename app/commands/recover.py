@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from app.commands.suggest import replay_command
+
 PHASES = {"scan": "finding what is readable", "copy": "copying", "verify": "checking the copy"}
 
 
@@ -41,7 +43,7 @@ def damage_report(path: str, desc: str = "finding what is readable"):
 
     from recordings.damage.analysis import damage_analysis
 
-    with tqdm(unit="step", desc=desc, dynamic_ncols=True, leave=False, mininterval=0.5) as bar:
+    with tqdm(disable=None, unit="step", desc=desc, dynamic_ncols=True, leave=False, mininterval=0.5) as bar:
         def progress(done: int, total: int) -> None:
             bar.total = total
             bar.update(done - bar.n)
@@ -83,7 +85,7 @@ def run_recover(args, out: TextIO | None = None) -> int:
     def progress(phase: str, done: int, total: int) -> None:
         bar = bars.get(phase)
         if bar is None:
-            bar = bars[phase] = tqdm(total=total, unit="step", dynamic_ncols=True, leave=False,
+            bar = bars[phase] = tqdm(disable=None, total=total, unit="step", dynamic_ncols=True, leave=False,
                                      mininterval=0.5, desc=PHASES[phase])
         bar.total = total
         bar.update(done - bar.n)
@@ -99,7 +101,7 @@ def run_recover(args, out: TextIO | None = None) -> int:
     print(visible(f"{args.output}: salvaged from {args.recording}"), file=out)
     for line in result.report.lines() + result.lines():
         print(visible(f"  {line}", keep_newlines=False), file=out)
-    print(visible(f"  open it with: batchscope replay {args.output}"), file=out)
+    print(visible(f"  open it with: {replay_command(args.output)}"), file=out)
     return 0
 
 

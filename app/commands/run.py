@@ -17,6 +17,8 @@ from app.args import engine_config
 from app.factory import build_engine
 from app.usage import check_usage
 from app.workload_setup import add_workload, load_workload, read_trace
+from app.commands.suggest import replay_command
+from engine.plural import plural
 from engine.vocab import Clock, RequestStatus
 
 
@@ -111,7 +113,7 @@ def run_headless(args: argparse.Namespace) -> int:
     if interrupted:
         print(f"interrupted: {unfinished} of the workload's {len(wl.requests)} requests did not finish "
               f"(those not arrived yet included); the recording keeps every step so far")
-    print(f"recording: {out}  (open it with: batchscope replay {out})")
+    print(f"recording: {out}  (open it with: {replay_command(out)})")
     if violation is not None:
         print(f"batchscope: the run stopped: {violation}", file=sys.stderr)
         return 1
@@ -162,7 +164,7 @@ def fit_kv_to_workload(built, requests: list):
         return built
     full = cfg.max_num_seqs * -(-cfg.max_model_len // bs)
     limit = ("max_num_seqs x max_model_len" if cfg.num_gpu_blocks >= full else "free memory")
-    print(f"KV cache sized for the workload: {need:,} blocks of {bs} tokens (its {cfg.max_num_seqs} "
+    print(f"KV cache sized for the workload: {plural(need, 'block')} of {plural(bs, 'token')} (its {cfg.max_num_seqs} "
           f"largest requests at full length; {limit} would give {cfg.num_gpu_blocks:,}; choose with "
           "--num-gpu-blocks)", file=sys.stderr)
     config = cfg.replace(num_gpu_blocks=need)
@@ -217,7 +219,7 @@ def _replay(eng, total: int, clock: str) -> None:
     if eng.config.check_invariants:
         from recordings.check.invariants import StateChecker
         checker = StateChecker(eng.config.to_dict() | {"num_gpu_blocks": eng.num_gpu_blocks})
-    with tqdm(total=total, unit="req", desc="replaying", dynamic_ncols=True) as bar:
+    with tqdm(disable=None, total=total, unit="req", desc="replaying", dynamic_ncols=True) as bar:
         done = 0
         while eng.has_unfinished:
             eng.admit_due()

@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 
+from app.commands.suggest import replay_command
 
 def default_recording_path() -> Path:
     """A new file under ``runs/`` of BatchScope's cache folder (the model cache's root:
@@ -56,7 +57,8 @@ def make_live(args: argparse.Namespace):
                      steps_per_second=args.steps_per_second)
 
     from app import PROCESS_START
-    worker = EngineWorker(build, source, on_ready=on_ready, start_paused=args.paused, started_at=PROCESS_START)
+    worker = EngineWorker(build, source, on_ready=on_ready, start_paused=args.paused, started_at=PROCESS_START,
+                          threads=getattr(args, "thread_governor", None))
     return source, worker, record
 
 
@@ -172,12 +174,10 @@ def launch(args: argparse.Namespace, command: str) -> int:
         return 2
     if check_window_libraries():
         return 1
-    from PySide6.QtWidgets import QApplication
-
     from ui import MainWindow
+    from ui.qt_app import qt_application
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
-    app.setApplicationName("BatchScope")
+    app = qt_application(sys.argv[:1])
     _quit_on_signals(app)
     if command == "replay":
         win = MainWindow(source, None, open_recording=open_recording, title=f"BatchScope — {args.recording}")
@@ -194,4 +194,4 @@ def launch(args: argparse.Namespace, command: str) -> int:
     finally:
         stop_worker(worker)
         if record.exists():
-            print(f"recording saved: {record}  (batchscope replay {record})", file=sys.stderr)
+            print(f"recording saved: {record}  ({replay_command(record)})", file=sys.stderr)

@@ -66,11 +66,12 @@ def test_jsonl_workload_runs_with_its_own_ids_and_priorities(tmp_path, capsys):
     rows = open_reader(out).execute("SELECT request_id, num_prompt_tokens, num_output_tokens, status FROM requests "
                                "ORDER BY request_id")
     assert rows == [("late", 300, 5, "FINISHED_LENGTH"), ("urgent", 20, 3, "FINISHED_LENGTH")]
-    # under fcfs the priority row is refused by the scheduler, and the notes said so beforehand
-    assert main(["run", "--trace", str(wl), "--record", str(tmp_path / "fcfs.sqlite"), *SIM]) == 0
+    # under fcfs the priority row is refused before anything runs (as LLMEngine.add_request refuses it)
+    assert main(["run", "--trace", str(wl), "--record", str(tmp_path / "fcfs.sqlite"), *SIM]) == 2
     captured = capsys.readouterr()
-    assert "1 request carries a nonzero priority: only --policy priority honours it" in captured.err
-    assert "1 of 2 requests failed or were rejected" in captured.out
+    assert ("1 request carries a nonzero priority (first: line 1, priority 1): only --policy priority "
+            "honours it") in captured.err
+    assert not (tmp_path / "fcfs.sqlite").exists()
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -130,7 +130,7 @@ def _serve(eng: LLMEngine, total: int) -> list:
     """Step until every request finished (sleeping through idle gaps before future arrivals),
     with a progress bar; returns the step records."""
     records = []
-    with tqdm(total=total, unit="req", desc="bench", dynamic_ncols=True, file=sys.stderr) as bar:
+    with tqdm(disable=None, total=total, unit="req", desc="bench", dynamic_ncols=True, file=sys.stderr) as bar:
         done = 0
         while eng.has_unfinished:
             eng.admit_due()
