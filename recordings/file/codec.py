@@ -157,18 +157,19 @@ V4_STEP_COLUMNS = ("step", "start_ns", "end_ns", "clock", "token_time", "num_wai
 
 def record_from_v4_row(row: Sequence[Any], arrivals: Sequence[Arrival], events: Sequence[Sequence],
                        block_blob: bytes | None, transitions: Sequence[Sequence], id_of: IdOf,
-                       num_prompt_of: NumPromptOf) -> StepRecord:
+                       num_prompt_of_seqs: Callable[[np.ndarray], np.ndarray],
+                       ids_of_seqs: Callable[[np.ndarray], list[str]]) -> StepRecord:
     """Rebuild one :class:`StepRecord` of a schema-4 file from its ``steps`` row
     (:data:`V4_STEP_COLUMNS`), its arrivals, events and transitions rows (as in
-    :func:`record_from_rows`) and its ``block_events.data`` blob (None: none). Raises
-    ``ValueError`` / ``KeyError`` / ``TypeError`` on bad rows."""
+    :func:`record_from_rows`) and its ``block_events.data`` blob (None: none);
+    ``num_prompt_of_seqs`` / ``ids_of_seqs`` map an array of arrival numbers to prompt lengths /
+    request ids. Raises ``ValueError`` / ``KeyError`` / ``TypeError`` on bad rows."""
     (step, start_ns, end_ns, clock, token_time, num_waiting, num_running, num_paused,
      num_finished, num_free, num_total, schedule_ns, forward_ns, update_ns, wait_ns, error,
      batch_blob, t_text, preempted, not_admitted, waiting_reason, prefix_cache_queries,
      prefix_cache_hits, knobs) = row
-    batch = compact.Batch(batch_blob, lambda seqs: np.fromiter(map(num_prompt_of, seqs.tolist()),
-                                                               np.int64, len(seqs)))
-    ids = [id_of(s) for s in batch.seq.tolist()]
+    batch = compact.Batch(batch_blob, num_prompt_of_seqs)
+    ids = ids_of_seqs(batch.seq)
     scheduled, tokens = batch.entries(ids)
     if t_text is not None:
         texts = json.loads(t_text)

@@ -27,6 +27,7 @@ Parquet's DELTA_BINARY_PACKED, then a general-purpose codec) at the size of one 
 from __future__ import annotations
 
 import json
+from itertools import repeat
 from typing import Callable, Sequence
 
 import numpy as np
@@ -135,11 +136,14 @@ class Batch:
     def entries(self, ids: Sequence[str]) -> tuple[tuple[BatchEntry, ...], tuple[NewToken, ...]]:
         """``StepRecord.scheduled`` and ``new_tokens`` (text ``texts`` empty) of this batch,
         ``ids`` the request ids of ``seq``."""
-        scheduled = tuple(map(BatchEntry, ids, self.slot.tolist(), self.num_tokens.tolist(),
-                              self.num_computed_tokens.tolist(), self.is_prefill.tolist()))
-        has = np.flatnonzero(self.token_id >= 0).tolist()
-        index, token_id = self.token_index.tolist(), self.token_id.tolist()
-        tokens = tuple(NewToken(ids[i], index[i], token_id[i], "") for i in has)
+        # tuple.__new__ makes the named tuples without their Python-level __new__ (3x faster)
+        scheduled = tuple(map(tuple.__new__, repeat(BatchEntry), zip(
+            ids, self.slot.tolist(), self.num_tokens.tolist(), self.num_computed_tokens.tolist(),
+            self.is_prefill.tolist())))
+        has = np.flatnonzero(self.token_id >= 0)
+        tokens = tuple(map(tuple.__new__, repeat(NewToken), zip(
+            [ids[i] for i in has.tolist()], self.token_index[has].tolist(),
+            self.token_id[has].tolist(), repeat(""))))
         return scheduled, tokens
 
 

@@ -396,7 +396,7 @@ class Reader:
         events, transitions = children
         return [codec.record_from_v4_row(row, arrivals.get(row[0], ()), events.get(row[0], ()),
                                          blocks.get(row[0]), transitions.get(row[0], ()),
-                                         self._id_of, self._num_prompt_of)
+                                         self._id_of, self._num_prompt_of_seqs, self._ids_of_seqs)
                 for row in steps]
 
     def _keyframe_at(self, target: int) -> int:
@@ -536,6 +536,13 @@ class Reader:
     def _num_prompt_of(self, seq: int) -> int:
         self._id_of(seq)
         return self._num_prompt[seq]
+
+    def _ids_of_seqs(self, seqs: np.ndarray) -> list[str]:
+        """The request ids of the arrival numbers ``seqs``."""
+        try:
+            return list(map(self._ids.__getitem__, seqs.tolist()))
+        except KeyError:
+            return [self._id_of(s) for s in seqs.tolist()]
 
     def _num_prompt_of_seqs(self, seqs: np.ndarray) -> np.ndarray:
         """The prompt lengths of the arrival numbers ``seqs`` (int64)."""

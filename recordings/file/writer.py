@@ -45,8 +45,10 @@ BATCH_ITEMS = 256       # commit at the latest after this many queued items
 MAX_QUEUE_ITEMS = 4096  # the engine waits when this many items are queued
 MIN_KEYFRAME_GAP = 32   # steps between two keyframes at least
 KEYFRAME_COST_RATIO = 6   # a keyframe once the steps since the last one weigh this many of it ...
-MAX_REPLAY_BYTES = 384_000  # ... or this many bytes if less (a seek replays at most about this)
-HASH_BASE_EVERY = 4     # every this many keyframes one holds the prefix hashes, the others refer to it
+MAX_REPLAY_BYTES = 160_000  # ... or this many bytes if less (a seek replays at most about this;
+#   schema 4's binary steps are ~2.5x smaller than the JSON ones this was 384 kB for, for the same
+#   replay work: ~64 steps of 256 running requests)
+HASH_BASE_EVERY = 8     # every this many keyframes one holds the prefix hashes, the others refer to it
 _LIVE_WRITERS: "weakref.WeakSet[RecordingWriter]" = weakref.WeakSet()
 
 
