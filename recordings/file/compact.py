@@ -14,7 +14,7 @@ A step's batch is seven aligned arrays, in batch order (``n`` = ``num_scheduled_
    (``num_computed_tokens + num_tokens - num_prompt_tokens``, always today)
 
 A step's block events are six arrays, in event order: 0. ``kind`` (index in
-``engine.outputs.BLOCK_EVENT_KINDS``), 1. ``seq`` as differences from the previous event's (the
+:data:`BLOCK_EVENT_CODES`), 1. ``seq`` as differences from the previous event's (the
 first from 0; ``-1`` = the pool's own event), 2. the number of block ids of each event, 3. all the
 events' block ids one after the other, as differences from the previous id (the first from 0: a
 run of consecutive blocks is a run of 1s, which zlib squeezes to a few bytes), 4. the number of
@@ -32,11 +32,16 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from engine.outputs import BLOCK_EVENT_KINDS, BatchEntry, BlockEvent, NewToken, StepRecord
+from engine.outputs import BatchEntry, BlockEvent, NewToken, StepRecord
+from engine.vocab import BlockEventKind, word
 from recordings.file.packing import pack, unpack
 
 NO_REQUEST = -1       # the seq of a block event that belongs to no request (the pool resized)
-_KIND_CODE = {kind: i for i, kind in enumerate(BLOCK_EVENT_KINDS)}
+# A block event's kind code in the blob (the file format: codes are only ever appended)
+BLOCK_EVENT_CODES = ("allocated", "freed", "hit", "cached", "evicted", "swapped_out", "swapped_in",
+                     "reserved", "unreserved", "forked")
+_KIND_CODE = {kind: i for i, kind in enumerate(BLOCK_EVENT_CODES)}
+_KINDS = tuple(word(BlockEventKind, k) for k in BLOCK_EVENT_CODES)
 BATCH_ARRAYS = 7
 BLOCK_ARRAYS = 6
 
@@ -174,14 +179,14 @@ def block_events_from_blob(blob: bytes | None, id_of: Callable[[int], str]) -> t
     if len(seq_delta) != n or len(counts) != n or len(hash_counts) != n:
         raise ValueError("block-event arrays of different lengths")
     if counts.sum() != len(id_delta) or hash_counts.sum() != len(hashes) or (counts < 0).any() \
-            or (hash_counts < 0).any() or kinds.max(initial=0) >= len(BLOCK_EVENT_KINDS):
+            or (hash_counts < 0).any() or kinds.max(initial=0) >= len(_KINDS) or kinds.min(initial=0) < 0:
         raise ValueError("block-event arrays that do not add up")
     ids = np.cumsum(id_delta).tolist()
     hashes = hashes.tolist()
     out, at, hat = [], 0, 0
     for kind, seq, count, hcount in zip(kinds.tolist(), np.cumsum(seq_delta).tolist(),
                                         counts.tolist(), hash_counts.tolist()):
-        out.append(BlockEvent(BLOCK_EVENT_KINDS[kind], "" if seq == NO_REQUEST else id_of(seq),
+        out.append(BlockEvent(_KINDS[kind], "" if seq == NO_REQUEST else id_of(seq),
                               tuple(ids[at:at + count]), tuple(hashes[hat:hat + hcount])))
         at += count
         hat += hcount

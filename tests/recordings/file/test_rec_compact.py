@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from engine.outputs import BLOCK_EVENT_KINDS, BatchEntry, BlockEvent, NewToken, StepRecord
+from engine.outputs import BatchEntry, BlockEvent, NewToken, StepRecord
+from engine.vocab import BlockEventKind
 from recordings.file import compact, packing
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
@@ -43,7 +44,7 @@ block_event = st.builds(
     lambda kind, seq, ids, hashes: BlockEvent(
         kind, "" if seq < 0 else f"r{seq}", tuple(ids),
         tuple((hashes * (len(ids) // max(1, len(hashes)) + 1))[:len(ids)]) if kind == "cached" and hashes else ()),
-    st.sampled_from(BLOCK_EVENT_KINDS), st.integers(-1, 5000),
+    st.sampled_from(list(BlockEventKind)), st.integers(-1, 5000),
     st.one_of(st.lists(st.integers(0, 600_000), max_size=30),
               st.builds(lambda a, n: list(range(a, a + n)), st.integers(0, 500_000), st.integers(0, 200))),
     st.lists(INT64.filter(bool), min_size=1, max_size=30))
