@@ -28,6 +28,7 @@ import numpy as np
 from engine.outputs import Arrival, BatchEntry, BlockEvent, NewToken, RequestEvent, RequestView, StepRecord, Transition
 from engine.state.state import COLUMNS, EngineState
 from engine.vocab import BlockEventKind, EventKind, NotAdmittedReason, RequestStatus, word
+from recordings.file import compact
 
 SeqOf = Callable[[str], int]
 IdOf = Callable[[int], str]

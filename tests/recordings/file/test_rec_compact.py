@@ -68,9 +68,12 @@ def test_runs_of_consecutive_blocks_cost_a_few_bytes():
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(block_event.filter(lambda e: e.kind in ("cached", "evicted", "reserved",
-                                                          "unreserved", "allocated")
-                                   and all(b < 64 for b in e.block_ids)), max_size=10),
+@given(st.lists(st.builds(
+    lambda kind, seq, ids, hashes: BlockEvent(kind, "" if seq < 0 else f"r{seq}", tuple(ids),
+                                              tuple(hashes[:len(ids)]) if kind == "cached" else ()),
+    st.sampled_from(["cached", "evicted", "reserved", "unreserved", "allocated"]), st.integers(-1, 50),
+    st.lists(st.integers(0, 63), max_size=20), st.lists(INT64.filter(bool), min_size=20, max_size=20)),
+    max_size=10),
        st.lists(INT64, min_size=64, max_size=64))
 def test_hash_tags_replayed_from_block_events_follow_the_events_in_order(events, start):
     hashes = np.array(start, np.int64)
