@@ -14,6 +14,7 @@ import numpy as np
 
 from engine.outputs import StepRecord
 from recordings.file import codec
+from recordings.file.compact import Batch
 from engine.vocab import NotAdmittedReason
 
 STEP_FIELDS = (("step", np.int64), ("start_ns", np.int64), ("end_ns", np.int64),
@@ -31,6 +32,10 @@ BATCH_FIELDS = tuple(STEP_SQL.get(n, n) for n, _ in STEP_FIELDS) + (
     "error", "num_scheduled_requests", "batch_seq_json", "batch_slot_json",
     "batch_num_tokens_json", "batch_num_computed_json", "batch_prefill_json", "preempted_json",
     "not_admitted_json", "waiting_reason", "knobs_json")
+# Schema 4: the batch is one blob (recordings.file.compact)
+V4_BATCH_FIELDS = tuple(STEP_SQL.get(n, n) for n, _ in STEP_FIELDS) + (
+    "error", "num_scheduled_requests", "batch", "preempted_json", "not_admitted_json",
+    "waiting_reason", "knobs_json")
 ENTRY_FIELDS = (("request_id", object), ("slot", np.int64), ("num_tokens", np.int64),
                 ("num_computed_tokens", np.int64), ("is_prefill", bool))
 # per-step values kept as lists, as in StepRecord
@@ -103,6 +108,41 @@ def columns_from_rows(rows: Sequence[tuple], id_of: Callable[[int], str]) -> dic
         knobs=[codec.knobs_from_json(k) for k in knobs_json])
     return step_batch_columns(steps, sizes, dict(request_id=_names(seq, id_of), slot=slot, num_tokens=num_tokens,
                                                  num_computed_tokens=computed, is_prefill=prefill))
+
+
+def columns_from_v4_rows(rows: Sequence[tuple], id_of: Callable[[int], str],
+                         num_prompt_of_seqs: Callable[[np.ndarray], np.ndarray]) -> dict[str, Any]:
+    """:func:`columns_from_rows` of a schema-4 file (``rows`` of :data:`V4_BATCH_FIELDS`);
+    ``num_prompt_of_seqs`` gives the prompt lengths of arrival numbers. Raises ``ValueError`` /
+    ``KeyError`` on malformed rows."""
+    n = len(rows)
+    cols = list(zip(*rows)) if rows else [()] * len(V4_BATCH_FIELDS)
+    out: dict[str, Any] = {name: np.array(cols[i], dtype).reshape(n)
+                           for i, (name, dtype) in enumerate(STEP_FIELDS)}
+    error, counts, blobs, preempted_json, not_admitted_json, waiting_reason, knobs_json = \
+        cols[len(STEP_FIELDS):]
+    batches = [Batch(b, num_prompt_of_seqs) for b in blobs]
+    first = np.zeros(n + 1, np.int64)
+    np.cumsum([len(b.seq) for b in batches], out=first[1:])
+    if not np.array_equal(first[1:] - first[:-1], np.array(counts, np.int64).reshape(n)):
+        raise ValueError("a batch blob of another length than num_scheduled_requests")
+
+    def joined(name: str, dtype) -> np.ndarray:
+        return np.concatenate([getattr(b, name) for b in batches]).astype(dtype) if batches \
+            else np.zeros(0, dtype)
+    seq = joined("seq", np.int64)
+    out.update(
+        error=list(error), batch_start=first,
+        preempted_ids=[tuple(id_of(s) for s in json.loads(p)) if p else () for p in preempted_json],
+        not_admitted=[tuple((id_of(s), why) for s, why in json.loads(p)) if p else ()
+                      for p in not_admitted_json],
+        waiting_reason=[w or NotAdmittedReason.BEHIND for w in waiting_reason],
+        knobs=[codec.knobs_from_json(k) for k in knobs_json],
+        request_id=_names(seq, id_of), slot=joined("slot", np.int64),
+        num_tokens=joined("num_tokens", np.int64),
+        num_computed_tokens=joined("num_computed_tokens", np.int64),
+        is_prefill=joined("is_prefill", bool))
+    return out
 
 
 def _joined_ints(texts: Sequence[str]) -> np.ndarray:
