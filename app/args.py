@@ -62,12 +62,12 @@ def add_engine_args(p: argparse.ArgumentParser, *, num_gpu_blocks: int | None, c
                         "schedules; sim: simulated seconds from --executor sim's step times, idle gaps "
                         "skipped; with --executor sim, wall means sim (default: %(default)s)")
     g.add_argument("--seed", type=int, default=0, help="engine seed (default: %(default)s)")
-    g.add_argument("--cuda-graphs", choices=["on", "off"], default="off",
+    g.add_argument("--cuda-graphs", choices=["auto", "on", "off"], default="auto",
                    help="on: decode-only steps run padded to a ladder of batch sizes (1, 2, 4, 8, 16, 24, ... "
                         "up to --max-num-seqs) and replay CUDA graphs captured at start-up, decoding with our "
                         "Triton kernel (BATCHSCOPE_ATTENTION=reference: the torch reference); on a CPU the same "
-                        "padded path runs without graphs, slower (it is there to be tested); off until verified "
-                        "on a GPU (default: %(default)s)")
+                        "padded path runs without graphs, slower (it is there to be tested); auto: on for a "
+                        "CUDA device, off elsewhere (default: %(default)s)")
     add_sim_args(p)
 
 
@@ -136,7 +136,7 @@ def engine_config(a: argparse.Namespace) -> EngineConfig:
                  enable_chunked_prefill=not a.no_chunked_prefill,
                  enable_prefix_caching=a.enable_prefix_caching, policy=a.policy,
                  preemption_mode=a.preemption_mode, num_cpu_blocks=a.num_cpu_blocks,
-                 check_invariants=a.check_invariants, cuda_graphs=getattr(a, "cuda_graphs", "off") == "on",
+                 check_invariants=a.check_invariants, cuda_graphs={"on": True, "off": False}.get(getattr(a, "cuda_graphs", "auto")),
                  long_prefill_token_threshold=a.long_prefill_token_threshold, clock=clock)
     sim_flags = {k: getattr(a, k, None) for k in ("sim_model", "sim_device", "sim_cost")}
     if not sim:

@@ -37,7 +37,8 @@ class EngineConfig:
     CUDA when available. ``check_invariants`` asserts G1-G4 after every step (tests, debugging).
     ``cuda_graphs`` runs decode-only steps padded to a ladder of batch sizes, from CUDA graphs
     captured at start-up on a GPU (the same padded path eagerly on a CPU; see
-    ``engine.runner.cuda_graphs``; vLLM's ``cudagraph_mode`` FULL_DECODE_ONLY); off until verified on a GPU.
+    ``engine.runner.cuda_graphs``; vLLM's ``cudagraph_mode`` FULL_DECODE_ONLY); ``None`` (the default):
+    on for a CUDA device, off elsewhere.
     """
 
     model: str = "default"
@@ -58,7 +59,7 @@ class EngineConfig:
     num_cpu_blocks: int = 0
     clock: str = "virtual"
     check_invariants: bool = False
-    cuda_graphs: bool = False
+    cuda_graphs: bool | None = None
 
     def __post_init__(self) -> None:
         def need(cond: bool, msg: str) -> None:

@@ -25,12 +25,15 @@ seconds (wall or sim); under the virtual clock it is not defined.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from recordings.errors import RecordingError
-from recordings.file.reader import Reader
 from recordings.metrics.stats import Percentiles, token_times
+
+if TYPE_CHECKING:             # the bench and GPU check import Slo without the SQLite layer
+    from recordings.file.reader import Reader
 
 COMPLETED = ("FINISHED_STOPPED", "FINISHED_LENGTH")
 UNITS = {"virtual": "steps", "wall": "s", "sim": "sim s"}

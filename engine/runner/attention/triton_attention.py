@@ -23,6 +23,7 @@ from engine.runner.attention.metadata import PagedAttentionMetadata
 
 LOG2E = 1.4426950408889634
 MAX_SPLITS = 32                 # decode split-K ceiling
+SPLIT_BUCKETS = tuple(1 << i for i in range(MAX_SPLITS.bit_length()))   # 1, 2, 4, ..., 32: the only split counts
 MIN_SPLIT_TOKENS = 256          # a decode split covers at least this many context tokens
 
 
@@ -90,11 +91,22 @@ def _sm_count(device: torch.device) -> int:
 
 def choose_num_splits(num_decodes: int, num_kv_heads: int, max_context: int, sm_count: int) -> int:
     """Decode split-K factor: enough (request, KV head, split) programs for about two waves of
-    ``sm_count`` SMs, each split covering at least ``MIN_SPLIT_TOKENS`` tokens, at most ``MAX_SPLITS``."""
+    ``sm_count`` SMs, each split covering at least ``MIN_SPLIT_TOKENS`` tokens, at most ``MAX_SPLITS``,
+    rounded down to one of :data:`SPLIT_BUCKETS` (the split count is a compile-time constant of the
+    kernels: a handful of values, all compiled at warm-up, :func:`warm_up_kernels`, so a timed run
+    never compiles; vLLM buckets its CUDA-graph batch sizes for the same reason)."""
     programs = max(1, num_decodes * num_kv_heads)
     want = -(-2 * sm_count // programs)
     useful = -(-max_context // MIN_SPLIT_TOKENS)
-    return max(1, min(want, useful, MAX_SPLITS))
+    n = max(1, min(want, useful, MAX_SPLITS))
+    return 1 << (n.bit_length() - 1)
+
+
+def prefill_block_q(group: int, tiles: "TileConfig | None" = None) -> int:
+    """Query tokens per prefill program for ``group`` query heads per KV head: ``tiles.block_q``,
+    else 128 rows' worth, at least 16 rows (``tl.dot``'s minimum)."""
+    tiles = tiles or TileConfig()
+    return max(tiles.block_q or 128 // _pow2(group), -(-16 // _pow2(group)))
 
 
 @dataclass
@@ -116,7 +128,7 @@ def build_plan(meta: PagedAttentionMetadata, group: int, num_kv_heads: int, devi
                tiles: TileConfig = TileConfig(), num_splits: int | None = None) -> TritonStepPlan:
     """Split the step's requests into decodes (one query token) and query blocks of the rest, and
     upload both tables in one host-to-device copy."""
-    block_q = max(tiles.block_q or 128 // _pow2(group), -(-16 // _pow2(group)))   # >= 16 rows
+    block_q = prefill_block_q(group, tiles)
     starts, ctxs = meta.query_start_host, meta.context_lens_host
     dec, qbl = [], []
     for i, ctx in enumerate(ctxs):
@@ -128,11 +140,12 @@ def build_plan(meta: PagedAttentionMetadata, group: int, num_kv_heads: int, devi
         first = ctx - n
         for b in range(0, n, block_q):
             qbl.append((i, qs + b, min(block_q, n - b), first + b))
-    host = torch.tensor([x for r in dec for x in r] + [x for r in qbl for x in r], dtype=torch.int32)
+    pad = -3 * len(dec) % 4             # the query blocks start 16-byte aligned (Triton specializes on it)
+    host = torch.tensor([x for r in dec for x in r] + [0] * pad + [x for r in qbl for x in r], dtype=torch.int32)
     if host.numel():
         host = host.to(device, non_blocking=True) if device.type == "cuda" else host.to(device)
     decode = host[:3 * len(dec)].view(-1, 3) if dec else None
-    qblocks = host[3 * len(dec):].view(-1, 4) if qbl else None
+    qblocks = host[3 * len(dec) + pad:].view(-1, 4) if qbl else None
     if num_splits is None:
         max_ctx = max((c for _, _, c in dec), default=1)
         num_splits = choose_num_splits(len(dec), num_kv_heads, max_ctx, _sm_count(device))
@@ -185,7 +198,7 @@ def _attention_args(out: torch.Tensor, q: torch.Tensor, k_cache: torch.Tensor, v
     strides = (q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_tables.stride(0),
                *_cache_strides(k_cache), *_cache_strides(v_cache))
     consts = dict(HEAD_DIM=d, D_P=_pow2(d, 16), BLOCK_SIZE=k_cache.shape[1], TILE_N=tiles.tile_n,
-                  PRECISION=_precision(q.dtype), DOT_UPCAST=_interpreting(), num_warps=tiles.num_warps)
+                  PRECISION=_precision(q.dtype), INTERPRETED=_interpreting(), num_warps=tiles.num_warps)
     return strides, consts
 
 
