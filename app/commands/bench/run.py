@@ -78,12 +78,15 @@ def _bench(args: argparse.Namespace) -> int:
                     eos_token_id=built.engine.eos_token_id, recorder=writer)
     gc.collect()
     gc.freeze()               # model and workload live for the whole run: out of the full GC passes
+    compiled_before = _compiled_variants(device)
     t0 = time.perf_counter()
     add_workload(eng, requests, clock=eng.config.clock)
     records = _serve(eng, len(requests))
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     duration = time.perf_counter() - t0
+    compiled_after = _compiled_variants(device)
+    compiles = None if compiled_before is None or compiled_after is None else compiled_after - compiled_before
     if writer is not None:
         writer.close()
     figures = bench_figures(records, cost, duration, num_requests=len(requests),
@@ -94,15 +97,25 @@ def _bench(args: argparse.Namespace) -> int:
           f"recording {'to ' + args.record if args.record else 'off'}")
     for line in format_figures(figures):
         print(line)
+    if compiles is not None:
+        print(f"{'kernel compiles':<21}{compiles} during the timed run (Triton; 0 expected after warm-up)")
     if args.json:
         out = {"figures": figures.to_dict(), "peaks": peaks.to_dict(), "config": built.config.to_dict(),
                "model": built.run_info["model"], "workload": trace_info, "recording": args.record,
-               "recorder_error": eng.recorder_error}
+               "recorder_error": eng.recorder_error, "kernel_compiles_during_run": compiles}
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     if eng.recorder_error:
         print(f"batchscope: {eng.recorder_error}", file=sys.stderr)
         return 1
     return 0
+
+
+def _compiled_variants(device: torch.device) -> int | None:
+    """Compiled variants of our Triton kernels in this process (CUDA only; None elsewhere)."""
+    if device.type != "cuda":
+        return None
+    from engine.runner.attention.triton_attention import compiled_variants
+    return compiled_variants()
 
 
 def _workload(args: argparse.Namespace, built) -> tuple[list, dict, list[str]]:

@@ -24,9 +24,12 @@ def select_paged_attention(query: torch.Tensor):
     (they read only each request's context through its block table), unless
     ``BATCHSCOPE_ATTENTION=reference`` asks for the torch reference; the torch reference on the
     CPU (the CPU path, and the oracle the kernels are tested against)."""
-    if query.is_cuda and os.environ.get("BATCHSCOPE_ATTENTION", "") != "reference" and triton_available():
-        return paged_attention_triton
-    return paged_attention
+    return paged_attention_triton if triton_selected(query.device) else paged_attention
+
+
+def triton_selected(device: torch.device) -> bool:
+    """Whether steps on ``device`` run our Triton kernels (see :func:`select_paged_attention`)."""
+    return device.type == "cuda" and os.environ.get("BATCHSCOPE_ATTENTION", "") != "reference" and triton_available()
 
 
 def _paged_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,

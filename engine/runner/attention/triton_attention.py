@@ -279,5 +279,50 @@ def paged_attention_triton(query: torch.Tensor, key: torch.Tensor, value: torch.
     return out.unsqueeze(0)
 
 
+def warm_up_kernels(kv_caches: list[tuple[torch.Tensor, torch.Tensor]], num_heads: int, scratch_block: int,
+                    tiles: TileConfig = TileConfig()) -> None:
+    """Compile every kernel variant the engine's steps launch, before any timed step: the K/V store,
+    the decode kernel at each of :data:`SPLIT_BUCKETS` (with its reduction) and the prefill kernel,
+    for the caches' dtype and ``num_heads`` query heads, run on the block ``scratch_block`` of the
+    first layer (which no request owns: a few zeros land there). Arguments are laid out as the
+    steps lay them out (int64 block tables and slots, int32 plans, 16-byte aligned), so Triton
+    specializes them the same way and a step finds them compiled (vLLM compiles its kernels at
+    start-up for the same reason: a compile in a timed step costs 0.5-2 s)."""
+    k_cache, v_cache = kv_caches[0]
+    dev, dtype = k_cache.device, k_cache.dtype
+    _, bs, hkv, d = k_cache.shape
+    t = 2
+    q = torch.zeros(t, num_heads, d, dtype=dtype, device=dev)
+    new_kv = torch.zeros(t, hkv, d, dtype=dtype, device=dev)
+    slots = torch.arange(t, dtype=torch.int64, device=dev) + scratch_block * bs
+    store_kvcache(new_kv, new_kv, k_cache, v_cache, slots)
+    tables = torch.full((1, 1), scratch_block, dtype=torch.int64, device=dev)
+    decode = torch.tensor([[0, 0, 1]], dtype=torch.int32, device=dev)
+    for splits in SPLIT_BUCKETS:
+        decode_attention(torch.empty_like(q), q, k_cache, v_cache, tables, decode, 1.0, splits, tiles)
+    qblocks = torch.tensor([[0, 0, t, 0]], dtype=torch.int32, device=dev)
+    prefill_attention(torch.empty_like(q), q, k_cache, v_cache, tables, qblocks,
+                      prefill_block_q(num_heads // hkv, tiles), 1.0, tiles)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def compiled_variants() -> int | None:
+    """How many compiled variants of our kernels this process holds (Triton's per-device JIT
+    caches), or None when triton is not loaded or keeps them elsewhere (the interpreter, another
+    version): a timed run compares it before and after."""
+    if not triton_available() or _interpreting():
+        return None
+    k = _kernels()
+    total = 0
+    for fn in (k.store_kvcache_kernel, k.paged_decode_kernel, k.decode_reduce_kernel, k.paged_prefill_kernel):
+        caches = getattr(fn, "device_caches", None)
+        if not isinstance(caches, dict):
+            return None
+        total += sum(len(c[0]) for c in caches.values())
+    return total
+
+
 __all__ = ["TileConfig", "TritonStepPlan", "build_plan", "choose_num_splits", "decode_attention",
-           "paged_attention_triton", "prefill_attention", "store_kvcache", "triton_available"]
+           "paged_attention_triton", "prefill_attention", "prefill_block_q", "store_kvcache", "triton_available",
+           "warm_up_kernels", "compiled_variants"]

@@ -19,6 +19,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+# Integer arguments Triton must not specialize on (it compiles a variant per "== 1" and "% 16 == 0"
+# of each integer): the block-table row stride is the step's widest table, different every step.
+UNSPECIALIZED = ["stride_bt"]
+
 
 @triton.jit
 def store_kvcache_kernel(
@@ -99,7 +103,7 @@ def _attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_row_ptr, kv_h
     return m_new, l_i, acc
 
 
-@triton.jit(do_not_specialize=["stride_bt"])    # the block-table width changes every step: no variants
+@triton.jit(do_not_specialize=UNSPECIALIZED)
 def paged_decode_kernel(
     out_ptr,                   # [T, H, D] output rows (only this kernel's rows are written)
     part_out_ptr,              # fp32 [Rd, H, NUM_SPLITS, D_P]   per-split normalised outputs
@@ -201,7 +205,7 @@ def decode_reduce_kernel(
              mask=d < HEAD_DIM)
 
 
-@triton.jit(do_not_specialize=["stride_bt"])
+@triton.jit(do_not_specialize=UNSPECIALIZED)
 def paged_prefill_kernel(
     out_ptr,                   # [T, H, D]
     q_ptr,                     # [T, H, D]
