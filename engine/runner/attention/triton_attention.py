@@ -17,6 +17,7 @@ import functools
 import os
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from engine.runner.attention.metadata import PagedAttentionMetadata
@@ -127,35 +128,74 @@ class TritonStepPlan:
 def build_plan(meta: PagedAttentionMetadata, group: int, num_kv_heads: int, device: torch.device,
                tiles: TileConfig = TileConfig(), num_splits: int | None = None) -> TritonStepPlan:
     """Split the step's requests into decodes (one query token) and query blocks of the rest, and
-    upload both tables in one host-to-device copy."""
+    upload both tables in one host-to-device copy (:func:`stage_plan` with an upload of its own;
+    the model runner stages them with the step's other inputs instead). ``num_splits`` forces the
+    decode split count."""
+    from engine.runner.buffers import StepUpload
+
+    upload = StepUpload(device, pin=False)
+    starts = np.asarray(meta.query_start_host, dtype=np.int64)
+    staged = stage_plan(upload, np.diff(starts), meta.context_lens_host, group * num_kv_heads, num_kv_heads,
+                        device, tiles)
+    views = upload.send()
+    return TritonStepPlan(views["triton_decode"] if staged.has_decode else None,
+                          views["triton_qblocks"] if staged.has_qblocks else None,
+                          num_splits or staged.num_splits, staged.block_q)
+
+
+def stage_plan(upload, query_lens: np.ndarray, context_lens: np.ndarray, num_heads: int, num_kv_heads: int,
+               device: torch.device, tiles: TileConfig = TileConfig()) -> "StagedPlan":
+    """The host half of :func:`build_plan`, vectorized: the step's decode and query-block tables
+    (``query_lens`` / ``context_lens`` int [R], tokens) added to ``upload`` (an
+    ``engine.runner.buffers.StepUpload``) as ``triton_decode`` / ``triton_qblocks``, so they travel
+    in the step's one host-to-device copy; :meth:`StagedPlan.attach` puts the plan on the metadata."""
+    q = np.asarray(query_lens, dtype=np.int64)
+    ctx = np.asarray(context_lens, dtype=np.int64)
+    qs = np.zeros(len(q) + 1, dtype=np.int64)
+    np.cumsum(q, out=qs[1:])
+    group = num_heads // num_kv_heads
     block_q = prefill_block_q(group, tiles)
-    starts, ctxs = meta.query_start_host, meta.context_lens_host
-    dec, qbl = [], []
-    for i, ctx in enumerate(ctxs):
-        qs, qe = starts[i], starts[i + 1]
-        n = qe - qs
-        if n == 1:
-            dec.append((qs, i, ctx))
-            continue
-        first = ctx - n
-        for b in range(0, n, block_q):
-            qbl.append((i, qs + b, min(block_q, n - b), first + b))
-    pad = -3 * len(dec) % 4             # the query blocks start 16-byte aligned (Triton specializes on it)
-    host = torch.tensor([x for r in dec for x in r] + [0] * pad + [x for r in qbl for x in r], dtype=torch.int32)
-    if host.numel():
-        host = host.to(device, non_blocking=True) if device.type == "cuda" else host.to(device)
-    decode = host[:3 * len(dec)].view(-1, 3) if dec else None
-    qblocks = host[3 * len(dec) + pad:].view(-1, 4) if qbl else None
-    if num_splits is None:
-        max_ctx = max((c for _, _, c in dec), default=1)
-        num_splits = choose_num_splits(len(dec), num_kv_heads, max_ctx, _sm_count(device))
-    return TritonStepPlan(decode, qblocks, num_splits, block_q)
+    dec = np.flatnonzero(q == 1)
+    if len(dec):
+        upload.add("triton_decode", np.stack([qs[dec], dec, ctx[dec]], axis=1), np.int32)
+    pre = np.flatnonzero(q > 1)
+    nb = -(-q[pre] // block_q)
+    if len(pre):
+        req = np.repeat(pre, nb)
+        b = (np.arange(int(nb.sum())) - np.repeat(np.cumsum(nb) - nb, nb)) * block_q      # first row in the request
+        upload.add("triton_qblocks", np.stack([req, qs[req] + b, np.minimum(block_q, q[req] - b),
+                                               ctx[req] - q[req] + b], axis=1), np.int32)
+    max_ctx = int(ctx[dec].max()) if len(dec) else 1
+    num_splits = choose_num_splits(len(dec), num_kv_heads, max_ctx, _sm_count(device))
+    return StagedPlan(bool(len(dec)), bool(len(pre)), num_splits, block_q, _plan_key(group, num_kv_heads, tiles, None))
+
+
+@dataclass
+class StagedPlan:
+    """What :func:`stage_plan` staged: whether each table is there, the split count, ``block_q``
+    and the key :func:`paged_attention_triton` looks the plan up by."""
+    has_decode: bool
+    has_qblocks: bool
+    num_splits: int
+    block_q: int
+    key: tuple
+
+    def attach(self, meta: PagedAttentionMetadata, views: dict[str, torch.Tensor]) -> None:
+        """Put the plan over the sent tables ``views`` on ``meta``, where every layer finds it."""
+        plan = TritonStepPlan(views["triton_decode"] if self.has_decode else None,
+                              views["triton_qblocks"] if self.has_qblocks else None, self.num_splits, self.block_q)
+        meta._triton_plan = (self.key, plan)
+
+
+def _plan_key(group: int, num_kv_heads: int, tiles: TileConfig, num_splits: int | None) -> tuple:
+    return (group, num_kv_heads, tiles, num_splits)
 
 
 def _plan_for(meta: PagedAttentionMetadata, group: int, num_kv_heads: int, device: torch.device,
               tiles: TileConfig, num_splits: int | None) -> TritonStepPlan:
-    """The step's plan, built by the first layer and kept on the metadata object for the others."""
-    key = (group, num_kv_heads, tiles, num_splits)
+    """The step's plan: staged with the step's inputs (:func:`stage_plan`), or built by the first
+    layer; kept on the metadata object for the others."""
+    key = _plan_key(group, num_kv_heads, tiles, num_splits)
     plan = getattr(meta, "_triton_plan", None)
     if plan is None or plan[0] != key:
         plan = (key, build_plan(meta, group, num_kv_heads, device, tiles, num_splits))
@@ -324,5 +364,5 @@ def compiled_variants() -> int | None:
 
 
 __all__ = ["TileConfig", "TritonStepPlan", "build_plan", "choose_num_splits", "decode_attention",
-           "paged_attention_triton", "prefill_attention", "prefill_block_q", "store_kvcache", "triton_available",
+           "paged_attention_triton", "prefill_attention", "prefill_block_q", "stage_plan", "store_kvcache", "triton_available",
            "warm_up_kernels", "compiled_variants"]
