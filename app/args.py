@@ -7,6 +7,7 @@ import argparse
 from engine.config import POLICIES, PREEMPTION_MODES, ConfigError, EngineConfig
 from engine.sim.hardware import known_devices
 from engine.sim.model_shapes import known_models
+from engine.vocab import Clock, Executor, values
 
 DEMO_NUM_GPU_BLOCKS = 112   # tight enough that the demo shows the cache filling and a few preemptions
 
@@ -57,7 +58,7 @@ def add_engine_args(p: argparse.ArgumentParser, *, num_gpu_blocks: int | None, c
                    help="check the global invariants (block conservation, queue exclusivity, limits; "
                         "G1-G4 of the scheduler cases) after every step; the first violation stops the "
                         "run with its step and invariant (slower; the recording keeps the steps so far)")
-    g.add_argument("--clock", choices=["wall", "virtual", "sim"], default=clock,
+    g.add_argument("--clock", choices=(Clock.WALL.value, Clock.VIRTUAL.value, Clock.SIM.value), default=clock,
                    help="wall: arrivals in real seconds; virtual: arrivals in steps, reproducible "
                         "schedules; sim: simulated seconds from --executor sim's step times, idle gaps "
                         "skipped; with --executor sim, wall means sim (default: %(default)s)")
@@ -74,7 +75,7 @@ def add_engine_args(p: argparse.ArgumentParser, *, num_gpu_blocks: int | None, c
 def add_sim_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("simulated executor (no model is loaded; each step's duration comes from a "
                              "roofline cost model, sampled tokens are synthetic; see docs/sim.md)")
-    g.add_argument("--executor", choices=["model", "sim"], default="model",
+    g.add_argument("--executor", choices=values(Executor), default=Executor.MODEL.value,
                    help="model: run the model's forward pass; sim: the real scheduler and KV cache with "
                         "simulated step times, to replay big traces fast (default: %(default)s)")
     g.add_argument("--sim-model", metavar="NAME",
@@ -129,7 +130,7 @@ def engine_config(a: argparse.Namespace) -> EngineConfig:
     """EngineConfig from parsed arguments (a ``SimConfig`` with ``--executor sim``). Raises
     ConfigError with the knob and its limit, or the known names of a simulated model or device."""
     sim = getattr(a, "executor", "model") == "sim"
-    clock = "sim" if sim and a.clock == "wall" else a.clock   # real seconds mean nothing to a simulation
+    clock = "sim" if sim and a.clock == Clock.WALL else a.clock   # real seconds mean nothing to a simulation
     knobs = dict(model=a.model, device=a.device, dtype=a.dtype, seed=a.seed, block_size=a.block_size,
                  num_gpu_blocks=a.num_gpu_blocks, max_model_len=a.max_model_len,
                  max_num_seqs=a.max_num_seqs, max_num_batched_tokens=a.max_num_batched_tokens,
@@ -141,7 +142,7 @@ def engine_config(a: argparse.Namespace) -> EngineConfig:
     sim_flags = {k: getattr(a, k, None) for k in ("sim_model", "sim_device", "sim_cost")}
     if not sim:
         given = [f"--{k.replace('_', '-')}" for k, v in sim_flags.items() if v is not None]
-        if given or clock == "sim":
+        if given or clock == Clock.SIM:
             raise ConfigError(f"{', '.join(given) or '--clock sim'} needs --executor sim")
         return EngineConfig(**knobs)
     if knobs["cuda_graphs"]:

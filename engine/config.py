@@ -5,9 +5,11 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
-POLICIES = ("fcfs", "priority", "static")
-PREEMPTION_MODES = ("recompute", "swap")
-CLOCKS = ("virtual", "wall", "sim")
+from engine.vocab import Clock, Policy, PreemptionMode, values
+
+POLICIES = values(Policy)
+PREEMPTION_MODES = (PreemptionMode.RECOMPUTE.value, PreemptionMode.SWAP.value)   # the knob; SWAP_FALLBACK is an outcome
+CLOCKS = values(Clock)
 
 
 class ConfigError(ValueError):
@@ -54,10 +56,10 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = False
     long_prefill_token_threshold: int = 0
-    policy: str = "fcfs"
-    preemption_mode: str = "recompute"
+    policy: Policy = Policy.FCFS
+    preemption_mode: PreemptionMode = PreemptionMode.RECOMPUTE
     num_cpu_blocks: int = 0
-    clock: str = "virtual"
+    clock: Clock = Clock.VIRTUAL
     check_invariants: bool = False
     cuda_graphs: bool | None = None
 
@@ -83,14 +85,18 @@ class EngineConfig:
         need(self.policy in POLICIES, f"policy must be one of {POLICIES}, got {self.policy!r}")
         need(self.preemption_mode in PREEMPTION_MODES,
              f"preemption_mode must be one of {PREEMPTION_MODES}, got {self.preemption_mode!r}")
+        need(self.clock in CLOCKS, f"clock must be one of {CLOCKS}, got {self.clock!r}")
+        # the words as members of the vocabulary (each equals its string: stored and printed alike)
+        object.__setattr__(self, "policy", Policy(self.policy))
+        object.__setattr__(self, "preemption_mode", PreemptionMode(self.preemption_mode))
+        object.__setattr__(self, "clock", Clock(self.clock))
         need(self.num_cpu_blocks >= 0, f"num_cpu_blocks must be >= 0, got {self.num_cpu_blocks}")
-        need(self.preemption_mode != "swap" or self.num_cpu_blocks >= 1,
+        need(self.preemption_mode != PreemptionMode.SWAP or self.num_cpu_blocks >= 1,
              "preemption_mode='swap' needs num_cpu_blocks >= 1 (the CPU swap pool), got "
              f"{self.num_cpu_blocks}")
-        need(self.preemption_mode == "swap" or self.num_cpu_blocks == 0,
+        need(self.preemption_mode == PreemptionMode.SWAP or self.num_cpu_blocks == 0,
              f"num_cpu_blocks={self.num_cpu_blocks} is only used with preemption_mode='swap' "
-             f"(this config has preemption_mode={self.preemption_mode!r})")
-        need(self.clock in CLOCKS, f"clock must be one of {CLOCKS}, got {self.clock!r}")
+             f"(this config has preemption_mode='{self.preemption_mode}')")
         need(re.fullmatch(r"auto|cpu|cuda(:\d+)?|sim:\S+", self.device) is not None,   # sim: SimConfig
              f"device must be auto, cpu, cuda or cuda:N (the engine runs on CUDA GPUs and CPUs), "
              f"got {self.device!r}")

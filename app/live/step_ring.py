@@ -27,6 +27,7 @@ import numpy as np
 from engine.outputs import (Arrival, BatchEntry, BlockEvent, NewToken, RequestEvent, StepRecord,
                             Transition)
 from recordings.file.step_batches import ENTRY_FIELDS, STEP_FIELDS
+from engine.vocab import EventKind
 
 FIELDS = tuple(f.name for f in dataclasses.fields(StepRecord))
 # fields of named tuples kept as plain tuples (a few per step), rebuilt with their type
@@ -111,7 +112,7 @@ def batch_columns(steps: Sequence[PackedStep]) -> dict[str, Any]:
         elif name == "num_scheduled_tokens":
             out[name] = np.array([int(s[_BATCH][2].sum()) for s in steps], np.int64).reshape(n)
         elif name == "num_preemptions":       # StepRecord.num_preemptions of the packed events
-            out[name] = np.array([sum(1 for e in s[_INDEX["events"]] if e[1] == "preempted")
+            out[name] = np.array([sum(1 for e in s[_INDEX["events"]] if e[1] == EventKind.PREEMPTED)
                                   for s in steps], np.int64).reshape(n)
         else:
             i = _INDEX[name]

@@ -7,6 +7,7 @@ from engine.config import ConfigError, EngineConfig
 from engine.sim.cost_model import CostModel, CostParams
 from engine.sim.hardware import CPU, DevicePeaks, check_device_name
 from engine.sim.model_shapes import ModelShape, get_model_shape
+from engine.vocab import Executor
 
 # Fraction of the device memory the weights and the KV cache may use together (vLLM's default
 # ``gpu_memory_utilization``); the rest is left to activations and the runtime.
@@ -29,7 +30,7 @@ class SimConfig(EngineConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.executor != "sim":
+        if self.executor != Executor.SIM:
             raise ConfigError(f"SimConfig.executor must be 'sim', got {self.executor!r}")
         try:
             get_model_shape(self.sim_model)
