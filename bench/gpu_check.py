@@ -50,18 +50,20 @@ OLD_DEFAULTS_MIN_S = 100        # run the previous defaults only with this much 
 
 class Budget:
     """Seconds left of the check's budget, and each stage's share of it: at most its cap, leaving
-    every later stage its reserve (:data:`STAGES`)."""
+    every later stage its reserve (:data:`STAGES`, both scaled by ``total_s / BUDGET_S``: a CPU
+    smoke run's longer budget gives every stage proportionally more)."""
 
     def __init__(self, total_s: float) -> None:
         self.total_s, self.started = total_s, time.perf_counter()
+        self.scale = max(1.0, total_s / BUDGET_S)
 
     def left(self) -> float:
         return self.total_s - (time.perf_counter() - self.started)
 
     def timeout(self, stage: str) -> float:
         names = list(STAGES)
-        later = sum(STAGES[s][1] for s in names[names.index(stage) + 1:])
-        return max(10.0, min(STAGES[stage][0], self.left() - later))
+        later = self.scale * sum(STAGES[s][1] for s in names[names.index(stage) + 1:])
+        return max(10.0, min(self.scale * STAGES[stage][0], self.left() - later))
 
 
 def check_equality(device: str, small: bool, num_requests: int = 16) -> dict:
@@ -309,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
                             budget.timeout("peer"))
     print("peer:", hf, flush=True)
     old = None
-    if budget.left() >= OLD_DEFAULTS_MIN_S or args.cpu_smoke:
+    if budget.left() >= OLD_DEFAULTS_MIN_S * budget.scale:
         old = res["bench_old"] = bench(args.small, limit, args.device, None, args.out / "bench_old.json",
                                        budget.timeout("bench old"), old_defaults=True)
         print("bench, old defaults :", old.get("figures") or old, flush=True)

@@ -28,6 +28,8 @@ def test_each_stage_gets_its_cap_or_what_is_left_after_the_later_stages_reserves
     budget.started -= 400                          # 80 s left: the peer keeps nothing for later but bench old's 0
     assert budget.timeout("peer") == pytest.approx(80 - gpu_check.STAGES["bench old"][1], abs=1)
     assert budget.timeout("bench off") == 10.0     # the floor, when the reserves eat everything
+    slow = gpu_check.Budget(4 * gpu_check.BUDGET_S)       # a CPU smoke run: every share 4x
+    assert slow.timeout("kernels") == 4 * gpu_check.STAGES["kernels"][0]
 
 
 @pytest.mark.slow
