@@ -148,7 +148,7 @@ def _child_json(argv: list[str], out: Path, timeout_s: float, env: dict | None =
 
 
 def bench(small: bool, limit: int, device: str, record: Path | None, json_out: Path, timeout_s: float,
-          old_defaults: bool = False) -> dict:
+          old_defaults: bool = False, predict: bool = False) -> dict:
     """``batchscope bench`` on the anchor workload (the tiny shape and the first ``limit`` requests
     when ``small``), recording to ``record`` or off; ``old_defaults``: the torch reference
     attention and no CUDA graphs. Returns its --json figures, or ``error``."""
@@ -156,6 +156,7 @@ def bench(small: bool, limit: int, device: str, record: Path | None, json_out: P
     argv += ["--small", "--limit", str(limit)] if small else []
     argv += ["--record", str(record)] if record else ["--no-record"]
     argv += ["--cuda-graphs", "off"] if old_defaults else []
+    argv += ["--predict"] if predict else []
     return _child_json(argv, json_out, timeout_s, {"BATCHSCOPE_ATTENTION": "reference"} if old_defaults else None)
 
 
@@ -243,6 +244,10 @@ def summary_table(eq: dict, tri: dict, off: dict, on: dict, hf: dict, same_workl
                 if res.get("kernel_compiles_during_run") is not None]
     if compiles:
         lines.append(f"Triton compiles during the timed runs (0 expected after warm-up): {', '.join(compiles)}")
+    pred = off.get("prediction")
+    if fig_off and pred and pred.get("output_tokens_per_s"):
+        lines.append(f"simulator's prediction (default calibration, measured peaks): {pred['output_tokens_per_s']:,.0f} "
+                     f"out tok/s; measured / predicted time {fig_off['duration_s'] / pred['duration_s']:.2f}")
     peaks = off.get("peaks") or on.get("peaks")
     if peaks:
         lines.append(f"peaks measured by bench: {peaks['peak_flops'] / 1e12:.4g} TFLOP/s, "
@@ -301,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
                                     budget.timeout("equality"))
     print(equality_line(eq), flush=True)
     off = res["bench_off"] = bench(args.small, limit, args.device, None, args.out / "bench_off.json",
-                                   budget.timeout("bench off"))
+                                   budget.timeout("bench off"), predict=True)
     print("bench, recording off:", off.get("figures") or off, flush=True)
     with tempfile.TemporaryDirectory() as tmp:       # the recording stays here: only figures come back
         on = res["bench_on"] = bench(args.small, limit, args.device, Path(tmp) / "bench_on.sqlite",

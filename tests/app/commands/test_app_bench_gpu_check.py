@@ -60,8 +60,10 @@ def test_the_old_defaults_run_is_a_row_with_the_speed_up_and_the_equality_line_n
 
 
 def test_compiles_during_the_timed_runs_are_reported_when_bench_counted_them():
-    off = {**_bench(10_000.0, 0.25), "kernel_compiles_during_run": 0}
+    off = {**_bench(10_000.0, 0.25), "kernel_compiles_during_run": 0,
+           "prediction": {"output_tokens_per_s": 20_000.0, "duration_s": 4.0}}
     on = {**_bench(9_600.0, 0.24), "kernel_compiles_during_run": 2}
     text = gpu_check.summary_table(EQ, TRI, off, on, {})
     assert "Triton compiles during the timed runs (0 expected after warm-up): off 0, on 2" in text
+    assert "prediction (default calibration, measured peaks): 20,000 out tok/s; measured / predicted time 2.00" in text
     assert "Triton compiles" not in gpu_check.summary_table(EQ, TRI, _bench(1.0, 0.1), _bench(1.0, 0.1), {})
