@@ -111,8 +111,9 @@ def _explicit(fields: dict[str, dataclasses.Field]) -> dict[str, ConfigFlag]:
                                              dict(action="store_true", help="admit only whole prompts"),
                                              operator.not_, negated=True),
         "cuda_graphs": ConfigFlag("cuda_graphs", "cuda_graphs",
-                                  dict(choices=["on", "off"], default="off", help=_help("on: " + help_of("cuda_graphs"))),
-                                  lambda v: v == "on"),
+                                  dict(choices=["auto", "on", "off"], default="auto",
+                                       help=_help("on: " + help_of("cuda_graphs"))),
+                                  lambda v: {"on": True, "off": False}.get(v)),
         # the field is always "sim" (it marks a SimConfig); the flag picks the executor
         "executor": ConfigFlag("executor", "executor", dict(choices=list(fields["executor"].metadata["choices"]),
                                                             default=Executor.MODEL.value, help=_help(help_of("executor")))),
