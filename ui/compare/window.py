@@ -41,13 +41,14 @@ UNITS = {"wall": "s", "virtual": "steps", "sim": "sim s"}
 
 
 def header_html(c: Comparison, colors: Sequence[RGB]) -> str:
-    """The headline table as rich text (names escaped): a column per metric, a row per run,
-    each later run's ratio to the first run after its value, improvements green, regressions
-    red."""
+    """The headline table as rich text (names escaped): a row per run and, per metric, a column
+    of values (right-aligned, so digits line up) and a column of each later run's ratio to the
+    first run, improvements green, regressions red; the metric's name spans both."""
     first = c.headlines[0]
     sim = " · <b>SIMULATED</b> (times in simulated seconds)" if first.simulated else ""
     muted = css(MUTED)
-    cells = "".join(f"<td align='right' style='color:{muted}'>&nbsp;&nbsp;&nbsp;&nbsp;"
+    gap = "&nbsp;" * 4
+    cells = "".join(f"<td colspan='2' align='right' style='color:{muted}'>{gap}"
                     f"{html.escape(metric_label(attr, label, first.time_unit))}</td>"
                     for attr, label, _h, _s in HEADLINE_FIELDS)
     rows = [f"<tr><td style='color:{muted}'>one workload: {first.num_requests} requests, "
@@ -56,13 +57,13 @@ def header_html(c: Comparison, colors: Sequence[RGB]) -> str:
         row = [f"<td><span style='color:{css(colors[k % len(colors)])}'>&#9632;</span> "
                f"<b>{html.escape(h.name)}</b></td>"]
         for attr, _label, _higher, spec in HEADLINE_FIELDS:
-            text = num(h.value(attr), spec)
+            ratio = ""
             if k:
                 r = c.ratios(k)[attr]
                 good = is_better(attr, r)
                 color = css(GOOD) if good else css(BAD) if good is False else muted
-                text += f"&nbsp;<b style='color:{color}'>{ratio_text(r)}</b>"
-            row.append(f"<td align='right'>&nbsp;&nbsp;&nbsp;&nbsp;{text}</td>")
+                ratio = f"&nbsp;<b style='color:{color}'>{ratio_text(r)}</b>"
+            row.append(f"<td align='right'>{gap}{num(h.value(attr), spec)}</td><td align='left'>{ratio}</td>")
         rows.append(f"<tr>{''.join(row)}</tr>")
     return f"<table cellspacing='0' cellpadding='1'>{''.join(rows)}</table>"
 

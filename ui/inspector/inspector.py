@@ -20,6 +20,7 @@ from ui.request_menu import allowed_actions, run_action
 from ui.views.request_table import cell_text
 from ui.state_lookup import block_ids, find_view
 from ui.plain_text import PlainLabel, rich_escape
+from engine.plural import plural
 
 FIELDS = ("state", "arrival", "tokens", "KV", "latency", "reason")
 TEXT_PLACEHOLDER = "generated text appears here as it streams"
@@ -134,7 +135,7 @@ class RequestInspector(QWidget):
             f" · KV written {v.num_computed_tokens}")
         blocks = self.block_ids
         ids = ", ".join(map(str, blocks[:12])) + (" …" if len(blocks) > 12 else "")
-        self.values["KV"].setText(f"{len(blocks)} blocks [{ids}]" if blocks else "no blocks")
+        self.values["KV"].setText(f"{plural(len(blocks), 'block')} [{ids}]" if blocks else "no blocks")
         u = self.time_unit
         self.values["latency"].setText(f"TTFT {cell_text(v, 4, unit=u)} · mean ITL {cell_text(v, 5, unit=u)}"
                                        + ("" if u in ("s", "sim s") else f" ({u or 'engine clock units'})"))

@@ -51,6 +51,7 @@ from ui.views.pointer import track_pointer
 from ui.views.request_runs import (REGIONS, RequestRuns, block_at_cell, cell_of_block,
                                    cells, cells_of_blocks, request_runs)
 from ui.style.theme import title_row
+from engine.plural import plural
 from ui.state_lookup import block_fill, block_holders, find_row, owned_blocks
 
 LAYOUTS = {"physical": "physical", "request": "by request"}     # name -> button text
@@ -188,7 +189,7 @@ class KVBlockMap(QWidget):
         if num_reserved:
             entries.append((f"<span style='background:{css(RESERVED_BG)}; "
                             f"color:{css(RESERVED_HATCH)}'>&#9641;</span>",
-                            f"out of use ({num_reserved:,} blocks: pool shrunk)"))
+                            f"out of use ({plural(num_reserved, 'block')}: pool shrunk)"))
         if cpu:
             entries.append(("", "lower grid: CPU swap pool (swapped-out KV)"))
         entries += [("<span style='color:white'>&#9633;</span>", "selected"), ("", "wheel: zoom"),
@@ -586,7 +587,7 @@ class KVBlockMap(QWidget):
         if rid is None:
             if st.block_owner[block_id] == RESERVED:
                 return (f"block {block_id}\nout of use: the usable KV pool was shrunk to "
-                        f"{st.num_total_blocks - self.num_reserved:,} blocks (live knob "
+                        f"{plural(st.num_total_blocks - self.num_reserved, 'block')} (live knob "
                         "num_usable_blocks)")
             if h:
                 return "\n".join([f"block {block_id}", "cached-free (evictable, reusable on a hit)",
