@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 
 from engine.config import POLICIES, PREEMPTION_MODES, ConfigError, EngineConfig
+from engine.sim.config import SIM_MAX_NUM_BATCHED_TOKENS, SIM_MAX_NUM_SEQS, sim_default_knobs
 from engine.sim.hardware import known_devices
 from engine.sim.model_shapes import known_models
 
 DEMO_NUM_GPU_BLOCKS = 112   # tight enough that the demo shows the cache filling and a few preemptions
+# What --max-num-seqs, --max-num-batched-tokens and --max-model-len mean when neither a flag nor a preset
+# sets them on the model executor (a small CPU run); --executor sim takes vLLM's (engine.sim.config).
+MODEL_KNOBS = {"max_num_seqs": 16, "max_num_batched_tokens": 256, "max_model_len": 2048}
 
 
 def add_engine_args(p: argparse.ArgumentParser, *, num_gpu_blocks: int | None, clock: str) -> None:
@@ -26,12 +30,16 @@ def add_engine_args(p: argparse.ArgumentParser, *, num_gpu_blocks: int | None, c
     g.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default: %(default)s)")
     g.add_argument("--num-gpu-blocks", type=int, default=num_gpu_blocks,
                    help="physical KV blocks; omit to size from free memory (default: %(default)s)")
-    g.add_argument("--max-num-seqs", type=int, default=16,
-                   help="batch slots: running requests per step (default: %(default)s)")
-    g.add_argument("--max-num-batched-tokens", type=int, default=256,
-                   help="token budget of one step (default: %(default)s)")
-    g.add_argument("--max-model-len", type=int, default=2048,
-                   help="max prompt + output tokens per request (default: %(default)s)")
+    g.add_argument("--max-num-seqs", type=int, default=None,
+                   help=f"batch slots: running requests per step (default: {MODEL_KNOBS['max_num_seqs']}; "
+                        f"with --executor sim vLLM's {SIM_MAX_NUM_SEQS})")
+    g.add_argument("--max-num-batched-tokens", type=int, default=None,
+                   help=f"token budget of one step (default: {MODEL_KNOBS['max_num_batched_tokens']}; with "
+                        f"--executor sim vLLM's {SIM_MAX_NUM_BATCHED_TOKENS}, or --max-model-len without "
+                        f"chunked prefill)")
+    g.add_argument("--max-model-len", type=int, default=None,
+                   help=f"max prompt + output tokens per request (default: {MODEL_KNOBS['max_model_len']}; "
+                        f"with --executor sim the simulated model's own, from its config.json)")
     g.add_argument("--long-prefill-token-threshold", type=int, default=0,
                    help="cap on one request's prefill chunk per step, 0 = none (default: %(default)s)")
     g.add_argument("--no-chunked-prefill", action="store_true", help="admit only whole prompts")
@@ -117,6 +125,10 @@ def add_workload_args(p: argparse.ArgumentParser, *, time_scale: float, prompt_s
                         "(30,731 conversations) with arrivals from --request-rate (default inf)")
     g.add_argument("--num-requests", type=int, metavar="N",
                    help="requests drawn with --lengths (default: 1000)")
+    g.add_argument("--strict", action="store_true",
+                   help="refuse a Mooncake trace whose rows carry keys the format does not define (a "
+                        "misspelt output_lenght); without it such rows are kept and every unknown key is "
+                        "reported with its lines (BatchScope's JSONL format always refuses such a line)")
 
 
 def add_slo_args(p: argparse.ArgumentParser) -> None:
@@ -125,14 +137,34 @@ def add_slo_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--slo-tpot", type=float, metavar="MS", help="time-per-output-token SLO in milliseconds")
 
 
+def sized_knobs(a: argparse.Namespace) -> dict[str, int]:
+    """``max_num_seqs``, ``max_num_batched_tokens`` and ``max_model_len`` of a run: each as a flag or
+    a preset set it, else (None) the executor's default: :data:`MODEL_KNOBS` on the model executor,
+    vLLM's for the simulated model with ``--executor sim`` (``engine.sim.config.sim_default_knobs``:
+    256 slots, 8,192 tokens per step, the model config's length). Raises ConfigError for an unknown
+    simulated model."""
+    given = {k: getattr(a, k, None) for k in MODEL_KNOBS}
+    if all(v is not None for v in given.values()):
+        return given
+    if getattr(a, "executor", "model") != "sim":
+        return {k: MODEL_KNOBS[k] if v is None else v for k, v in given.items()}
+    try:
+        defaults = sim_default_knobs(getattr(a, "sim_model", None) or a.model,
+                                     enable_chunked_prefill=not a.no_chunked_prefill,
+                                     max_model_len=given["max_model_len"])
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    return {k: defaults[k] if v is None else v for k, v in given.items()}
+
+
 def engine_config(a: argparse.Namespace) -> EngineConfig:
-    """EngineConfig from parsed arguments (a ``SimConfig`` with ``--executor sim``). Raises
-    ConfigError with the knob and its limit, or the known names of a simulated model or device."""
+    """EngineConfig from parsed arguments (a ``SimConfig`` with ``--executor sim``); knobs no flag or
+    preset set take the executor's defaults (:func:`sized_knobs`). Raises ConfigError with the knob
+    and its limit, or the known names of a simulated model or device."""
     sim = getattr(a, "executor", "model") == "sim"
     clock = "sim" if sim and a.clock == "wall" else a.clock   # real seconds mean nothing to a simulation
     knobs = dict(model=a.model, device=a.device, dtype=a.dtype, seed=a.seed, block_size=a.block_size,
-                 num_gpu_blocks=a.num_gpu_blocks, max_model_len=a.max_model_len,
-                 max_num_seqs=a.max_num_seqs, max_num_batched_tokens=a.max_num_batched_tokens,
+                 num_gpu_blocks=a.num_gpu_blocks, **sized_knobs(a),
                  enable_chunked_prefill=not a.no_chunked_prefill,
                  enable_prefix_caching=a.enable_prefix_caching, policy=a.policy,
                  preemption_mode=a.preemption_mode, num_cpu_blocks=a.num_cpu_blocks,

@@ -65,7 +65,8 @@ def read_trace(args: argparse.Namespace):
     """The workload's rows as a ``TraceLoad``: ``args.trace`` (or the built-in demo slice when it
     is None), or ``--num-requests`` draws from the ``--lengths`` table; with a request rate the
     arrival times are replaced by a seeded Poisson process (``recordings.workloads.poisson``). Raises
-    ``FileNotFoundError`` or ``recordings.workloads.traces.TraceFormatError`` with the path, and
+    ``FileNotFoundError`` or ``recordings.workloads.traces.TraceFormatError`` with the path (also for
+    rows with keys their format does not define under ``--strict``), and
     ``ValueError`` for a trace without one valid row (naming its first bad lines)."""
     from recordings.workloads.poisson import with_poisson_arrivals
     from recordings.workloads.traces import TraceLoad, load_trace
@@ -81,7 +82,7 @@ def read_trace(args: argparse.Namespace):
         path = Path(args.trace) if args.trace else demo_trace_path()
         if not path.is_file():
             raise FileNotFoundError(f"trace file not found: {path}")
-        load = load_trace(path, limit=args.limit)
+        load = load_trace(path, limit=args.limit, strict=getattr(args, "strict", False))
         if not load.rows:
             problems = "; ".join(str(e) for e in load.errors[:3]) + ("; ..." if len(load.errors) > 3 else "")
             raise ValueError(f"{path}: no valid request rows" + (f" ({len(load.errors)} malformed: "
@@ -137,7 +138,11 @@ def load_workload(args: argparse.Namespace, load, tokenizer, vocab_size: int | N
             "seed": args.seed}
     if wl.prefix_sharing is not None:
         info["prefix_sharing"] = wl.prefix_sharing.to_dict()
-    notes = source + list(wl.scaling_notes)
+    unknown = [f"{line}: ignored (--strict refuses the trace)" for line in load.unknown_key_lines()]
+    if unknown:
+        info["unknown_keys"] = {key[:40]: {"num_rows": len(lines), "first_lines": lines[:20]}
+                                for key, lines in list(load.unknown_keys.items())[:20]}
+    notes = source + list(wl.scaling_notes) + unknown
     num_ranked = sum(1 for r in wl.requests if r.priority)
     if num_ranked and getattr(args, "policy", "fcfs") != "priority":
         carry = "request carries" if num_ranked == 1 else "requests carry"
@@ -155,12 +160,14 @@ def add_workload(engine: LLMEngine, requests: list, *, clock: str,
     """Queue every request at its arrival time (seconds, or steps under the virtual clock:
     ``steps_per_second`` of them a trace second, default :data:`STEPS_PER_SECOND`), with
     its sampling and priority. EOS is ignored where the length is exact (trace rows, JSONL
-    ``output_tokens``), so output lengths follow the trace."""
+    ``output_tokens``), so output lengths follow the trace. Each request's prompt is handed over
+    deferred (``engine.request.DeferredPrompt``): a synthesised prompt's ids are made when the
+    request arrives (``recordings.workloads.workload.WorkloadRequest.make_prompt``)."""
     base = engine.now()
     steps_per_second = steps_per_second or STEPS_PER_SECOND
     for w in requests:
         # Virtual clock: a request arrives before the first step at or after its trace time.
         at = math.ceil(w.arrival_s * steps_per_second - 1e-9) if clock == "virtual" else w.arrival_s
         params = SamplingParams(max_tokens=w.max_tokens, ignore_eos=w.ignore_eos, **w.sampling)
-        engine.add_request(w.prompt_token_ids, params, request_id=w.request_id,
-                           arrival_time=base + at, prompt_text=w.prompt_text, priority=w.priority)
+        engine.add_request(None, params, request_id=w.request_id, arrival_time=base + at,
+                           priority=w.priority, deferred=w)
