@@ -301,7 +301,8 @@ def describe_run(info: dict) -> list[str]:
         unknown = trace.get("unknown_keys") or {}
         if unknown:
             lines.append("  - unknown keys in the trace's rows, ignored: " + ", ".join(
-                f"{ascii(key)} ({v.get('num_rows')} rows)" for key, v in unknown.items()))
+                f"{ascii(key)} ({v.get('num_rows')} row{'' if v.get('num_rows') == 1 else 's'})"
+                for key, v in unknown.items()))
         sharing = trace.get("prefix_sharing")
         if sharing:
             lines.append(f"ideal prefix-cache hit rate (infinite cache, arrival order): "
