@@ -16,7 +16,9 @@ number (``seq``) from the copy's own rows:
   index is ``num_computed_tokens + num_tokens - num_prompt_tokens`` (``token_index_json``, or 0 for
   the first token when the file derives indexes); for a request that got no token in the
   readable steps, the most tokens it had computed (a lower bound, at least 1; counted as not
-  rebuilt).
+  rebuilt). Schema 4 stores computed tokens relative to the prompt, so there the prompt length
+  is the finishing transition's ``num_computed_tokens`` - output + 1 (a lower bound of 1 for a
+  request that did not finish).
 - the outcome: the step and status of its ``FINISHED_*`` transition, its error and preemptions,
   the tokens it was given; ``max_tokens`` is its output length when it finished by length, else
   the tokens it was given (a lower bound).
