@@ -16,7 +16,9 @@ number (``seq``) from the copy's own rows:
   index is ``num_computed_tokens + num_tokens - num_prompt_tokens`` (``token_index_json``, or 0 for
   the first token when the file derives indexes); for a request that got no token in the
   readable steps, the most tokens it had computed (a lower bound, at least 1; counted as not
-  rebuilt).
+  rebuilt). Schema 4 stores computed tokens relative to the prompt, so there the prompt length
+  is the finishing transition's ``num_computed_tokens`` - output + 1 (a lower bound of 1 for a
+  request that did not finish).
 - the outcome: the step and status of its ``FINISHED_*`` transition, its error and preemptions,
   the tokens it was given; ``max_tokens`` is its output length when it finished by length, else
   the tokens it was given (a lower bound).
@@ -136,6 +138,8 @@ class _Facts:
 
 def _batch_facts(db: sqlite_utils.Database, wanted: set[int]) -> dict[int, _Facts]:
     """:class:`_Facts` of the requests ``wanted`` (seq numbers), in one pass over the steps."""
+    if "batch" in db["steps"].columns_dict:
+        return _batch_facts_v4(db, wanted)
     facts: dict[int, _Facts] = {}
     for step, b_seq, b_n, b_nc, b_pre, t_idx, t_id in db.execute(
             "SELECT step, batch_seq_json, batch_num_tokens_json, batch_num_computed_json, "
@@ -162,6 +166,28 @@ def _batch_facts(db: sqlite_utils.Database, wanted: set[int]) -> dict[int, _Fact
                 index = 0 if idxs is None else idxs[i]
                 fact.num_prompt_tokens = max(1, done - index)
             fact.token_steps.append(step)
+    return facts
+
+
+def _batch_facts_v4(db: sqlite_utils.Database, wanted: set[int]) -> dict[int, _Facts]:
+    """:func:`_batch_facts` of a schema-4 file, whose ``steps.batch`` blob stores computed tokens
+    relative to the prompt (``recordings.file.compact.Batch``): the prompt length comes from the
+    request's finishing transition (``num_computed_tokens`` then is prompt + output - 1)."""
+    from recordings.file.compact import Batch
+
+    facts: dict[int, _Facts] = {}
+    for step, blob in db.execute("SELECT step, batch FROM steps ORDER BY step"):
+        batch = Batch(blob)
+        for seq, token_id in zip(batch.seq.tolist(), batch.token_id.tolist()):
+            if seq in wanted:
+                fact = facts.setdefault(seq, _Facts())
+                if token_id >= 0:
+                    fact.token_steps.append(step)
+    for seq, nc in db.execute("SELECT seq, num_computed_tokens FROM transitions WHERE status LIKE "
+                              "'FINISHED%' AND num_computed_tokens IS NOT NULL"):
+        fact = facts.get(seq)
+        if fact is not None and fact.token_steps:
+            fact.num_prompt_tokens = max(1, nc - len(fact.token_steps) + 1)
     return facts
 
 
