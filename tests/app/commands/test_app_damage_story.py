@@ -69,3 +69,24 @@ def test_the_window_knows_the_damage_before_it_shows_a_step(original, tmp_path, 
         assert reader.latest_step() == reader.damage.last_good_step < open_reader(original).latest_step()
     with open_recording(str(original), progress=False) as reader:      # an intact file: nothing
         assert reader.damage is None and not analysis.cache_path(original).exists()
+
+
+def test_an_intact_file_is_scanned_once_per_version_across_processes(original, tmp_path, monkeypatch):
+    """A big intact recording is not scanned at every open: its analysis waits in the cache folder
+    (not beside the file), keyed by the file's version."""
+    monkeypatch.setenv("BATCHSCOPE_CACHE", str(tmp_path / "cache"))
+    copy = tmp_path / "intact.sqlite"
+    copy.write_bytes(original.read_bytes())
+    scans = []
+    real = analysis.find_damage
+    monkeypatch.setattr(analysis, "find_damage", lambda *a, **k: scans.append(a[0]) or real(*a, **k))
+    monkeypatch.setattr(analysis, "_MEMORY", {})
+    assert not analysis.damage_analysis(copy).is_damaged
+    assert not analysis.cache_path(copy).exists() and analysis.clean_cache_path(copy).exists()
+    monkeypatch.setattr(analysis, "_MEMORY", {})    # another process
+    assert not analysis.damage_analysis(copy).is_damaged and len(scans) == 1
+    with copy.open("ab") as f:                      # a new version of the file: scanned again
+        f.write(b"\0" * 4096)
+    monkeypatch.setattr(analysis, "_MEMORY", {})
+    analysis.damage_analysis(copy)
+    assert len(scans) == 2
