@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from engine.config import POLICIES, PREEMPTION_MODES, ConfigError, EngineConfig
+from engine.config import ADMISSION_MODES, POLICIES, PREEMPTION_MODES, ConfigError, EngineConfig
 from engine.sim.hardware import known_devices
 from engine.sim.model_shapes import known_models
 
@@ -68,7 +68,28 @@ def add_engine_args(p: argparse.ArgumentParser, *, num_gpu_blocks: int | None, c
                         "Triton kernel (BATCHSCOPE_ATTENTION=reference: the torch reference); on a CPU the same "
                         "padded path runs without graphs, slower (it is there to be tested); off until verified "
                         "on a GPU (default: %(default)s)")
+    add_admission_args(p)
     add_sim_args(p)
+
+
+def add_admission_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("engine admission control and thrash (see docs/scheduling.md)")
+    g.add_argument("--max-queue-time", type=float, metavar="S",
+                   help="reject a request still waiting for its first admission S after its arrival "
+                        "(engine clock: seconds, steps under --clock virtual), recorded as timed out "
+                        "(default: wait forever, as vLLM)")
+    g.add_argument("--admission", choices=ADMISSION_MODES, default="all",
+                   help="all = admit every request that fits (vLLM); slo = at arrival predict the "
+                        "request's TTFT from the queue ahead and the step-time model (--sim-cost's fit, "
+                        "else the simulator's roofline) and reject it when over --slo-ttft, as "
+                        "Mooncake's early rejection (default: %(default)s)")
+    g.add_argument("--kv-watermark", type=float, default=0.0, metavar="F",
+                   help="fraction of the KV blocks kept free when a request is admitted while others "
+                        "run: room for their decode, less thrash (vLLM v0's watermark, 0.01 there) "
+                        "(default: %(default)s)")
+    g.add_argument("--max-preemptions-per-request", type=int, default=0, metavar="N",
+                   help="a request preempted N times is no longer chosen as the victim when the KV "
+                        "cache runs out (another running request is), 0 = no cap (default: %(default)s)")
 
 
 def add_sim_args(p: argparse.ArgumentParser) -> None:
@@ -137,7 +158,10 @@ def engine_config(a: argparse.Namespace) -> EngineConfig:
                  enable_prefix_caching=a.enable_prefix_caching, policy=a.policy,
                  preemption_mode=a.preemption_mode, num_cpu_blocks=a.num_cpu_blocks,
                  check_invariants=a.check_invariants, cuda_graphs=getattr(a, "cuda_graphs", "off") == "on",
-                 long_prefill_token_threshold=a.long_prefill_token_threshold, clock=clock)
+                 long_prefill_token_threshold=a.long_prefill_token_threshold, clock=clock,
+                 max_queue_time=getattr(a, "max_queue_time", None), admission=getattr(a, "admission", "all"),
+                 slo_ttft_ms=getattr(a, "slo_ttft", None), kv_watermark=getattr(a, "kv_watermark", 0.0),
+                 max_preemptions_per_request=getattr(a, "max_preemptions_per_request", 0))
     sim_flags = {k: getattr(a, k, None) for k in ("sim_model", "sim_device", "sim_cost")}
     if not sim:
         given = [f"--{k.replace('_', '-')}" for k, v in sim_flags.items() if v is not None]

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass
 
 POLICIES = ("fcfs", "priority", "static")
 PREEMPTION_MODES = ("recompute", "swap")
 CLOCKS = ("virtual", "wall", "sim")
+ADMISSION_MODES = ("all", "slo")
 
 
 class ConfigError(ValueError):
@@ -38,6 +40,19 @@ class EngineConfig:
     ``cuda_graphs`` runs decode-only steps padded to a ladder of batch sizes, from CUDA graphs
     captured at start-up on a GPU (the same padded path eagerly on a CPU; see
     ``engine.runner.cuda_graphs``; vLLM's ``cudagraph_mode`` FULL_DECODE_ONLY); off until verified on a GPU.
+
+    Admission control and thrash (``engine.sched.admission``; vLLM has neither a queue timeout
+    nor an SLO check): ``max_queue_time`` (engine clock units: seconds, steps under the virtual
+    clock; None = wait forever) rejects a request still waiting for its first admission that
+    long after its arrival; ``admission`` ``slo`` predicts each arrival's TTFT from the queue
+    ahead and a step-time model and rejects it at once when the prediction exceeds
+    ``slo_ttft_ms`` (Mooncake's prediction-based early rejection; needs the wall or sim clock),
+    ``all`` admits everyone. ``kv_watermark`` is the fraction of the KV blocks kept free when a
+    waiting request is admitted while others run (vLLM v0's ``BlockSpaceManager`` watermark,
+    0.01 there): headroom for the running requests' decode, so long outputs thrash less.
+    ``max_preemptions_per_request`` (0 = no cap) stops choosing a request as a preemption victim
+    once it was preempted that many times (another running request is taken instead, unless
+    none is left).
     """
 
     model: str = "default"
@@ -59,6 +74,11 @@ class EngineConfig:
     clock: str = "virtual"
     check_invariants: bool = False
     cuda_graphs: bool = False
+    max_queue_time: float | None = None
+    admission: str = "all"
+    slo_ttft_ms: float | None = None
+    kv_watermark: float = 0.0
+    max_preemptions_per_request: int = 0
 
     def __post_init__(self) -> None:
         def need(cond: bool, msg: str) -> None:
@@ -95,6 +115,22 @@ class EngineConfig:
              f"got {self.device!r}")
         need(self.dtype in ("auto", "float32", "bfloat16", "float16"),
              f"dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}")
+        need(self.max_queue_time is None or 0 < self.max_queue_time < math.inf,
+             f"max_queue_time must be a positive number (seconds; steps under the virtual clock) "
+             f"or None, got {self.max_queue_time}")
+        need(self.admission in ADMISSION_MODES,
+             f"admission must be one of {ADMISSION_MODES}, got {self.admission!r}")
+        need(self.slo_ttft_ms is None or 0 < self.slo_ttft_ms < math.inf,
+             f"slo_ttft_ms must be a positive number of milliseconds or None, got {self.slo_ttft_ms}")
+        need(self.admission != "slo" or self.slo_ttft_ms is not None,
+             "admission='slo' needs slo_ttft_ms (--slo-ttft MS): the TTFT a prediction must meet")
+        need(self.admission != "slo" or self.clock != "virtual",
+             "admission='slo' needs the wall or sim clock (a TTFT SLO in milliseconds means nothing "
+             "under the virtual clock, whose time unit is a step)")
+        need(0.0 <= self.kv_watermark < 1.0,
+             f"kv_watermark must be in [0, 1) (a fraction of the KV blocks), got {self.kv_watermark}")
+        need(self.max_preemptions_per_request >= 0,
+             f"max_preemptions_per_request must be >= 0 (0 = no cap), got {self.max_preemptions_per_request}")
 
     def replace(self, **changes) -> "EngineConfig":
         """A copy with ``changes`` applied (validated again)."""

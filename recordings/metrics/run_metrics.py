@@ -185,12 +185,13 @@ def _summarize(reader: Reader) -> RunSummary:
 _REASON = "CASE WHEN json_valid(detail) THEN json_extract(detail, '$.reason') END"
 _RECOMPUTE = ("kind = 'preempted' AND CASE WHEN json_valid(detail) THEN json_extract(detail, '$.mode') "
               "END IN ('recompute', 'recompute_fallback')")     # a swap drops nothing
-# Per recompute preemption: the tokens it dropped, the step the request was admitted again
-# (NULL if never: aborted, or the run ended) and the prefix-cache blocks that admission hit.
-_DROPPED = f"""
-SELECT dropped, back, coalesce((SELECT sum(json_array_length(b.block_ids_json)) FROM block_events b
+# Per recompute preemption: the request (seq), the tokens it dropped, the step the request was
+# admitted again (NULL if never: aborted, or the run ended) and the prefix-cache blocks that
+# admission hit (recordings.metrics.thrash and .prefix_hits read it too).
+DROPPED_SQL = f"""
+SELECT seq, dropped, back, coalesce((SELECT sum(json_array_length(b.block_ids_json)) FROM block_events b
                                 WHERE b.seq = p.seq AND b.step = p.back AND b.kind = 'hit'), 0) AS hit
-FROM (SELECT e.seq, json_extract(e.detail, '$.tokens') AS dropped,
+FROM (SELECT e.seq AS seq, json_extract(e.detail, '$.tokens') AS dropped,
              (SELECT min(s.step) FROM events s WHERE s.seq = e.seq AND s.kind = 'scheduled'
               AND s.step > e.step) AS back
       FROM events e WHERE {_RECOMPUTE}) p"""
@@ -209,7 +210,7 @@ def _preemptions(reader: Reader, who: str) -> dict:
         block_size = int(reader.run_info().get("config", {}).get("block_size", 16))
         (dropped, recomputed), = reader.execute(
             f"SELECT coalesce(sum(dropped), 0), coalesce(sum(CASE WHEN back IS NULL THEN 0 "
-            f"ELSE max(dropped - hit * ?, 0) END), 0) FROM ({_DROPPED})", (block_size,))
+            f"ELSE max(dropped - hit * ?, 0) END), 0) FROM ({DROPPED_SQL})", (block_size,))
     else:   # schema 1 has no block events (nor prefix caching, nor PreemptionInfo details)
         (dropped,), = reader.execute("SELECT coalesce(sum(json_extract(detail, '$.tokens')), 0) "
                                      f"FROM events WHERE {_RECOMPUTE}")
