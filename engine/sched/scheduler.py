@@ -774,8 +774,13 @@ class Scheduler:
         free = kv.num_free_blocks
         tokens = {x.request_id: x.num_tokens for x in scheduled}
         victims = []
+        watermark = int(self.config.kv_watermark * kv.num_usable_blocks)    # while others run
+
+        def room() -> bool:
+            kept = watermark if len(victims) < len(self.running) else 0
+            return slots >= 1 and free >= need + kept and budget >= need_budget
         for r in reversed(self.running):
-            if slots >= 1 and free >= need and budget >= need_budget:
+            if room():
                 break
             if r.priority <= head.priority:
                 break                                  # equal priority never preempts
@@ -783,7 +788,7 @@ class Scheduler:
             slots += 1
             free += kv.num_blocks_freed_by(r.request_id)
             budget += tokens.get(r.request_id, 0)
-        if not victims or slots < 1 or free < need or budget < need_budget:
+        if not victims or not room():
             return []
         ids = [rid for v in victims for rid in self._preempt(v, FOR_PRIORITY, head.request_id)]
         gone = set(ids)
