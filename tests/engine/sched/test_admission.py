@@ -193,6 +193,23 @@ def _check(config: EngineConfig, arrivals, runner=None) -> None:
     cap = config.max_preemptions_per_request
     if cap and any(r.num_preemptions > cap for r in result.requests.values()):
         event("preempted past the cap (no other victim)")
+    # thrash per request, as the tables show it: tokens computed again below the most it had
+    high: dict[str, int] = {}
+    again: dict[str, int] = {}
+    for rec in result.records:
+        for x in rec.scheduled:
+            end = x.num_computed_tokens + x.num_tokens
+            again[x.request_id] = again.get(x.request_id, 0) + max(
+                0, min(end, high.get(x.request_id, 0)) - x.num_computed_tokens)
+            high[x.request_id] = max(high.get(x.request_id, 0), end)
+    views = {v.request_id: v for v in result.states[-1].recently_finished} if result.states else {}
+    for rid, req in result.requests.items():
+        if rid in views:
+            assert views[rid].num_recomputed_tokens == again.get(rid, 0), rid
+            if req.num_preemptions == 0:
+                assert views[rid].num_recomputed_tokens == 0, rid
+    if any(again.values()):
+        event("tokens recomputed")
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
