@@ -1,113 +1,178 @@
 """The engine, simulator, workload and SLO flags shared by ``batchscope`` subcommands, and the
-:class:`EngineConfig` built from them. A leaf of ``app``: the commands import it, never ``app.cli``."""
+:class:`EngineConfig` built from them. A leaf of ``app``: the commands import it, never ``app.cli``.
+
+The engine and simulated-executor flags are generated from the fields of ``EngineConfig`` and
+``SimConfig`` (their help, choices and defaults live in each field's metadata, see
+``engine.config.knob``; vLLM's ``EngineArgs.add_cli_args`` does the same). :data:`CONFIG_FLAGS` is the
+one table of those flags: ``engine_config`` reads a parsed namespace through it and ``compare
+--configs`` parses its ``knob=value`` overrides with it."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import enum
+import operator
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, Callable
 
-from engine.config import ADMISSION_MODES, POLICIES, PREEMPTION_MODES, ConfigError, EngineConfig
-from engine.sim.hardware import known_devices
-from engine.sim.model_shapes import known_models
+from engine.config import ConfigError, EngineConfig
+from engine.sim.config import SimConfig
+from engine.vocab import Clock, Executor
 
 DEMO_NUM_GPU_BLOCKS = 112   # tight enough that the demo shows the cache filling and a few preemptions
 
+ENGINE_GROUP = "engine (vLLM's knob names)"
+SIM_GROUP = ("simulated executor (no model is loaded; each step's duration comes from a roofline cost model, "
+             "sampled tokens are synthetic; see docs/sim.md)")
+
+# Fields of the configs that have no flag, and why.
+NOT_FLAGS = {
+    "kv_cache_memory_fraction": "a bound of the automatic KV sizing, for the Python API (LLM(...)) and tests; "
+                                "on the command line --num-gpu-blocks sizes the cache",
+    "slo_ttft_ms": "set by --slo-ttft, the goodput SLO's flag (add_slo_args): one TTFT SLO for admission and goodput",
+}
+
+
+@dataclass(frozen=True)
+class ConfigFlag:
+    """One flag of the engine or simulated-executor group: its argparse destination ``dest``, the
+    config ``field`` it sets (None for a flag that is no config knob, e.g. ``--threads``), the
+    ``add_argument`` keywords ``kwargs`` (type, choices, default, help, ...), ``to_field`` (the
+    field's value from the parsed flag value) and ``negated`` (a switch that turns its field off,
+    ``--no-chunked-prefill``)."""
+
+    dest: str
+    field: str | None
+    kwargs: dict
+    to_field: Callable[[Any], Any] = lambda v: v
+    negated: bool = False
+
+    @property
+    def option(self) -> str:
+        """The flag as typed: ``--max-num-seqs``."""
+        return "--" + self.dest.replace("_", "-")
+
+    @property
+    def switch(self) -> bool:
+        """True for an on/off flag that takes no value (``store_true``)."""
+        return self.kwargs.get("action") == "store_true"
+
+    def add_to(self, group, default=dataclasses.MISSING) -> None:
+        """Add this flag to an argparse ``group``; ``default`` replaces the table's default."""
+        kwargs = self.kwargs if default is dataclasses.MISSING else {**self.kwargs, "default": default}
+        group.add_argument(self.option, dest=self.dest, **kwargs)
+
+
+def _help(text: str, default_text: str | None = "%(default)s") -> str:
+    """A field's plain help as argparse help: ``%`` escaped, the default appended unless the text
+    says it already (``default_text`` None: a switch, which shows none)."""
+    text = text.replace("%", "%%")
+    return text if default_text is None or "(default" in text else f"{text} (default: {default_text})"
+
+
+def _value_type(annotation) -> type:
+    """``int`` of ``int | None``; ``str`` stays ``str``."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        return next(t for t in typing.get_args(annotation) if t is not type(None))
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return str          # parsed as text: choices name the words, the config makes them members
+    return annotation
+
+
+def _generated(f: dataclasses.Field, annotation, sim_only: bool) -> ConfigFlag:
+    """The flag of config field ``f``: a switch for a bool that is off by default, else a flag of
+    the field's type with its choices and metavar. A simulator flag (``sim_only``) defaults to None,
+    meaning not given (it needs ``--executor sim``); its help shows the field's default."""
+    meta = f.metadata
+    kind = _value_type(annotation)
+    if kind is bool:
+        if f.default is not False:
+            raise TypeError(f"config field {f.name} is on by default: give it a negated flag in "
+                            f"app.args._explicit")
+        return ConfigFlag(f.name, f.name, dict(action="store_true", help=_help(meta.get("help", ""), None)))
+    default_text = str(f.default) if sim_only else "%(default)s"
+    kwargs = dict(default=None if sim_only else f.default, help=_help(meta.get("help", ""), default_text))
+    if kind is not str:
+        kwargs["type"] = kind
+    for key in ("choices", "metavar"):
+        if meta.get(key) is not None:
+            kwargs[key] = meta[key]
+    return ConfigFlag(f.name, f.name, kwargs)
+
+
+def _explicit(fields: dict[str, dataclasses.Field]) -> dict[str, ConfigFlag]:
+    """The flags whose command line differs from their field, by field name."""
+    def help_of(name: str) -> str:
+        return fields[name].metadata["help"]
+
+    return {
+        "enable_chunked_prefill": ConfigFlag("no_chunked_prefill", "enable_chunked_prefill",
+                                             dict(action="store_true", help="admit only whole prompts"),
+                                             operator.not_, negated=True),
+        "cuda_graphs": ConfigFlag("cuda_graphs", "cuda_graphs",
+                                  dict(choices=["on", "off"], default="off", help=_help("on: " + help_of("cuda_graphs"))),
+                                  lambda v: v == "on"),
+        # the field is always "sim" (it marks a SimConfig); the flag picks the executor
+        "executor": ConfigFlag("executor", "executor", dict(choices=list(fields["executor"].metadata["choices"]),
+                                                            default=Executor.MODEL.value, help=_help(help_of("executor")))),
+        "sim_model": ConfigFlag("sim_model", "sim_model", dict(
+            metavar="NAME", help=_help(help_of("sim_model"), "--model, i.e. the embedded SmolLM2-135M"))),
+    }
+
+
+# Flags of the engine group that set no config field, after the field they follow in --help.
+THREADS = ConfigFlag("threads", None, dict(
+    type=int, metavar="N",
+    help="torch's CPU threads for the forward pass (torch.set_num_threads; default: torch's choice, one per "
+         "core). On a machine busy with other work, fewer threads than cores (e.g. 1 on 2 cores) avoid the "
+         "threads waiting on each other"))
+
+
+def _config_flags() -> tuple[list[ConfigFlag], list[ConfigFlag]]:
+    """(engine group, simulated-executor group) flags, in the configs' field order."""
+    fields = {f.name: f for f in dataclasses.fields(SimConfig)}
+    explicit = _explicit(fields)
+    engine_names = {f.name for f in dataclasses.fields(EngineConfig)}
+    hints = typing.get_type_hints(SimConfig)
+    groups: tuple[list, list] = ([], [])
+    for f in fields.values():
+        if f.name in NOT_FLAGS:
+            continue
+        sim_only = f.name not in engine_names
+        flag = explicit.get(f.name) or _generated(f, hints[f.name], sim_only)
+        groups[sim_only].append(flag)
+        if f.name == "device":
+            groups[0].append(THREADS)
+    return groups
+
+
+ENGINE_FLAGS, SIM_FLAGS = _config_flags()
+CONFIG_FLAGS: dict[str, ConfigFlag] = {f.dest: f for f in ENGINE_FLAGS + SIM_FLAGS}
+
+
+def config_flag(name: str) -> ConfigFlag | None:
+    """The flag of ``name``: a destination (``max_num_seqs``, ``no_chunked_prefill``, ``threads``) or
+    a config field (``enable_chunked_prefill``); None if neither."""
+    return CONFIG_FLAGS.get(name) or next((f for f in CONFIG_FLAGS.values() if f.field == name), None)
+
 
 def add_engine_args(p: argparse.ArgumentParser, *, num_gpu_blocks: int | None, clock: str) -> None:
-    g = p.add_argument_group("engine (vLLM's knob names)")
-    g.add_argument("--model", default="default",
-                   help="'default' = embedded SmolLM2-135M-Instruct, or a local transformers "
-                        "Llama-family model folder (default: %(default)s)")
-    g.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default: %(default)s)")
-    g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
-                   help="auto = float32 on CPU, bfloat16 on GPU (default: %(default)s)")
-    g.add_argument("--threads", type=int, metavar="N",
-                   help="torch's CPU threads for the forward pass (torch.set_num_threads; default: torch's "
-                        "choice, one per core). On a machine busy with other work, fewer threads than "
-                        "cores (e.g. 1 on 2 cores) avoid the threads waiting on each other")
-    g.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default: %(default)s)")
-    g.add_argument("--num-gpu-blocks", type=int, default=num_gpu_blocks,
-                   help="physical KV blocks; omit to size from free memory (default: %(default)s)")
-    g.add_argument("--max-num-seqs", type=int, default=16,
-                   help="batch slots: running requests per step (default: %(default)s)")
-    g.add_argument("--max-num-batched-tokens", type=int, default=256,
-                   help="token budget of one step (default: %(default)s)")
-    g.add_argument("--max-model-len", type=int, default=2048,
-                   help="max prompt + output tokens per request (default: %(default)s)")
-    g.add_argument("--long-prefill-token-threshold", type=int, default=0,
-                   help="cap on one request's prefill chunk per step, 0 = none (default: %(default)s)")
-    g.add_argument("--no-chunked-prefill", action="store_true", help="admit only whole prompts")
-    g.add_argument("--enable-prefix-caching", action="store_true",
-                   help="reuse the KV of full blocks whose whole prefix an earlier step computed "
-                        "(automatic prefix caching, vLLM v1 style; off by default)")
-    g.add_argument("--policy", choices=POLICIES, default="fcfs",
-                   help="which waiting request gets a batch slot: fcfs = by arrival (continuous batching); "
-                        "priority = by the request's priority, lower value first, ties by arrival, and a "
-                        "strictly higher-priority waiting request may preempt the lowest-priority running "
-                        "one (trace requests all have priority 0, so a replay runs as fcfs); static = the "
-                        "baseline without continuous batching: a batch of up to --max-num-seqs requests is "
-                        "admitted only when the whole previous batch finished (default: %(default)s)")
-    g.add_argument("--preemption-mode", choices=PREEMPTION_MODES, default="recompute",
-                   help="what happens to a request preempted when the KV cache runs out: recompute = its "
-                        "KV is dropped and computed again; swap = copied to a CPU pool of "
-                        "--num-cpu-blocks blocks and back (recompute when that pool is full) "
-                        "(default: %(default)s)")
-    g.add_argument("--num-cpu-blocks", type=int, default=0,
-                   help="KV blocks of the CPU swap pool (only with --preemption-mode swap; default: "
-                        "%(default)s)")
-    g.add_argument("--check-invariants", action="store_true",
-                   help="check the global invariants (block conservation, queue exclusivity, limits; "
-                        "G1-G4 of the scheduler cases) after every step; the first violation stops the "
-                        "run with its step and invariant (slower; the recording keeps the steps so far)")
-    g.add_argument("--clock", choices=["wall", "virtual", "sim"], default=clock,
-                   help="wall: arrivals in real seconds; virtual: arrivals in steps, reproducible "
-                        "schedules; sim: simulated seconds from --executor sim's step times, idle gaps "
-                        "skipped; with --executor sim, wall means sim (default: %(default)s)")
-    g.add_argument("--seed", type=int, default=0, help="engine seed (default: %(default)s)")
-    g.add_argument("--cuda-graphs", choices=["on", "off"], default="off",
-                   help="on: decode-only steps run padded to a ladder of batch sizes (1, 2, 4, 8, 16, 24, ... "
-                        "up to --max-num-seqs) and replay CUDA graphs captured at start-up, decoding with our "
-                        "Triton kernel (BATCHSCOPE_ATTENTION=reference: the torch reference); on a CPU the same "
-                        "padded path runs without graphs, slower (it is there to be tested); off until verified "
-                        "on a GPU (default: %(default)s)")
-    add_admission_args(p)
+    """The engine and simulated-executor flag groups, generated from :data:`CONFIG_FLAGS`;
+    ``num_gpu_blocks`` and ``clock`` are this command's defaults (the demo's differ from the config's)."""
+    g = p.add_argument_group(ENGINE_GROUP)
+    command_defaults = {"num_gpu_blocks": num_gpu_blocks, "clock": clock}
+    for flag in ENGINE_FLAGS:
+        flag.add_to(g, command_defaults.get(flag.dest, dataclasses.MISSING))
     add_sim_args(p)
 
 
-def add_admission_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("engine admission control and thrash (see docs/scheduling.md)")
-    g.add_argument("--max-queue-time", type=float, metavar="S",
-                   help="reject a request still waiting for its first admission S after its arrival "
-                        "(engine clock: seconds, steps under --clock virtual), recorded as timed out "
-                        "(default: wait forever, as vLLM)")
-    g.add_argument("--admission", choices=ADMISSION_MODES, default="all",
-                   help="all = admit every request that fits (vLLM); slo = at arrival predict the "
-                        "request's TTFT from the queue ahead and the step-time model (--sim-cost's fit, "
-                        "else the simulator's roofline) and reject it when over --slo-ttft, as "
-                        "Mooncake's early rejection (default: %(default)s)")
-    g.add_argument("--kv-watermark", type=float, default=0.0, metavar="F",
-                   help="fraction of the KV blocks kept free when a request is admitted while others "
-                        "run: room for their decode, less thrash (vLLM v0's watermark, 0.01 there) "
-                        "(default: %(default)s)")
-    g.add_argument("--max-preemptions-per-request", type=int, default=0, metavar="N",
-                   help="a request preempted N times is no longer chosen as the victim when the KV "
-                        "cache runs out (another running request is), 0 = no cap (default: %(default)s)")
-
-
 def add_sim_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("simulated executor (no model is loaded; each step's duration comes from a "
-                             "roofline cost model, sampled tokens are synthetic; see docs/sim.md)")
-    g.add_argument("--executor", choices=["model", "sim"], default="model",
-                   help="model: run the model's forward pass; sim: the real scheduler and KV cache with "
-                        "simulated step times, to replay big traces fast (default: %(default)s)")
-    g.add_argument("--sim-model", metavar="NAME",
-                   help=f"architecture to simulate: {', '.join(known_models())}, or a transformers folder "
-                        f"/ config.json (default: --model, i.e. the embedded SmolLM2-135M)")
-    g.add_argument("--sim-device", metavar="NAME",
-                   help=f"device to simulate: {', '.join(known_devices())} (cpu = this machine, measured "
-                        f"at start; GPU peaks from the vendors' datasheets) (default: h100)")
-    g.add_argument("--sim-cost", metavar="FIT.json",
-                   help="overheads (per step, per scheduled request) and efficiency factors written by "
-                        "'batchscope fit' (default: 2 ms per step, 10 us per request, 50%% of peak FLOP/s, "
-                        "80%% of peak bandwidth)")
+    """The simulated executor's flags (``--executor``, ``--sim-*``)."""
+    g = p.add_argument_group(SIM_GROUP)
+    for flag in SIM_FLAGS:
+        flag.add_to(g)
 
 
 def add_workload_args(p: argparse.ArgumentParser, *, time_scale: float, prompt_scale: float = 1.0,
@@ -147,31 +212,21 @@ def add_slo_args(p: argparse.ArgumentParser) -> None:
 
 
 def engine_config(a: argparse.Namespace) -> EngineConfig:
-    """EngineConfig from parsed arguments (a ``SimConfig`` with ``--executor sim``). Raises
-    ConfigError with the knob and its limit, or the known names of a simulated model or device."""
-    sim = getattr(a, "executor", "model") == "sim"
-    clock = "sim" if sim and a.clock == "wall" else a.clock   # real seconds mean nothing to a simulation
-    knobs = dict(model=a.model, device=a.device, dtype=a.dtype, seed=a.seed, block_size=a.block_size,
-                 num_gpu_blocks=a.num_gpu_blocks, max_model_len=a.max_model_len,
-                 max_num_seqs=a.max_num_seqs, max_num_batched_tokens=a.max_num_batched_tokens,
-                 enable_chunked_prefill=not a.no_chunked_prefill,
-                 enable_prefix_caching=a.enable_prefix_caching, policy=a.policy,
-                 preemption_mode=a.preemption_mode, num_cpu_blocks=a.num_cpu_blocks,
-                 check_invariants=a.check_invariants, cuda_graphs=getattr(a, "cuda_graphs", "off") == "on",
-                 long_prefill_token_threshold=a.long_prefill_token_threshold, clock=clock,
-                 max_queue_time=getattr(a, "max_queue_time", None), admission=getattr(a, "admission", "all"),
-                 slo_ttft_ms=getattr(a, "slo_ttft", None), kv_watermark=getattr(a, "kv_watermark", 0.0),
-                 max_preemptions_per_request=getattr(a, "max_preemptions_per_request", 0))
-    sim_flags = {k: getattr(a, k, None) for k in ("sim_model", "sim_device", "sim_cost")}
+    """EngineConfig from parsed arguments (a ``SimConfig`` with ``--executor sim``), read through
+    :data:`CONFIG_FLAGS`. Raises ConfigError with the knob and its limit, or the known names of a
+    simulated model or device."""
+    sim = getattr(a, "executor", Executor.MODEL) == Executor.SIM
+    clock = Clock.SIM if sim and a.clock == Clock.WALL else a.clock   # real seconds mean nothing to a simulation
+    knobs = {f.field: f.to_field(getattr(a, f.dest)) for f in ENGINE_FLAGS if f.field}
+    knobs["clock"] = clock
+    knobs["slo_ttft_ms"] = getattr(a, "slo_ttft", None)       # --slo-ttft (add_slo_args)
+    sim_flags = {f.field: getattr(a, f.dest, None) for f in SIM_FLAGS if f.field != "executor"}
     if not sim:
-        given = [f"--{k.replace('_', '-')}" for k, v in sim_flags.items() if v is not None]
+        given = [CONFIG_FLAGS[k].option for k, v in sim_flags.items() if v is not None]
         if given or clock == "sim":
             raise ConfigError(f"{', '.join(given) or '--clock sim'} needs --executor sim")
         return EngineConfig(**knobs)
     if knobs["cuda_graphs"]:
         raise ConfigError("--cuda-graphs on needs --executor model (the simulated executor runs no forward pass)")
-    from engine.sim.config import SimConfig
-    return SimConfig(**knobs, sim_model=sim_flags["sim_model"] or a.model,
-                     sim_device=sim_flags["sim_device"] or "h100", sim_cost=sim_flags["sim_cost"])
-
-
+    given = {k: v for k, v in sim_flags.items() if v is not None}
+    return SimConfig(**knobs, **{**given, "sim_model": given.get("sim_model") or a.model})

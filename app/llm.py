@@ -29,6 +29,7 @@ from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.request import Request, SamplingParams
 from engine.sequence_group import sequence_ids
+from engine.vocab import Executor
 
 Prompt = Union[str, Sequence[int]]
 SIM_KNOBS = ("executor", "sim_model", "sim_device", "sim_cost")
@@ -88,13 +89,13 @@ def engine_config(model: str | Path, knobs: dict) -> EngineConfig:
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise TypeError(f"LLM() got an unknown engine knob {name!r}{hint}; known knobs: {', '.join(known)}")
     executor = knobs.pop("executor", "model")
-    if executor == "sim":
+    if executor == Executor.SIM:
         from engine.sim.config import SimConfig
 
         knobs.setdefault("sim_model", str(model))
         return SimConfig(model=str(model), **{"clock": "sim", **knobs})
     given = [k for k in SIM_KNOBS if k in knobs]
-    if executor != "model" or given:
+    if executor != Executor.MODEL or given:
         raise TypeError(f"{', '.join(given) or f'executor={executor!r}'}: the simulated executor's knobs "
                         f"need executor='sim' (executor is 'model' or 'sim')")
     return EngineConfig(model=str(model), **{"clock": "wall", **knobs})

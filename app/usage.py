@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from engine.vocab import Clock
 
 
 class UsageError(ValueError):
@@ -42,7 +43,7 @@ def _check_engine_run(args: argparse.Namespace) -> None:
         _new_file(args.record, "; choose a new --record path (recordings are never overwritten)")
     config = engine_config(args)                # ConfigError names the knob
     _check_device(config, args.device)
-    if getattr(args, "steps_per_second", None) is not None and config.clock != "virtual":
+    if getattr(args, "steps_per_second", None) is not None and config.clock != Clock.VIRTUAL:
         raise UsageError(f"--steps-per-second maps trace seconds to steps on the virtual clock only; "
                          f"this run's clock is {config.clock!r}, which keeps the trace's seconds "
                          f"(add --clock virtual, or drop --steps-per-second)")

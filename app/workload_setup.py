@@ -8,6 +8,7 @@ from pathlib import Path
 
 from engine.engine import LLMEngine
 from engine.request import SamplingParams
+from engine.vocab import Clock
 
 
 @dataclass
@@ -160,7 +161,7 @@ def add_workload(engine: LLMEngine, requests: list, *, clock: str,
     steps_per_second = steps_per_second or STEPS_PER_SECOND
     for w in requests:
         # Virtual clock: a request arrives before the first step at or after its trace time.
-        at = math.ceil(w.arrival_s * steps_per_second - 1e-9) if clock == "virtual" else w.arrival_s
+        at = math.ceil(w.arrival_s * steps_per_second - 1e-9) if clock == Clock.VIRTUAL else w.arrival_s
         params = SamplingParams(max_tokens=w.max_tokens, ignore_eos=w.ignore_eos, **w.sampling)
         engine.add_request(w.prompt_token_ids, params, request_id=w.request_id,
                            arrival_time=base + at, prompt_text=w.prompt_text, priority=w.priority)

@@ -20,7 +20,8 @@ from typing import Protocol
 from engine.config import EngineConfig
 from engine.detokenizer import IncrementalDetokenizer
 from engine.outputs import Arrival, BatchEntry, ModelRunnerOutput, NewToken, SchedulerOutput, StepRecord, Transition
-from engine.request import Request, RequestStatus, SamplingParams
+from engine.request import Request, SamplingParams
+from engine.vocab import Clock, RequestStatus
 from engine.request_ids import RequestIds
 from engine.sched.admission import StepTimeFn
 from engine.sched.scheduler import Scheduler
@@ -130,9 +131,9 @@ class LLMEngine:
     # --- clock ----------------------------------------------------------------------------
     def now(self) -> float:
         """Engine clock: the step index (virtual) or seconds since start (wall)."""
-        if self.config.clock == "virtual":
+        if self.config.clock == Clock.VIRTUAL:
             return float(self.step_index)
-        if self.config.clock == "sim":
+        if self.config.clock == Clock.SIM:
             return self._sim_time
         now_ns = self._frozen_at_ns if self._frozen_at_ns is not None else time.perf_counter_ns()
         return (now_ns - self._t0_ns - self._frozen_ns) / 1e9
@@ -257,9 +258,9 @@ class LLMEngine:
             if is_out_of_memory(e):
                 release_cached_memory()
         t2 = time.perf_counter_ns()
-        if self.config.clock == "sim" and out.step_duration_s is not None:
+        if self.config.clock == Clock.SIM and out.step_duration_s is not None:
             self._sim_time += out.step_duration_s
-        token_time = float(step + 1) if self.config.clock == "virtual" else self.now()
+        token_time = float(step + 1) if self.config.clock == Clock.VIRTUAL else self.now()
         detok = bool(self._detok)       # no detokenizer live: no per-token text work at all
         got = self.scheduler.update_from_output(sched, out, token_time, step,
                                                 self._check_stop if detok else None)
@@ -415,7 +416,7 @@ class LLMEngine:
         self._admit_due()
 
     def _admit_due(self) -> None:
-        if (self.config.clock == "sim" and self._future and not self.scheduler.waiting
+        if (self.config.clock == Clock.SIM and self._future and not self.scheduler.waiting
                 and not self.scheduler.running):
             # Simulated time: nothing can run until the next arrival, so jump to it.
             self._sim_time = max(self._sim_time, self._future[0][0])

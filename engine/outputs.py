@@ -15,30 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, NamedTuple, Sequence
-
-# Reasons a waiting request was not admitted in a step (recorded per step).
-NOT_ADMITTED_TOKEN_BUDGET = "token_budget"      # max_num_batched_tokens already spent
-NOT_ADMITTED_NO_FREE_BLOCKS = "no_free_blocks"  # the block pool cannot hold its prefill
-NOT_ADMITTED_SEQ_CAP = "seq_cap"                # max_num_seqs requests already running
-NOT_ADMITTED_BEHIND = "behind_older"            # FCFS: an older waiting request is blocked
-NOT_ADMITTED_LOWER_PRIORITY = "lower_priority"  # priority: a higher-priority request is blocked
-NOT_ADMITTED_STATIC_BATCH = "static_batch"      # static: the current batch has not finished
-NOT_ADMITTED_SWAPPED_FIRST = "swapped_first"    # swap: swapped-out requests resume first
-
-# Block events (kind of BlockEvent).
-BLOCKS_ALLOCATED = "allocated"   # taken off the free queue, appended to the request's table
-BLOCKS_FREED = "freed"           # the request's whole table released (each block loses a reference)
-BLOCKS_HIT = "hit"               # cached blocks shared into a request's table (prefix-cache hit)
-BLOCKS_FORKED = "forked"         # a parallel-sampling sequence shares its group's prompt blocks
-BLOCKS_CACHED = "cached"         # full, written blocks tagged with their prefix hash
-BLOCKS_EVICTED = "evicted"       # cached-free blocks handed out again: their hash is dropped
-BLOCKS_SWAPPED_OUT = "swapped_out"  # CPU swap blocks given to a request (its KV copied out)
-BLOCKS_SWAPPED_IN = "swapped_in"    # a request's CPU swap blocks released (its KV copied back)
-BLOCKS_RESERVED = "reserved"        # free blocks taken out of use (pool shrunk; no request: '')
-BLOCKS_UNRESERVED = "unreserved"    # blocks given back to use (pool grown; no request: '')
-BLOCK_EVENT_KINDS = (BLOCKS_ALLOCATED, BLOCKS_FREED, BLOCKS_HIT, BLOCKS_CACHED, BLOCKS_EVICTED,
-                     BLOCKS_SWAPPED_OUT, BLOCKS_SWAPPED_IN, BLOCKS_RESERVED, BLOCKS_UNRESERVED,
-                     BLOCKS_FORKED)
+from engine.vocab import EventKind, NotAdmittedReason
 
 
 class ScheduledRequest(NamedTuple):
@@ -137,7 +114,7 @@ class SchedulerOutput:
     scheduled: tuple[ScheduledRequest, ...]
     preempted_ids: tuple[str, ...] = ()
     not_admitted: tuple[tuple[str, str], ...] = ()
-    waiting_reason: str = NOT_ADMITTED_BEHIND
+    waiting_reason: NotAdmittedReason = NotAdmittedReason.BEHIND
     blocks_to_swap_out: tuple[tuple[int, int], ...] = ()
     blocks_to_swap_in: tuple[tuple[int, int], ...] = ()
     blocks_to_copy: tuple[tuple[int, int], ...] = ()
@@ -208,7 +185,7 @@ class NewToken(NamedTuple):
 
 
 class BlockEvent(NamedTuple):
-    """KV blocks changing hands or cache tags (``kind`` one of :data:`BLOCK_EVENT_KINDS`):
+    """KV blocks changing hands or cache tags (``kind`` a :class:`engine.vocab.BlockEventKind`):
     ``allocated`` appends ``block_ids`` (taken off the free queue) to the request's block table
     in order; ``hit`` appends cached blocks to it, shared (reference count + 1; only to a table
     that was empty); ``forked`` appends blocks another sequence of its parallel-sampling
@@ -321,7 +298,7 @@ class StepRecord:
     update_ns: int = 0
     recorder_wait_ns: int = 0
     error: str | None = None
-    waiting_reason: str = NOT_ADMITTED_BEHIND
+    waiting_reason: NotAdmittedReason = NotAdmittedReason.BEHIND
     knobs: tuple[tuple[str, int], ...] = ()
     prefix_cache_queries: int = 0
     prefix_cache_hits: int = 0
@@ -346,7 +323,7 @@ class StepRecord:
         change made just before it (``max_num_seqs`` cut, KV pool shrunk: ``preempted`` events
         of requests not in ``preempted_ids``). So the steps' total equals the ``preempted``
         events and the requests' ``num_preemptions`` summed."""
-        return sum(1 for e in self.events if e.kind == "preempted")
+        return sum(1 for e in self.events if e.kind == EventKind.PREEMPTED)
 
     def not_admitted_reason(self, request_id: str, priority_of=None) -> str:
         """Why waiting ``request_id`` was not admitted in this step (``NOT_ADMITTED_*``).
@@ -367,8 +344,8 @@ def not_admitted_reason(record, request_id: str, priority_of=None) -> str:
         if rid == request_id:
             return reason
     default = record.waiting_reason
-    if default == NOT_ADMITTED_BEHIND and priority_of is not None and record.not_admitted:
+    if default == NotAdmittedReason.BEHIND and priority_of is not None and record.not_admitted:
         mine, first = priority_of(request_id), priority_of(record.not_admitted[0][0])
         if mine is not None and first is not None and mine > first:
-            return NOT_ADMITTED_LOWER_PRIORITY
+            return NotAdmittedReason.LOWER_PRIORITY
     return default

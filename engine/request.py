@@ -1,51 +1,17 @@
 """Requests, their sampling parameters, states and finish reasons (vLLM v1 names). No torch."""
 from __future__ import annotations
 
-import enum
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
+
+from engine.vocab import FINISH_REASON_OF, FinishReason, RequestStatus
 
 if TYPE_CHECKING:
     from engine.sequence_group import SequenceGroup
 
 
 MAX_PENALTY = 2.0   # |frequency_penalty| and |presence_penalty| limit (vLLM, OpenAI)
-
-
-class RequestStatus(str, enum.Enum):
-    """Where a request is. Exactly one queue holds each unfinished request (invariant G3)."""
-
-    WAITING = "WAITING"                  # arrived, not yet admitted (holds no blocks)
-    RUNNING = "RUNNING"                  # admitted: holds a batch slot and KV blocks
-    PREEMPTED = "PREEMPTED"              # evicted by recompute preemption, waiting to recompute
-    PAUSED = "PAUSED"                    # held by the user: keeps its KV, holds no batch slot
-    SWAPPED = "SWAPPED"                  # preempted by swap: its KV waits in the CPU swap pool
-    FINISHED_STOPPED = "FINISHED_STOPPED"  # EOS, stop token or stop string
-    FINISHED_LENGTH = "FINISHED_LENGTH"    # max_tokens reached
-    FINISHED_ABORTED = "FINISHED_ABORTED"  # aborted by the user
-    FINISHED_ERROR = "FINISHED_ERROR"      # rejected at admission or failed in a step
-
-    @property
-    def is_finished(self) -> bool:
-        return self.name.startswith("FINISHED")
-
-
-class FinishReason(str, enum.Enum):
-    """Why a request finished, as an OpenAI-style API reports it."""
-
-    STOP = "stop"
-    LENGTH = "length"
-    ABORT = "abort"
-    ERROR = "error"
-
-
-FINISH_REASON_OF = {
-    RequestStatus.FINISHED_STOPPED: FinishReason.STOP,
-    RequestStatus.FINISHED_LENGTH: FinishReason.LENGTH,
-    RequestStatus.FINISHED_ABORTED: FinishReason.ABORT,
-    RequestStatus.FINISHED_ERROR: FinishReason.ERROR,
-}
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from PySide6.QtWidgets import QInputDialog, QMenu, QWidget
 
 from engine.outputs import RequestView
 from engine.state.source import EngineControl
+from engine.vocab import RequestStatus
 
 PRIORITY_RANGE = (-1_000_000, 1_000_000)   # what the "Set priority…" box accepts
 
@@ -14,8 +15,8 @@ def allowed_actions(view: RequestView | None) -> dict[str, bool]:
     """Which of pause / resume / abort make sense for ``view``'s status."""
     if view is None or view.is_finished:
         return {"pause": False, "resume": False, "abort": False}
-    return {"pause": view.status in ("WAITING", "RUNNING", "PREEMPTED"),
-            "resume": view.status == "PAUSED", "abort": True}
+    return {"pause": view.status in (RequestStatus.WAITING, RequestStatus.RUNNING, RequestStatus.PREEMPTED),
+            "resume": view.status == RequestStatus.PAUSED, "abort": True}
 
 
 def run_action(control: EngineControl, name: str, request_id: str) -> None:
@@ -46,7 +47,7 @@ MOVE_TO_FRONT_TEXT = "Move to front of the queue"
 def can_move_to_front(view: RequestView | None) -> bool:
     """Whether ``view``'s request waits in the queue (new or preempted), so it can be moved to
     its front."""
-    return view is not None and view.status in ("WAITING", "PREEMPTED")
+    return view is not None and view.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED)
 
 
 def request_menu(control: EngineControl, view: RequestView, parent: QWidget,

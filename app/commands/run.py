@@ -17,6 +17,7 @@ from app.args import engine_config
 from app.factory import build_engine
 from app.usage import check_usage
 from app.workload_setup import add_workload, load_workload, read_trace
+from engine.vocab import Clock, RequestStatus
 
 
 USAGE = 2      # exit status of a bad command line (a flag, a file named on it); 1 = a runtime failure
@@ -70,7 +71,7 @@ def run_headless(args: argparse.Namespace) -> int:
     eng = built.engine
     eng.recorder = writer
     rejected: list = []
-    eng.on_finished = lambda r: rejected.append(r) if r.status.value == "FINISHED_ERROR" else None
+    eng.on_finished = lambda r: rejected.append(r) if r.status == RequestStatus.FINISHED_ERROR else None
     add_workload(eng, wl.requests, clock=built.config.clock, steps_per_second=args.steps_per_second)
     gc.freeze()        # model and workload live for the whole run: out of the full GC passes
     if wl.notes:
@@ -205,7 +206,7 @@ def _replay(eng, total: int, clock: str) -> None:
         while eng.has_unfinished:
             eng.admit_due()
             s = eng.scheduler
-            if not (s.waiting or s.running) and clock == "wall" and eng.next_arrival_time is not None:
+            if not (s.waiting or s.running) and clock == Clock.WALL and eng.next_arrival_time is not None:
                 time.sleep(max(0.0, min(0.05, eng.next_arrival_time - eng.now())))
                 continue
             rec = _checked_step(eng, checker)

@@ -27,6 +27,7 @@ import numpy as np
 from engine.outputs import (Arrival, BatchEntry, BlockEvent, NewToken, RequestEvent, StepRecord,
                             Transition)
 from recordings.file.step_batches import ENTRY_FIELDS, STEP_FIELDS
+from engine.vocab import BlockEventKind, EventKind, NotAdmittedReason, RequestStatus, word
 
 FIELDS = tuple(f.name for f in dataclasses.fields(StepRecord))
 # fields of named tuples kept as plain tuples (a few per step), rebuilt with their type
@@ -39,6 +40,12 @@ _INDEX = {name: i for i, name in enumerate(FIELDS)}
 _TOKEN_FIELDS = (("request_id", object), ("index", np.int64), ("token_id", np.int64),
                  ("text", object))
 _new = tuple.__new__
+# the vocabulary's members in a record (objects the collector tracks) travel as their plain text:
+# named-tuple field -> (position of the word in each item, its enum)
+_WORDS = {"events": (1, EventKind), "block_events": (0, BlockEventKind), "transitions": (1, RequestStatus)}
+_NOT_ADMITTED = FIELDS.index("not_admitted")      # ((request_id, NotAdmittedReason), ...)
+_WAITING_REASON = FIELDS.index("waiting_reason")
+_text = str.__str__                                 # a StrEnum member's value as an exact str
 
 PackedStep = tuple
 """A packed :class:`StepRecord`: its fields in ``dataclasses.fields`` order, ``scheduled`` as
@@ -54,7 +61,10 @@ def pack(record: StepRecord) -> PackedStep:
     values = [getattr(record, name) for name in FIELDS]
     for name in _PLAIN:       # items first, then their tuple: one pass of the collector untracks both
         i = _INDEX[name]
-        values[i] = tuple([tuple(x) for x in values[i]])
+        at = _WORDS.get(name, (None,))[0]
+        values[i] = tuple([tuple(x) if at is None else (*x[:at], _text(x[at]), *x[at + 1:]) for x in values[i]])
+    values[_NOT_ADMITTED] = tuple([(rid, _text(reason)) for rid, reason in values[_NOT_ADMITTED]])
+    values[_WAITING_REASON] = _text(values[_WAITING_REASON])
     values[_BATCH] = _columns(record.scheduled, ENTRY_FIELDS)
     values[_TOKENS] = _columns(record.new_tokens, _TOKEN_FIELDS)
     return tuple(values)
@@ -71,7 +81,11 @@ def unpack(packed: PackedStep) -> StepRecord:
     values = list(packed)
     for name, cls in _PLAIN.items():
         i = _INDEX[name]
-        values[i] = tuple(_new(cls, t) for t in values[i])
+        at, kind = _WORDS.get(name, (None, None))
+        values[i] = tuple(_new(cls, t if at is None else (*t[:at], word(kind, t[at]), *t[at + 1:]))
+                          for t in values[i])
+    values[_NOT_ADMITTED] = tuple((rid, word(NotAdmittedReason, reason)) for rid, reason in values[_NOT_ADMITTED])
+    values[_WAITING_REASON] = word(NotAdmittedReason, values[_WAITING_REASON])
     values[_BATCH] = _rows(BatchEntry, packed[_BATCH])
     values[_TOKENS] = _rows(NewToken, packed[_TOKENS])
     return StepRecord(*values)
@@ -111,7 +125,7 @@ def batch_columns(steps: Sequence[PackedStep]) -> dict[str, Any]:
         elif name == "num_scheduled_tokens":
             out[name] = np.array([int(s[_BATCH][2].sum()) for s in steps], np.int64).reshape(n)
         elif name == "num_preemptions":       # StepRecord.num_preemptions of the packed events
-            out[name] = np.array([sum(1 for e in s[_INDEX["events"]] if e[1] == "preempted")
+            out[name] = np.array([sum(1 for e in s[_INDEX["events"]] if e[1] == EventKind.PREEMPTED)
                                   for s in steps], np.int64).reshape(n)
         else:
             i = _INDEX[name]

@@ -16,10 +16,10 @@ from collections import OrderedDict
 from typing import NamedTuple
 
 from engine.kv.block_pool import BlockPool, NoFreeBlocksError
-from engine.outputs import (BLOCKS_ALLOCATED, BLOCKS_CACHED, BLOCKS_EVICTED, BLOCKS_FORKED,
-                            BLOCKS_FREED, BLOCKS_HIT, BLOCKS_RESERVED, BLOCKS_UNRESERVED, BlockEvent)
+from engine.outputs import BlockEvent
 from engine.kv.prefix_explain import STOP_ALL, STOP_DIFFERS, STOP_EVICTED, STOP_SHORT, PrefixMatch
 from engine.kv.prefix_hash import ROOT_HASH, extend_block_hashes, hash_block
+from engine.vocab import BlockEventKind
 
 EVICTION_LOG_SIZE = 1 << 16   # evicted prefix hashes remembered for the explainer
 
@@ -183,11 +183,11 @@ class KVCacheManager:
         back = sorted(b for b in pool.reserved if b < num_usable)
         if out:
             pool.reserve(out)
-            self.events.append(BlockEvent(BLOCKS_RESERVED, "", tuple(out)))
+            self.events.append(BlockEvent(BlockEventKind.RESERVED, "", tuple(out)))
             self._note_evictions()
         if back:
             pool.unreserve(back)
-            self.events.append(BlockEvent(BLOCKS_UNRESERVED, "", tuple(back)))
+            self.events.append(BlockEvent(BlockEventKind.UNRESERVED, "", tuple(back)))
 
     def num_blocks_freed_by(self, request_id: str) -> int:
         """Blocks that would return to the free queue if ``request_id`` released its table now
@@ -229,7 +229,7 @@ class KVCacheManager:
             parent = h
         self.cache_at[rid] = (num_full + 1) * bs
         if tagged:
-            self.events.append(BlockEvent(BLOCKS_CACHED, rid, tuple(tagged), tuple(tags)))
+            self.events.append(BlockEvent(BlockEventKind.CACHED, rid, tuple(tagged), tuple(tags)))
 
     # --- block tables ---------------------------------------------------------------------
     def allocate_slots(self, request_id: str, num_total_tokens: int,
@@ -265,9 +265,9 @@ class KVCacheManager:
         evicted: list[int] = []
         new = self.pool.allocate(n, evicted)
         if evicted:
-            self.events.append(BlockEvent(BLOCKS_EVICTED, request_id, tuple(evicted)))
+            self.events.append(BlockEvent(BlockEventKind.EVICTED, request_id, tuple(evicted)))
             self._note_evictions()
-        self.events.append(BlockEvent(BLOCKS_ALLOCATED, request_id, tuple(new)))
+        self.events.append(BlockEvent(BlockEventKind.ALLOCATED, request_id, tuple(new)))
         return new
 
     def _admit(self, request_id: str, num_total_tokens: int, computed: ComputedBlocks) -> list[int] | None:
@@ -284,7 +284,7 @@ class KVCacheManager:
         self.cache_at[request_id] = (len(hit) + 1) * self.block_size
         if hit:
             self.pool.touch(hit)
-            self.events.append(BlockEvent(BLOCKS_HIT, request_id, hit))
+            self.events.append(BlockEvent(BlockEventKind.HIT, request_id, hit))
         if need:
             table.extend(self._take(request_id, need))
         self._frozen.pop(request_id, None)
@@ -312,7 +312,7 @@ class KVCacheManager:
                                 self.block_size)
             self.cache_at[cid] = (num_blocks + 1) * self.block_size
         if shared:
-            self.events.append(BlockEvent(BLOCKS_FORKED, cid, shared))
+            self.events.append(BlockEvent(BlockEventKind.FORKED, cid, shared))
         return shared
 
     def free(self, request_id: str) -> list[int]:
@@ -325,7 +325,7 @@ class KVCacheManager:
         # a prefix's head blocks, the likeliest to be hit again, are evicted last.
         self.pool.free(list(reversed(table)))
         if table:
-            self.events.append(BlockEvent(BLOCKS_FREED, request_id, tuple(table)))
+            self.events.append(BlockEvent(BlockEventKind.FREED, request_id, tuple(table)))
         return table
 
     def check_invariants(self, tokens_of_block=None) -> None:

@@ -2,7 +2,7 @@
 stopped where it did ("why is my prefix-cache hit rate 0%?").
 
 At each admission with prefix caching on, the scheduler records a
-``RequestEvent(request_id, "prefix_cache", detail)`` whose detail is the compact JSON of a
+``RequestEvent(request_id, EventKind.PREFIX_CACHE, detail)`` whose detail is the compact JSON of a
 :class:`PrefixMatch`; the window lists it in the request inspector, live and in replay, and SQL can
 read it (``json_extract(detail, '$.stop')``). The block-level reasons follow from the chained
 hashes (vLLM v1's prefix caching): block ``k`` can only hit if blocks ``0..k-1`` did.
@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from typing import NamedTuple
 
-EVENT_KIND = "prefix_cache"
 
 STOP_ALL = "all_matched"           # every block a lookup may use was cached
 STOP_SHORT = "shorter_than_block"  # fewer than block_size + 1 tokens: no block may be looked up

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from engine.kv.block_pool import BlockPool
 from engine.kv.manager import KVCacheManager
-from engine.outputs import BLOCKS_SWAPPED_IN, BLOCKS_SWAPPED_OUT, BlockEvent
+from engine.outputs import BlockEvent
+from engine.vocab import BlockEventKind
 
 
 class SwapSpace:
@@ -52,7 +53,7 @@ class SwapSpace:
         self.tables[request_id] = cpu
         self.kv.free(request_id)
         if cpu:
-            self.kv.events.append(BlockEvent(BLOCKS_SWAPPED_OUT, request_id, tuple(cpu)))
+            self.kv.events.append(BlockEvent(BlockEventKind.SWAPPED_OUT, request_id, tuple(cpu)))
         return list(zip(gpu, cpu))
 
     def num_gpu_blocks_to_swap_in(self, request_id: str) -> int:
@@ -76,7 +77,7 @@ class SwapSpace:
         del self.tables[request_id]
         self.pool.free(cpu)
         if cpu:
-            self.kv.events.append(BlockEvent(BLOCKS_SWAPPED_IN, request_id, tuple(cpu)))
+            self.kv.events.append(BlockEvent(BlockEventKind.SWAPPED_IN, request_id, tuple(cpu)))
         return list(zip(cpu, gpu))
 
     def hand_over(self, from_id: str, to_id: str, num_blocks: int) -> None:
@@ -94,10 +95,10 @@ class SwapSpace:
         events = self.kv.events
         for rid, table in ((from_id, src), (to_id, dst)):
             if table:
-                events.append(BlockEvent(BLOCKS_SWAPPED_IN, rid, tuple(table)))
+                events.append(BlockEvent(BlockEventKind.SWAPPED_IN, rid, tuple(table)))
         self.tables[to_id] = src[:num_blocks] + dst
         if self.tables[to_id]:
-            events.append(BlockEvent(BLOCKS_SWAPPED_OUT, to_id, tuple(self.tables[to_id])))
+            events.append(BlockEvent(BlockEventKind.SWAPPED_OUT, to_id, tuple(self.tables[to_id])))
 
     def drop(self, request_id: str) -> list[int]:
         """Release a swapped-out request's CPU blocks (it finished or was aborted): a
@@ -105,7 +106,7 @@ class SwapSpace:
         cpu = self.tables.pop(request_id, [])
         if cpu:
             self.pool.free(cpu)
-            self.kv.events.append(BlockEvent(BLOCKS_SWAPPED_IN, request_id, tuple(cpu)))
+            self.kv.events.append(BlockEvent(BlockEventKind.SWAPPED_IN, request_id, tuple(cpu)))
         return cpu
 
     def check_invariants(self) -> None:

@@ -48,12 +48,11 @@ import json
 import math
 from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple
 
+from engine.vocab import AdmissionRejection
+
 if TYPE_CHECKING:
     from engine.request import Request
 
-EVENT_KIND = "admission_rejected"     # the event recorded with a rejection (detail: JSON)
-QUEUE_TIMEOUT = "queue_timeout"       # waited max_queue_time without being admitted
-SLO_TTFT = "slo_ttft"                 # the predicted TTFT exceeds slo_ttft_ms
 
 # step_time(num_tokens, num_seqs, attn_pairs, context_tokens) -> seconds of one step, as
 # ``engine.sim.cost_model.CostModel.predict_step_s`` prices it
@@ -61,7 +60,8 @@ StepTimeFn = Callable[[int, int, int, int], float]
 
 
 class Rejection(NamedTuple):
-    """Why a request was turned away. ``reason`` is :data:`QUEUE_TIMEOUT` or :data:`SLO_TTFT`;
+    """Why a request was turned away. ``reason`` is an ``AdmissionRejection`` (``queue_timeout``,
+    ``slo_ttft``);
     ``value`` is the time waited (timeout) or the predicted TTFT (SLO) and ``limit`` the
     ``max_queue_time`` or the SLO, both on the engine clock (seconds; steps under the virtual
     clock); ``num_ahead`` / ``num_tokens_ahead`` are the requests and prefill tokens it queued
@@ -83,13 +83,21 @@ class Rejection(NamedTuple):
         """One line for people (the request's ``error``): 'rejected at arrival: predicted TTFT
         12.4 s exceeds the TTFT SLO of 2 s (31 requests, 40,210 prefill tokens ahead)'."""
         ahead = f"{self.num_ahead} requests, {self.num_tokens_ahead} prefill tokens ahead"
-        if self.reason == SLO_TTFT:
+        if self.reason == AdmissionRejection.SLO_TTFT:
             return (f"rejected at arrival: predicted TTFT {self.value:.3g} {unit} exceeds the TTFT SLO "
                     f"of {self.limit:g} {unit} ({ahead})")
-        if self.reason == QUEUE_TIMEOUT:
+        if self.reason == AdmissionRejection.QUEUE_TIMEOUT:
             return (f"timed out: waited {self.value:.3g} {unit} without being admitted, over "
                     f"max_queue_time {self.limit:g} {unit} ({ahead})")
         return f"rejected by admission control: {self.reason}"
+
+
+def _reason(word: str) -> AdmissionRejection | str:
+    """A reason as its member; a word of a newer file stays text."""
+    try:
+        return AdmissionRejection(word)
+    except ValueError:
+        return word
 
 
 def rejection_info(detail: str) -> Rejection | None:
@@ -97,7 +105,7 @@ def rejection_info(detail: str) -> Rejection | None:
     JSON."""
     try:
         d = json.loads(detail)
-        return Rejection(str(d["reason"]), float(d["value"]), float(d["limit"]),
+        return Rejection(_reason(str(d["reason"])), float(d["value"]), float(d["limit"]),
                          int(d.get("ahead", 0)), int(d.get("tokens_ahead", 0)))
     except (ValueError, KeyError, TypeError):
         return None
@@ -208,7 +216,7 @@ class TtftPredictor:
 
     def predict(self, scheduler, req: Request, now: float) -> Rejection:
         """The predicted TTFT of ``req`` arriving now (engine clock), as a :class:`Rejection` of
-        reason :data:`SLO_TTFT` (``value`` the prediction, ``limit`` the SLO in seconds); the
+        reason ``slo_ttft`` (``value`` the prediction, ``limit`` the SLO in seconds); the
         caller rejects when ``value > limit``."""
         c, kv = scheduler.config, scheduler.kv
         load = self.load(scheduler)
@@ -244,5 +252,5 @@ class TtftPredictor:
         decode = self.step_time(n, n, load.context + n, load.context + n)
         predicted = max(num_steps, wait) * decode + num_steps * max(mixed - decode, 0.0)
         waited = max(0.0, now - req.arrival_time)
-        return Rejection(SLO_TTFT, waited + predicted, c.slo_ttft_ms / 1e3,
+        return Rejection(AdmissionRejection.SLO_TTFT, waited + predicted, c.slo_ttft_ms / 1e3,
                          load.num_running + ahead.count, load.prefill_left + ahead.tokens)

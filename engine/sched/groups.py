@@ -40,9 +40,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterable
 
 from engine.outputs import ModelRunnerOutput, RequestEvent, ScheduledRequest, SchedulerOutput
-from engine.sched.preemption import MODE_RECOMPUTE, MODE_SWAP, MODE_SWAP_FALLBACK
-from engine.request import Request, RequestStatus
+from engine.request import Request
+from engine.vocab import Policy, EventKind, RequestStatus
 from engine.sequence_group import SequenceGroup
+from engine.vocab import PreemptionMode
 
 if TYPE_CHECKING:
     from engine.sched.scheduler import Scheduler
@@ -124,7 +125,7 @@ class GroupScheduling:
             for m in group.live():
                 err = self.admission_error(m)
                 if err is not None:
-                    self.s._finish(m, RequestStatus.FINISHED_ERROR, kind="failed", error=f"{err} ({why})")
+                    self.s._finish(m, RequestStatus.FINISHED_ERROR, kind=EventKind.FAILED, error=f"{err} ({why})")
 
     def admission_needs(self, head: Request) -> tuple[int, int, int]:
         """What admitting the waiting ``head`` takes beyond a single request: (batch slots,
@@ -158,7 +159,7 @@ class GroupScheduling:
             m.num_computed_tokens = p
             if m.num_cached_tokens < 0:
                 m.num_cached_tokens = 0
-            s.events.append(RequestEvent(m.request_id, "forked", head.request_id))
+            s.events.append(RequestEvent(m.request_id, EventKind.FORKED, head.request_id))
             forked.append(m.request_id)
             if not m.output_token_ids:
                 first.append(m.request_id)
@@ -197,7 +198,7 @@ class GroupScheduling:
                     continue
                 err = errors.get(head_id) or (NO_FIRST_TOKEN if rid in first and rid not in sampled else None)
                 if err is not None:
-                    s._finish(m, RequestStatus.FINISHED_ERROR, error=err, kind="failed")
+                    s._finish(m, RequestStatus.FINISHED_ERROR, error=err, kind=EventKind.FAILED)
         return tuple(x for x in out.forked if x.request_id in s.requests)
 
     # --- preemption -----------------------------------------------------------------------
@@ -218,13 +219,13 @@ class GroupScheduling:
             for_request = ""
         head, f = members[0], self.num_shared_blocks(req)
         shared = {m.request_id: 0 if m is head else f for m in members}
-        mode = MODE_RECOMPUTE
+        mode = PreemptionMode.RECOMPUTE
         if s.swap is not None and req.status is RequestStatus.RUNNING:
             need = sum(kv.blocks_for(m.num_computed_tokens) - shared[m.request_id] for m in members)
-            mode = MODE_SWAP if s.swap.can_swap_out(need) else MODE_SWAP_FALLBACK
+            mode = PreemptionMode.SWAP if s.swap.can_swap_out(need) else PreemptionMode.SWAP_FALLBACK
         # swapped-out sequences queue in index order; recomputing ones are put back at the
         # front of the waiting queue one by one, the head last so it is first
-        order = members if mode == MODE_SWAP else reversed(members)
+        order = members if mode == PreemptionMode.SWAP else reversed(members)
         for m in order:
             s._preempt(m, reason, for_request, mode=mode, num_shared=shared[m.request_id])
         return ids
@@ -295,14 +296,14 @@ class GroupScheduling:
         members = req.group.live()
         if any(m.status is not RequestStatus.PAUSED for m in members):
             return False
-        to_running = (s.policy != "static" and all(s.kv.block_ids(m.request_id) for m in members)
+        to_running = (s.policy != Policy.STATIC and all(s.kv.block_ids(m.request_id) for m in members)
                       and len(s.running) + len(members) <= s.config.max_num_seqs)
         if not to_running:
             for m in members:
                 s.kv.free(m.request_id)
                 m.num_computed_tokens = 0
         # a resumed sequence that waits is put back at the queue's front (but under static)
-        order = members if to_running or s.policy == "static" else reversed(members)
+        order = members if to_running or s.policy == Policy.STATIC else reversed(members)
         return self._each(s.resume_request, order)
 
     def set_priority(self, req: Request, priority: int) -> bool:

@@ -3,6 +3,7 @@ block tables and both KV pools), run after every step under ``EngineConfig.check
 from __future__ import annotations
 
 from engine.sched.queue import priority_key
+from engine.vocab import Policy
 
 
 def check_scheduler(s) -> None:
@@ -33,7 +34,7 @@ def check_scheduler(s) -> None:
     assert len(s.running) <= s.config.max_num_seqs, "G4: running > max_num_seqs"
     slots = [r.slot for r in s.running]
     assert None not in slots and len(set(slots)) == len(slots), f"slots not unique: {slots}"
-    if s.policy == "priority":
+    if s.policy == Policy.PRIORITY:
         keys = [priority_key(r) for r in s.running]
         assert keys == sorted(keys), "running requests out of (priority, arrival) order"
     assert s.static_batch <= set(s.requests), "static batch names a finished request"

@@ -1,6 +1,6 @@
 """Preemption forensics: why a request lost its KV, for whom, and what it costs to get it back.
 
-Every preemption is a ``RequestEvent(request_id, "preempted", detail)`` whose ``detail`` is the
+Every preemption is a ``RequestEvent(request_id, EventKind.PREEMPTED, detail)`` whose ``detail`` is the
 compact JSON of a :class:`PreemptionInfo`, so the recording's ``events`` table answers "why was it
 preempted?" with plain SQL (``json_extract(detail, '$.reason')``) and the window shows the same.
 Older recordings hold free text there; :func:`preemption_info` reads both.
@@ -9,17 +9,10 @@ from __future__ import annotations
 
 import json
 from typing import NamedTuple
+from engine.vocab import PreemptionMode, PreemptionReason
 
 # Why a request was preempted (``PreemptionInfo.reason``).
-NEEDED_BLOCKS = "no_free_blocks"     # a running request needed a block and none was free
-FOR_PRIORITY = "priority"            # made room for a waiting request of strictly higher priority
-PAUSED_KV = "paused_kv_taken"        # a user-paused request's KV was taken so others can run
-POOL_SHRUNK = "kv_pool_shrunk"       # the user shrank the usable KV pool
-SLOTS_CUT = "max_num_seqs_lowered"   # the user lowered max_num_seqs below its batch slot
 
-MODE_RECOMPUTE = "recompute"
-MODE_SWAP = "swap"
-MODE_SWAP_FALLBACK = "recompute_fallback"   # swap mode, but the CPU swap pool had no room
 
 
 class PreemptionInfo(NamedTuple):
@@ -42,15 +35,15 @@ class PreemptionInfo(NamedTuple):
 
     def describe(self) -> str:
         """One line for people: 'recompute 120 tokens (no free blocks for R3), 2nd time'."""
-        why = {NEEDED_BLOCKS: "no free KV blocks", FOR_PRIORITY: "higher priority",
-               PAUSED_KV: "KV of a paused request taken", POOL_SHRUNK: "KV pool shrunk",
-               SLOTS_CUT: "max_num_seqs lowered"}.get(
+        why = {PreemptionReason.NEEDED_BLOCKS: "no free KV blocks", PreemptionReason.FOR_PRIORITY: "higher priority",
+               PreemptionReason.PAUSED_KV: "KV of a paused request taken", PreemptionReason.POOL_SHRUNK: "KV pool shrunk",
+               PreemptionReason.SLOTS_CUT: "max_num_seqs lowered"}.get(
                    self.reason, self.reason)
         who = f" for {self.for_request}" if self.for_request else ""
         nth = "" if self.count <= 1 else f", preemption #{self.count}"
-        if self.mode == MODE_SWAP_FALLBACK:
+        if self.mode == PreemptionMode.SWAP_FALLBACK:
             return f"recompute {self.num_tokens} tokens (CPU swap pool full; {why}{who}){nth}"
-        mode = "swap out" if self.mode == MODE_SWAP else self.mode
+        mode = "swap out" if self.mode == PreemptionMode.SWAP else self.mode
         return f"{mode} {self.num_tokens} tokens ({why}{who}){nth}"
 
 

@@ -17,6 +17,7 @@ from collections import deque
 from typing import Iterator
 
 from engine.request import Request
+from engine.vocab import Policy
 
 
 class FCFSQueue:
@@ -135,4 +136,4 @@ def priority_key(req: Request) -> tuple[int, int]:
 
 def make_queue(policy: str) -> FCFSQueue | PriorityQueue:
     """The waiting queue of ``policy`` (``fcfs`` and ``static`` serve by arrival)."""
-    return PriorityQueue() if policy == "priority" else FCFSQueue()
+    return PriorityQueue() if policy == Policy.PRIORITY else FCFSQueue()

@@ -89,39 +89,17 @@ from typing import Callable, Iterable
 
 from engine.config import EngineConfig
 from engine.kv.manager import NO_HIT, KVCacheManager
-from engine.kv.prefix_explain import EVENT_KIND as PREFIX_EVENT
 from engine.kv.swap import SwapSpace
-from engine.outputs import (
-    NOT_ADMITTED_BEHIND,
-    NOT_ADMITTED_LOWER_PRIORITY,
-    NOT_ADMITTED_NO_FREE_BLOCKS,
-    NOT_ADMITTED_SEQ_CAP,
-    NOT_ADMITTED_STATIC_BATCH,
-    NOT_ADMITTED_SWAPPED_FIRST,
-    NOT_ADMITTED_TOKEN_BUDGET,
-    ModelRunnerOutput,
-    RequestEvent,
-    ScheduledRequest,
-    SchedulerOutput,
-)
-from engine.request import Request, RequestStatus
+from engine.outputs import ModelRunnerOutput, RequestEvent, ScheduledRequest, SchedulerOutput
+from engine.request import Request
+from engine.vocab import AdmissionRejection, EventKind, Policy, RequestStatus
 from engine.runner.sync import RunnerSync
-from engine.sched.admission import (EVENT_KIND as ADMISSION_EVENT, QUEUE_TIMEOUT, QueueDeadlines, Rejection,
-                                    StepTimeFn, TtftPredictor)
+from engine.sched.admission import QueueDeadlines, Rejection, StepTimeFn, TtftPredictor
 from engine.sched.groups import GroupScheduling
 from engine.sched.invariants import check_scheduler
-from engine.sched.preemption import (
-    FOR_PRIORITY,
-    MODE_RECOMPUTE,
-    MODE_SWAP,
-    MODE_SWAP_FALLBACK,
-    NEEDED_BLOCKS,
-    PAUSED_KV,
-    POOL_SHRUNK,
-    SLOTS_CUT,
-    PreemptionInfo,
-)
+from engine.sched.preemption import PreemptionInfo
 from engine.sched.queue import make_queue, priority_key
+from engine.vocab import EventKind, NotAdmittedReason, PreemptionMode, PreemptionReason
 
 
 class Scheduler:
@@ -150,7 +128,7 @@ class Scheduler:
         self._seq = itertools.count()
         self.static_batch: set[str] = set()     # policy static: ids of the current batch
         # preemption_mode swap: the CPU pool and the swapped-out requests, resumed FIFO
-        self.swap = SwapSpace(config.num_cpu_blocks, self.kv) if config.preemption_mode == "swap" else None
+        self.swap = SwapSpace(config.num_cpu_blocks, self.kv) if config.preemption_mode == PreemptionMode.SWAP else None
         self.swapped: deque[Request] = deque()
         self._swap_out: list[tuple[int, int]] = []
         self._swap_in: list[tuple[int, int]] = []
@@ -172,7 +150,7 @@ class Scheduler:
             return "empty prompt: a request needs at least 1 prompt token"
         if m < 1:
             return f"max_tokens must be >= 1, got {m}"
-        if req.priority and self.policy != "priority":
+        if req.priority and self.policy != Policy.PRIORITY:
             return (f"priority={req.priority} needs policy='priority' (this engine runs "
                     f"policy={self.policy!r}, where every request has priority 0)")
         if p + m > c.max_model_len:
@@ -199,10 +177,10 @@ class Scheduler:
         req.seq = next(self._seq)
         if req.group is not None:
             self.groups.add(req)
-        self.events.append(RequestEvent(req.request_id, "arrived"))
+        self.events.append(RequestEvent(req.request_id, EventKind.ARRIVED))
         err = self.admission_error(req)
         if err is not None:
-            self._finish(req, RequestStatus.FINISHED_ERROR, error=err, kind="rejected")
+            self._finish(req, RequestStatus.FINISHED_ERROR, error=err, kind=EventKind.REJECTED)
             return False
         if self.predictor is not None:
             verdict = self._slo_verdict(req, req.arrival_time if now is None else now)
@@ -232,9 +210,9 @@ class Scheduler:
     def _reject(self, req: Request, why: Rejection) -> None:
         """Turn ``req`` away by admission control: an ``admission_rejected`` event with ``why``,
         then the ``rejected`` finish (FINISHED_ERROR, the error in words)."""
-        self.events.append(RequestEvent(req.request_id, ADMISSION_EVENT, why.to_detail()))
+        self.events.append(RequestEvent(req.request_id, EventKind.ADMISSION_REJECTED, why.to_detail()))
         unit = "steps" if self.config.clock == "virtual" else "s"
-        self._finish(req, RequestStatus.FINISHED_ERROR, error=why.describe(unit), kind="rejected")
+        self._finish(req, RequestStatus.FINISHED_ERROR, error=why.describe(unit), kind=EventKind.REJECTED)
 
     def expire_waiting(self, now: float) -> list[str]:
         """Reject, as timed out, the requests still waiting for their first admission more than
@@ -248,7 +226,7 @@ class Scheduler:
                 if m.is_finished:
                     continue
                 ahead = sum(1 for _ in itertools.takewhile(lambda r: r is not m, self.waiting))
-                self._reject(m, Rejection(QUEUE_TIMEOUT, now - m.arrival_time, self.config.max_queue_time,
+                self._reject(m, Rejection(AdmissionRejection.QUEUE_TIMEOUT, now - m.arrival_time, self.config.max_queue_time,
                                           len(self.running) + ahead))
                 out.append(m.request_id)
         return out
@@ -305,8 +283,8 @@ class Scheduler:
                     victim = self._pick_victim(req)
                     if victim is None:
                         break
-                    gone = self._preempt(victim, PAUSED_KV if victim.status is RequestStatus.PAUSED
-                                         else NEEDED_BLOCKS, "" if victim is req else rid)
+                    gone = self._preempt(victim, PreemptionReason.PAUSED_KV if victim.status is RequestStatus.PAUSED
+                                         else PreemptionReason.NEEDED_BLOCKS, "" if victim is req else rid)
                     preempted += gone
                     memory_preempted = True
                     if rid in gone:              # req itself (or its parallel-sampling group)
@@ -324,11 +302,11 @@ class Scheduler:
             budget += self.groups.drop_preempted(scheduled, self.requests)
 
         not_admitted: list[tuple[str, str]] = []
-        waiting_reason = NOT_ADMITTED_BEHIND
+        waiting_reason = NotAdmittedReason.BEHIND
         # Policy priority: a waiting request of strictly higher priority than every swapped-out
         # one is not held behind them (nor is it behind running ones): admission goes first,
         # for the waiting requests that outrank them, and the swapped-out ones wait.
-        outranked = bool(self.swapped and not preempted and self.policy == "priority" and self.waiting
+        outranked = bool(self.swapped and not preempted and self.policy == Policy.PRIORITY and self.waiting
                          and self.waiting.peek().priority < self._best_swapped_priority())
         if self.swapped and not preempted and not outranked:
             # Swapped-out requests resume (FIFO) before anyone is admitted, and not in a step
@@ -347,9 +325,9 @@ class Scheduler:
         if (self.swapped or had_swapped) and not outranked:
             # Nobody is admitted in a step that began with swapped-out requests or swapped one
             # out (vLLM v0's rule: admissions only with an empty swapped queue).
-            waiting_reason = NOT_ADMITTED_SWAPPED_FIRST
+            waiting_reason = NotAdmittedReason.SWAPPED_FIRST
             if self.waiting:
-                not_admitted.append((self.waiting.peek().request_id, NOT_ADMITTED_SWAPPED_FIRST))
+                not_admitted.append((self.waiting.peek().request_id, NotAdmittedReason.SWAPPED_FIRST))
         else:
             waiting_reason = self._admission(step, budget, scheduled, preempted, not_admitted,
                                              memory_preempted, outranked)
@@ -395,7 +373,7 @@ class Scheduler:
             if errors:
                 err = errors.get(rid)
                 if err is not None:
-                    self._finish(req, RequestStatus.FINISHED_ERROR, error=err, kind="failed")
+                    self._finish(req, RequestStatus.FINISHED_ERROR, error=err, kind=EventKind.FAILED)
                     continue
             req.num_computed_tokens += s.num_tokens
             if caching and req.num_computed_tokens >= cache_at.get(rid, 0):
@@ -422,7 +400,7 @@ class Scheduler:
         return got_token
 
     def _finish(self, req: Request, status: RequestStatus, *, error: str | None = None,
-                stop_reason: str | None = None, kind: str = "finished") -> None:
+                stop_reason: str | None = None, kind: EventKind = EventKind.FINISHED) -> None:
         if req.group is not None:
             self.groups.before_finish(req)
         if req.status is RequestStatus.RUNNING or req in self.running:
@@ -477,29 +455,29 @@ class Scheduler:
         first waiting request has strictly higher priority than every swapped-out one): admit
         by the policy, or, after a preemption for memory, nobody. Fills ``not_admitted``;
         returns the step's ``waiting_reason``."""
-        waiting_reason = NOT_ADMITTED_BEHIND
-        static = self.policy == "static"
+        waiting_reason = NotAdmittedReason.BEHIND
+        static = self.policy == Policy.STATIC
         if static and self.waiting:
             waiting_reason = self._static_admission_open()
         if memory_preempted:
             # After a preemption for memory nobody is admitted: the cache is what ran out.
             if self.waiting:
                 head = self.waiting.peek().request_id
-                not_admitted.append((head, NOT_ADMITTED_STATIC_BATCH
+                not_admitted.append((head, NotAdmittedReason.STATIC_BATCH
                                      if static and head not in self.static_batch
-                                     else NOT_ADMITTED_NO_FREE_BLOCKS))
-        elif waiting_reason == NOT_ADMITTED_BEHIND:
+                                     else NotAdmittedReason.NO_FREE_BLOCKS))
+        elif waiting_reason == NotAdmittedReason.BEHIND:
             self._admit(step, budget, scheduled, preempted, not_admitted, outranked)
             if self.waiting and not not_admitted:     # static: the rest waits for the next batch
-                not_admitted.append((self.waiting.peek().request_id, NOT_ADMITTED_STATIC_BATCH))
+                not_admitted.append((self.waiting.peek().request_id, NotAdmittedReason.STATIC_BATCH))
         if static and self.static_batch and self.waiting:
             # waiting members of the batch (at most max_num_seqs) are behind the blocked one;
             # everyone else waits for the batch to finish
             listed = {rid for rid, _ in not_admitted}
-            not_admitted += [(r.request_id, NOT_ADMITTED_BEHIND)
+            not_admitted += [(r.request_id, NotAdmittedReason.BEHIND)
                              for r in itertools.islice(self.waiting, self.config.max_num_seqs)
                              if r.request_id in self.static_batch and r.request_id not in listed]
-            waiting_reason = NOT_ADMITTED_STATIC_BATCH
+            waiting_reason = NotAdmittedReason.STATIC_BATCH
         return waiting_reason
 
     def _admit(self, step: int, budget: int, scheduled: list, preempted: list,
@@ -509,33 +487,33 @@ class Scheduler:
         (policy priority, swapped-out requests wait) only requests of strictly higher priority
         than every swapped-out one start. Returns the budget left."""
         kv, c = self.kv, self.config
-        static = self.policy == "static"
+        static = self.policy == Policy.STATIC
         while self.waiting:
             req = self.waiting.peek()
             if static and req.request_id not in self.static_batch:
                 break                              # the rest waits for the next static batch
             if outranked and req.priority >= self._best_swapped_priority():
-                not_admitted.append((req.request_id, NOT_ADMITTED_SWAPPED_FIRST))
+                not_admitted.append((req.request_id, NotAdmittedReason.SWAPPED_FIRST))
                 break                              # the swapped-out requests come back first
             # parallel sampling: a group's waiting sequences start together (engine.sched.groups)
             width, extra_blocks, min_tokens = self.groups.admission_needs(req)
             reason = None
             if req.request_id in preempted:
                 # displaced this step by a higher-priority request: not back before the next step
-                reason = NOT_ADMITTED_LOWER_PRIORITY
+                reason = NotAdmittedReason.LOWER_PRIORITY
             elif len(self.running) + width > c.max_num_seqs:
-                reason = NOT_ADMITTED_SEQ_CAP
+                reason = NotAdmittedReason.SEQ_CAP
             elif budget <= 0:
-                reason = NOT_ADMITTED_TOKEN_BUDGET
+                reason = NotAdmittedReason.TOKEN_BUDGET
             # Prefix caching: start from the longest cached prefix (NO_HIT when it is off).
             hit = kv.get_computed_blocks(req) if reason is None else NO_HIT
             num_cached = hit.num_computed_tokens
             n = self._chunk(req, budget, num_cached) if reason is None else 0
             if reason is None and ((not c.enable_chunked_prefill and n < req.num_tokens - num_cached)
                                    or num_cached + n < min_tokens):
-                reason = NOT_ADMITTED_TOKEN_BUDGET
+                reason = NotAdmittedReason.TOKEN_BUDGET
             new_blocks = None
-            if reason in (None, NOT_ADMITTED_SEQ_CAP, NOT_ADMITTED_TOKEN_BUDGET) and self.policy == "priority":
+            if reason in (None, NotAdmittedReason.SEQ_CAP, NotAdmittedReason.TOKEN_BUDGET) and self.policy == Policy.PRIORITY:
                 freed = self._preempt_for_priority(req, scheduled, budget)
                 if freed:                               # made room for req: look at it again
                     preempted += freed
@@ -548,7 +526,7 @@ class Scheduler:
                                    > kv.num_free_blocks):
                 # Its whole prefill must fit the free blocks, not only this chunk: a prefill
                 # started without room would be preempted before it ends, over and over.
-                reason = NOT_ADMITTED_NO_FREE_BLOCKS
+                reason = NotAdmittedReason.NO_FREE_BLOCKS
                 if not self.running:
                     # Only parked KV stands in the way: take it (liveness) and look at req again
                     # in this step (its blocks are free now: no step idles with free blocks).
@@ -560,7 +538,7 @@ class Scheduler:
             if reason is None:
                 new_blocks = kv.allocate_slots(req.request_id, num_cached + n, hit)
                 if new_blocks is None:
-                    reason = NOT_ADMITTED_NO_FREE_BLOCKS
+                    reason = NotAdmittedReason.NO_FREE_BLOCKS
             if reason is not None:
                 not_admitted.append((req.request_id, reason))
                 break
@@ -569,7 +547,7 @@ class Scheduler:
             if req.num_cached_tokens < 0:
                 req.num_cached_tokens = num_cached
             if kv.enable_caching:         # how much hit, and why the match stopped there
-                self.events.append(RequestEvent(req.request_id, PREFIX_EVENT, kv.explain(req, hit).to_detail()))
+                self.events.append(RequestEvent(req.request_id, EventKind.PREFIX_CACHE, kv.explain(req, hit).to_detail()))
             self._start_running(req)
             scheduled.append(ScheduledRequest(req.request_id, req.slot, n, req.num_computed_tokens,
                                               req.is_prefill, tuple(new_blocks)))
@@ -588,8 +566,8 @@ class Scheduler:
             if self.groups:                 # parallel sampling: whole groups only
                 self.static_batch = self.groups.whole_groups(self.static_batch)
         if self.waiting.peek().request_id in self.static_batch:
-            return NOT_ADMITTED_BEHIND
-        return NOT_ADMITTED_STATIC_BATCH
+            return NotAdmittedReason.BEHIND
+        return NotAdmittedReason.STATIC_BATCH
 
     # ---- User controls between steps: finish (abort), pause, resume, limits, priority, move to front ----
     def finish_request(self, request_id: str, status: RequestStatus, *, error: str | None = None,
@@ -598,8 +576,8 @@ class Scheduler:
         req = self.requests.get(request_id)
         if req is None or req.is_finished:
             return
-        kind = {RequestStatus.FINISHED_ABORTED: "aborted",
-                RequestStatus.FINISHED_ERROR: "failed"}.get(status, "finished")
+        kind = {RequestStatus.FINISHED_ABORTED: EventKind.ABORTED,
+                RequestStatus.FINISHED_ERROR: EventKind.FAILED}.get(status, EventKind.FINISHED)
         self._finish(req, status, error=error, stop_reason=stop_reason, kind=kind)
 
     def pause_request(self, request_id: str) -> bool:
@@ -616,7 +594,7 @@ class Scheduler:
         self.static_batch.discard(request_id)      # a parked request leaves its static batch
         req.status = RequestStatus.PAUSED
         self.paused.append(req)
-        self.events.append(RequestEvent(request_id, "paused"))
+        self.events.append(RequestEvent(request_id, EventKind.PAUSED))
         return True
 
     def resume_request(self, request_id: str) -> bool:
@@ -630,15 +608,15 @@ class Scheduler:
         if req.status is not RequestStatus.PAUSED:
             return False
         self.paused.remove(req)
-        self.events.append(RequestEvent(request_id, "resumed"))
-        if (self.policy != "static" and self.kv.block_ids(request_id)
+        self.events.append(RequestEvent(request_id, EventKind.RESUMED))
+        if (self.policy != Policy.STATIC and self.kv.block_ids(request_id)
                 and len(self.running) < self.config.max_num_seqs):
             self._start_running(req)
             return True
         self.kv.free(request_id)
         req.num_computed_tokens = 0
         req.status = RequestStatus.WAITING
-        if self.policy == "static":
+        if self.policy == Policy.STATIC:
             self.waiting.add(req)
         else:
             self.waiting.prepend(req)
@@ -661,19 +639,19 @@ class Scheduler:
                              f"has {self.kv.num_blocks} blocks), got {num_usable_blocks}")
         cap = new.max_num_seqs
         for r in [r for r in self.running if r.slot >= cap]:
-            self._preempt(r, SLOTS_CUT)
+            self._preempt(r, PreemptionReason.SLOTS_CUT)
         self._free_slots = sorted(set(range(cap)) - {r.slot for r in self.running})
         self.config = new
         if num_usable_blocks is not None:
             changes["num_usable_blocks"] = num_usable_blocks
             outside = self.kv.blocks_held_outside(num_usable_blocks)
             for r in [r for r in self.live_requests() if r.request_id in outside]:
-                self._preempt(r, POOL_SHRUNK)
+                self._preempt(r, PreemptionReason.POOL_SHRUNK)
             self.kv.set_usable_blocks(num_usable_blocks)
             for r in list(self.live_requests()):
                 err = self.admission_error(r)
                 if err is not None:
-                    self._finish(r, RequestStatus.FINISHED_ERROR, kind="failed",
+                    self._finish(r, RequestStatus.FINISHED_ERROR, kind=EventKind.FAILED,
                                  error=f"{err} (num_usable_blocks was lowered to {num_usable_blocks})")
         if self.groups:         # parallel sampling: a group may no longer fit the new slots or budget
             self.groups.fail_impossible(", ".join(f"{k} was set to {v}" for k, v in changes.items()))
@@ -684,7 +662,7 @@ class Scheduler:
         in the queue at once; a running one keeps running and is ordered by it for later
         preemptions. Returns False if the request is not live. Raises ``ValueError`` under
         another policy."""
-        if self.policy != "priority":
+        if self.policy != Policy.PRIORITY:
             raise ValueError(f"set_priority needs policy='priority' (this engine runs "
                              f"policy={self.policy!r})")
         req = self.requests.get(request_id)
@@ -697,7 +675,7 @@ class Scheduler:
             self.waiting.reorder(req)
         elif req.status is RequestStatus.RUNNING:
             self.running.sort(key=priority_key)
-        self.events.append(RequestEvent(request_id, "priority", str(req.priority)))
+        self.events.append(RequestEvent(request_id, EventKind.PRIORITY, str(req.priority)))
         return True
 
     def move_to_front(self, request_id: str) -> bool:
@@ -708,7 +686,7 @@ class Scheduler:
         with the next step. Returns False if the request is not waiting (running, paused,
         swapped, finished or unknown). Raises ``ValueError`` under another policy (``priority``:
         use :meth:`set_priority`; ``static``: the batch decides)."""
-        if self.policy != "fcfs":
+        if self.policy != Policy.FCFS:
             raise ValueError(f"move_to_front needs policy='fcfs' (this engine runs policy="
                              f"{self.policy!r}; under 'priority' give the request a lower "
                              "priority value instead)")
@@ -721,7 +699,7 @@ class Scheduler:
         for m in reversed(members):
             self.waiting.remove(m)
             self.waiting.prepend(m)
-        self.events.extend(RequestEvent(m.request_id, "moved_to_front") for m in members)
+        self.events.extend(RequestEvent(m.request_id, EventKind.MOVED_TO_FRONT) for m in members)
         return True
 
     # ---- Batch slots, preemption and swap-in ----
@@ -790,7 +768,7 @@ class Scheduler:
             budget += tokens.get(r.request_id, 0)
         if not victims or not room():
             return []
-        ids = [rid for v in victims for rid in self._preempt(v, FOR_PRIORITY, head.request_id)]
+        ids = [rid for v in victims for rid in self._preempt(v, PreemptionReason.FOR_PRIORITY, head.request_id)]
         gone = set(ids)
         scheduled[:] = [x for x in scheduled if x.request_id not in gone]
         return ids
@@ -823,17 +801,17 @@ class Scheduler:
             if self.kv.num_free_blocks >= num_free_needed:
                 break
             if self.kv.block_ids(p.request_id):
-                out += self._preempt(p, PAUSED_KV, for_request)
+                out += self._preempt(p, PreemptionReason.PAUSED_KV, for_request)
         return out
 
     def _start_running(self, req: Request) -> None:
         req.status = RequestStatus.RUNNING
         req.slot = heapq.heappop(self._free_slots)
-        if self.policy == "priority":       # running in (priority, arrival) order: victims last
+        if self.policy == Policy.PRIORITY:       # running in (priority, arrival) order: victims last
             bisect.insort(self.running, req, key=priority_key)
         else:
             self.running.append(req)
-        self.events.append(RequestEvent(req.request_id, "scheduled"))
+        self.events.append(RequestEvent(req.request_id, EventKind.SCHEDULED))
 
     def _leave_running(self, req: Request) -> None:
         self.runner_sync.drop(req.request_id)       # the runner drops its state of req
@@ -860,10 +838,10 @@ class Scheduler:
         req.num_preemptions += 1
         num_blocks = self.kv.blocks_for(tokens)
         if mode is None:
-            mode = MODE_RECOMPUTE                   # (also when no KV was computed: nothing to keep)
+            mode = PreemptionMode.RECOMPUTE                   # (also when no KV was computed: nothing to keep)
             if self.swap is not None and not was_paused and num_blocks:
-                mode = MODE_SWAP if self.swap.can_swap_out(num_blocks) else MODE_SWAP_FALLBACK
-        if mode == MODE_SWAP:
+                mode = PreemptionMode.SWAP if self.swap.can_swap_out(num_blocks) else PreemptionMode.SWAP_FALLBACK
+        if mode == PreemptionMode.SWAP:
             self._swap_out += self.swap.swap_out(req.request_id, num_blocks, num_shared)
             req.status = RequestStatus.SWAPPED
             self.swapped.append(req)
@@ -871,8 +849,8 @@ class Scheduler:
             self.kv.free(req.request_id)
             req.num_computed_tokens = 0
         info = PreemptionInfo(mode, reason, for_request, tokens, req.num_preemptions)
-        self.events.append(RequestEvent(req.request_id, "preempted", info.to_detail()))
-        if mode != MODE_SWAP and not was_paused:
+        self.events.append(RequestEvent(req.request_id, EventKind.PREEMPTED, info.to_detail()))
+        if mode != PreemptionMode.SWAP and not was_paused:
             req.status = RequestStatus.PREEMPTED
             self.waiting.prepend(req)
         return [req.request_id]

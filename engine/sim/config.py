@@ -3,10 +3,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.config import ConfigError, EngineConfig
+from engine.config import ConfigError, EngineConfig, knob
 from engine.sim.cost_model import CostModel, CostParams
-from engine.sim.hardware import CPU, DevicePeaks, check_device_name
-from engine.sim.model_shapes import ModelShape, get_model_shape
+from engine.sim.hardware import CPU, DevicePeaks, check_device_name, known_devices
+from engine.sim.model_shapes import ModelShape, get_model_shape, known_models
+from engine.vocab import Executor, values
 
 # Fraction of the device memory the weights and the KV cache may use together (vLLM's default
 # ``gpu_memory_utilization``); the rest is left to activations and the runtime.
@@ -22,14 +23,20 @@ class SimConfig(EngineConfig):
     ``"sim"`` (it marks the recording's provenance). Names are checked on construction
     (:class:`ConfigError` lists the known ones)."""
 
-    executor: str = "sim"
-    sim_model: str = "llama-3.1-8b"
-    sim_device: str = "h100"
-    sim_cost: str | None = None
+    executor: Executor = knob(Executor.SIM, "model: run the model's forward pass; sim: the real scheduler and KV cache with "
+                                "simulated step times, to replay big traces fast", choices=("model", "sim"))
+    sim_model: str = knob("llama-3.1-8b", f"architecture to simulate: {', '.join(known_models())}, or a "
+                                          f"transformers folder / config.json", metavar="NAME")
+    sim_device: str = knob("h100", f"device to simulate: {', '.join(known_devices())} (cpu = this machine, "
+                                   f"measured at start; GPU peaks from the vendors' datasheets)", metavar="NAME")
+    sim_cost: str | None = knob(
+        None, "overheads (per step, per scheduled request) and efficiency factors written by 'batchscope fit' "
+              "(default: 2 ms per step, 10 us per request, 50% of peak FLOP/s, 80% of peak bandwidth)",
+        metavar="FIT.json")
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.executor != "sim":
+        if self.executor != Executor.SIM:
             raise ConfigError(f"SimConfig.executor must be 'sim', got {self.executor!r}")
         try:
             get_model_shape(self.sim_model)

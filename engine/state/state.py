@@ -15,16 +15,13 @@ from typing import Iterator, Mapping
 import numpy as np
 
 from engine.outputs import RequestView
+from engine.vocab import FINISH_REASON_OF, STATUS_CODES, RequestStatus
 
-# Request status <-> int8 code in the ``status`` column.
-STATUSES = ("WAITING", "RUNNING", "PREEMPTED", "PAUSED", "FINISHED_STOPPED", "FINISHED_LENGTH",
-            "FINISHED_ABORTED", "FINISHED_ERROR", "SWAPPED")   # new codes only ever appended
-STATUS_CODE = {name: i for i, name in enumerate(STATUSES)}
-FINISH_REASON = {"FINISHED_STOPPED": "stop", "FINISHED_LENGTH": "length",
-                 "FINISHED_ABORTED": "abort", "FINISHED_ERROR": "error"}
-_QUEUE_CODES = {"waiting": (STATUS_CODE["WAITING"], STATUS_CODE["PREEMPTED"]),
-                "running": (STATUS_CODE["RUNNING"],), "paused": (STATUS_CODE["PAUSED"],),
-                "swapped": (STATUS_CODE["SWAPPED"],)}
+# Request status <-> int8 code in the ``status`` column (engine.vocab.STATUS_CODES: appended only).
+STATUS_CODE: dict[str, int] = {status: i for i, status in enumerate(STATUS_CODES)}
+_QUEUE_CODES = {"waiting": (STATUS_CODE[RequestStatus.WAITING], STATUS_CODE[RequestStatus.PREEMPTED]),
+                "running": (STATUS_CODE[RequestStatus.RUNNING],), "paused": (STATUS_CODE[RequestStatus.PAUSED],),
+                "swapped": (STATUS_CODE[RequestStatus.SWAPPED],)}
 
 # Column name -> dtype. Times are on the engine clock; NaN = not yet; slot -1 = none.
 COLUMNS: dict[str, np.dtype] = {
@@ -58,7 +55,7 @@ def _opt(x: float) -> float | None:
 def row_view(request_id: str, cols: Mapping[str, np.ndarray], i: int, *, status: str | None = None,
              error: str | None = None) -> RequestView:
     """The :class:`RequestView` of row ``i`` of ``cols`` (``status`` overrides the column)."""
-    st = status if status is not None else STATUSES[int(cols["status"][i])]
+    st = status if status is not None else STATUS_CODES[int(cols["status"][i])]
     n_out = int(cols["num_output_tokens"][i])
     first, last = float(cols["first_token_time"][i]), float(cols["last_token_time"][i])
     arrival = float(cols["arrival_time"][i])
@@ -71,7 +68,7 @@ def row_view(request_id: str, cols: Mapping[str, np.ndarray], i: int, *, status:
         num_preemptions=int(cols["num_preemptions"][i]),
         ttft=None if math.isnan(first) else first - arrival,
         mean_itl=(last - first) / (n_out - 1) if n_out >= 2 else None,
-        finish_reason=FINISH_REASON.get(st), error=error,
+        finish_reason=FINISH_REASON_OF.get(st), error=error,
         num_recomputed_tokens=int(cols["num_recomputed_tokens"][i]))
 
 

@@ -17,17 +17,16 @@ from typing import Iterable
 
 import numpy as np
 
-from engine.outputs import (BLOCKS_ALLOCATED, BLOCKS_CACHED, BLOCKS_EVICTED, BLOCKS_FORKED,
-                            BLOCKS_FREED, BLOCKS_HIT, BLOCKS_RESERVED, BLOCKS_SWAPPED_IN, BLOCKS_SWAPPED_OUT,
-                            BLOCKS_UNRESERVED, Arrival, BlockEvent, RequestEvent, StepRecord, Transition)
-from engine.state.state import (COLUMNS, RESERVED, NUM_RECENTLY_FINISHED, STATUS_CODE, STATUSES, EngineState,
+from engine.outputs import Arrival, BlockEvent, RequestEvent, StepRecord, Transition
+from engine.state.state import (COLUMNS, RESERVED, NUM_RECENTLY_FINISHED, STATUS_CODE, STATUS_CODES, EngineState,
                           row_view)
+from engine.vocab import BlockEventKind, EventKind, RequestStatus
 
-_RUNNING = STATUS_CODE["RUNNING"]
-_WAITING = STATUS_CODE["WAITING"]
+_RUNNING = STATUS_CODE[RequestStatus.RUNNING]
+_WAITING = STATUS_CODE[RequestStatus.WAITING]
 _MIN_CAPACITY = 64
 _REQUEST_ID = operator.attrgetter("request_id")
-_CACHE_KINDS = (BLOCKS_HIT, BLOCKS_CACHED, BLOCKS_EVICTED, BLOCKS_FORKED)   # FORKED shares as HIT
+_CACHE_KINDS = (BlockEventKind.HIT, BlockEventKind.CACHED, BlockEventKind.EVICTED, BlockEventKind.FORKED)   # FORKED shares as HIT
 
 
 class StateTimeline:
@@ -130,7 +129,7 @@ class StateTimeline:
         """(status, slot, num_computed_tokens, num_output_tokens, num_preemptions) of a live
         request (slot -1 = none). Raises ``KeyError`` if it is not live."""
         i, c = self._row[request_id], self._cols
-        return (STATUSES[int(c["status"][i])], int(c["slot"][i]), int(c["num_computed_tokens"][i]),
+        return (STATUS_CODES[int(c["status"][i])], int(c["slot"][i]), int(c["num_computed_tokens"][i]),
                 int(c["num_output_tokens"][i]), int(c["num_preemptions"][i]))
 
     # --- advancing -------------------------------------------------------------------------
@@ -156,7 +155,7 @@ class StateTimeline:
         for a in arrivals:
             self._add(a)
         for ev in events:
-            if ev.kind == "priority" and ev.request_id in self._row:
+            if ev.kind == EventKind.PRIORITY and ev.request_id in self._row:
                 self._cols["priority"][self._row[ev.request_id]] = int(ev.detail)
         c, row = self._cols, self._row      # after the arrivals: an arrival may compact the rows
         # Batch entries and tokens column-wise: one row lookup per request, the rest in numpy.
@@ -209,16 +208,16 @@ class StateTimeline:
         self._row[a.request_id] = i
 
     def _blocks(self, ev: BlockEvent) -> None:
-        if ev.kind in (BLOCKS_RESERVED, BLOCKS_UNRESERVED):     # the usable pool changed
+        if ev.kind in (BlockEventKind.RESERVED, BlockEventKind.UNRESERVED):     # the usable pool changed
             ids = np.asarray(ev.block_ids, np.int64)
-            self.block_owner[ids] = RESERVED if ev.kind == BLOCKS_RESERVED else -1
+            self.block_owner[ids] = RESERVED if ev.kind == BlockEventKind.RESERVED else -1
             self.block_hash[ids] = 0
             self.block_pos[ids] = 0
             return
         i = self._row[ev.request_id]
         nblocks = self._cols["num_blocks"]
         ids, n = ev.block_ids, len(ev.block_ids)
-        if ev.kind == BLOCKS_FREED and (self._extra or self._extra_by_block):
+        if ev.kind == BlockEventKind.FREED and (self._extra or self._extra_by_block):
             self._shared = None
             self._free_shared(int(self._cols["seq"][i]), ids)
             nblocks[i] -= n
@@ -226,22 +225,22 @@ class StateTimeline:
         if ev.kind in _CACHE_KINDS:
             self._cache_event(i, ev)
             return
-        if ev.kind == BLOCKS_SWAPPED_OUT:       # the CPU side; the GPU table was freed before
+        if ev.kind == BlockEventKind.SWAPPED_OUT:       # the CPU side; the GPU table was freed before
             self.cpu_owner[np.asarray(ids, np.int64)] = self._cols["seq"][i]
             return
-        if ev.kind == BLOCKS_SWAPPED_IN:
+        if ev.kind == BlockEventKind.SWAPPED_IN:
             self.cpu_owner[np.asarray(ids, np.int64)] = -1
             return
         if n == 1:              # the common case (a decode crossing a block boundary): scalars
             ids = ids[0]
         else:
             ids = np.asarray(ids, np.int64)
-        if ev.kind == BLOCKS_ALLOCATED:
+        if ev.kind == BlockEventKind.ALLOCATED:
             start = int(nblocks[i])
             self.block_owner[ids] = self._cols["seq"][i]
             self.block_pos[ids] = start if n == 1 else np.arange(start, start + n)
             nblocks[i] = start + n
-        elif ev.kind == BLOCKS_FREED:
+        elif ev.kind == BlockEventKind.FREED:
             self.block_owner[ids] = -1
             # a cached block keeps its position: it still holds that prefix block's tokens
             self.block_pos[ids] = np.where(self.block_hash[ids] != 0, self.block_pos[ids], 0)
@@ -253,11 +252,11 @@ class StateTimeline:
         """A prefix-cache block event (hit, cached, evicted) for the request in row ``i``, or a
         parallel-sampling fork (shared into the table like a hit)."""
         ids = np.asarray(ev.block_ids, np.int64)
-        if ev.kind == BLOCKS_CACHED:
+        if ev.kind == BlockEventKind.CACHED:
             if len(ev.block_hashes) != len(ids):
                 raise ValueError(f"cached event with {len(ids)} blocks and {len(ev.block_hashes)} hashes")
             self.block_hash[ids] = ev.block_hashes
-        elif ev.kind == BLOCKS_EVICTED:
+        elif ev.kind == BlockEventKind.EVICTED:
             self.block_hash[ids] = 0
             self.block_pos[ids] = 0
         else:                                   # hit or forked: shared into the table's head

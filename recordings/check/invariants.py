@@ -37,17 +37,17 @@ from typing import Callable, Iterator, Mapping
 
 import numpy as np
 
-from engine.outputs import (BLOCKS_ALLOCATED, BLOCKS_FORKED, BLOCKS_FREED, BLOCKS_HIT, BLOCKS_RESERVED,
-                            BLOCKS_UNRESERVED, StepRecord)
+from engine.outputs import StepRecord
 from engine.sequence_group import parent_id_of
-from engine.state.state import NUM_RECENTLY_FINISHED, RESERVED, STATUS_CODE, STATUSES, EngineState
+from engine.state.state import NUM_RECENTLY_FINISHED, RESERVED, STATUS_CODE, STATUS_CODES, EngineState
+from engine.vocab import EventKind, BlockEventKind
 
 MAX_NAMED = 5          # ids named in one problem's message before "and N more"
 CHUNK_STEPS = 512      # steps read from a recording per query
 # Request events that end a request (schema-1 records carry these, not transitions)
-FINISH_EVENT_KINDS = ("finished", "aborted", "failed", "rejected")
-_LIVE_CODES = tuple(STATUS_CODE[s] for s in ("WAITING", "PREEMPTED", "RUNNING", "PAUSED", "SWAPPED"))
-_POOL_KINDS = (BLOCKS_RESERVED, BLOCKS_UNRESERVED)        # the usable pool resized (no request)
+FINISH_EVENT_KINDS = (EventKind.FINISHED, EventKind.ABORTED, EventKind.FAILED, EventKind.REJECTED)
+_LIVE_CODES = tuple(STATUS_CODE[s] for s in STATUS_CODES if not s.is_finished)
+_POOL_KINDS = (BlockEventKind.RESERVED, BlockEventKind.UNRESERVED)        # the usable pool resized (no request)
 
 
 @dataclass(frozen=True)
@@ -143,15 +143,15 @@ class StateChecker:
                 if held:
                     bad("G1", f"blocks taken out of use while held: {_names(held)}")
                 continue
-            if ev.kind == BLOCKS_ALLOCATED:
+            if ev.kind == BlockEventKind.ALLOCATED:
                 taken = [f"block {b} to {rid} while {_names(holders[b])} holds it" for b in ev.block_ids
                          if holders.get(b)]
                 if taken:
                     bad("G1", f"allocated {_names(taken)}")
-            if ev.kind in (BLOCKS_ALLOCATED, BLOCKS_HIT, BLOCKS_FORKED):
+            if ev.kind in (BlockEventKind.ALLOCATED, BlockEventKind.HIT, BlockEventKind.FORKED):
                 for b in ev.block_ids:
                     holders.setdefault(b, []).append(rid)
-            elif ev.kind == BLOCKS_FREED:
+            elif ev.kind == BlockEventKind.FREED:
                 strays = [b for b in ev.block_ids if rid not in holders.get(b, ())]
                 if strays:
                     bad("G1", f"{rid} freed blocks it does not hold: {_names(strays)}")
@@ -309,7 +309,7 @@ def _rows_of(seq: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 
 def _status_name(code: int) -> str:
-    return STATUSES[code] if 0 <= code < len(STATUSES) else f"status code {code}"
+    return STATUS_CODES[code] if 0 <= code < len(STATUS_CODES) else f"status code {code}"
 
 
 # --- recordings ---------------------------------------------------------------------------------

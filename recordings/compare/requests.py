@@ -26,11 +26,12 @@ import numpy as np
 
 from recordings.metrics.stats import STEPS_PER_QUERY
 from recordings.file.reader import Reader
+from engine.vocab import RequestStatus
 
 PARTS = ("queue", "preempted", "prefill", "decode")
 CAUSES = {"queue": "queueing", "preempted": "preemption", "prefill": "prefill chunking",
           "decode": "decode (batch size / step time)"}
-SERVED = ("FINISHED_STOPPED", "FINISHED_LENGTH")      # a request with a whole latency to compare
+SERVED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH)      # a request with a whole latency to compare
 UNCHANGED = 0.005      # an E2E change within 0.5% of run A's is "unchanged" (no cause named)
 
 

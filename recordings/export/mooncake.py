@@ -31,6 +31,7 @@ from typing import Callable
 from engine.kv.prefix_hash import ROOT_HASH, hash_block
 from recordings.file import codec
 from recordings.export.timebase import time_base
+from engine.vocab import Clock
 
 ROWS_PER_QUERY = 2048
 HASH_BLOCK_TOKENS = 512        # Mooncake's hash block (FAST'25 traces)
@@ -119,7 +120,7 @@ def export_mooncake(reader, path: str | Path, *, steps_per_second: float = 10.0,
         result.notes.append(f"{result.num_rows - result.num_with_hash_ids} of {result.num_rows} requests "
                             "without hash_ids: the recording did not store their prompt token ids "
                             "(synthetic prompts of a simulated run)")
-    if tb.clock == "virtual":
+    if tb.clock == Clock.VIRTUAL:
         result.notes.append(f"virtual clock: timestamps at {1000 / steps_per_second:g} ms per step "
                             f"(replay with --clock virtual --steps-per-second {steps_per_second:g} "
                             "for the same arrival steps)")

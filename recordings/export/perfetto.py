@@ -35,12 +35,13 @@ from recordings.export.replay import Progress, replay
 from recordings.export.slot_runs import SlotRun, SlotRuns
 from recordings.export.timebase import US_PER_STEP, TimeBase, time_base
 from recordings.export.trace_file import TraceFile
+from engine.vocab import EventKind
 
 SLOTS_PID, REQUESTS_PID, ENGINE_PID = 1, 2, 3
 STEPS_TID = 1
 PROCESS_NAMES = {SLOTS_PID: "batch slots", REQUESTS_PID: "requests", ENGINE_PID: "engine"}
-BEFORE_BATCH = {"preempted", "paused", "resumed", "aborted", "rejected"}  # between steps / in schedule()
-AFTER_BATCH = {"finished", "failed"}                                     # in update_from_output()
+BEFORE_BATCH = {EventKind.PREEMPTED, EventKind.PAUSED, EventKind.RESUMED, EventKind.ABORTED, EventKind.REJECTED}  # between steps / in schedule()
+AFTER_BATCH = {EventKind.FINISHED, EventKind.FAILED}                                  # in update_from_output()
 
 
 @dataclass(frozen=True)
@@ -152,15 +153,15 @@ class _StepWriter:
         self._prev_end = t1
 
     def _lifecycle_event(self, request_id: str, kind: str, detail: str, t: float) -> None:
-        if kind == "preempted":
+        if kind == EventKind.PREEMPTED:
             args = _detail_args(detail)
             self._preemption_instant(request_id, t, args)
             self.lives.phase(request_id, "preempted", t, args)
-        elif kind == "paused":
+        elif kind == EventKind.PAUSED:
             self.lives.phase(request_id, "paused", t)
-        elif kind == "resumed":
+        elif kind == EventKind.RESUMED:
             self.lives.phase(request_id, "queued", t)
-        elif request_id in self.lives or kind == "rejected":        # aborted, rejected
+        elif request_id in self.lives or kind == EventKind.REJECTED:        # aborted, rejected
             self.lives.finish(request_id, t, {"event": kind, "detail": detail})
             self.runs.forget(request_id)
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 from typing import Callable
+from engine.vocab import NotAdmittedReason
 
-from engine.outputs import NOT_ADMITTED_BEHIND
 
 ROWS_PER_QUERY = 2048
 REQUEST_FILE, STEP_FILE = "requests.csv", "steps.csv"
@@ -81,7 +81,7 @@ def export_csv(reader, out: str | Path, progress: Callable[[int], object] | None
     step_header = _columns(reader, "steps")
     # NULL waiting_reason: every waiting request was behind an older one (docs/recording.md);
     # a step with nobody waiting has no reason (empty cell)
-    reason = f"coalesce(waiting_reason, '{NOT_ADMITTED_BEHIND}')"
+    reason = f"coalesce(waiting_reason, '{NotAdmittedReason.BEHIND}')"
     if "num_waiting" in step_header:
         reason = f"CASE WHEN num_waiting > 0 THEN {reason} END"
     step_select = [reason if c == "waiting_reason" else c for c in step_header]

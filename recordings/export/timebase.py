@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Mapping
+from engine.vocab import Clock, values
 
 US_PER_STEP = 1000.0    # virtual clock: one step is drawn as 1 ms unless told otherwise
-CLOCKS = ("virtual", "wall", "sim")
+CLOCKS = values(Clock)
 
 
 @dataclass(frozen=True)
@@ -37,9 +38,9 @@ class TimeBase:
     def description(self) -> str:
         """What one exported unit means, for metadata and messages
         ('virtual clock: 1 step = 1000 us', 'sim clock: simulated seconds')."""
-        if self.clock == "virtual":
+        if self.clock == Clock.VIRTUAL:
             return f"virtual clock: 1 step = {self.us_per_unit:g} us"
-        if self.clock == "sim":
+        if self.clock == Clock.SIM:
             return "sim clock: simulated seconds (the cost model's step times), not the time the simulation took"
         return "wall clock: seconds since the run started (paused time not counted)"
 
@@ -53,4 +54,4 @@ def time_base(run_info: Mapping[str, Any], us_per_step: float = US_PER_STEP) -> 
     clock = str((run_info.get("config") or {}).get("clock", "virtual"))
     if clock not in CLOCKS:
         raise ValueError(f"unknown clock {clock!r} in the recording (known: {', '.join(CLOCKS)})")
-    return TimeBase(clock, us_per_step if clock == "virtual" else 1e6)
+    return TimeBase(clock, us_per_step if clock == Clock.VIRTUAL else 1e6)

@@ -25,9 +25,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from engine.outputs import (NOT_ADMITTED_BEHIND, Arrival, BatchEntry, BlockEvent, NewToken,
-                            RequestEvent, RequestView, StepRecord, Transition)
+from engine.outputs import Arrival, BatchEntry, BlockEvent, NewToken, RequestEvent, RequestView, StepRecord, Transition
 from engine.state.state import COLUMNS, EngineState
+from engine.vocab import BlockEventKind, EventKind, NotAdmittedReason, RequestStatus, word
 
 SeqOf = Callable[[str], int]
 IdOf = Callable[[int], str]
@@ -139,7 +139,7 @@ def step_rows(record: StepRecord, seq_of: SeqOf,
         "token_text_json": strict_dumps(texts) if any(texts) else None,
         "preempted_json": strict_dumps([seq_of(r) for r in record.preempted_ids]),
         "not_admitted_json": strict_dumps([[seq_of(r), why] for r, why in record.not_admitted]),
-        "waiting_reason": None if record.waiting_reason == NOT_ADMITTED_BEHIND else record.waiting_reason,
+        "waiting_reason": None if record.waiting_reason == NotAdmittedReason.BEHIND else record.waiting_reason,
         "knobs_json": strict_dumps(record.knobs) if record.knobs else None,
         "prefix_cache_queries": record.prefix_cache_queries,
         "prefix_cache_hits": record.prefix_cache_hits,
@@ -212,19 +212,19 @@ def record_from_rows(row: Sequence[Any], arrivals: Sequence[Arrival], events: Se
                         for i, (rid, slot, n, nc) in enumerate(zip(rids, slots, ns, ncs))),
         new_tokens=tuple(NewToken(rid, idx, tid, text or "")
                          for rid, idx, tid, text in zip(rids, idxs, ids, texts) if idx >= 0),
-        events=tuple(RequestEvent(id_of(seq), kind, detail or "") for _, seq, kind, detail in events),
-        block_events=tuple(BlockEvent(kind, "" if seq == NO_REQUEST else id_of(seq),
+        events=tuple(RequestEvent(id_of(seq), word(EventKind, kind), detail or "") for _, seq, kind, detail in events),
+        block_events=tuple(BlockEvent(word(BlockEventKind, kind), "" if seq == NO_REQUEST else id_of(seq),
                                       tuple(json.loads(blocks)),
                                       tuple(json.loads(hashes)) if hashes else ())
                            for _, kind, seq, blocks, hashes in block_events),
-        transitions=tuple(Transition(id_of(seq), status, slot, nc, npre, err)
+        transitions=tuple(Transition(id_of(seq), word(RequestStatus, status), slot, nc, npre, err)
                           for _, seq, status, slot, nc, npre, err in transitions),
         preempted_ids=tuple(id_of(s) for s in json.loads(preempted)),
-        not_admitted=tuple((id_of(s), why) for s, why in json.loads(not_admitted)),
+        not_admitted=tuple((id_of(s), word(NotAdmittedReason, why)) for s, why in json.loads(not_admitted)),
         num_waiting=num_waiting, num_running=num_running, num_paused=num_paused,
         num_finished=num_finished, num_free_blocks=num_free, num_total_blocks=num_total,
         schedule_ns=schedule_ns, forward_ns=forward_ns, update_ns=update_ns,
-        recorder_wait_ns=wait_ns, error=error, waiting_reason=waiting_reason or NOT_ADMITTED_BEHIND,
+        recorder_wait_ns=wait_ns, error=error, waiting_reason=word(NotAdmittedReason, waiting_reason) if waiting_reason else NotAdmittedReason.BEHIND,
         prefix_cache_queries=prefix_cache_queries, prefix_cache_hits=prefix_cache_hits,
         knobs=knobs_from_json(knobs))
 

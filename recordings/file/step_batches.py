@@ -10,8 +10,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from engine.outputs import NOT_ADMITTED_BEHIND, StepRecord
+from engine.outputs import StepRecord
 from recordings.file import codec
+from engine.vocab import NotAdmittedReason
 
 STEP_FIELDS = (("step", np.int64), ("start_ns", np.int64), ("end_ns", np.int64),
                ("clock", np.float64), ("token_time", np.float64), ("num_waiting", np.int64),
@@ -68,7 +69,7 @@ def columns_from_rows(rows: Sequence[tuple], id_of: Callable[[int], str]) -> dic
                        for p in preempted_json],
         not_admitted=[() if p == "[]" else tuple((id_of(s), why) for s, why in json.loads(p))
                       for p in not_admitted_json],
-        waiting_reason=[w or NOT_ADMITTED_BEHIND for w in waiting_reason],
+        waiting_reason=[w or NotAdmittedReason.BEHIND for w in waiting_reason],
         knobs=[codec.knobs_from_json(k) for k in knobs_json],
         request_id=_names(seq, id_of), slot=slot, num_tokens=num_tokens,
         num_computed_tokens=computed, is_prefill=prefill)

@@ -6,11 +6,13 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from engine.sched.admission import EVENT_KIND, QUEUE_TIMEOUT, SLO_TTFT, rejection_info
+from engine.sched.admission import rejection_info
+from engine.vocab import AdmissionRejection, EventKind
 from recordings.file.reader import Reader
 from recordings.metrics.stats import Percentiles
 
-REASON_TEXT = {SLO_TTFT: "predicted TTFT over the SLO, at arrival", QUEUE_TIMEOUT: "timed out waiting"}
+REASON_TEXT = {AdmissionRejection.SLO_TTFT: "predicted TTFT over the SLO, at arrival",
+               AdmissionRejection.QUEUE_TIMEOUT: "timed out waiting"}
 
 
 @dataclass(frozen=True)
@@ -63,12 +65,12 @@ def summarize_admission(reader: Reader) -> AdmissionSummary:
     counts: Counter = Counter()
     predicted, waited = [], []
     if reader.execute("PRAGMA user_version")[0][0] >= 2:
-        for (detail,) in reader.execute("SELECT detail FROM events WHERE kind = ?", (EVENT_KIND,)):
+        for (detail,) in reader.execute("SELECT detail FROM events WHERE kind = ?", (EventKind.ADMISSION_REJECTED.value,)):
             info = rejection_info(detail or "")
             if info is None:
                 continue
             counts[info.reason] += 1
-            (predicted if info.reason == SLO_TTFT else waited).append(info.value)
+            (predicted if info.reason == AdmissionRejection.SLO_TTFT else waited).append(info.value)
     return AdmissionSummary(admission=str(config.get("admission", "all")),
                             max_queue_time=config.get("max_queue_time"), slo_ttft_ms=config.get("slo_ttft_ms"),
                             time_unit="steps" if clock == "virtual" else "s", num_rejected=dict(counts),

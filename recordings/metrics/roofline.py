@@ -38,6 +38,7 @@ from engine.sim.cost_model import CostModel, CostParams, StepWork
 from engine.sim.hardware import DevicePeaks
 from engine.sim.model_shapes import ModelShape, get_model_shape
 from recordings.metrics.stats import Percentiles
+from engine.vocab import Clock
 
 MEASURED = "peaks measured at start"
 CHUNK_STEPS = 4096        # steps read per query when a whole run is summed
@@ -109,7 +110,7 @@ def roofline_of(run_info: Mapping[str, Any]) -> Roofline:
                                          f"{cost.shape.name} shape")
         if run_info.get("simulated") and isinstance(run_info.get("sim"), Mapping):
             clock = (run_info.get("config") or {}).get("clock", "sim")
-            if clock != "sim":
+            if clock != Clock.SIM:
                 return Roofline(None, True, f"a simulated run on the {clock} clock: its steps' times "
                                             f"are not the cost model's durations (use --clock sim)")
             cost = _cost(run_info["sim"]["model"], run_info["sim"]["device"])

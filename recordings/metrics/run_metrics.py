@@ -17,6 +17,7 @@ from recordings.errors import RecordingError
 from recordings.file.reader import Reader
 from recordings.metrics.stats import Percentiles, latencies, token_times  # noqa: F401  (Percentiles: part of this module's API)
 from recordings.metrics.wall_clock import paused_seconds
+from engine.vocab import Clock
 
 
 @dataclass(frozen=True)
@@ -80,8 +81,8 @@ class RunSummary:
     def format_table(self, min_width: int = 0) -> str:
         """A two-column, human-readable text table (for the CLI); the name column is at least
         ``min_width`` characters wide (to line up with other tables' lines)."""
-        unit = "sim s" if self.clock == "sim" else self.time_unit   # name simulated seconds
-        span = "sim s" if self.clock == "sim" else "wall s"           # what wall_duration_s counts
+        unit = "sim s" if self.clock == Clock.SIM else self.time_unit   # name simulated seconds
+        span = "sim s" if self.clock == Clock.SIM else "wall s"           # what wall_duration_s counts
 
         def num(v: float | None, fmt: str = ".3f") -> str:
             return "-" if v is None else format(v, fmt)
@@ -165,10 +166,10 @@ def _summarize(reader: Reader) -> RunSummary:
     num_output_tokens = reader.execute("SELECT count(*) FROM tokens" if v1 else
                                        "SELECT coalesce(sum(num_new_tokens), 0) FROM steps")[0][0]
     duration_s = (last_ns - first_ns) / 1e9 - paused_seconds(reader, clock) if num_steps else 0.0
-    if clock == "sim" and num_steps:
+    if clock == Clock.SIM and num_steps:
         (duration_s,), = reader.execute("SELECT max(token_time) - min(clock) FROM steps")
     return RunSummary(
-        clock=clock, time_unit="steps" if clock == "virtual" else "s",
+        clock=clock, time_unit="steps" if clock == Clock.VIRTUAL else "s",
         num_requests=num_requests, num_finished_by_reason=by_reason, num_steps=num_steps,
         num_prompt_tokens=num_prompt_tokens, num_output_tokens=num_output_tokens,
         wall_duration_s=duration_s,
@@ -268,7 +269,7 @@ class BatchingSummary:
         p = self.tpot
         num = lambda v: "-" if v is None else f"{v:.4f}"  # noqa: E731
         occ = "-" if self.slot_occupancy is None else f"{self.slot_occupancy:.1%}"
-        unit = "sim s" if self.clock == "sim" else self.time_unit
+        unit = "sim s" if self.clock == Clock.SIM else self.time_unit
         lines = [f"{f'TPOT p50/p90/p99 ({unit})':<{width}}  {num(p.p50)} / {num(p.p90)} / "
                  f"{num(p.p99)}  (n={p.num_samples})",
                  f"{'slot occupancy':<{width}}  {occ} (running / max_num_seqs, mean over steps)"]
@@ -293,6 +294,6 @@ def summarize_batching(reader: Reader) -> BatchingSummary:
         (prefill,), = reader.execute("SELECT coalesce(sum(json_extract(p.value, '$[1]')), 0) "
                                      "FROM steps, json_each(steps.batch_prefill_json) p")
     clock = str(config.get("clock", "virtual"))
-    return BatchingSummary(time_unit="steps" if clock == "virtual" else "s", clock=clock,
+    return BatchingSummary(time_unit="steps" if clock == Clock.VIRTUAL else "s", clock=clock,
                            slot_occupancy=None if mean_running is None else float(mean_running) / max_num_seqs,
                            tpot=Percentiles.of(tpot), num_prefill_tokens=None if prefill is None else int(prefill))

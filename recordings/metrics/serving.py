@@ -31,8 +31,9 @@ import numpy as np
 from recordings.errors import RecordingError
 from recordings.file.reader import Reader
 from recordings.metrics.stats import Percentiles, token_times
+from engine.vocab import Clock, RequestStatus
 
-COMPLETED = ("FINISHED_STOPPED", "FINISHED_LENGTH")
+COMPLETED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH)
 UNITS = {"virtual": "steps", "wall": "s", "sim": "sim s"}
 
 
@@ -211,7 +212,7 @@ def _duration(reader: Reader, clock: str) -> tuple[float, str]:
     """The run's span and its unit: wall seconds from the first step's start to the last step's
     end (wall and virtual clocks), simulated seconds from the first step's clock to the last
     token time (sim clock) — the span ``RunSummary`` divides output tokens by."""
-    if clock == "sim":
+    if clock == Clock.SIM:
         (span,), = reader.execute("SELECT max(token_time) - min(clock) FROM steps")
         return float(span or 0.0), "sim s"
     (first, last), = reader.execute("SELECT min(start_ns), max(end_ns) FROM steps")
@@ -220,7 +221,7 @@ def _duration(reader: Reader, clock: str) -> tuple[float, str]:
 
 def _goodput(slo: Slo, clock: str, completed: set, arrival: dict, first: dict, last: dict,
              count: dict, num_requests: int, duration: float) -> Goodput:
-    if clock == "virtual":
+    if clock == Clock.VIRTUAL:
         return Goodput(slo, 0, num_requests, None,
                        undefined="the SLO is in ms and this run's clock counts steps; "
                                  "record with --clock wall or --executor sim")

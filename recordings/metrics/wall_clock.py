@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from recordings.metrics.stats import Percentiles, latencies
+from engine.vocab import Clock
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ MIN_PAUSE_S = 1e-3       # shorter "pauses" are clock-reading noise
 def paused_seconds(reader, clock: str) -> float:
     """Seconds the engine was paused between the first and the last recorded step (see the
     module doc); 0.0 unless ``clock`` is ``wall`` or without steps."""
-    if clock != "wall":
+    if clock != Clock.WALL:
         return 0.0
     rows = reader.execute("SELECT start_ns / 1e9 - clock FROM steps WHERE step IN "
                           "((SELECT min(step) FROM steps), (SELECT max(step) FROM steps)) ORDER BY step")
@@ -70,7 +71,7 @@ def wall_clock(reader) -> WallClock:
     (first_ns, last_ns), = reader.execute("SELECT min(start_ns), max(end_ns) FROM steps")
     span = 0.0 if first_ns is None else (last_ns - first_ns) / 1e9
     ttft = itl = None
-    if clock == "virtual" and reader.execute("PRAGMA user_version")[0][0] >= 2:
+    if clock == Clock.VIRTUAL and reader.execute("PRAGMA user_version")[0][0] >= 2:
         arrival = dict(reader.execute("SELECT r.seq, s.start_ns / 1e9 FROM requests r "
                                       "JOIN steps s ON s.step = r.arrival_step"))
         t, i = latencies(reader, token_time="end_ns / 1e9", arrival=arrival)

@@ -6,11 +6,11 @@ import pytest
 
 from app.cli import build_parser, engine_config, main
 from engine.config import POLICIES
-from engine.outputs import NOT_ADMITTED_STATIC_BATCH
 from engine.sched.scheduler import Scheduler
 from recordings.file.open_reader import open_reader
 from recordings.metrics.run_metrics import summarize_batching
 from recordings.workloads.workload import DEMO_TRACE
+from engine.vocab import NotAdmittedReason
 
 SIM_RUN = ("run", "--trace", str(DEMO_TRACE), "--limit", "30", "--time-scale", "0.02", "--max-num-seqs", "8",
            "--num-gpu-blocks", "400", "--executor", "sim", "--sim-model", "llama-3.2-1b", "--sim-device", "a100")
@@ -69,7 +69,7 @@ def test_static_policy_runs_the_baseline_with_idle_slots(tmp_path, capsys):
         with open_reader(path) as reader:
             assert reader.run_info()["config"]["policy"] == policy
             waits = reader.execute("SELECT count(*) FROM steps WHERE waiting_reason = ?",
-                                   (NOT_ADMITTED_STATIC_BATCH,))[0][0]
+                                   (NotAdmittedReason.STATIC_BATCH,))[0][0]
             assert (waits > 0) == (policy == "static"), (policy, waits)
             occupancy[policy] = summarize_batching(reader).slot_occupancy
     assert occupancy["static"] < occupancy["fcfs"], occupancy

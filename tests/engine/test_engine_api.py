@@ -6,7 +6,8 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
-from engine.request import RequestStatus, SamplingParams
+from engine.request import SamplingParams
+from engine.vocab import RequestStatus
 from tests.support.fake_runner import FakeRunner, ToyTokenizer, reference_output
 
 CONFIG = EngineConfig(block_size=4, num_gpu_blocks=16, max_model_len=64, max_num_seqs=2, max_num_batched_tokens=16)

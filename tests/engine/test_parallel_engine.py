@@ -9,7 +9,8 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
-from engine.request import RequestStatus, SamplingParams
+from engine.request import SamplingParams
+from engine.vocab import RequestStatus
 from tests.support.engine_harness import (Action, Arrival, assert_outputs_match, assert_recording_matches,
                             distinct_prompt, reference_outputs, run_workload, solo_arrivals)
 from tests.support.fake_runner import FakeRunner, reference_output

@@ -8,11 +8,13 @@ from __future__ import annotations
 import pytest
 
 from engine.config import EngineConfig
-from engine.outputs import BLOCKS_ALLOCATED, BLOCKS_FORKED, NOT_ADMITTED_SEQ_CAP, ModelRunnerOutput
+from engine.outputs import ModelRunnerOutput
 from engine.sched.preemption import preemption_info
-from engine.request import RequestStatus, SamplingParams
+from engine.request import SamplingParams
+from engine.vocab import RequestStatus
 from engine.sched.scheduler import Scheduler
 from engine.sequence_group import make_sequences, sequence_ids, sequence_params
+from engine.vocab import BlockEventKind, NotAdmittedReason
 
 R = RequestStatus
 
@@ -75,9 +77,9 @@ def test_fork_shares_full_blocks_and_copies_the_partial_one():
     assert [s.kv.pool.ref_cnt[b] for b in head] == [3, 3, 1]
     assert out.parallel_samples == (("a#0", ("a#1", "a#2")),) and out.blocks_to_copy == ()
     events = [(e.kind, e.request_id, e.block_ids) for e in s.kv.take_events()]
-    assert events == [(BLOCKS_ALLOCATED, "a#0", (0, 1, 2)), (BLOCKS_FORKED, "a#1", (0, 1)),
-                      (BLOCKS_ALLOCATED, "a#1", (3,)), (BLOCKS_FORKED, "a#2", (0, 1)),
-                      (BLOCKS_ALLOCATED, "a#2", (4,))]
+    assert events == [(BlockEventKind.ALLOCATED, "a#0", (0, 1, 2)), (BlockEventKind.FORKED, "a#1", (0, 1)),
+                      (BlockEventKind.ALLOCATED, "a#1", (3,)), (BlockEventKind.FORKED, "a#2", (0, 1)),
+                      (BlockEventKind.ALLOCATED, "a#2", (4,))]
     assert [e.kind for e in s.take_events() if e.request_id == "a#1"] == ["arrived", "scheduled", "forked"]
     # each sequence got its own first token from the head's row, and the prompt counts as computed
     assert [r.output_token_ids for r in (a0, a1, a2)] == [[9], [10], [11]]
@@ -110,7 +112,7 @@ def test_the_group_takes_a_slot_per_sequence():
     out = step(s, 0)
     # 2 slots left: the group of 3 waits, its head named with the reason
     assert [x.request_id for x in out.scheduled] == ["x", "y"]
-    assert out.not_admitted == (("a#0", NOT_ADMITTED_SEQ_CAP),)
+    assert out.not_admitted == (("a#0", NotAdmittedReason.SEQ_CAP),)
     for rid in ("x", "y"):
         s.finish_request(rid, R.FINISHED_ABORTED)
     out = step(s, 1)

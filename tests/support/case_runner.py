@@ -23,7 +23,8 @@ import collections
 from pathlib import Path
 
 from engine.config import EngineConfig
-from engine.request import RequestStatus, SamplingParams
+from engine.request import SamplingParams
+from engine.vocab import RequestStatus
 from tests.support.engine_cases import case_prompts, engine_config
 from tests.support.engine_harness import (Action, Arrival, RunResult, assert_outputs_match, assert_recording_matches,
                             reference_outputs, run_workload, solo_arrivals)

@@ -28,15 +28,11 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
-from engine.sched.admission import EVENT_KIND as ADMISSION_EVENT, QUEUE_TIMEOUT, SLO_TTFT, rejection_info
-from engine.sched.preemption import FOR_PRIORITY, NEEDED_BLOCKS, PAUSED_KV, preemption_info
-from engine.outputs import (BLOCKS_ALLOCATED, BLOCKS_CACHED, BLOCKS_EVICTED, BLOCKS_FREED,
-                            BLOCKS_FORKED, BLOCKS_HIT, BLOCKS_SWAPPED_IN, BLOCKS_SWAPPED_OUT,
-                            NOT_ADMITTED_SWAPPED_FIRST, NOT_ADMITTED_BEHIND, NOT_ADMITTED_LOWER_PRIORITY,
-                            NOT_ADMITTED_STATIC_BATCH,
-                            NOT_ADMITTED_NO_FREE_BLOCKS, NOT_ADMITTED_SEQ_CAP,
-                            NOT_ADMITTED_TOKEN_BUDGET, NewToken, StepRecord)
-from engine.request import Request, RequestStatus, SamplingParams
+from engine.sched.admission import rejection_info
+from engine.sched.preemption import preemption_info
+from engine.outputs import NewToken, StepRecord
+from engine.request import Request, SamplingParams
+from engine.vocab import AdmissionRejection, EventKind, RequestStatus
 from engine.sequence_group import parent_id_of, sequence_ids, sequence_params
 from engine.state.state import EngineState
 from engine.state.timeline import StateTimeline
@@ -44,6 +40,7 @@ from recordings.check.invariants import StateChecker
 from recordings.check.file_check import check_file
 from tests.support.fake_runner import FakeRunner, hash_next_token
 from tests.support.runner_state import assert_runner_matches_scheduler
+from engine.vocab import BlockEventKind, NotAdmittedReason, PreemptionReason
 
 ACTIONS = ("abort", "pause", "resume", "move_to_front")
 # Actions with a value: a request's new priority (policy "priority"; refused under the others),
@@ -235,10 +232,10 @@ class InvariantChecker:
                                              a.params.max_tokens, a.params.n):
             # only SLO admission turns a servable request away at arrival, with its prediction
             events = [ev for ev in self.e.scheduler.events if ev.request_id == rid]
-            assert self.c.admission == "slo" and [ev.kind for ev in events][-2:] == [ADMISSION_EVENT, "rejected"], (
+            assert self.c.admission == "slo" and [ev.kind for ev in events][-2:] == [EventKind.ADMISSION_REJECTED, EventKind.REJECTED], (
                 rid, v)
             info = rejection_info(events[-2].detail)
-            assert info.reason == SLO_TTFT and info.value > info.limit == self.c.slo_ttft_ms / 1e3, info
+            assert info.reason == AdmissionRejection.SLO_TTFT and info.value > info.limit == self.c.slo_ttft_ms / 1e3, info
             assert v.status == RequestStatus.FINISHED_ERROR.value and "predicted TTFT" in v.error, v
             self.rejected.add(rid)
             self.finished[rid] = RequestStatus.FINISHED_ERROR
@@ -307,15 +304,15 @@ class InvariantChecker:
             in_step = i >= self.pre["num_pending_block_events"]
             held = {b for t in self.tables.values() for b in t}
             if held_at_decision is None and in_step and (
-                    ev.kind == BLOCKS_CACHED or (ev.kind == BLOCKS_FREED and ev.request_id in finishing)):
+                    ev.kind == BlockEventKind.CACHED or (ev.kind == BlockEventKind.FREED and ev.request_id in finishing)):
                 held_at_decision = len(held)
-            if ev.kind == BLOCKS_ALLOCATED:
+            if ev.kind == BlockEventKind.ALLOCATED:
                 assert not set(ev.block_ids) & held, ("allocated a held block", ev)
                 assert not any(self.tags.get(b) for b in ev.block_ids), ("allocated a cached block unevicted", ev)
                 self.tables.setdefault(ev.request_id, []).extend(ev.block_ids)
                 if in_step:
                     step_alloc[ev.request_id].extend(ev.block_ids)
-            elif ev.kind == BLOCKS_HIT:
+            elif ev.kind == BlockEventKind.HIT:
                 assert self.c.enable_prefix_caching and in_step, ev
                 assert not self.tables.get(ev.request_id), ("a hit into a table that holds blocks", ev)
                 for b in ev.block_ids:
@@ -325,13 +322,13 @@ class InvariantChecker:
                 self.tables[ev.request_id] = list(ev.block_ids)
                 step_alloc[ev.request_id].extend(ev.block_ids)
                 step_hit[ev.request_id].extend(ev.block_ids)
-            elif ev.kind == BLOCKS_FORKED:    # a group's prompt blocks, held by another sequence
+            elif ev.kind == BlockEventKind.FORKED:    # a group's prompt blocks, held by another sequence
                 assert in_step and not self.tables.get(ev.request_id), ("a fork into a table that holds blocks", ev)
                 assert any(same_group([ev.request_id, rid]) and t[:len(ev.block_ids)] == list(ev.block_ids)
                            for rid, t in self.tables.items()), ("forked blocks no sibling holds", ev)
                 self.tables[ev.request_id] = list(ev.block_ids)
                 step_alloc[ev.request_id].extend(ev.block_ids)
-            elif ev.kind == BLOCKS_CACHED:
+            elif ev.kind == BlockEventKind.CACHED:
                 assert self.c.enable_prefix_caching and len(ev.block_hashes) == len(ev.block_ids), ev
                 table = self.tables.get(ev.request_id, [])
                 for b, h in zip(ev.block_ids, ev.block_hashes):
@@ -339,14 +336,14 @@ class InvariantChecker:
                     self.tags[b] = (h, rec.step)
                 tagged = [h for h, _ in self.tags.values()]
                 assert len(tagged) == len(set(tagged)), "two blocks cache one hash"
-            elif ev.kind == BLOCKS_EVICTED:
+            elif ev.kind == BlockEventKind.EVICTED:
                 for b in ev.block_ids:
                     assert b not in held and self.tags.pop(b, None), ("evicted a held or untagged block", ev)
-            elif ev.kind == BLOCKS_SWAPPED_OUT:          # right after the GPU table's free event
+            elif ev.kind == BlockEventKind.SWAPPED_OUT:          # right after the GPU table's free event
                 # (or a group's head leaving while swapped out handed its copies of the shared
                 # prompt blocks to the next sequence: between steps, nothing copied)
                 # (or a knob change preempted it between steps)
-                handed = i and rec.block_events[i - 1].kind == BLOCKS_SWAPPED_IN and not in_step
+                handed = i and rec.block_events[i - 1].kind == BlockEventKind.SWAPPED_IN and not in_step
                 knob_cut = not in_step and ev.request_id in self.between["preempted"]
                 assert self.c.preemption_mode == "swap" and (in_step or handed or knob_cut), ev
                 assert ev.request_id not in self.tables and ev.request_id not in self.cpu_tables, ev
@@ -368,11 +365,11 @@ class InvariantChecker:
                 assert len(ev.block_ids) == blocks_for(computed, self.c.block_size) - shared, (
                     "a swap-out copies the blocks of the request's computed KV (but a group's shared ones)", ev)
                 self.cpu_tables[ev.request_id] = list(ev.block_ids)
-            elif ev.kind == BLOCKS_SWAPPED_IN:
+            elif ev.kind == BlockEventKind.SWAPPED_IN:
                 assert list(ev.block_ids) == self.cpu_tables.pop(ev.request_id, None), (
                     "a swap-in names other CPU blocks than the request's", ev)
             else:
-                assert ev.kind == BLOCKS_FREED, ev
+                assert ev.kind == BlockEventKind.FREED, ev
                 assert list(ev.block_ids) == self.tables.pop(ev.request_id, None), (
                     "a free event names other blocks than the whole table", ev)
         if held_at_decision is None:
@@ -417,7 +414,7 @@ class InvariantChecker:
         # Admission control: a request timed out only while waiting for its first admission,
         # past max_queue_time at the step's start; it never reached the runner.
         for ev in rec.events:
-            if ev.kind == ADMISSION_EVENT and (info := rejection_info(ev.detail)).reason == QUEUE_TIMEOUT:
+            if ev.kind == EventKind.ADMISSION_REJECTED and (info := rejection_info(ev.detail)).reason == AdmissionRejection.QUEUE_TIMEOUT:
                 assert c.max_queue_time is not None and info.limit == c.max_queue_time, info
                 waited = rec.clock - self.objs[ev.request_id].arrival_time
                 assert waited > c.max_queue_time and abs(waited - info.value) < 1e-5, (waited, info)
@@ -427,7 +424,7 @@ class InvariantChecker:
         # (timed out before the step decided: not in the queue it served)
         pre["waiting"] = [rid for rid in pre["waiting"] if rid not in self.rejected]
         for ev in rec.events:                   # nobody first admitted later than max_queue_time
-            if ev.kind == "scheduled" and ev.request_id not in self.admitted:
+            if ev.kind == EventKind.SCHEDULED and ev.request_id not in self.admitted:
                 self.admitted.add(ev.request_id)
                 arrival = self.objs[ev.request_id].arrival_time
                 assert c.max_queue_time is None or rec.clock - arrival <= c.max_queue_time, ev
@@ -523,7 +520,7 @@ class InvariantChecker:
             if x.request_id in e.requests:
                 assert kv.block_ids(x.request_id) == table, (x, table)
             else:      # finished in the step: its free event named exactly this table
-                assert any(ev.kind == BLOCKS_FREED and ev.request_id == x.request_id
+                assert any(ev.kind == BlockEventKind.FREED and ev.request_id == x.request_id
                            and list(ev.block_ids) == table for ev in rec.block_events), x
 
         # Preemption: only requests running (or parked with KV) at the start of the step, once each;
@@ -535,7 +532,7 @@ class InvariantChecker:
         # (a swapped_out event of no preempted request: a group's head left while swapped out
         # and handed its CPU blocks over)
         swapped_out = {ev.request_id for ev in rec.block_events
-                       if ev.kind == BLOCKS_SWAPPED_OUT and ev.request_id in rec.preempted_ids}
+                       if ev.kind == BlockEventKind.SWAPPED_OUT and ev.request_id in rec.preempted_ids}
         for rid in rec.preempted_ids:
             assert rid in pre_ids, f"preempted {rid} was not running at the start of step {rec.step}"
             assert pre["blocks"][rid], f"preempted {rid} held no KV"
@@ -573,7 +570,7 @@ class InvariantChecker:
                  if ev.kind == "preempted" and ev.request_id in rec.preempted_ids}   # (not knob cuts)
         # Parked KV taken, when nothing ran, for the request that starts in this very step
         # (admitted, or swapped back in): liveness, not a preemption for memory.
-        for_start = {rid for rid, info in infos.items() if info.reason == PAUSED_KV
+        for_start = {rid for rid, info in infos.items() if info.reason == PreemptionReason.PAUSED_KV
                      and info.for_request in {*admitted, *swapped_in}}
         assert all(pre["paused"].count(rid) for rid in for_start), for_start
         if swapped_in:
@@ -585,23 +582,23 @@ class InvariantChecker:
         prio_of = lambda rid: self.objs[rid].priority      # noqa: E731
         outranked = bool(c.policy == "priority" and pre["swapped"] and pre["waiting"]
                          and prio_of(pre["waiting"][0]) < min(map(prio_of, pre["swapped"]))
-                         and not any(info.reason == NEEDED_BLOCKS or (
-                             info.reason == PAUSED_KV and info.for_request not in pre["waiting"])
+                         and not any(info.reason == PreemptionReason.NEEDED_BLOCKS or (
+                             info.reason == PreemptionReason.PAUSED_KV and info.for_request not in pre["waiting"])
                              for info in infos.values()))
         if outranked:
             assert not swapped_in, ("swapped in while a higher-priority request waited", swapped_in)
             assert all(prio_of(r) < min(map(prio_of, pre["swapped"])) for r in admitted), admitted
-        if reasons - {FOR_PRIORITY}:
+        if reasons - {PreemptionReason.FOR_PRIORITY}:
             assert not admitted, "admitted a request in a step that preempted one for memory"
         # swapped-out requests first: no admission in a step that began with some or swapped
         # one out for memory (a priority preemption swaps out to admit)
         swapped_first = not outranked and bool(pre["swapped"]) or any(
-            reason != FOR_PRIORITY for rid in swapped_out
+            reason != PreemptionReason.FOR_PRIORITY for rid in swapped_out
             for reason in [preemption_info(next(ev.detail for ev in rec.events if ev.kind == "preempted"
                                                 and ev.request_id == rid)).reason])
         if swapped_first:
             assert not admitted, "admitted a request in a step that began with swapped-out ones"
-        if FOR_PRIORITY in reasons:       # made room for the first waiting request, which started
+        if PreemptionReason.FOR_PRIORITY in reasons:       # made room for the first waiting request, which started
             assert c.policy == "priority" and admitted, ("priority preemption admitted nobody", rec)
 
         # Exact block accounting over the step (G1 per step): what was allocated, what preemption
@@ -622,18 +619,18 @@ class InvariantChecker:
         waiting_now = [r.request_id for r in s.waiting]
         prio = {rid: r.priority for rid, r in e.requests.items()}.get
         if swapped_first:
-            assert rec.waiting_reason == NOT_ADMITTED_SWAPPED_FIRST
-            assert rec.not_admitted == tuple((r, NOT_ADMITTED_SWAPPED_FIRST) for r in waiting_now[:1])
-            assert all(rec.not_admitted_reason(r) == NOT_ADMITTED_SWAPPED_FIRST for r in waiting_now)
+            assert rec.waiting_reason == NotAdmittedReason.SWAPPED_FIRST
+            assert rec.not_admitted == tuple((r, NotAdmittedReason.SWAPPED_FIRST) for r in waiting_now[:1])
+            assert all(rec.not_admitted_reason(r) == NotAdmittedReason.SWAPPED_FIRST for r in waiting_now)
         elif c.policy == "static":
             # The blocked head and the batch's other waiting members are listed; everyone else
             # waits for the static batch to finish.
             listed = dict(rec.not_admitted)
             for rid in waiting_now:
-                if rid in listed and listed[rid] != NOT_ADMITTED_STATIC_BATCH:
+                if rid in listed and listed[rid] != NotAdmittedReason.STATIC_BATCH:
                     assert rid in s.static_batch, (rid, "listed but not a member of the batch")
                 elif rid not in listed:
-                    assert rec.not_admitted_reason(rid) == NOT_ADMITTED_STATIC_BATCH, rid
+                    assert rec.not_admitted_reason(rid) == NotAdmittedReason.STATIC_BATCH, rid
             joined = s.static_batch - pre["static_batch"]
             if joined:      # a batch forms only when the previous one is gone, up to the cap now
                 assert not pre["static_batch"] and len(s.static_batch) <= c.max_num_seqs, (
@@ -646,9 +643,9 @@ class InvariantChecker:
             for rid in waiting_now[1:]:
                 lower = c.policy == "priority" and prio(rid) > prio(waiting_now[0])
                 assert rec.not_admitted_reason(rid, prio) == (
-                    NOT_ADMITTED_LOWER_PRIORITY if lower else NOT_ADMITTED_BEHIND), rid
+                    NotAdmittedReason.LOWER_PRIORITY if lower else NotAdmittedReason.BEHIND), rid
         if rec.not_admitted and rec.not_admitted[0][1] not in (
-                NOT_ADMITTED_STATIC_BATCH, NOT_ADMITTED_BEHIND, NOT_ADMITTED_SWAPPED_FIRST):
+                NotAdmittedReason.STATIC_BATCH, NotAdmittedReason.BEHIND, NotAdmittedReason.SWAPPED_FIRST):
             head, reason = rec.not_admitted[0]
             assert rec.not_admitted_reason(head) == reason
             running_at_decision = (len([r for r in pre["running"] if r not in rec.preempted_ids])
@@ -660,17 +657,17 @@ class InvariantChecker:
             h = e.requests[head]
             group = [h] if h.group is None else h.group.live()
             extra = sum(blocks_for(r.num_tokens, bs) - h.num_prompt_tokens // bs for r in group if r is not h)
-            if reason == NOT_ADMITTED_SEQ_CAP:
+            if reason == NotAdmittedReason.SEQ_CAP:
                 assert running_at_decision + len(group) > c.max_num_seqs >= running_at_decision
-            elif reason == NOT_ADMITTED_TOKEN_BUDGET:
+            elif reason == NotAdmittedReason.TOKEN_BUDGET:
                 assert left == 0 or (not c.enable_chunked_prefill and left < h.num_tokens) or (
                     h.group is not None and left < h.num_prompt_tokens)
-            elif reason == NOT_ADMITTED_NO_FREE_BLOCKS:
+            elif reason == NotAdmittedReason.NO_FREE_BLOCKS:
                 # (with prefix caching it may have needed fewer: at most all its blocks; with a
                 # kv_watermark, those blocks stay free while others run)
                 watermark = int(c.kv_watermark * kv.num_usable_blocks) if running_at_decision else 0
                 assert rec.preempted_ids or blocks_for(h.num_tokens, bs) + extra + watermark > free_at_decision
-            elif reason == NOT_ADMITTED_LOWER_PRIORITY:      # displaced in this very step
+            elif reason == NotAdmittedReason.LOWER_PRIORITY:      # displaced in this very step
                 assert c.policy == "priority" and head in rec.preempted_ids
             else:
                 raise AssertionError(f"unknown or misplaced reason {reason!r}")

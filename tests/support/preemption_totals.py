@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from engine.outputs import BLOCKS_HIT
-from engine.sched.preemption import MODE_RECOMPUTE, MODE_SWAP_FALLBACK, preemption_info
+from engine.sched.preemption import preemption_info
+from engine.vocab import BlockEventKind, PreemptionMode
 
 
 def live_preemption_totals(records, requests, block_size: int) -> dict:
@@ -24,14 +24,14 @@ def live_preemption_totals(records, requests, block_size: int) -> dict:
                 continue
             info = preemption_info(e.detail)
             reasons[info.reason] += 1
-            if info.mode not in (MODE_RECOMPUTE, MODE_SWAP_FALLBACK):
+            if info.mode not in (PreemptionMode.RECOMPUTE, PreemptionMode.SWAP_FALLBACK):
                 continue
             dropped += info.num_tokens
             back = next((later for later in records[i + 1:] if any(
                 x.kind == "scheduled" and x.request_id == e.request_id for x in later.events)), None)
             if back is not None:
                 hit = sum(len(b.block_ids) for b in back.block_events
-                          if b.kind == BLOCKS_HIT and b.request_id == e.request_id)
+                          if b.kind == BlockEventKind.HIT and b.request_id == e.request_id)
                 recomputed += max(info.num_tokens - hit * block_size, 0)
     return {"num_preempted_requests": len(counts), "max_preemptions_per_request": max(counts, default=0),
             "preemptions_by_reason": dict(reasons), "num_preempted_tokens": dropped,

@@ -18,6 +18,7 @@ from engine.state.source import EngineControl
 from ui.style.colors import ERROR, css
 from ui.request_menu import PRIORITY_RANGE
 from ui.style.theme import follow_window
+from engine.vocab import Policy
 
 
 PENALTY_DEFAULTS = {"repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0}
@@ -62,14 +63,14 @@ class InjectDialog(QDialog):
         seed_row.addWidget(self.seed, 1)
         self.priority = QSpinBox()
         self.priority.setRange(*PRIORITY_RANGE)
-        self.priority.setEnabled(policy == "priority")
+        self.priority.setEnabled(policy == Policy.PRIORITY)
         self.priority.setToolTip("lower value runs first; may preempt running requests of lower "
-                                 "priority" if policy == "priority" else
+                                 "priority" if policy == Policy.PRIORITY else
                                  f"needs the priority policy (this run: {policy or 'unknown'})")
         self.at_front = QCheckBox("Inject at front (served before the requests waiting now)")
-        self.at_front.setEnabled(policy == "fcfs")
+        self.at_front.setEnabled(policy == Policy.FCFS)
         self.at_front.setToolTip("moves the new request to the front of the waiting queue" if
-                                 policy == "fcfs" else "needs the fcfs policy (this run: "
+                                 policy == Policy.FCFS else "needs the fcfs policy (this run: "
                                  f"{policy or 'unknown'}; under priority give a lower priority)")
         self.penalties = {"repetition_penalty": _spin(0.01, 10.0, 1.0),
                           "frequency_penalty": _spin(-MAX_PENALTY, MAX_PENALTY, 0.0),

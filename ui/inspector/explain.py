@@ -16,28 +16,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from engine.outputs import (BLOCKS_HIT, NOT_ADMITTED_BEHIND, NOT_ADMITTED_LOWER_PRIORITY,
-                            NOT_ADMITTED_STATIC_BATCH, RequestView)
-from engine.sched.preemption import (MODE_RECOMPUTE, MODE_SWAP, MODE_SWAP_FALLBACK, PreemptionInfo,
-                               preemption_info)
-from engine.kv.prefix_explain import EVENT_KIND as PREFIX_EVENT
+from engine.outputs import RequestView
+from engine.sched.preemption import PreemptionInfo, preemption_info
 from engine.kv.prefix_explain import describe_detail as describe_prefix_match
 from engine.state.state import EngineState
 from ui.views.request_table import (PAUSED_TEXT, SWAPPED_TEXT, not_admitted, reason_text,
                               reason_words, state_priority_of)
 from ui.state_lookup import find_row
+from engine.vocab import RequestStatus, BlockEventKind, EventKind, NotAdmittedReason, PreemptionMode
 
 # what each preemption mode did with the victim's KV, after the engine's one-line description
 MODE_NOTES = {
-    MODE_SWAP: "KV kept in the CPU swap pool, copied back on resume",
-    MODE_SWAP_FALLBACK: "recompute fallback: the CPU swap pool had no room, so its KV was dropped",
+    PreemptionMode.SWAP: "KV kept in the CPU swap pool, copied back on resume",
+    PreemptionMode.SWAP_FALLBACK: "recompute fallback: the CPU swap pool had no room, so its KV was dropped",
 }
 
 # The prefix-cache explainer: timeline event kind -> function(detail) -> one line for people.
 # The engine records, at each admission with prefix caching on, a ``prefix_cache`` event saying
 # how much hit and where the match stopped and why (engine.kv.prefix_explain); the inspector lists
 # its lines under the prefix-cache hit, for live runs and recordings alike.
-PREFIX_EXPLAINERS: dict[str, Callable[[str], str]] = {PREFIX_EVENT: describe_prefix_match}
+PREFIX_EXPLAINERS: dict[str, Callable[[str], str]] = {EventKind.PREFIX_CACHE: describe_prefix_match}
 
 
 def explain_waiting(record, view: RequestView, state: EngineState) -> str:
@@ -48,29 +46,29 @@ def explain_waiting(record, view: RequestView, state: EngineState) -> str:
     priority_of = state_priority_of(state)
     reason = not_admitted(record, view, priority_of)
     text = reason_text(view, reason)
-    if view.status == "PAUSED" and text == PAUSED_TEXT:
+    if view.status == RequestStatus.PAUSED and text == PAUSED_TEXT:
         return text + (f" (keeps its KV, {view.num_computed_tokens} tokens, but no batch slot)"
                        if view.num_computed_tokens else " (its KV was taken: it recomputes on resume)")
-    if view.status == "SWAPPED" and text == SWAPPED_TEXT:
+    if view.status == RequestStatus.SWAPPED and text == SWAPPED_TEXT:
         row = find_row(state, view.request_id)
         cpu = 0 if row is None else int((state.cpu_owner == state.columns["seq"][row]).sum())
         return (f"{text} ({cpu} CPU blocks hold its {view.num_computed_tokens} tokens of KV; "
                 "it is copied back, nothing recomputed, once a batch slot, the token budget and "
                 "enough free GPU blocks allow, oldest swap-out first)")
-    if view.error or view.finish_reason or view.status in ("PAUSED", "SWAPPED"):
+    if view.error or view.finish_reason or view.status in (RequestStatus.PAUSED, RequestStatus.SWAPPED):
         return text
-    if reason == NOT_ADMITTED_STATIC_BATCH:
+    if reason == NotAdmittedReason.STATIC_BATCH:
         return f"{text}: the next batch starts when every running request has finished"
     blocked = record.not_admitted[0] if record is not None and record.not_admitted else None
     if blocked is None or blocked[0] == view.request_id:
-        if reason == NOT_ADMITTED_LOWER_PRIORITY:           # listed itself: displaced this step
+        if reason == NotAdmittedReason.LOWER_PRIORITY:           # listed itself: displaced this step
             return f"{text}: a higher-priority request took its place in this step"
         return text
     first, why = blocked
-    if reason == NOT_ADMITTED_LOWER_PRIORITY:
+    if reason == NotAdmittedReason.LOWER_PRIORITY:
         return (f"lower priority ({priority_of(view.request_id)}) than {first} "
                 f"({priority_of(first)}), which is blocked: {reason_words(why)}")
-    if reason == NOT_ADMITTED_BEHIND:
+    if reason == NotAdmittedReason.BEHIND:
         return f"behind older request {first}, which is blocked: {reason_words(why)}"
     return text
 
@@ -105,13 +103,13 @@ class Preemption:
     def num_dropped_tokens(self) -> int:
         """Tokens of KV a recompute preemption (or a swap that fell back to recompute) dropped:
         computed, then thrown away."""
-        dropping = (MODE_RECOMPUTE, MODE_SWAP_FALLBACK)
+        dropping = (PreemptionMode.RECOMPUTE, PreemptionMode.SWAP_FALLBACK)
         return self.info.num_tokens if self.info is not None and self.info.mode in dropping else 0
 
     @property
     def num_swapped_tokens(self) -> int:
         """Tokens of KV a swap preemption copied to the CPU (kept: not recomputed)."""
-        return self.info.num_tokens if self.info is not None and self.info.mode == MODE_SWAP else 0
+        return self.info.num_tokens if self.info is not None and self.info.mode == PreemptionMode.SWAP else 0
 
     @property
     def num_recomputed_tokens(self) -> int:
@@ -171,13 +169,13 @@ def load_history(source, request_id: str, step: int, block_size: int) -> Request
     # a "scheduled" right after "resumed" is a paused request taking its slot back with its KV,
     # not an admission (no prefix-cache lookup)
     steps = sorted({e.step for prev, e in zip([None, *events], events)
-                    if e.kind == "scheduled" and not (prev is not None and prev.kind == "resumed"
+                    if e.kind == EventKind.SCHEDULED and not (prev is not None and prev.kind == EventKind.RESUMED
                                                       and prev.step == e.step)})
     admissions = tuple(Admission(s, _hit_blocks(source, s, request_id), block_size) for s in steps)
     # a preempted request comes back in a later step (never in the step that preempted it)
     preemptions = tuple(Preemption(e.step, preemption_info(e.detail), e.detail,
                                    next((a for a in admissions if a.step > e.step), None))
-                        for e in events if e.kind == "preempted")
+                        for e in events if e.kind == EventKind.PREEMPTED)
     notes = tuple(PREFIX_EXPLAINERS[e.kind](e.detail) for e in events if e.kind in PREFIX_EXPLAINERS)
     return RequestHistory(preemptions, admissions, notes)
 
@@ -186,7 +184,7 @@ def _hit_blocks(source, step: int, request_id: str) -> int:
     """Blocks shared into ``request_id``'s table from the prefix cache in ``step``."""
     records = source.records(step, step + 1)
     return sum(len(ev.block_ids) for r in records for ev in r.block_events
-               if ev.kind == BLOCKS_HIT and ev.request_id == request_id)
+               if ev.kind == BlockEventKind.HIT and ev.request_id == request_id)
 
 
 def _plural(n: int, word: str) -> str:

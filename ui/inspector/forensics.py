@@ -12,6 +12,7 @@ from engine.state.state import EngineState
 from ui.inspector.explain import RequestHistory, load_history, preemption_text, prefix_text
 from ui.state_lookup import find_row
 from ui.plain_text import PlainLabel
+from engine.vocab import Policy
 
 ROWS = ("priority", "prefix cache", "preemptions")
 
@@ -34,7 +35,7 @@ class RequestForensics:
         self._set_rows(policy="", caching=False)
 
     def _set_rows(self, policy: str, caching: bool) -> None:
-        self.form.setRowVisible(self.values["priority"], policy == "priority")
+        self.form.setRowVisible(self.values["priority"], policy == Policy.PRIORITY)
         self.form.setRowVisible(self.values["prefix cache"], caching)
 
     def is_shown(self, row: str) -> bool:

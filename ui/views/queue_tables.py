@@ -32,6 +32,7 @@ from ui.views.queue_view import PAD, CellDelegate, QueueTabs, QueueView, visible
 from ui.views.request_table import PRIORITY_COLUMN, REASON_COLUMN, REASON_TEXTS, RequestTableModel
 from ui.step_summary import StepSummary
 from ui.style.theme import dark_palette
+from engine.vocab import Policy
 
 QUEUES = ("running", "waiting", "swapped", "paused", "finished")
 _NO_ROWS = np.zeros(0, np.int64)
@@ -155,7 +156,7 @@ class QueueTables(QWidget):
         the reason column's width), and so does the request menu's "Set priority…"."""
         self.policy = policy
         for view in self.views.values():
-            view.setColumnHidden(PRIORITY_COLUMN, policy != "priority")
+            view.setColumnHidden(PRIORITY_COLUMN, policy != Policy.PRIORITY)
             view.fit_reason_column()
 
     def set_state(self, state: EngineState, record: StepRecord | StepSummary | None = None) -> None:
@@ -283,7 +284,7 @@ class QueueTables(QWidget):
         if self.control is None or not index.isValid():
             return
         model = self.models[name]
-        priority = model.priority(index.row()) if self.policy == "priority" else None
+        priority = model.priority(index.row()) if self.policy == Policy.PRIORITY else None
         menu = request_menu(self.control, model.view(index.row()), view, priority=priority,
-                            move_to_front=self.policy == "fcfs")
+                            move_to_front=self.policy == Policy.FCFS)
         menu.exec(view.viewport().mapToGlobal(pos))

@@ -13,15 +13,13 @@ import numpy as np
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
 from PySide6.QtGui import QColor
 
-from engine.outputs import (NOT_ADMITTED_BEHIND, NOT_ADMITTED_LOWER_PRIORITY,
-                            NOT_ADMITTED_NO_FREE_BLOCKS, NOT_ADMITTED_SEQ_CAP,
-                            NOT_ADMITTED_STATIC_BATCH, NOT_ADMITTED_SWAPPED_FIRST,
-                            NOT_ADMITTED_TOKEN_BUDGET, RequestView, StepRecord)
+from engine.outputs import RequestView, StepRecord
 from engine.state.state import EngineState, row_view
 from ui.style.colors import ERROR, PALETTE, color_index
 from ui.plain_text import tooltip_text
 from ui.state_lookup import find_row
 from ui.step_summary import StepSummary
+from engine.vocab import RequestStatus, NotAdmittedReason
 
 COLUMNS = ("id", "state", "prompt", "output", "TTFT", "ITL", "preempt", "recomp", "priority", "reason")
 PRIORITY_COLUMN, REASON_COLUMN = COLUMNS.index("priority"), COLUMNS.index("reason")
@@ -52,13 +50,13 @@ HEADERS = tuple("prio" if c == "priority" else c for c in COLUMNS)   # as the he
 # why a waiting request was not admitted in the shown step (StepRecord.not_admitted_reason);
 # a reason without an entry (one added to the engine later) shows as its words
 NOT_ADMITTED_TEXT = {
-    NOT_ADMITTED_TOKEN_BUDGET: "token budget spent",
-    NOT_ADMITTED_NO_FREE_BLOCKS: "no free KV blocks",
-    NOT_ADMITTED_SEQ_CAP: "batch slots full",
-    NOT_ADMITTED_BEHIND: "behind the queue's first request",   # older, or moved to the front
-    NOT_ADMITTED_LOWER_PRIORITY: "lower priority",
-    NOT_ADMITTED_STATIC_BATCH: "static batch still running",
-    NOT_ADMITTED_SWAPPED_FIRST: "swapped-out requests resume first",
+    NotAdmittedReason.TOKEN_BUDGET: "token budget spent",
+    NotAdmittedReason.NO_FREE_BLOCKS: "no free KV blocks",
+    NotAdmittedReason.SEQ_CAP: "batch slots full",
+    NotAdmittedReason.BEHIND: "behind the queue's first request",   # older, or moved to the front
+    NotAdmittedReason.LOWER_PRIORITY: "lower priority",
+    NotAdmittedReason.STATIC_BATCH: "static batch still running",
+    NotAdmittedReason.SWAPPED_FIRST: "swapped-out requests resume first",
 }
 PREEMPTED_TEXT = "preempted in this step"
 PAUSED_TEXT = "paused by user"
@@ -99,7 +97,7 @@ def not_admitted(record: StepRecord | StepSummary | None, v: RequestView,
     :data:`PREEMPTED_TEXT`); None when it is not waiting or arrived after that step.
     ``priority_of`` (request id -> priority, e.g. :func:`state_priority_of`) tells a request of
     lower priority than the blocked one from one merely behind it."""
-    if record is None or v.status not in ("WAITING", "PREEMPTED") or v.arrival_step > record.step:
+    if record is None or v.status not in (RequestStatus.WAITING, RequestStatus.PREEMPTED) or v.arrival_step > record.step:
         return None
     if v.request_id in record.preempted_ids:
         return PREEMPTED_TEXT
@@ -126,9 +124,9 @@ def reason_text(r: RequestView, reason: str | None = None) -> str:
     request still waits in words ('' if none)."""
     if r.error or r.finish_reason:
         return r.error or f"finished: {r.finish_reason}"
-    if r.status == "PAUSED":
+    if r.status == RequestStatus.PAUSED:
         return PAUSED_TEXT
-    if r.status == "SWAPPED":
+    if r.status == RequestStatus.SWAPPED:
         return SWAPPED_TEXT
     return "" if reason is None else reason_words(reason)
 

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from app.usage import UsageError
+from engine.vocab import Clock, Executor
 
 SMALL_SHAPE = "tiny"
 SMALL_LIMIT = 16               # --small without --limit: the anchor's first 16 requests
@@ -103,9 +104,9 @@ def check_bench_usage(args: argparse.Namespace) -> None:
     if shape is not None and shape != SMALL_SHAPE and shape not in MODELS:
         raise UsageError(f"unknown --model-shape {shape!r}: known shapes are {SMALL_SHAPE}, "
                          f"{', '.join(sorted(MODELS))}")
-    if args.executor != "model":
+    if args.executor != Executor.MODEL:
         raise UsageError("bench measures real forward passes: --executor sim is for 'batchscope run'")
-    if args.clock != "wall":
+    if args.clock != Clock.WALL:
         raise UsageError("bench times in real seconds: --clock must be wall")
     anchor = not (args.trace or args.lengths)
     if anchor:

@@ -14,7 +14,7 @@ import io
 import sys
 from pathlib import Path
 
-from app.commands.compare.configs import RunConfig, knob_actions, parse_configs, policy_configs, run_args
+from app.commands.compare.configs import RunConfig, parse_configs, policy_configs, run_args
 from app.presets import add_preset_arg, apply_preset
 from app.commands.compare.rejections import rejection_lines
 
@@ -37,7 +37,6 @@ EPILOG = """examples:
 
 exit codes: 0 done; 2 usage error (bad flag or --configs, fewer than two runs); 1 runtime failure
 (a run failed, a recording does not read, or the recordings are of different workloads)."""
-ENGINE_GROUPS = ("engine", "simulated executor")
 
 
 def add_compare_parser(sub, engine_args, workload_args, slo_args,
@@ -69,7 +68,6 @@ def add_compare_parser(sub, engine_args, workload_args, slo_args,
     engine_args(p, num_gpu_blocks=None, clock="wall")
     workload_args(p, time_scale=1.0)
     slo_args(p)
-    p.set_defaults(compare_parser=p)
     apply_preset(p, preset)
     return p
 
@@ -93,10 +91,9 @@ def plan_runs(args: argparse.Namespace) -> list[RunConfig]:
 
     if args.policies and args.configs:
         raise ValueError("give --policies or --configs, not both")
-    actions = knob_actions(args.compare_parser, ENGINE_GROUPS)
-    configs = (policy_configs(args.policies, actions) if args.policies else
-               parse_configs(args.configs, actions) if args.configs else
-               policy_configs("static,fcfs", actions))
+    configs = (policy_configs(args.policies) if args.policies else
+               parse_configs(args.configs) if args.configs else
+               policy_configs("static,fcfs"))
     check_args(args)
     for c in configs:
         engine_config(run_args(args, c, ""))

@@ -1,6 +1,6 @@
 """The configs of ``batchscope compare``: ``--policies static,fcfs`` or ``--configs
 "policy=static;policy=fcfs,enable_prefix_caching=1"`` turned into one argument namespace per
-run, each value checked by the argparse action of its flag (its type and choices)."""
+run, each value checked as its flag in ``app.args.CONFIG_FLAGS`` checks it (its type and choices)."""
 from __future__ import annotations
 
 import argparse
@@ -8,10 +8,9 @@ import copy
 import re
 from dataclasses import dataclass
 
-# vLLM's name of a knob whose flag is its negation
-NEGATED = {"enable_chunked_prefill": "no_chunked_prefill"}
+from app.args import CONFIG_FLAGS, ConfigFlag, config_flag
+
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
-NOT_KNOBS = {"help", "record", "trace", "limit"}       # what every run of a comparison shares
 
 
 @dataclass(frozen=True)
@@ -24,29 +23,29 @@ class RunConfig:
     overrides: dict
 
 
-def knob_actions(parser: argparse.ArgumentParser, groups: tuple[str, ...]) -> dict[str, argparse.Action]:
-    """``{dest: action}`` of the flags in the argument groups of ``parser`` whose titles start
-    with one of ``groups`` (the engine knobs and the simulated executor's flags)."""
-    return {a.dest: a for g in parser._action_groups if (g.title or "").startswith(groups)  # noqa: SLF001
-            for a in g._group_actions if a.dest not in NOT_KNOBS}                        # noqa: SLF001
-
-
-def _value(key: str, text: str, action: argparse.Action):
-    """``text`` as the flag of ``key`` would parse it. Raises ``ValueError`` naming the key."""
-    if action.nargs == 0:                                   # a store_true flag
+def _value(key: str, text: str, flag: ConfigFlag):
+    """``text`` as ``flag`` would parse it on the command line. Raises ``ValueError`` naming the key."""
+    if flag.switch:
         if text.lower() not in TRUE + FALSE:
             raise ValueError(f"{key}={text}: a switch takes 1/0 (true/false)")
         return text.lower() in TRUE
+    kind, choices = flag.kwargs.get("type"), flag.kwargs.get("choices")
     try:
-        value = action.type(text) if action.type else text
+        value = kind(text) if kind else text
     except (TypeError, ValueError):
-        raise ValueError(f"{key}={text}: not a valid {getattr(action.type, '__name__', 'value')}") from None
-    if action.choices is not None and value not in action.choices:
-        raise ValueError(f"{key}={text}: choose from {', '.join(map(str, action.choices))}")
+        raise ValueError(f"{key}={text}: not a valid {getattr(kind, '__name__', 'value')}") from None
+    if choices is not None and value not in choices:
+        raise ValueError(f"{key}={text}: choose from {', '.join(map(str, choices))}")
     return value
 
 
-def parse_configs(spec: str, actions: dict[str, argparse.Action]) -> list[RunConfig]:
+def knob_names() -> list[str]:
+    """What ``--configs`` accepts as knob names: every engine and simulator flag's destination and
+    the config field of a negated flag (vLLM's ``enable_chunked_prefill``)."""
+    return sorted(set(CONFIG_FLAGS) | {f.field for f in CONFIG_FLAGS.values() if f.negated})
+
+
+def parse_configs(spec: str) -> list[RunConfig]:
     """``"k=v,k=v;k=v"`` (configs separated by ``;``, knobs by ``,``; knob names as the flags'
     destinations, e.g. ``policy``, ``max_num_seqs``, or vLLM's ``enable_chunked_prefill``) as
     :class:`RunConfig` s. Raises ``ValueError`` naming the bad part and the known knobs, or for
@@ -60,21 +59,21 @@ def parse_configs(spec: str, actions: dict[str, argparse.Action]) -> list[RunCon
             key, eq, text = (s.strip() for s in item.partition("="))
             if not eq or not key:
                 raise ValueError(f"{item!r} in --configs: write knob=value")
-            dest, negate = (NEGATED[key], True) if key in NEGATED else (key.replace("-", "_"), False)
-            if dest not in actions:
-                raise ValueError(f"unknown knob {key!r} in --configs; knobs: "
-                                 f"{', '.join(sorted(set(actions) | set(NEGATED)))}")
-            value = _value(key, text, actions[dest])
-            overrides[dest] = (not value) if negate else value
+            name = key.replace("-", "_")
+            flag = config_flag(name)
+            if flag is None:
+                raise ValueError(f"unknown knob {key!r} in --configs; knobs: {', '.join(knob_names())}")
+            value = _value(key, text, flag)
+            overrides[flag.dest] = (not value) if flag.negated and name == flag.field else value
         configs.append(RunConfig(part, re.sub(r"[^A-Za-z0-9=._-]+", "_", part), overrides))
     if len(configs) < 2:
         raise ValueError(f"compare needs two or more configs, got {len(configs)}: {spec!r}")
     return configs
 
 
-def policy_configs(spec: str, actions: dict[str, argparse.Action]) -> list[RunConfig]:
+def policy_configs(spec: str) -> list[RunConfig]:
     """``--policies static,fcfs``: one config per policy, labelled by the policy."""
-    configs = parse_configs(";".join(f"policy={p.strip()}" for p in spec.split(",") if p.strip()), actions)
+    configs = parse_configs(";".join(f"policy={p.strip()}" for p in spec.split(",") if p.strip()))
     return [RunConfig(c.overrides["policy"], c.overrides["policy"], c.overrides) for c in configs]
 
 

@@ -25,7 +25,8 @@ from engine.runner.cuda_graphs import (CAPTURE_DESC, DecodeGraphs, capture_sizes
                                 padded_size)
 from engine.runner.model_runner import ModelRunner
 from engine.outputs import NewRequestData, ScheduledRequest, SchedulerOutput
-from engine.request import Request, RequestStatus, SamplingParams
+from engine.request import Request, SamplingParams
+from engine.vocab import RequestStatus
 from engine.model.tiny_model import tiny_llama
 
 BLOCK_SIZE, MAX_MODEL_LEN, MAX_NUM_SEQS = 4, 64, 12

@@ -12,9 +12,10 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from engine.config import POLICIES, ConfigError, EngineConfig
-from engine.outputs import NOT_ADMITTED_NO_FREE_BLOCKS
+from engine.vocab import NotAdmittedReason
 from engine.request import RequestStatus, SamplingParams
-from engine.sched.admission import EVENT_KIND, QUEUE_TIMEOUT, SLO_TTFT, Rejection, rejection_info
+from engine.sched.admission import Rejection, rejection_info
+from engine.vocab import AdmissionRejection, EventKind
 from engine.sched.scheduler import Scheduler
 from tests.engine.sched.test_scheduler import add, make_request, sample_all, tokens
 from tests.support.engine_harness import (Arrival, assert_outputs_match, distinct_prompt, reference_outputs,
@@ -59,7 +60,7 @@ def test_slo_admission_needs_a_step_time_model():
 
 
 def test_rejection_detail_round_trips_and_reads_damaged_as_none():
-    r = Rejection(SLO_TTFT, 3.25, 2.0, 7, 1200)
+    r = Rejection(AdmissionRejection.SLO_TTFT, 3.25, 2.0, 7, 1200)
     assert rejection_info(r.to_detail()) == r
     assert "predicted TTFT 3.25 s exceeds the TTFT SLO of 2 s" in r.describe()
     assert rejection_info("{not json") is None and rejection_info('{"reason": "x"}') is None
@@ -80,7 +81,7 @@ def test_a_request_waiting_past_max_queue_time_is_rejected_and_one_admitted_in_t
     assert s.expire_waiting(3.5) == ["b"]              # past it: rejected, a runs on
     assert b.status is RequestStatus.FINISHED_ERROR and "timed out: waited 3.5 s" in b.error
     kinds = [(e.request_id, e.kind) for e in s.take_events()]
-    assert kinds[-2:] == [("b", EVENT_KIND), ("b", "rejected")]
+    assert kinds[-2:] == [("b", EventKind.ADMISSION_REJECTED), ("b", EventKind.REJECTED)]
     assert a.status is RequestStatus.RUNNING and s.expire_waiting(100.0) == []   # admitted: never times out
 
 
@@ -105,9 +106,9 @@ def test_slo_admission_rejects_once_the_queue_ahead_predicts_a_ttft_over_the_slo
                   step_time=lambda *work: 1.0)
     verdicts = [s.add_request(make_request(f"r{i}", 16), now=0.0) for i in range(6)]
     assert verdicts == [True, True, True, False, False, False]     # 4th: 4 steps of prefill > 3.5 s
-    r3 = next(e for e in s.take_events() if e.kind == EVENT_KIND and e.request_id == "r3")
+    r3 = next(e for e in s.take_events() if e.kind == EventKind.ADMISSION_REJECTED and e.request_id == "r3")
     info = rejection_info(r3.detail)
-    assert (info.reason, info.value, info.limit, info.num_ahead, info.num_tokens_ahead) == (SLO_TTFT, 4.0, 3.5, 3, 48)
+    assert (info.reason, info.value, info.limit, info.num_ahead, info.num_tokens_ahead) == (AdmissionRejection.SLO_TTFT, 4.0, 3.5, 3, 48)
     out = s.schedule(0)                       # a new step: the queue ahead is summed again
     assert tokens(out) == {"r0": 16}
     assert not s.add_request(make_request("late", 16), now=0.0)      # 2 ahead + running prefill + own
@@ -132,7 +133,7 @@ def test_kv_watermark_keeps_blocks_free_while_others_run_but_never_blocks_an_idl
     c = add(s, make_request("c", 4, max_tokens=2))[0]
     s.update_from_output(out, sample_all(out, s), 1.0, 0)
     out = s.schedule(1)          # 2 free + 1 for c < 3 watermark blocks: c waits
-    assert "c" not in tokens(out) and (c.request_id, NOT_ADMITTED_NO_FREE_BLOCKS) in out.not_admitted
+    assert "c" not in tokens(out) and (c.request_id, NotAdmittedReason.NO_FREE_BLOCKS) in out.not_admitted
     idle = Scheduler(EngineConfig(**cfg, kv_watermark=0.9), 10)
     add(idle, make_request("big", 36, max_tokens=4))
     assert tokens(idle.schedule(0)) == {"big": 36}        # nothing runs: the watermark does not apply

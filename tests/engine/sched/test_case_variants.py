@@ -20,7 +20,8 @@ import pytest
 from tests.support.case_runner import build_workload, run_case
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
-from engine.request import RequestStatus, SamplingParams
+from engine.request import SamplingParams
+from engine.vocab import RequestStatus
 from tests.support.engine_cases import CASES
 from tests.support.engine_harness import distinct_prompt
 from tests.support.fake_runner import FakeRunner

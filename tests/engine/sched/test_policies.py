@@ -6,13 +6,12 @@ from __future__ import annotations
 import pytest
 
 from engine.config import ConfigError, EngineConfig
-from engine.outputs import (NOT_ADMITTED_BEHIND, NOT_ADMITTED_LOWER_PRIORITY,
-                            NOT_ADMITTED_NO_FREE_BLOCKS, NOT_ADMITTED_SEQ_CAP,
-                            NOT_ADMITTED_STATIC_BATCH, not_admitted_reason)
-from engine.sched.preemption import FOR_PRIORITY, NEEDED_BLOCKS, preemption_info
-from engine.request import RequestStatus
+from engine.outputs import not_admitted_reason
+from engine.sched.preemption import preemption_info
+from engine.vocab import RequestStatus
 from engine.sched.queue import FCFSQueue, PriorityQueue
 from tests.engine.sched.test_scheduler import add, ids, make_request, make_scheduler, sample_all, tokens
+from engine.vocab import NotAdmittedReason, PreemptionReason
 
 
 def run_step(s, step):
@@ -57,7 +56,7 @@ def test_waiting_queue_served_by_priority():
         make_request("high", 4, priority=1))
     out = run_step(s, 0)
     assert ids(out.scheduled) == ["high", "mid"]
-    assert out.not_admitted == (("low", NOT_ADMITTED_SEQ_CAP),)
+    assert out.not_admitted == (("low", NotAdmittedReason.SEQ_CAP),)
 
 
 def test_higher_priority_preempts_lowest_newest_running():
@@ -70,7 +69,7 @@ def test_higher_priority_preempts_lowest_newest_running():
     out = run_step(s, 1)
     assert out.preempted_ids == ("c",)                      # priority 7, the later arrival
     (victim, info), = preemptions(s)
-    assert victim == "c" and (info.reason, info.for_request, info.num_tokens) == (FOR_PRIORITY, "h", 4)
+    assert victim == "c" and (info.reason, info.for_request, info.num_tokens) == (PreemptionReason.FOR_PRIORITY, "h", 4)
     assert "h" in ids(out.scheduled) and s.requests["c"].status is RequestStatus.PREEMPTED
     assert ids(s.running) == ["h", "a", "b"]                # kept in (priority, arrival) order
 
@@ -81,7 +80,7 @@ def test_equal_priority_never_preempts():
     run_step(s, 0)
     add(s, make_request("c", 4, 4, priority=2))
     out = run_step(s, 1)
-    assert out.preempted_ids == () and out.not_admitted == (("c", NOT_ADMITTED_SEQ_CAP),)
+    assert out.preempted_ids == () and out.not_admitted == (("c", NotAdmittedReason.SEQ_CAP),)
 
 
 def test_priority_preempts_only_when_it_lets_the_request_start():
@@ -93,7 +92,7 @@ def test_priority_preempts_only_when_it_lets_the_request_start():
     add(s, make_request("h", 20, 1, priority=1))
     out = run_step(s, 1)
     assert out.preempted_ids == ()
-    assert out.not_admitted == (("h", NOT_ADMITTED_NO_FREE_BLOCKS),)
+    assert out.not_admitted == (("h", NotAdmittedReason.NO_FREE_BLOCKS),)
 
 
 def test_memory_preemption_takes_lowest_priority():
@@ -106,7 +105,7 @@ def test_memory_preemption_takes_lowest_priority():
         run_step(s, step)
         victims = preemptions(s)
         step += 1
-    assert victims and victims[0][0] == "x" and victims[0][1].reason == NEEDED_BLOCKS
+    assert victims and victims[0][0] == "x" and victims[0][1].reason == PreemptionReason.NEEDED_BLOCKS
 
 
 def test_lower_priority_reason_for_those_behind():
@@ -117,9 +116,9 @@ def test_lower_priority_reason_for_those_behind():
         make_request("p5", 4, priority=5))
     out = run_step(s, 1)
     prio = {r.request_id: r.priority for r in s.requests.values()}.get
-    assert out.not_admitted == (("p1", NOT_ADMITTED_SEQ_CAP),)
-    assert not_admitted_reason(out, "p1b", prio) == NOT_ADMITTED_BEHIND
-    assert not_admitted_reason(out, "p5", prio) == NOT_ADMITTED_LOWER_PRIORITY
+    assert out.not_admitted == (("p1", NotAdmittedReason.SEQ_CAP),)
+    assert not_admitted_reason(out, "p1b", prio) == NotAdmittedReason.BEHIND
+    assert not_admitted_reason(out, "p5", prio) == NotAdmittedReason.LOWER_PRIORITY
 
 
 def test_set_priority_moves_a_waiting_request_up():
@@ -153,10 +152,10 @@ def test_static_admits_next_batch_only_when_the_whole_batch_finished():
     out = run_step(s, 0)
     assert ids(out.scheduled) == ["a", "b"]               # a finishes here (1 token)
     assert s.static_batch == {"b"}
-    assert out.not_admitted == (("c", NOT_ADMITTED_STATIC_BATCH),)
+    assert out.not_admitted == (("c", NotAdmittedReason.STATIC_BATCH),)
     out = run_step(s, 1)
-    assert ids(out.scheduled) == ["b"] and out.waiting_reason == NOT_ADMITTED_STATIC_BATCH
-    assert not_admitted_reason(out, "c") == NOT_ADMITTED_STATIC_BATCH   # a slot is idle
+    assert ids(out.scheduled) == ["b"] and out.waiting_reason == NotAdmittedReason.STATIC_BATCH
+    assert not_admitted_reason(out, "c") == NotAdmittedReason.STATIC_BATCH   # a slot is idle
     run_step(s, 2)                                          # b finishes
     out = run_step(s, 3)
     assert ids(out.scheduled) == ["c"] and s.static_batch == {"c"}
@@ -171,9 +170,9 @@ def test_static_batch_members_behind_a_blocked_member():
         make_request("d", 4, 1))
     out = run_step(s, 0)
     assert ids(out.scheduled) == ["a"] and s.static_batch == {"a", "b", "c"}
-    assert dict(out.not_admitted) == {"b": NOT_ADMITTED_NO_FREE_BLOCKS, "c": NOT_ADMITTED_BEHIND}
-    assert not_admitted_reason(out, "d") == NOT_ADMITTED_STATIC_BATCH
+    assert dict(out.not_admitted) == {"b": NotAdmittedReason.NO_FREE_BLOCKS, "c": NotAdmittedReason.BEHIND}
+    assert not_admitted_reason(out, "d") == NotAdmittedReason.STATIC_BATCH
     out = run_step(s, 1)                                    # a finishes, still blocks b
     out = run_step(s, 2)
     assert ids(out.scheduled) == ["b", "c"] and tokens(out) == {"b": 12, "c": 4}
-    assert dict(out.not_admitted) == {"d": NOT_ADMITTED_STATIC_BATCH}
+    assert dict(out.not_admitted) == {"d": NotAdmittedReason.STATIC_BATCH}

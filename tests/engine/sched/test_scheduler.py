@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from engine.config import EngineConfig
-from engine.outputs import (BLOCKS_ALLOCATED, BLOCKS_FREED, NOT_ADMITTED_NO_FREE_BLOCKS,
-                            NOT_ADMITTED_SEQ_CAP, NOT_ADMITTED_TOKEN_BUDGET, BatchEntry,
-                            ModelRunnerOutput, ScheduledRequest, SchedulerOutput)
-from engine.request import Request, RequestStatus, SamplingParams
+from engine.outputs import BatchEntry, ModelRunnerOutput, ScheduledRequest, SchedulerOutput
+from engine.request import Request, SamplingParams
+from engine.vocab import RequestStatus
 from engine.sched.scheduler import Scheduler
+from engine.vocab import BlockEventKind, NotAdmittedReason
 
 
 def make_scheduler(num_blocks: int = 64, **kw) -> Scheduler:
@@ -56,7 +56,7 @@ def test_prefill_then_decode():
     assert ids(s.running) == ["a", "b", "c"] and not s.waiting and out.not_admitted == ()
     assert all(r.status is RequestStatus.RUNNING for r in (a, b, c))
     assert [ev.kind for ev in s.take_events()] == ["arrived"] * 3 + ["scheduled"] * 3
-    assert [ev.kind for ev in s.kv.take_events()] == [BLOCKS_ALLOCATED] * 3
+    assert [ev.kind for ev in s.kv.take_events()] == [BlockEventKind.ALLOCATED] * 3
 
     got = s.update_from_output(out, sample_all(out, s), now=1.0, step=0)
     assert got == [a, b, c]
@@ -80,7 +80,7 @@ def test_chunked_prefill_under_the_token_budget():
     a, b = add(s, make_request("a", 20), make_request("b", 3))
     out = s.schedule(0)
     assert tokens(out) == {"a": 8}
-    assert out.not_admitted == (("b", NOT_ADMITTED_TOKEN_BUDGET),)
+    assert out.not_admitted == (("b", NotAdmittedReason.TOKEN_BUDGET),)
     runner_out = sample_all(out, s)
     assert runner_out.sampled_token_ids == {}            # mid-prefill: no token
     assert s.update_from_output(out, runner_out, now=1.0, step=0) == []
@@ -110,7 +110,7 @@ def test_without_chunked_prefill_a_prompt_is_never_split():
     add(s, make_request("a", 100), make_request("b", 40))
     out = s.schedule(0)
     assert tokens(out) == {"a": 100}
-    assert out.not_admitted == (("b", NOT_ADMITTED_TOKEN_BUDGET),)       # 28 left < 40
+    assert out.not_admitted == (("b", NotAdmittedReason.TOKEN_BUDGET),)       # 28 left < 40
 
 
 def test_seq_cap_lists_only_the_first_blocked_request():
@@ -118,7 +118,7 @@ def test_seq_cap_lists_only_the_first_blocked_request():
     add(s, *(make_request(f"r{i}", 3) for i in range(4)))
     out = s.schedule(0)
     assert tokens(out) == {"r0": 3, "r1": 3}
-    assert out.not_admitted == (("r2", NOT_ADMITTED_SEQ_CAP),)           # r3: behind r2
+    assert out.not_admitted == (("r2", NotAdmittedReason.SEQ_CAP),)           # r3: behind r2
     assert ids(s.waiting) == ["r2", "r3"] and len(s.requests) == 4
 
 
@@ -136,7 +136,7 @@ def test_finished_requests_leave_the_scheduler_and_free_slot_and_blocks():
     assert s.num_finished == 1 and s.take_finished() == [a] and s.take_finished() == []
     assert [(ev.request_id, ev.kind) for ev in s.take_events()] == [("a", "finished")]
     (freed,) = s.kv.take_events()
-    assert freed.kind == BLOCKS_FREED and freed.request_id == "a" and len(freed.block_ids) == 2
+    assert freed.kind == BlockEventKind.FREED and freed.request_id == "a" and len(freed.block_ids) == 2
     assert s.kv.block_ids("a") == [] and s.kv.num_free_blocks == 64 - 2
     out = s.schedule(1)
     assert tokens(out) == {"b": 1, "c": 2}
@@ -192,7 +192,7 @@ def test_preemption_takes_the_newest_running_request():
                   make_request("c", 1))
     out = s.schedule(0)
     assert tokens(out) == {"a": 8, "b": 8} and s.kv.num_free_blocks == 0
-    assert out.not_admitted == (("c", NOT_ADMITTED_NO_FREE_BLOCKS),)
+    assert out.not_admitted == (("c", NotAdmittedReason.NO_FREE_BLOCKS),)
     s.update_from_output(out, sample_all(out, s), now=1.0, step=0)
     s.take_events()
     # Step 1: a's 9th token needs a 3rd block; b (newest) is preempted to make room.
@@ -202,7 +202,7 @@ def test_preemption_takes_the_newest_running_request():
     assert b.status is RequestStatus.PREEMPTED and b.num_computed_tokens == 0 and b.num_preemptions == 1
     assert b.output_token_ids == [9] and b.slot is None and s.kv.block_ids("b") == []
     assert ids(s.waiting) == ["b", "c"] and ids(s.running) == ["a"]          # b back at the front
-    assert out.not_admitted == (("b", NOT_ADMITTED_NO_FREE_BLOCKS),)         # nobody admitted
+    assert out.not_admitted == (("b", NotAdmittedReason.NO_FREE_BLOCKS),)         # nobody admitted
     assert [(ev.request_id, ev.kind) for ev in s.take_events()] == [("b", "preempted")]
     s.update_from_output(out, sample_all(out, s), now=2.0, step=1)
     s.check_invariants()

@@ -14,11 +14,13 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from engine.config import POLICIES, EngineConfig
-from engine.sched.preemption import SLOTS_CUT, preemption_info
-from engine.request import RequestStatus, SamplingParams
+from engine.sched.preemption import preemption_info
+from engine.request import SamplingParams
+from engine.vocab import RequestStatus
 from tests.support.engine_harness import (ACTIONS, VALUE_ACTIONS, Action, Arrival, assert_outputs_match, distinct_prompt,
                             reference_outputs, run_workload, solo_arrivals, without_wall_times)
 from tests.support.fake_runner import FakeRunner, ToyTokenizer, hash_next_token
+from engine.vocab import PreemptionReason
 
 STOP_TOKEN = 5
 TOKENIZER = ToyTokenizer({})            # token i decodes to "<i>"
@@ -103,7 +105,7 @@ def test_random_workloads_keep_invariants_and_outputs(w):
         event("parallel sampling fork")
     if any(r.knobs for r in result.records):
         event("live knob change")
-    if any(preemption_info(e.detail).reason == SLOTS_CUT for r in result.records for e in r.events
+    if any(preemption_info(e.detail).reason == PreemptionReason.SLOTS_CUT for r in result.records for e in r.events
            if e.kind == "preempted"):
         event("preempted by a max_num_seqs cut")
     if runner.num_copied_blocks:
@@ -248,7 +250,7 @@ def test_max_num_seqs_cut_swaps_out_between_steps_and_back_in():
     result = run_workload(config, arrivals, [Action(10, "max_num_seqs", "r0", 1)],
                           runner=FakeRunner(2, 8, fn, num_cpu_blocks=1), tokenizer=TOKENIZER, max_steps=300)
     cut = [(r.step, e.request_id) for r in result.records for e in r.events if e.kind == "preempted"]
-    assert cut and all(preemption_info(e.detail).reason == SLOTS_CUT
+    assert cut and all(preemption_info(e.detail).reason == PreemptionReason.SLOTS_CUT
                        for r in result.records for e in r.events if e.kind == "preempted")
     assert any(ev.kind == "swapped_in" for r in result.records for ev in r.block_events)
     assert_outputs_match(result, reference_outputs(config, arrivals, tokenizer=TOKENIZER, next_token_fn=fn))

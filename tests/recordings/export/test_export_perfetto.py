@@ -134,7 +134,7 @@ def test_streams_the_recording_in_chunks_with_the_same_result(recorded, tmp_path
     with open_reader(recorded.path) as reader:
         export_perfetto(reader, whole)
     import recordings.check.invariants
-    monkeypatch.setattr(recordings.checks, "CHUNK_STEPS", 8)
+    monkeypatch.setattr(recordings.check.invariants, "CHUNK_STEPS", 8)
     spans = []
     with open_reader(recorded.path) as reader:
         records = reader.records

@@ -9,15 +9,15 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
-from engine.sched.preemption import FOR_PRIORITY
 from engine.request import SamplingParams
-from engine.state.state import FINISH_REASON
+from engine.vocab import FINISH_REASON_OF
 from tests.support.engine_runs import SMALL_SEED, run_engine
 from tests.support.fake_runner import FakeRunner  # noqa: E402
 from tests.support.preemption_totals import live_preemption_totals  # noqa: E402
 from recordings.file.open_reader import open_reader
 from recordings.file.writer import RecordingWriter
 from recordings.metrics.run_metrics import summarize
+from engine.vocab import PreemptionReason
 
 
 def live_latencies(run):
@@ -44,7 +44,7 @@ def test_summary_matches_the_live_run(tmp_path, clock):
     assert summary.num_preemptions == preempted_events == sum(r.num_preemptions for r in records)
     assert summary.num_requests == len(run.prompts) >= 30
     assert summary.num_finished_by_reason == dict(
-        Counter(FINISH_REASON[r.status.value] for r in run.finished.values()))
+        Counter(FINISH_REASON_OF[r.status] for r in run.finished.values()))
     assert summary.num_finished == len(run.finished) == len(run.prompts)
     assert summary.num_steps == len(records)
     assert summary.num_prompt_tokens == sum(len(p) for p in run.prompts.values())
@@ -105,7 +105,7 @@ def test_priority_preemptions_are_totalled_from_the_events(tmp_path):
     records = engine.run_until_done()
     writer.close()
     summary = summarize(open_reader(path))
-    assert summary.preemptions_by_reason.get(FOR_PRIORITY, 0) > 0
+    assert summary.preemptions_by_reason.get(PreemptionReason.FOR_PRIORITY, 0) > 0
     assert_preemption_totals(summary, records, finished.values(), config.block_size)
     assert summary.num_recomputed_tokens < summary.num_preempted_tokens   # the cache gave some back
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from engine.outputs import (BLOCKS_HIT, NOT_ADMITTED_BEHIND, NOT_ADMITTED_LOWER_PRIORITY,
-                            NOT_ADMITTED_STATIC_BATCH)
 from engine.sched.preemption import preemption_info
 from tests.support.fakes import FakeControl, FakeSource, show, shown_window
 from recordings.file.open_reader import open_reader
@@ -17,6 +15,7 @@ from ui import request_menu
 from ui.inspector import explain as request_explain
 from ui.dialogs.inject import InjectDialog
 from ui.views.request_table import NOT_ADMITTED_TEXT, PAUSED_TEXT, PRIORITY_COLUMN, REASON_COLUMN
+from engine.vocab import BlockEventKind, NotAdmittedReason
 
 # (prompt tokens, max_tokens, arrival step, priority) through 2 slots: a priority-0 request
 # arriving at step 4 preempts a running priority-5 one; priorities 7 and 9 wait behind the
@@ -61,7 +60,7 @@ def test_waiting_table_says_every_reason_in_words_with_priorities(qtbot):
             seen.add(reason)
             assert model.data(model.index(i, REASON_COLUMN)) == NOT_ADMITTED_TEXT[reason], (k, rid)
             assert model.data(model.index(i, PRIORITY_COLUMN)) == str(priorities(state)[rid])
-    assert NOT_ADMITTED_LOWER_PRIORITY in seen and NOT_ADMITTED_BEHIND in seen and len(seen) >= 3
+    assert NotAdmittedReason.LOWER_PRIORITY in seen and NotAdmittedReason.BEHIND in seen and len(seen) >= 3
     view = w.queues.views["waiting"]
     assert not view.isColumnHidden(PRIORITY_COLUMN)       # priority policy: the column shows
 
@@ -83,7 +82,7 @@ def test_inspector_names_the_blocked_request_and_both_priorities(qtbot):
             continue
         w.select_request(rid)
         text = w.inspector.values["reason"].text()
-        if reason == NOT_ADMITTED_LOWER_PRIORITY:
+        if reason == NotAdmittedReason.LOWER_PRIORITY:
             assert text == (f"lower priority ({prio[rid]}) than {first} ({prio[first]}), which is "
                             f"blocked: {NOT_ADMITTED_TEXT[why]}")
         else:
@@ -115,7 +114,7 @@ def test_paused_and_static_batch_reasons(qtbot):
         w2.show_step(k)
         model = w2.queues.models["waiting"]
         for i in range(model.rowCount()):
-            if expected_reason(static, k, model.request_id(i)) == NOT_ADMITTED_STATIC_BATCH:
+            if expected_reason(static, k, model.request_id(i)) == NotAdmittedReason.STATIC_BATCH:
                 assert model.data(model.index(i, REASON_COLUMN)) == "static batch still running"
                 found += 1
     assert found
@@ -138,7 +137,7 @@ def expected_forensics(source: FakeSource, rid: str, step: int):
                 preempted.append((r.step, preemption_info(e.detail)))
             if e.request_id == rid and e.kind == "scheduled":
                 admissions.append((r.step, sum(len(b.block_ids) for b in r.block_events
-                                               if b.kind == BLOCKS_HIT and b.request_id == rid)))
+                                               if b.kind == BlockEventKind.HIT and b.request_id == rid)))
     lines, dropped, again = [], 0, 0
     for at, info in preempted:
         line = f"step {at}: {info.describe()}"

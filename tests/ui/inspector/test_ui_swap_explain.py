@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 from PySide6.QtCore import Qt
 
-from engine.outputs import NOT_ADMITTED_SWAPPED_FIRST
-from engine.sched.preemption import MODE_SWAP, MODE_SWAP_FALLBACK, preemption_info
+from engine.sched.preemption import preemption_info
 from tests.support.fakes import show, shown_window, swap_source
 from ui.inspector.explain import MODE_NOTES
 from ui.views.request_table import REASON_COLUMN, SWAPPED_TEXT
+from engine.vocab import NotAdmittedReason, PreemptionMode
 
 SWAPPED_TAB = 2
 
@@ -61,7 +61,7 @@ def test_the_swapped_tab_is_hidden_without_a_swap_pool(qtbot, source):
 def test_waiting_requests_say_swapped_out_requests_resume_first(qtbot):
     source = swap_source()
     w = shown_window(qtbot, source)
-    steps = [r.step for r in source.history if r.waiting_reason == NOT_ADMITTED_SWAPPED_FIRST]
+    steps = [r.step for r in source.history if r.waiting_reason == NotAdmittedReason.SWAPPED_FIRST]
     assert steps
     checked = 0
     for k in steps[:3]:
@@ -78,14 +78,14 @@ def test_preemptions_say_swapped_out_or_recompute_fallback_with_the_wasted_work(
     source = swap_source()
     w = shown_window(qtbot, source)
     found = {info.mode: (step, rid, info) for step, rid, info in preemptions(source)}
-    assert set(found) == {MODE_SWAP, MODE_SWAP_FALLBACK}
+    assert set(found) == {PreemptionMode.SWAP, PreemptionMode.SWAP_FALLBACK}
     w.show_step(source.latest_step())           # both finished: among the recently finished
     for mode, (step, rid, info) in found.items():
         w.select_request(rid)
         text = w.inspector.forensics.values["preemptions"].text()
         first, wasted = text.split("\n")[0], text.split("\n")[-1]
         assert first.startswith(f"step {step}: {info.describe()} — {MODE_NOTES[mode]}")
-        if mode == MODE_SWAP:
+        if mode == PreemptionMode.SWAP:
             assert info.describe().startswith(f"swap out {info.num_tokens} tokens")
             assert wasted.startswith("wasted: 0 KV tokens dropped")
             assert wasted.endswith(f"; {info.num_tokens} swapped to the CPU (kept, not recomputed)")

@@ -7,7 +7,7 @@ import math
 import numpy as np
 from PySide6.QtCore import Qt
 
-from engine.state.state import STATUSES, EngineState
+from engine.state.state import STATUS_CODES, EngineState
 from ui.style.colors import request_qcolor
 from ui.views.queue_tables import QueueTables, visible_rows
 from ui.views.request_table import COLUMNS, NOT_ADMITTED_TEXT, REASON_COLUMN, RECOMPUTED_COLUMN, RequestTableModel
@@ -20,7 +20,7 @@ def expected_cells(state, row: int) -> list[str]:
     n_out = int(c["num_output_tokens"][row])
     ttft = "–" if math.isnan(first) else f"{first - arrival:.3g}"
     itl = f"{(last - first) / (n_out - 1):.3g}" if n_out >= 2 else "–"
-    return [state.request_ids[row], STATUSES[int(c["status"][row])].lower(),
+    return [state.request_ids[row], STATUS_CODES[int(c["status"][row])].lower(),
             str(int(c["num_prompt_tokens"][row])), f"{n_out} / {int(c['max_tokens'][row])}",
             ttft, itl, str(int(c["num_preemptions"][row])), f'{int(c["num_recomputed_tokens"][row]):,}',
             str(int(c["priority"][row]))]
@@ -49,7 +49,7 @@ def test_models_are_the_state_columns_at_scale(qtbot, big):
     for name, codes in (("running", ("RUNNING",)), ("waiting", ("WAITING", "PREEMPTED")),
                         ("paused", ("PAUSED",))):
         m = w.models[name]
-        rows = np.flatnonzero(np.isin(status, [STATUSES.index(s) for s in codes]))
+        rows = np.flatnonzero(np.isin(status, [STATUS_CODES.index(s) for s in codes]))
         assert m.rowCount() == len(rows)
         for i in {0, len(rows) // 2, len(rows) - 1} if len(rows) else ():
             assert cells(m, i)[:REASON_COLUMN] == expected_cells(state, int(rows[i]))
