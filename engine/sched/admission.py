@@ -88,7 +88,7 @@ class Rejection(NamedTuple):
                     f"of {self.limit:g} {unit} ({ahead})")
         if self.reason == AdmissionRejection.QUEUE_TIMEOUT:
             return (f"timed out: waited {self.value:.3g} {unit} without being admitted, over "
-                    f"max_queue_time {self.limit:g} {unit} ({ahead})")
+                    f"max_queue_time {self.limit:g} {unit} ({self.num_ahead} requests ahead)")
         return f"rejected by admission control: {self.reason}"
 
 
