@@ -163,10 +163,14 @@ def recording_size(path: str | os.PathLike, busy: int) -> SizeReport:
             table_bytes[owner.get(name, name)] += size
         steps = conn.execute("SELECT * FROM steps ORDER BY step").fetchall()
         cols = [d[0] for d in conn.execute("SELECT * FROM steps LIMIT 0").description]
-        i_run, i_pre = cols.index("num_running"), cols.index("batch_prefill_json")
+        i_run = cols.index("num_running")
+        if "num_prefill_tokens" in cols:      # schema 4
+            i_pre, no_prefill = cols.index("num_prefill_tokens"), (0,)
+        else:
+            i_pre, no_prefill = cols.index("batch_prefill_json"), (None, "[]")
         rep = SizeReport(str(path), Path(path).stat().st_size, len(steps), dict(table_bytes))
         busy_steps = {r[0] for r in steps if r[i_run] >= busy}
-        decode = {r[0] for r in steps if r[0] in busy_steps and (r[i_pre] in (None, "[]"))}
+        decode = {r[0] for r in steps if r[0] in busy_steps and r[i_pre] in no_prefill}
         rep.busy_steps, rep.decode_steps = len(busy_steps), len(decode)
         rep.decode_table_bytes = {t: 0.0 for t in PER_STEP_TABLES}
         for table in PER_STEP_TABLES:

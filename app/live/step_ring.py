@@ -26,8 +26,8 @@ import numpy as np
 
 from engine.outputs import (Arrival, BatchEntry, BlockEvent, NewToken, RequestEvent, StepRecord,
                             Transition)
-from recordings.file.step_batches import ENTRY_FIELDS, STEP_FIELDS
 from engine.vocab import BlockEventKind, EventKind, NotAdmittedReason, RequestStatus, word
+from recordings.file.step_batches import ENTRY_FIELDS, LIST_FIELDS, STEP_FIELDS, step_batch_columns
 
 FIELDS = tuple(f.name for f in dataclasses.fields(StepRecord))
 # fields of named tuples kept as plain tuples (a few per step), rebuilt with their type
@@ -114,29 +114,22 @@ def has_events_of(packed: PackedStep, request_id: str) -> bool:
 def batch_columns(steps: Sequence[PackedStep]) -> dict[str, Any]:
     """The columns of ``recordings.file.reader.Reader.step_batches`` for ``steps`` (packed, in step order):
     equal to :func:`recordings.file.step_batches.batch_columns` of their records, without rebuilding them
-    (the batch arrays are concatenated)."""
-    n = len(steps)
-    out: dict[str, Any] = {}
-    for name, dtype in STEP_FIELDS:
-        if name == "num_new_tokens":
-            out[name] = np.array([len(s[_TOKENS][0]) for s in steps], np.int64).reshape(n)
-        elif name == "num_arrivals":
-            out[name] = np.array([len(s[_INDEX["arrivals"]]) for s in steps], np.int64).reshape(n)
-        elif name == "num_scheduled_tokens":
-            out[name] = np.array([int(s[_BATCH][2].sum()) for s in steps], np.int64).reshape(n)
-        elif name == "num_preemptions":       # StepRecord.num_preemptions of the packed events
-            out[name] = np.array([sum(1 for e in s[_INDEX["events"]] if e[1] == EventKind.PREEMPTED)
-                                  for s in steps], np.int64).reshape(n)
-        else:
-            i = _INDEX[name]
-            out[name] = np.array([s[i] for s in steps], dtype).reshape(n)
-    for name in ("error", "preempted_ids", "not_admitted", "waiting_reason", "knobs"):
+    (the batch arrays are concatenated), built by :func:`recordings.file.step_batches.step_batch_columns`."""
+    derived = {
+        "num_new_tokens": lambda s: len(s[_TOKENS][0]),
+        "num_arrivals": lambda s: len(s[_INDEX["arrivals"]]),
+        "num_scheduled_tokens": lambda s: int(s[_BATCH][2].sum()),
+        # StepRecord.num_preemptions of the packed events
+        "num_preemptions": lambda s: sum(1 for e in s[_INDEX["events"]] if e[1] == EventKind.PREEMPTED),
+    }
+    columns: dict[str, Any] = {}
+    for name, _ in STEP_FIELDS:
+        value = derived.get(name)
+        i = _INDEX.get(name)
+        columns[name] = [value(s) for s in steps] if value else [s[i] for s in steps]
+    for name in LIST_FIELDS:
         i = _INDEX[name]
-        out[name] = [s[i] for s in steps]
-    first = np.zeros(n + 1, np.int64)
-    np.cumsum([len(s[_BATCH][1]) for s in steps], out=first[1:])
-    out["batch_start"] = first
-    for j, (name, dtype) in enumerate(ENTRY_FIELDS):
-        out[name] = (np.concatenate([s[_BATCH][j] for s in steps]) if n
-                     else np.zeros(0, dtype))
-    return out
+        columns[name] = [s[i] for s in steps]
+    entries = {name: np.concatenate([s[_BATCH][j] for s in steps]) if steps else np.zeros(0, dtype)
+               for j, (name, dtype) in enumerate(ENTRY_FIELDS)}
+    return step_batch_columns(columns, [len(s[_BATCH][1]) for s in steps], entries)

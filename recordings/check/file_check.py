@@ -30,8 +30,9 @@ from typing import Callable
 
 import sqlite_utils
 
+from recordings.metrics.stats import STEPS_PER_QUERY
 from recordings.check.invariants import FINISH_EVENT_KINDS, Problem, check_recording
-from recordings.file.schema import latest_version, migrate
+from recordings.file.schema import READABLE_OLD_VERSIONS, latest_version, migrate
 
 REL_TOLERANCE = 1e-9        # float outcomes (TTFT, mean ITL) agree within this relative error
 _BATCH_ARRAYS = ("batch_seq_json", "batch_slot_json", "batch_num_computed_json", "token_id_json")
@@ -59,11 +60,12 @@ def integrity_problems(reader, max_problems: int = 100) -> list[Problem]:
     return [Problem(-1, "integrity", str(m)) for (m,) in rows if m != "ok"]
 
 
-def _expected_schema() -> dict[str, tuple[str, set[str]]]:
-    """name -> (type, columns) of every table and view the latest schema has."""
+def _expected_schema(version: int | None = None) -> dict[str, tuple[str, set[str]]]:
+    """name -> (type, columns) of every table and view schema ``version`` (default: the latest)
+    has."""
     db = sqlite_utils.Database(memory=True)
     try:
-        migrate(db, ":memory:")
+        migrate(db, ":memory:", target=version)
         return _schema_of(lambda sql: db.execute(sql).fetchall())
     finally:
         db.close()
@@ -83,11 +85,11 @@ def schema_problems(reader, version: int) -> list[Problem]:
     """``schema`` problems: a version this code does not write as it is, and every table, view
     or column missing from the file or in it though BatchScope never makes it (a trigger, say)."""
     out: list[Problem] = []
-    if version != latest_version():
+    if version != latest_version() and version not in READABLE_OLD_VERSIONS:
         out.append(Problem(-1, "schema", f"schema version {version}, read as it is (this code "
                                          f"writes {latest_version()}); its columns are not checked"))
         return out
-    expected = _expected_schema()
+    expected = _expected_schema(version)
     found = _schema_of(reader.execute)
     for name, (kind, cols) in expected.items():
         if name not in found:
@@ -119,6 +121,8 @@ def row_problems(reader, max_problems: int = 100) -> list[Problem]:
                 f"SELECT DISTINCT step FROM {table} WHERE step >= 0 AND step NOT IN "
                 "(SELECT step FROM steps) ORDER BY step LIMIT ?", (max_problems,)):
             out.append(Problem(step, "rows", f"{table} rows of a step that has no steps row"))
+    if int(reader.execute("PRAGMA user_version")[0][0]) >= 4:
+        return out      # the batch blobs are checked as they are decoded (metric_problems, the replay)
     lengths = " OR ".join(f"json_array_length({c}) != num_scheduled_requests" for c in _BATCH_ARRAYS)
     for (step,) in reader.execute(
             f"SELECT step FROM steps WHERE NOT ({' AND '.join(f'json_valid({c})' for c in _BATCH_ARRAYS)}) "
@@ -133,14 +137,17 @@ def metric_problems(reader, max_problems: int = 100) -> list[Problem]:
     recomputed from the rows (at the request's ``finish_step``)."""
     # per request: its tokens, the first and the last token's time (SQL over the aligned arrays,
     # apart from the Python decoding that recordings.metrics.run_metrics and the replay do)
-    tokens = {seq: (n, first, last) for seq, n, first, last in reader.execute(
-        "SELECT b.value, count(*), min(s.token_time), max(s.token_time) "
-        "FROM steps s, json_each(s.batch_seq_json) b WHERE s.num_new_tokens > 0 "
-        "AND json_extract(s.token_id_json, '$[' || b.key || ']') >= 0 GROUP BY b.value")}
+    out: list[Problem] = []
+    if int(reader.execute("PRAGMA user_version")[0][0]) >= 4:
+        tokens = _token_spans(reader, out, max_problems)
+    else:
+        tokens = {seq: (n, first, last) for seq, n, first, last in reader.execute(
+            "SELECT b.value, count(*), min(s.token_time), max(s.token_time) "
+            "FROM steps s, json_each(s.batch_seq_json) b WHERE s.num_new_tokens > 0 "
+            "AND json_extract(s.token_id_json, '$[' || b.key || ']') >= 0 GROUP BY b.value")}
     kinds = ", ".join(f"'{k}'" for k in FINISH_EVENT_KINDS)
     ended = dict(reader.execute(f"SELECT seq, min(step) FROM events WHERE kind IN ({kinds}) GROUP BY seq"))
     preempted = dict(reader.execute("SELECT seq, count(*) FROM events WHERE kind = 'preempted' GROUP BY seq"))
-    out: list[Problem] = []
     for (seq, rid, arrival, step, n_out, ttft, itl, n_pre) in reader.execute(
             "SELECT seq, request_id, arrival_time, finish_step, num_output_tokens, ttft, mean_itl, "
             "num_preemptions FROM requests WHERE status IS NOT NULL ORDER BY seq"):
@@ -159,6 +166,27 @@ def metric_problems(reader, max_problems: int = 100) -> list[Problem]:
             if len(out) >= max_problems:
                 break
     return out
+
+
+def _token_spans(reader, out: list[Problem], max_problems: int) -> dict[int, tuple[int, float, float]]:
+    """Per request ``seq``: (tokens, first token's time, last token's time) of a schema-4 file, in
+    one streamed pass over the batch blobs; a ``rows`` problem into ``out`` for each step whose
+    blob does not hold ``num_scheduled_requests`` entries."""
+    count: dict[int, int] = {}
+    first: dict[int, float] = {}
+    last: dict[int, float] = {}
+    (top,), = reader.execute("SELECT max(step) FROM steps")
+    for lo in range(0, (top if top is not None else -1) + 1, STEPS_PER_QUERY):
+        for (step, n, t), batch in reader.batches(lo, lo + STEPS_PER_QUERY,
+                                                  ("step", "num_scheduled_requests", "token_time")):
+            if len(batch.seq) != n and len(out) < max_problems:
+                out.append(Problem(step, "rows", f"the batch blob holds {len(batch.seq)} entries, "
+                                                 f"not num_scheduled_requests {n}"))
+            for seq in batch.seq[batch.token_id >= 0].tolist():
+                count[seq] = count.get(seq, 0) + 1
+                first[seq] = min(first.get(seq, t), t)
+                last[seq] = max(last.get(seq, t), t)
+    return {seq: (n, first[seq], last[seq]) for seq, n in count.items()}
 
 
 def _same(a, b) -> bool:

@@ -19,7 +19,6 @@ step time over the steps it decoded in).
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,16 +67,11 @@ def _scan_batches(reader: Reader, n: int):
     (top,), = reader.execute("SELECT max(step) FROM steps")
     for lo in range(0, (top if top is not None else -1) + 1, STEPS_PER_QUERY):
         seqs, is_pre, batch, dur = [], [], [], []
-        for step, c, t, k, seq_json, pre_json in reader.execute(
-                "SELECT step, clock, token_time, num_scheduled_requests, batch_seq_json, batch_prefill_json "
-                "FROM steps WHERE step >= ? AND step < ? ORDER BY step", (lo, lo + STEPS_PER_QUERY)):
+        for (step, c, t, k), b in reader.batches(lo, lo + STEPS_PER_QUERY,
+                                                 ("step", "clock", "token_time", "num_scheduled_requests")):
             steps.append(step), clock.append(c), token_time.append(t), nsched.append(k)
-            s = json.loads(seq_json) if seq_json else []
-            flags = np.zeros(len(s), bool)
-            for i, _num in json.loads(pre_json or "[]"):
-                flags[i] = True
-            seqs.append(np.asarray(s, np.int64)), is_pre.append(flags)
-            batch.append(np.full(len(s), k, np.float64)), dur.append(np.full(len(s), t - c))
+            seqs.append(b.seq), is_pre.append(b.is_prefill)
+            batch.append(np.full(len(b.seq), k, np.float64)), dur.append(np.full(len(b.seq), t - c))
         if not seqs:
             continue
         s, f, bsz, d = (np.concatenate(x) for x in (seqs, is_pre, batch, dur))

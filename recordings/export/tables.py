@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Callable
 from engine.vocab import NotAdmittedReason
 
+from recordings.file.schema import prefill_tokens_sql
 
 ROWS_PER_QUERY = 2048
 REQUEST_FILE, STEP_FILE = "requests.csv", "steps.csv"
-_LEFT_OUT = {"prompt_token_ids", "prompt_text"}
+_LEFT_OUT = {"prompt_token_ids", "prompt_text", "batch"}   # blobs and text
 # first characters that make a spreadsheet read a cell as a formula (OWASP, "CSV Injection")
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 
@@ -85,9 +86,8 @@ def export_csv(reader, out: str | Path, progress: Callable[[int], object] | None
     if "num_waiting" in step_header:
         reason = f"CASE WHEN num_waiting > 0 THEN {reason} END"
     step_select = [reason if c == "waiting_reason" else c for c in step_header]
-    if "batch_prefill_json" in step_has:
-        step_select.append("(SELECT coalesce(sum(json_extract(p.value, '$[1]')), 0) "
-                           "FROM json_each(steps.batch_prefill_json) p)")
+    if "batch_prefill_json" in step_has:       # schema 2, 3 (schema 4 has the column)
+        step_select.append(prefill_tokens_sql(3))
         step_header.append("num_prefill_tokens")
     num_steps = _write(steps_path, step_header, reader,
                        f"SELECT step, {', '.join(step_select)} FROM steps WHERE step >= ? "

@@ -28,6 +28,7 @@ import numpy as np
 from engine.outputs import Arrival, BatchEntry, BlockEvent, NewToken, RequestEvent, RequestView, StepRecord, Transition
 from engine.state.state import COLUMNS, EngineState
 from engine.vocab import BlockEventKind, EventKind, NotAdmittedReason, RequestStatus, word
+from recordings.file import compact
 
 SeqOf = Callable[[str], int]
 IdOf = Callable[[int], str]
@@ -102,25 +103,17 @@ def arrival_from_row(row: Sequence[Any]) -> Arrival:
 # --- steps -------------------------------------------------------------------------------------
 def step_rows(record: StepRecord, seq_of: SeqOf,
               num_prompt_of: Callable[[str], int]) -> dict[str, list[dict[str, Any]]]:
-    """Rows of every table one step writes, keyed by table name (``num_prompt_of(request_id)``:
-    its prompt length). Raises ``KeyError`` for a request the writer was never told about and
-    ``TypeError`` for a value JSON cannot hold."""
-    step, batch = record.step, record.scheduled
-    tok = {t.request_id: t for t in record.new_tokens}
-    aligned = [tok.get(e.request_id) for e in batch]
-    if tuple(t for t in aligned if t is not None) != record.new_tokens:
-        raise ValueError(f"step {step}: tokens are not in batch order")
-    texts = [None if t is None else t.text for t in aligned]
-    seqs = [seq_of(e.request_id) for e in batch]
-    prefill = [[i, e.num_tokens] for i, e in enumerate(batch) if e.is_prefill]
-    ones = all(e.num_tokens == 1 for e in batch if not e.is_prefill)
-    derived = all(t is None or t.index == e.num_computed_tokens + e.num_tokens
-                  - num_prompt_of(e.request_id) for e, t in zip(batch, aligned))
+    """Rows of every table one step writes in schema 4, keyed by table name
+    (``num_prompt_of(request_id)``: its prompt length): the batch and the block events as
+    :mod:`recordings.file.compact` blobs. Raises ``KeyError`` for a request the writer was never
+    told about and ``TypeError`` for a value JSON cannot hold."""
+    step = record.step
+    texts = [t.text for t in record.new_tokens]
     steps_row = {
         "step": step, "start_ns": record.start_ns, "end_ns": record.end_ns,
         "clock": record.clock, "token_time": record.token_time,
         "num_scheduled_tokens": record.total_num_scheduled_tokens,
-        "num_scheduled_requests": len(batch), "num_new_tokens": len(record.new_tokens),
+        "num_scheduled_requests": len(record.scheduled), "num_new_tokens": len(record.new_tokens),
         "num_waiting": record.num_waiting, "num_running": record.num_running,
         "num_paused": record.num_paused, "num_finished": record.num_finished,
         "num_free_blocks": record.num_free_blocks, "num_total_blocks": record.num_total_blocks,
@@ -128,36 +121,77 @@ def step_rows(record: StepRecord, seq_of: SeqOf,
         "schedule_ns": record.schedule_ns, "forward_ns": record.forward_ns,
         "update_ns": record.update_ns, "recorder_wait_ns": record.recorder_wait_ns,
         "error": record.error,
-        "batch_seq_json": strict_dumps(seqs),
-        "batch_slot_json": strict_dumps([e.slot for e in batch]),
-        "batch_num_tokens_json": None if ones else strict_dumps([e.num_tokens for e in batch]),
-        "batch_num_computed_json": strict_dumps([e.num_computed_tokens for e in batch]),
-        "batch_prefill_json": strict_dumps(prefill),
-        "token_index_json": None if derived else strict_dumps(
-            [-1 if t is None else t.index for t in aligned]),
-        "token_id_json": strict_dumps([-1 if t is None else t.token_id for t in aligned]),
+        "num_prefill_tokens": sum(e.num_tokens for e in record.scheduled if e.is_prefill),
+        "batch": compact.batch_blob(record, seq_of, num_prompt_of),
+        # the new tokens' text, in token order (NULL when all are empty)
         "token_text_json": strict_dumps(texts) if any(texts) else None,
-        "preempted_json": strict_dumps([seq_of(r) for r in record.preempted_ids]),
-        "not_admitted_json": strict_dumps([[seq_of(r), why] for r, why in record.not_admitted]),
+        "preempted_json": strict_dumps([seq_of(r) for r in record.preempted_ids])
+        if record.preempted_ids else None,
+        "not_admitted_json": strict_dumps([[seq_of(r), why] for r, why in record.not_admitted])
+        if record.not_admitted else None,
         "waiting_reason": None if record.waiting_reason == NotAdmittedReason.BEHIND else record.waiting_reason,
         "knobs_json": strict_dumps(record.knobs) if record.knobs else None,
         "prefix_cache_queries": record.prefix_cache_queries,
         "prefix_cache_hits": record.prefix_cache_hits,
     }
+    blocks = compact.block_events_blob(record.block_events, seq_of)
     return {
         "steps": [steps_row],
         "events": [{"step": step, "ord": i, "seq": seq_of(e.request_id), "kind": e.kind,
                     "detail": e.detail} for i, e in enumerate(record.events)],
-        "block_events": [{"step": step, "ord": i, "kind": b.kind,
-                          "seq": seq_of(b.request_id) if b.request_id else NO_REQUEST,
-                          "block_ids_json": strict_dumps(b.block_ids),
-                          "block_hashes_json": strict_dumps(b.block_hashes) if b.block_hashes else None}
-                         for i, b in enumerate(record.block_events)],
+        "block_events": [] if blocks is None else [{"step": step, "data": blocks}],
         "transitions": [{"step": step, "ord": i, "seq": seq_of(t.request_id), "status": t.status,
                          "slot": t.slot, "num_computed_tokens": t.num_computed_tokens,
                          "num_preemptions": t.num_preemptions, "error": t.error}
                         for i, t in enumerate(record.transitions)],
     }
+
+
+# Schema 4: the steps columns the reader selects (record_from_v4_row unpacks them in this order).
+V4_STEP_COLUMNS = ("step", "start_ns", "end_ns", "clock", "token_time", "num_waiting", "num_running",
+                   "num_paused", "num_finished", "num_free_blocks", "num_total_blocks",
+                   "schedule_ns", "forward_ns", "update_ns", "recorder_wait_ns", "error", "batch",
+                   "token_text_json", "preempted_json", "not_admitted_json", "waiting_reason",
+                   "prefix_cache_queries", "prefix_cache_hits", "knobs_json")
+
+
+def record_from_v4_row(row: Sequence[Any], arrivals: Sequence[Arrival], events: Sequence[Sequence],
+                       block_blob: bytes | None, transitions: Sequence[Sequence], id_of: IdOf,
+                       num_prompt_of_seqs: Callable[[np.ndarray], np.ndarray],
+                       ids_of_seqs: Callable[[np.ndarray], list[str]]) -> StepRecord:
+    """Rebuild one :class:`StepRecord` of a schema-4 file from its ``steps`` row
+    (:data:`V4_STEP_COLUMNS`), its arrivals, events and transitions rows (as in
+    :func:`record_from_rows`) and its ``block_events.data`` blob (None: none);
+    ``num_prompt_of_seqs`` / ``ids_of_seqs`` map an array of arrival numbers to prompt lengths /
+    request ids. Raises ``ValueError`` / ``KeyError`` / ``TypeError`` on bad rows."""
+    (step, start_ns, end_ns, clock, token_time, num_waiting, num_running, num_paused,
+     num_finished, num_free, num_total, schedule_ns, forward_ns, update_ns, wait_ns, error,
+     batch_blob, t_text, preempted, not_admitted, waiting_reason, prefix_cache_queries,
+     prefix_cache_hits, knobs) = row
+    batch = compact.Batch(batch_blob, num_prompt_of_seqs)
+    ids = ids_of_seqs(batch.seq)
+    scheduled, tokens = batch.entries(ids)
+    if t_text is not None:
+        texts = json.loads(t_text)
+        if len(texts) != len(tokens):
+            raise ValueError(f"step {step}: {len(texts)} token texts for {len(tokens)} tokens")
+        tokens = tuple(t._replace(text=text or "") for t, text in zip(tokens, texts))
+    return StepRecord(
+        step=step, start_ns=start_ns, end_ns=end_ns, clock=clock, token_time=token_time,
+        arrivals=tuple(arrivals), scheduled=scheduled, new_tokens=tokens,
+        events=tuple(RequestEvent(id_of(seq), word(EventKind, kind), detail or "")
+                     for _, seq, kind, detail in events),
+        block_events=compact.block_events_from_blob(block_blob, id_of),
+        transitions=tuple(Transition(id_of(seq), word(RequestStatus, status), slot, nc, npre, err)
+                          for _, seq, status, slot, nc, npre, err in transitions),
+        preempted_ids=tuple(id_of(s) for s in json.loads(preempted)) if preempted else (),
+        not_admitted=tuple((id_of(s), why) for s, why in json.loads(not_admitted)) if not_admitted else (),
+        num_waiting=num_waiting, num_running=num_running, num_paused=num_paused,
+        num_finished=num_finished, num_free_blocks=num_free, num_total_blocks=num_total,
+        schedule_ns=schedule_ns, forward_ns=forward_ns, update_ns=update_ns,
+        recorder_wait_ns=wait_ns, error=error, waiting_reason=waiting_reason or NotAdmittedReason.BEHIND,
+        prefix_cache_queries=prefix_cache_queries, prefix_cache_hits=prefix_cache_hits,
+        knobs=knobs_from_json(knobs))
 
 
 # Column order the reader selects; record_from_rows unpacks rows in exactly this order.
@@ -240,20 +274,29 @@ STATIC_COLUMNS = ("arrival_step", "arrival_time", "num_prompt_tokens", "max_toke
 StaticOf = Callable[[np.ndarray], tuple[tuple[str, ...], dict[str, np.ndarray]]]
 
 
-def state_blob(state: EngineState) -> tuple[bytes, str]:
+HashesOf = Callable[[int, int], np.ndarray]   # (base keyframe step, step) -> block_hash at step
+
+
+def state_blob(state: EngineState, hash_base: int | None = None) -> tuple[bytes, str]:
     """A keyframe of ``state``: (compressed ``.npz`` of its arrays and scalars, JSON of its
     recently finished views). Request ids and the static columns (:data:`STATIC_COLUMNS`) are
     not repeated in every keyframe: the ``requests`` table has them, by ``seq`` (stored as
-    differences, which compress to almost nothing)."""
+    differences, which compress to almost nothing). With ``hash_base`` (schema 4: the step of an
+    earlier keyframe that holds its ``block_hash``) the prefix hashes (8 random bytes a cached
+    block, most of a keyframe under prefix caching) are left out and stored as that step
+    (``hash_base``): they are the base's, changed by the ``cached`` / ``evicted`` /
+    ``reserved`` / ``unreserved`` block events of the steps after it (:func:`apply_hash_events`)."""
     buf = io.BytesIO()
     seq = state.columns["seq"]
+    hashes = {"block_hash": state.block_hash} if hash_base is None else \
+        {"hash_base": np.array([hash_base], np.int64)}
     np.savez_compressed(
         buf, scalars=np.array([state.step, state.num_total_blocks, state.block_size,
                                state.max_num_seqs, state.next_seq], np.int64),
         clock=np.array([state.clock], np.float64),
         seq_delta=_narrow(np.diff(seq, prepend=0)),
         block_owner=_narrow(state.block_owner), block_pos=_narrow(state.block_pos),
-        block_hash=state.block_hash, shared_seq=_narrow(state.shared_seq),
+        **hashes, shared_seq=_narrow(state.shared_seq),
         shared_block=_narrow(state.shared_block), cpu_owner=_narrow(state.cpu_owner),
         **{f"col_{k}": _narrow(v) for k, v in state.columns.items()
            if k != "seq" and k not in STATIC_COLUMNS})
@@ -280,9 +323,11 @@ def _column(z, name: str, n: int) -> np.ndarray:
     return z[key] if key in z.files else np.zeros(n, COLUMNS[name])
 
 
-def state_from_blob(blob: bytes, finished_json: str, static_of: StaticOf) -> EngineState:
+def state_from_blob(blob: bytes, finished_json: str, static_of: StaticOf,
+                    hashes_of: HashesOf | None = None) -> EngineState:
     """The :class:`EngineState` a :func:`state_blob` keyframe holds; ``static_of(seqs)`` gives
-    the request ids and static columns of those arrival numbers (from the ``requests`` table).
+    the request ids and static columns of those arrival numbers (from the ``requests`` table),
+    ``hashes_of(base, step)`` the block hashes of a keyframe stored with a ``hash_base``.
     Keyframes that carry them themselves (written earlier in this schema's life) are read as
     they are. Raises ``ValueError`` / ``KeyError`` for a damaged keyframe (never unpickles)."""
     try:
@@ -296,6 +341,12 @@ def state_from_blob(blob: bytes, finished_json: str, static_of: StaticOf) -> Eng
                 ids, static = static_of(seq)
                 columns = {k: _column(z, k, len(seq)) for k in COLUMNS if k != "seq" and k not in static}
                 columns.update(static, seq=seq)
+            extra = {k: z[k].astype(np.int64) for k in ("block_hash", "shared_seq", "shared_block",
+                                                         "cpu_owner") if k in z.files}
+            if "hash_base" in z.files:
+                if hashes_of is None:
+                    raise ValueError("a keyframe whose block hashes are an earlier keyframe's")
+                extra["block_hash"] = hashes_of(int(z["hash_base"][0]), step)
             return EngineState(
                 step, float(z["clock"][0]), nb, bs, mns, next_seq=next_seq,
                 request_ids=ids, columns=columns,
@@ -303,9 +354,7 @@ def state_from_blob(blob: bytes, finished_json: str, static_of: StaticOf) -> Eng
                 block_pos=z["block_pos"].astype(np.int64),
                 recently_finished=tuple(RequestView(*v) for v in json.loads(finished_json)),
                 # prefix caching and swap (keyframes written before them have none of these)
-                **{k: z[k].astype(np.int64)
-                   for k in ("block_hash", "shared_seq", "shared_block", "cpu_owner")
-                   if k in z.files})
+                **extra)
     except (zipfile.BadZipFile, zlib.error, EOFError, RuntimeError, OverflowError) as exc:
         # a damaged zip or deflate stream (bad header, unknown method, "encrypted" flag...)
         raise ValueError(f"damaged keyframe: {type(exc).__name__}: {exc}") from exc

@@ -130,7 +130,7 @@ def open_readonly(path: str | os.PathLike, version: int | None = None,
         raise RecordingError(f"{path}: cannot open: {exc}") from exc
     try:
         _check_recording(conn, path, latest_version() if version is None else version, damaged)
-        if (version or latest_version()) >= 2:
+        if (version or latest_version()) in (2, 3):    # schema 4 has no views
             _trusted_views(conn)
     except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
         conn.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import io
 import json
 import os
 import sqlite3
@@ -24,11 +25,13 @@ from engine.outputs import StepRecord
 from engine.state.state import COLUMNS, EngineState
 from engine.state.timeline import StateTimeline
 from recordings.errors import RecordingError
-from recordings.file import codec
+from recordings.file import codec, compact
 from recordings.file.opening import file_version, missing_wal, open_readonly
-from recordings.file.schema import READABLE_OLD_VERSION, latest_version
+from recordings.file.compact import Batch
+from recordings.file.schema import READABLE_OLD_VERSIONS, latest_version
 from recordings.file.scrub_back import ScrubBack
-from recordings.file.step_batches import BATCH_FIELDS, batch_columns, columns_from_rows
+from recordings.file.step_batches import (BATCH_FIELDS, V4_BATCH_FIELDS, batch_columns, columns_from_rows,
+                                          columns_from_v4_rows)
 from recordings.info import RequestInfo, TimelineEvent
 
 ID_WINDOW = 512   # request numbers loaded around one the reader has not seen yet
@@ -38,12 +41,13 @@ ID_CACHE_MAX = 1 << 16   # request numbers -> ids kept; beyond, the cache starts
 
 _CHILD_TABLES = (("events", codec.EVENT_COLUMNS), ("block_events", codec.BLOCK_EVENT_COLUMNS),
                  ("transitions", codec.TRANSITION_COLUMNS))
+_V4_CHILD_TABLES = (("events", codec.EVENT_COLUMNS), ("transitions", codec.TRANSITION_COLUMNS))
 
 
 def _select(columns, version: int) -> str:
     """The SELECT list of ``columns`` for a file of schema ``version``: on a version-2 file the
     columns version 3 added are read as their defaults."""
-    if version > READABLE_OLD_VERSION:
+    if version > 2:
         return ", ".join(columns)
     return ", ".join(f"{codec.V2_DEFAULTS[c]} AS {c}" if c in codec.V2_DEFAULTS else c for c in columns)
 CURSOR_REACH = 64   # a forward seek within this many steps continues the last replay
@@ -70,9 +74,9 @@ class Reader:
     def __init__(self, path: str | os.PathLike, cache_size: int = 8, *, damaged: bool = False) -> None:
         self.path = Path(path)
         self._lock = threading.RLock()
-        # the latest schema, or the previous one as it is (it lacks only prefix-cache columns)
-        old = file_version(self.path, damaged) == READABLE_OLD_VERSION
-        self._version = READABLE_OLD_VERSION if old else latest_version()
+        # the latest schema, or a previous one as it is (JSON batch arrays, one row per block event)
+        version = file_version(self.path, damaged)
+        self._version = version if version in READABLE_OLD_VERSIONS else latest_version()
         self._conn: sqlite3.Connection | None = open_readonly(self.path, self._version, damaged)
         self._cache: OrderedDict[int, EngineState] = OrderedDict()
         self._cache_size = max(1, cache_size)
@@ -137,7 +141,7 @@ class Reader:
             rows = self._rows("SELECT state_npz, finished_json FROM keyframes WHERE step = ?", (int(step),))
             if not rows:
                 raise RecordingError(f"{self.path}: no keyframe at step {step}")
-            return codec.state_from_blob(rows[0][0], rows[0][1], self._static_of)
+            return codec.state_from_blob(rows[0][0], rows[0][1], self._static_of, self._hashes_of)
 
     def _state_at(self, target: int, keep=lambda s: False) -> EngineState:
         """The state after ``target`` (a recorded step or -1); a replay up to it hands the
@@ -199,9 +203,31 @@ class Reader:
         with self._lock, self._reading(f"batches of steps {start}..{stop}"):
             if type(self).records is not Reader.records:    # another schema: from its records
                 return batch_columns(self.records(start, stop))
-            rows = self._rows(f"SELECT {_select(BATCH_FIELDS, self._version)} FROM steps "
-                              "WHERE step >= ? AND step < ? ORDER BY step", (start, stop))
+            v4 = self._version >= 4
+            rows = self._rows(f"SELECT {_select(V4_BATCH_FIELDS if v4 else BATCH_FIELDS, self._version)} "
+                              "FROM steps WHERE step >= ? AND step < ? ORDER BY step", (start, stop))
+            if v4:
+                return columns_from_v4_rows(rows, self._id_of, self._num_prompt_of_seqs)
             return columns_from_rows(rows, self._id_of)
+
+    def batches(self, start: int, stop: int, scalars: Sequence[str] = ()) -> list[tuple[tuple, Batch]]:
+        """Who ran and what they sampled in the steps with ``start <= step < stop`` (schema >= 2),
+        in step order, without decoding whole records: per step, the values of ``scalars`` (SQL
+        expressions over the ``steps`` row, e.g. ``"token_time"``) and a
+        :class:`recordings.file.compact.Batch` with ``seq``, ``is_prefill``, ``num_tokens`` and
+        ``token_id`` (-1 = no token) in batch order. For metrics that stream a whole run (read it
+        in ranges of a few thousand steps)."""
+        stop = self._stop(stop)
+        head = "".join(f"{expr}, " for expr in scalars)
+        k = len(scalars)
+        with self._lock, self._reading(f"batches of steps {start}..{stop}"):
+            if self._version >= 4:
+                return [(row[:k], Batch(row[k])) for row in self._rows(
+                    f"SELECT {head}batch FROM steps WHERE step >= ? AND step < ? ORDER BY step",
+                    (start, stop))]
+            return [(row[:k], Batch.of_json(*row[k:])) for row in self._rows(
+                f"SELECT {head}batch_seq_json, batch_prefill_json, batch_num_tokens_json, token_id_json "
+                "FROM steps WHERE step >= ? AND step < ? ORDER BY step", (start, stop))]
 
     def request_text(self, request_id: str, step: int) -> str:
         """Generated text of ``request_id`` up to and including ``step`` ('' if unknown).
@@ -216,10 +242,15 @@ class Reader:
             done, parts = self._text.get(request_id, (first - 1, []))
             if done > upto:
                 done, parts = first - 1, []
-            for text_json, seq_json in self._rows(
-                    "SELECT token_text_json, batch_seq_json FROM steps WHERE step > ? AND step <= ? "
-                    "AND token_text_json IS NOT NULL ORDER BY step", (done, upto)):
-                seqs = json.loads(seq_json)
+            v4 = self._version >= 4
+            for text_json, seq_src in self._rows(
+                    f"SELECT token_text_json, {'batch' if v4 else 'batch_seq_json'} FROM steps "
+                    "WHERE step > ? AND step <= ? AND token_text_json IS NOT NULL ORDER BY step", (done, upto)):
+                if v4:       # the texts are in token order: the batch's entries that sampled one
+                    batch = Batch(seq_src)
+                    seqs = batch.seq[batch.token_id >= 0].tolist()
+                else:        # the texts are aligned with the batch
+                    seqs = json.loads(seq_src)
                 if seq in seqs:
                     parts.append(json.loads(text_json)[seqs.index(seq)] or "")
             self._text[request_id] = (max(done, upto), parts)
@@ -320,6 +351,8 @@ class Reader:
                                  f"{type(exc).__name__}: {exc}") from exc
 
     def _records(self, start: int, stop: int) -> list[StepRecord]:
+        if self._version >= 4:
+            return self._v4_records(start, stop)
         steps = self._rows(f"SELECT {_select(codec.STEP_COLUMNS, self._version)} FROM steps "
                            "WHERE step >= ? AND step < ? ORDER BY step", (start, stop))
         if not steps:
@@ -341,6 +374,31 @@ class Reader:
                                        self._id_of, self._num_prompt_of)
                 for row in steps]
 
+    def _v4_records(self, start: int, stop: int) -> list[StepRecord]:
+        """:meth:`_records` of a schema-4 file: the batch and block events are blobs."""
+        steps = self._rows(f"SELECT {', '.join(codec.V4_STEP_COLUMNS)} FROM steps "
+                           "WHERE step >= ? AND step < ? ORDER BY step", (start, stop))
+        if not steps:
+            return []
+        lo, hi = steps[0][0], steps[-1][0]
+        children = []
+        for table, columns in _V4_CHILD_TABLES:
+            by_step: dict[int, list[tuple]] = defaultdict(list)
+            for r in self._rows(f"SELECT {', '.join(columns)} FROM {table} "
+                                "WHERE step >= ? AND step <= ? ORDER BY step, ord", (lo, hi)):
+                by_step[r[0]].append(r)
+            children.append(by_step)
+        blocks = dict(self._rows("SELECT step, data FROM block_events WHERE step >= ? AND step <= ?",
+                                 (lo, hi)))
+        arrivals: dict[int, list] = defaultdict(list)
+        for r in self._rows(_ARRIVAL_SQL, (lo, hi)):
+            arrivals[r[1]].append(codec.arrival_from_row(r))
+        events, transitions = children
+        return [codec.record_from_v4_row(row, arrivals.get(row[0], ()), events.get(row[0], ()),
+                                         blocks.get(row[0]), transitions.get(row[0], ()),
+                                         self._id_of, self._num_prompt_of_seqs, self._ids_of_seqs)
+                for row in steps]
+
     def _keyframe_at(self, target: int) -> int:
         """The step of the newest keyframe at or before ``target``."""
         keyframe = self._rows("SELECT max(step) FROM keyframes WHERE step <= ?", (target,))[0][0]
@@ -357,9 +415,28 @@ class Reader:
             return self._cache[max(cached)]
         blob, finished = self._rows("SELECT state_npz, finished_json FROM keyframes "
                                     "WHERE step = ?", (keyframe,))[0]
-        state = codec.state_from_blob(blob, finished, self._static_of)
+        state = codec.state_from_blob(blob, finished, self._static_of, self._hashes_of)
         self._remember(state)
         return state
+
+    def _hashes_of(self, base: int, step: int) -> np.ndarray:
+        """The block hashes after ``step`` of a keyframe stored without them (schema 4): those
+        of the keyframe at ``base``, changed by the block events of the steps after it
+        (``recordings.file.compact.apply_hash_events``). The base's hashes are kept for the next
+        keyframe of the same base."""
+        if self._hash_base is None or self._hash_base[0] != base:
+            rows = self._rows("SELECT state_npz FROM keyframes WHERE step = ?", (int(base),))
+            if not rows or not base < step:
+                raise ValueError(f"keyframe {step}: its hash base, keyframe {base}, is missing")
+            with np.load(io.BytesIO(rows[0][0]), allow_pickle=False) as z:
+                if "block_hash" not in z.files:
+                    raise ValueError(f"keyframe {step}: its hash base {base} holds no hashes")
+                self._hash_base = (base, z["block_hash"].astype(np.int64))
+        hashes = self._hash_base[1].copy()
+        for (blob,) in self._rows("SELECT data FROM block_events WHERE step > ? AND step <= ? "
+                                  "ORDER BY step", (int(base), int(step))):
+            compact.apply_hash_events(hashes, blob)
+        return hashes
 
     def _remember(self, state: EngineState) -> None:
         self._cache[state.step] = state
@@ -372,6 +449,7 @@ class Reader:
         self._ids: dict[int, str] = {}
         self._num_prompt: dict[int, int] = {}
         self._static: tuple | None = None              # the last keyframe's (seqs, ids, static)
+        self._hash_base: tuple[int, np.ndarray] | None = None   # (step, block_hash) of a hash base
         indexes = {name for (name,) in self._rows(
             "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'requests'")}
         # the covering index of arrival number -> id and static facts (files of this release)
@@ -458,6 +536,21 @@ class Reader:
     def _num_prompt_of(self, seq: int) -> int:
         self._id_of(seq)
         return self._num_prompt[seq]
+
+    def _ids_of_seqs(self, seqs: np.ndarray) -> list[str]:
+        """The request ids of the arrival numbers ``seqs``."""
+        try:
+            return list(map(self._ids.__getitem__, seqs.tolist()))
+        except KeyError:
+            return [self._id_of(s) for s in seqs.tolist()]
+
+    def _num_prompt_of_seqs(self, seqs: np.ndarray) -> np.ndarray:
+        """The prompt lengths of the arrival numbers ``seqs`` (int64)."""
+        num_prompt = self._num_prompt
+        try:
+            return np.fromiter(map(num_prompt.__getitem__, seqs.tolist()), np.int64, len(seqs))
+        except KeyError:
+            return np.fromiter(map(self._num_prompt_of, seqs.tolist()), np.int64, len(seqs))
 
 
 def _fetch_all(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[tuple]:

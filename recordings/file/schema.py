@@ -9,9 +9,11 @@ Units are in the column names: ``*_ns`` are integer nanoseconds since the run st
 virtual clock, seconds under the wall or sim clock), ``*_json`` columns hold JSON text.
 
 Version 2 stores what changed, not what is: see docs/recording.md for every table and view.
-Version 3 (this code writes it) only adds columns (prefix-cache counters, block hashes, the
-waiting reason), so the reader opens version-2 files as they are, reading those columns as their
-defaults (``READABLE_OLD_VERSION``). Version-1 files are never upgraded in place (their per-step
+Version 3 only adds columns (prefix-cache counters, block hashes, the waiting reason).
+Version 4 (this code writes it) stores each step's batch, tokens and block events as compact
+binary blobs instead of JSON arrays. The reader opens version-2 and -3 files as they are
+(``READABLE_OLD_VERSIONS``; on a version-2 file the columns version 3 added read as their
+defaults). Version-1 files are never upgraded in place (their per-step
 rows are a different model); :class:`recordings.file.reader.Reader` opens them read-only through
 ``recordings.file.v1_reader``.
 """
@@ -178,14 +180,56 @@ def _v3_columns(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE block_events ADD COLUMN block_hashes_json TEXT")
 
 
+def _v4_compact(db: sqlite_utils.Database) -> None:
+    """Version 4: compact steps. A step's batch and tokens are one binary ``steps.batch`` blob and
+    its block events one ``block_events.data`` blob (:mod:`recordings.file.compact`, coded as
+    differences and deflated: docs/recording.md has the layout); ``token_text_json`` lists the
+    new tokens' text in token order; empty ``preempted_json`` / ``not_admitted_json`` are NULL;
+    ``num_prefill_tokens`` (the tokens of the step's prefill chunks) keeps the prefill/decode
+    split a plain SQL sum.
+    The ``tokens`` and ``step_requests`` views, which expanded the JSON arrays, are gone
+    (``recordings.file.reader.Reader.step_batches`` gives the same columns). Only a version-3
+    file without steps is upgraded; older files open read-only as they are."""
+    if db.execute("SELECT count(*) FROM steps").fetchone()[0]:
+        raise RecordingError("a recording with steps is not upgraded in place; it opens read-only")
+    for name in VIEWS:
+        db.execute(f"DROP VIEW IF EXISTS {name}")
+    db["steps"].drop()
+    db["block_events"].drop()
+    db["steps"].create({
+        "step": int, "start_ns": int, "end_ns": int, "clock": float, "token_time": float,
+        "num_scheduled_tokens": int, "num_scheduled_requests": int, "num_new_tokens": int,
+        "num_waiting": int, "num_running": int, "num_paused": int, "num_finished": int,
+        "num_free_blocks": int, "num_total_blocks": int, "kv_cache_usage": float,
+        "num_preemptions": int, "schedule_ns": int, "forward_ns": int, "update_ns": int,
+        "recorder_wait_ns": int, "error": str, "num_prefill_tokens": int, "batch": bytes,
+        "token_text_json": str,
+        "preempted_json": str, "not_admitted_json": str, "waiting_reason": str, "knobs_json": str,
+        "prefix_cache_queries": int, "prefix_cache_hits": int,
+    }, pk="step", not_null={"prefix_cache_queries", "prefix_cache_hits"},
+        defaults={"prefix_cache_queries": 0, "prefix_cache_hits": 0})
+    db.execute("CREATE TABLE block_events (step INTEGER PRIMARY KEY, data BLOB NOT NULL)")
+
+
 # (version, migration); versions are 1, 2, 3 ... in order. Never edit a released migration:
 # append a new one.
 MIGRATIONS: list[tuple[int, Callable[[sqlite_utils.Database], None]]] = [
     (1, _v1_tables),
     (2, _v2_tables),
     (3, _v3_columns),
+    (4, _v4_compact),
 ]
-READABLE_OLD_VERSION = 2   # the previous schema the reader still opens as it is (no upgrade)
+READABLE_OLD_VERSIONS = (2, 3)   # the previous schemas the reader still opens as they are (no upgrade)
+
+
+def prefill_tokens_sql(version: int) -> str:
+    """The SQL expression over a ``steps`` row of a schema-``version`` file (2 or later) for the
+    tokens of the step's prefill chunks: the column ``num_prefill_tokens`` (schema 4), else a
+    sum over ``batch_prefill_json`` (schema 2, 3: ``[[batch index, tokens], ...]``)."""
+    if version >= 4:
+        return "num_prefill_tokens"
+    return ("(SELECT coalesce(sum(json_extract(p.value, '$[1]')), 0) "
+            "FROM json_each(steps.batch_prefill_json) p)")
 
 
 def latest_version() -> int:

@@ -2,7 +2,7 @@
 
 The engine thread only puts objects on a bounded queue; when the writer falls behind, the engine
 waits (nothing is dropped) and records how long in the next step's ``recorder_wait_ns``. One writer
-thread turns them into schema-v3 rows and commits them in batches (every ``flush_interval_s`` or
+thread turns them into schema-4 rows and commits them in batches (every ``flush_interval_s`` or
 every ``BATCH_ITEMS`` items), with WAL on so readers can open the file while it grows. A step's rows
 always share the transaction of its ``steps`` row, so a killed process leaves a file that holds
 every committed step whole and nothing of the others.
@@ -14,14 +14,19 @@ keyframe's size, or ``MAX_REPLAY_BYTES`` if less (at least ``MIN_KEYFRAME_GAP`` 
 at the latest every ``keyframe_interval`` steps. A seek loads one keyframe and replays the steps
 after it, whose cost grows with their bytes, so the byte cap bounds a seek's replay; the ratio
 keeps keyframes at most about 1 / (ratio + 1) of the file however big the state is (a waiting
-queue of 10k requests makes a keyframe several times a decode step's rows).
+queue of 10k requests makes a keyframe several times a decode step's rows). Under prefix
+caching one keyframe in ``HASH_BASE_EVERY`` holds the blocks' prefix hashes (8 random bytes a
+cached block: most of a keyframe's bytes); the others name it as their ``hash_base`` and the
+reader replays the hash tags of the block events since (``codec.state_blob``).
 """
 from __future__ import annotations
 
 import atexit
 import datetime as _dt
+import errno
 import os
 import queue
+import sqlite3
 import threading
 import time
 import weakref
@@ -42,7 +47,10 @@ BATCH_ITEMS = 256       # commit at the latest after this many queued items
 MAX_QUEUE_ITEMS = 4096  # the engine waits when this many items are queued
 MIN_KEYFRAME_GAP = 32   # steps between two keyframes at least
 KEYFRAME_COST_RATIO = 6   # a keyframe once the steps since the last one weigh this many of it ...
-MAX_REPLAY_BYTES = 384_000  # ... or this many bytes if less (a seek replays at most about this)
+MAX_REPLAY_BYTES = 160_000  # ... or this many bytes if less (a seek replays at most about this;
+#   schema 4's binary steps are ~2.5x smaller than the JSON ones this was 384 kB for, for the same
+#   replay work: ~64 steps of 256 running requests)
+HASH_BASE_EVERY = 8     # every this many keyframes one holds the prefix hashes, the others refer to it
 _LIVE_WRITERS: "weakref.WeakSet[RecordingWriter]" = weakref.WeakSet()
 
 
@@ -107,6 +115,7 @@ class RecordingWriter:
         self._next_seq = 0
         self._recorded = RecordedIds(self.path, self._seq)   # for the engine's duplicate-id check
         self._last_keyframe = (-1, 0)        # (step, bytes)
+        self._hash_base = (-1, 0)            # (step, keyframes since) of the last keyframe with hashes
         self._bytes_since_keyframe = 0
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True,
@@ -226,7 +235,8 @@ class RecordingWriter:
     def _wrap(self, what: str) -> RecordingError:
         if isinstance(self._error, RecordingError):
             return RecordingError(str(self._error))
-        return RecordingError(f"{self.path}: {what}: {type(self._error).__name__}: {self._error}")
+        return RecordingError(f"{self.path}: {what}: {type(self._error).__name__}: {self._error}"
+                              f"{out_of_space_hint(self._error)}")
 
     def _prepare_path(self, overwrite: bool) -> None:
         sidecars = [Path(f"{self.path}{suffix}") for suffix in ("-wal", "-shm", "-journal")]
@@ -375,7 +385,14 @@ class RecordingWriter:
         kf_step, kf_bytes = self._last_keyframe
         if keyframe_due(record.step - kf_step, self._bytes_since_keyframe, kf_bytes,
                         self._keyframe_interval):
-            blob, finished = codec.state_blob(self._timeline.snapshot())
+            state = self._timeline.snapshot()
+            base, since = self._hash_base
+            if since + 1 >= HASH_BASE_EVERY or not state.block_hash.any():
+                blob, finished = codec.state_blob(state)
+                self._hash_base = (record.step, 0)
+            else:
+                blob, finished = codec.state_blob(state, hash_base=base)
+                self._hash_base = (base, since + 1)
             rows["keyframes"].append({"step": record.step, "state_npz": blob,
                                       "finished_json": finished})
             self._last_keyframe = (record.step, len(blob))
@@ -412,11 +429,24 @@ def keyframe_due(gap: int, bytes_since: int, keyframe_bytes: int, interval: int)
                                                           MAX_REPLAY_BYTES)
 
 
+def out_of_space_hint(error: BaseException | None) -> str:
+    """`` (the disk is full, or the file reached a size limit)`` when ``error`` is how SQLite or
+    the OS says a write found no room: ``OSError`` ENOSPC / EFBIG / EDQUOT, SQLite's
+    ``SQLITE_FULL`` ("database or disk is full") or ``SQLITE_IOERR`` ("disk I/O error", what a
+    write past ``ulimit -f`` gives); else ``""``."""
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        return " (the disk is full, or the file reached a size limit)"
+    if isinstance(error, sqlite3.Error) and any(
+            text in str(error) for text in ("database or disk is full", "disk I/O error")):
+        return " (the disk is full, or the file reached a size limit)"
+    return ""
+
+
 def _rows_bytes(rows: Mapping[str, list[dict[str, Any]]]) -> int:
     """About how many bytes ``rows`` (one step's rows of every table) add to the file: the
-    length of each text value, 8 per other value, 16 per row (SQLite's record and page
+    length of each text or blob value, 8 per other value, 16 per row (SQLite's record and page
     overhead, roughly)."""
-    return sum(16 + sum(len(v) if isinstance(v, str) else 8 for v in row.values())
+    return sum(16 + sum(len(v) if isinstance(v, (str, bytes)) else 8 for v in row.values())
                for table_rows in rows.values() for row in table_rows)
 
 

@@ -15,6 +15,8 @@ from itertools import groupby
 
 from recordings.errors import RecordingError
 from recordings.file.reader import Reader
+from recordings.file.compact import blocks_by_request
+from recordings.file.schema import prefill_tokens_sql
 from recordings.metrics.stats import Percentiles, latencies, token_times  # noqa: F401  (Percentiles: part of this module's API)
 from recordings.metrics.wall_clock import paused_seconds
 from engine.vocab import Clock
@@ -207,7 +209,10 @@ def _preemptions(reader: Reader, who: str) -> dict:
     by_reason = {str(reason or "unknown"): n for reason, n in reader.execute(
         f"SELECT {_REASON} AS reason, count(*) FROM events WHERE kind = 'preempted' "
         "GROUP BY reason ORDER BY reason")}
-    if who == "seq":
+    if who == "seq" and reader.execute("PRAGMA user_version")[0][0] >= 4:
+        block_size = int(reader.run_info().get("config", {}).get("block_size", 16))
+        dropped, recomputed = _recomputed(reader, block_size)
+    elif who == "seq":
         block_size = int(reader.run_info().get("config", {}).get("block_size", 16))
         (dropped, recomputed), = reader.execute(
             f"SELECT coalesce(sum(dropped), 0), coalesce(sum(CASE WHEN back IS NULL THEN 0 "
@@ -219,6 +224,27 @@ def _preemptions(reader: Reader, who: str) -> dict:
     return {"num_preempted_requests": int(requests), "max_preemptions_per_request": int(most),
             "preemptions_by_reason": by_reason, "num_preempted_tokens": int(dropped),
             "num_recomputed_tokens": int(recomputed)}
+
+
+def _recomputed(reader: Reader, block_size: int) -> tuple[int, int]:
+    """Tokens dropped by recompute preemptions and how many of them were computed again (less
+    the blocks the next admission hit in the prefix cache), of a schema-4 file (block events
+    are blobs: the hits are counted in Python)."""
+    rows = reader.execute(f"SELECT e.seq, json_extract(e.detail, '$.tokens'), (SELECT min(s.step) "
+                          "FROM events s WHERE s.seq = e.seq AND s.kind = 'scheduled' AND s.step > e.step) "
+                          f"FROM events e WHERE {_RECOMPUTE}")
+    backs = sorted({back for _, _, back in rows if back is not None})
+    hits: dict[tuple[int, int], int] = {}
+    for i in range(0, len(backs), 500):
+        part = backs[i:i + 500]
+        for step, blob in reader.execute(f"SELECT step, data FROM block_events WHERE step IN "
+                                         f"({', '.join('?' * len(part))})", part):
+            for seq, n in blocks_by_request(blob, "hit").items():
+                hits[seq, step] = n
+    dropped = sum(d or 0 for _, d, _ in rows)
+    recomputed = sum(max((d or 0) - hits.get((seq, back), 0) * block_size, 0)
+                     for seq, d, back in rows if back is not None)
+    return dropped, recomputed
 
 
 # Schema 1 has no token_time: a token's time is its step's clock + 1 under the virtual clock, else
@@ -290,9 +316,9 @@ def summarize_batching(reader: Reader) -> BatchingSummary:
     tpot = [v for (v,) in reader.execute(
         "SELECT mean_itl FROM requests WHERE mean_itl IS NOT NULL AND num_output_tokens >= 2")]
     prefill = None
-    if reader.execute("PRAGMA user_version")[0][0] >= 2:     # [[batch index, num_tokens], ...] per step
-        (prefill,), = reader.execute("SELECT coalesce(sum(json_extract(p.value, '$[1]')), 0) "
-                                     "FROM steps, json_each(steps.batch_prefill_json) p")
+    version = reader.execute("PRAGMA user_version")[0][0]
+    if version >= 2:
+        (prefill,), = reader.execute(f"SELECT coalesce(sum({prefill_tokens_sql(version)}), 0) FROM steps")
     clock = str(config.get("clock", "virtual"))
     return BatchingSummary(time_unit="steps" if clock == Clock.VIRTUAL else "s", clock=clock,
                            slot_occupancy=None if mean_running is None else float(mean_running) / max_num_seqs,

@@ -25,13 +25,16 @@ seconds (wall or sim); under the virtual clock it is not defined.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from recordings.errors import RecordingError
-from recordings.file.reader import Reader
 from recordings.metrics.stats import Percentiles, token_times
 from engine.vocab import Clock, RequestStatus
+
+if TYPE_CHECKING:             # the bench and GPU check import Slo without the SQLite layer
+    from recordings.file.reader import Reader
 
 COMPLETED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH)
 UNITS = {"virtual": "steps", "wall": "s", "sim": "sim s"}
@@ -182,7 +185,11 @@ def _summarize(reader: Reader, slo: Slo | None) -> ServingSummary:
         "WHERE kind = 'scheduled' GROUP BY seq) f JOIN requests r ON r.seq = f.seq "
         "JOIN steps s ON s.step = f.step WHERE r.arrival_time IS NOT NULL")]
     duration, duration_unit = _duration(reader, clock)
-    (prefill, decode, prefill_steps, decode_steps), = reader.execute(_SPLIT)
+    from recordings.file.schema import prefill_tokens_sql   # the SQLite layer: not for the bench path
+
+    version = reader.execute("PRAGMA user_version")[0][0]
+    (prefill, decode, prefill_steps, decode_steps), = reader.execute(
+        _SPLIT.format(prefill=prefill_tokens_sql(version)))
     good = None
     if slo is not None and slo.is_set:
         good = _goodput(slo, clock, completed, arrival, first, last, count, len(requests), duration)
@@ -198,14 +205,14 @@ def _summarize(reader: Reader, slo: Slo | None) -> ServingSummary:
 
 # Per step with scheduled tokens: its duration on the run clock and its prefill tokens (the
 # batch_prefill_json entries are [batch index, tokens] of each prefill chunk).
+# Schema 4 stores the latter as steps.num_prefill_tokens.
 _SPLIT = """
 SELECT coalesce(sum(d * pf / n), 0), coalesce(sum(d * (n - pf) / n), 0),
        coalesce(sum(CASE WHEN pf > 0 THEN d ELSE 0 END), 0),
        coalesce(sum(CASE WHEN pf = 0 THEN d ELSE 0 END), 0)
-FROM (SELECT token_time - clock AS d, CAST(num_scheduled_tokens AS REAL) AS n,
-             (SELECT coalesce(sum(json_extract(p.value, '$[1]')), 0)
-              FROM json_each(steps.batch_prefill_json) p) AS pf
+FROM (SELECT token_time - clock AS d, CAST(num_scheduled_tokens AS REAL) AS n, {prefill} AS pf
       FROM steps WHERE num_scheduled_tokens > 0)"""
+
 
 
 def _duration(reader: Reader, clock: str) -> tuple[float, str]:

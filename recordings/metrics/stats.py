@@ -3,7 +3,6 @@ recording streamed from its steps' token arrays (schema >= 2)."""
 from __future__ import annotations
 
 import array
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, Sequence
 
@@ -42,12 +41,9 @@ def token_times(reader: Reader, token_time: str = "token_time") -> Iterator[tupl
     clock's ``token_time``)."""
     (top,), = reader.execute("SELECT max(step) FROM steps")
     for lo in range(0, (top if top is not None else -1) + 1, STEPS_PER_QUERY):
-        for t, seqs, ids in reader.execute(
-                f"SELECT {token_time}, batch_seq_json, token_id_json FROM steps WHERE step >= ? "
-                "AND step < ? AND num_new_tokens > 0 ORDER BY step", (lo, lo + STEPS_PER_QUERY)):
-            for seq, token_id in zip(json.loads(seqs), json.loads(ids)):
-                if token_id >= 0:
-                    yield t, seq
+        for (t,), batch in reader.batches(lo, lo + STEPS_PER_QUERY, (token_time,)):
+            for seq in batch.seq[batch.token_id >= 0].tolist():
+                yield t, seq
 
 
 def latencies(reader: Reader, token_time: str = "token_time",

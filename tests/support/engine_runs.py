@@ -63,12 +63,14 @@ class Run:
 
 def make_config(seed: int = 0, *, num_gpu_blocks: int = 14, block_size: int = 4,
                 max_num_seqs: int = 4, max_num_batched_tokens: int = 16, max_model_len: int = 48,
-                clock: str = "virtual", enable_prefix_caching: bool = False) -> tuple[EngineConfig, dict[str, Any]]:
+                clock: str = "virtual", enable_prefix_caching: bool = False,
+                preemption_mode: str = "recompute", num_cpu_blocks: int = 0) -> tuple[EngineConfig, dict[str, Any]]:
     """An engine config (invariants checked every step) and the ``run_info`` to record it with."""
     config = EngineConfig(seed=seed, num_gpu_blocks=num_gpu_blocks, block_size=block_size,
                           max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                           max_model_len=max_model_len, clock=clock, check_invariants=True,
-                          enable_prefix_caching=enable_prefix_caching)
+                          enable_prefix_caching=enable_prefix_caching,
+                          preemption_mode=preemption_mode, num_cpu_blocks=num_cpu_blocks)
     run_info = {"config": config.to_dict(), "model": "fake", "device": "cpu", "dtype": "none",
                 "seed": seed, "trace": {"name": f"random-{seed}", "hash": "0" * 8},
                 "started_at": STARTED_AT}
@@ -92,7 +94,8 @@ def run_engine(path=None, seed: int = 0, *, num_requests: int = 14, fail_steps=(
     run_info = {**info, **(run_info or {})}
     writer = None if path is None else RecordingWriter(path, run_info, **(writer_kwargs or {}))
     blocks = config.num_gpu_blocks
-    engine = LLMEngine(config, FakeRunner(blocks, config.block_size, fail_steps=fail_steps),
+    engine = LLMEngine(config, FakeRunner(blocks, config.block_size, fail_steps=fail_steps,
+                                               num_cpu_blocks=config.num_cpu_blocks),
                        blocks, tokenizer=TOKENIZER, recorder=writer)
     run = Run(config, run_info, engine.state(), engine, writer=writer,
               path=None if path is None else Path(path))

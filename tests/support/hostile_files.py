@@ -21,8 +21,8 @@ def edit_file(path, *statements: str, functions: Mapping[str, Callable] = {}) ->
 
 def read_everything(path):
     """Every read a user's session makes of the file: open, seek, records, batches, each request's
-    info, text and timeline, SQL on the views, the summary and ``batchscope check``. Returns the
-    check's problems."""
+    info, text and timeline, SQL on the steps (and on the views of a schema-2/3 file), the summary
+    and ``batchscope check``. Returns the check's problems."""
     from recordings.file.open_reader import open_reader
     from recordings.metrics.run_metrics import summarize
     from recordings.check.file_check import check_file
@@ -37,8 +37,11 @@ def read_everything(path):
             reader.request_info(rid)
             reader.request_text(rid, last)
             reader.request_timeline(rid)
-        reader.execute("SELECT * FROM tokens")
-        reader.execute("SELECT * FROM step_requests")
+        reader.batches(0, last + 1, ("token_time",))
+        reader.execute("SELECT * FROM steps")
+        if reader.execute("PRAGMA user_version")[0][0] in (2, 3):
+            reader.execute("SELECT * FROM tokens")
+            reader.execute("SELECT * FROM step_requests")
         reader.is_complete()
         summarize(reader)
         return check_file(reader)

@@ -14,6 +14,7 @@ import pytest
 
 from app.cli import main
 from engine.state.state import EngineState
+from tests.support.block_event_rows import block_events, replace_block_event
 from tests.support.engine_runs import SMALL_SEED, run_engine
 from recordings.file.open_reader import open_reader
 from recordings.check.invariants import StateChecker, check_recording
@@ -30,16 +31,13 @@ def hand_held_block_to_another(path) -> tuple[int, int]:
     """Edit the first ``allocated`` block event that comes while another request holds a block so
     that it hands that held block to its request too. Returns (step, block)."""
     db = sqlite3.connect(path)
-    tables: dict[int, list[int]] = {}
-    rows = db.execute("SELECT step, ord, kind, seq, block_ids_json FROM block_events ORDER BY step, ord").fetchall()
-    for step, ord_, kind, seq, ids_json in rows:
-        ids = json.loads(ids_json)
+    tables: dict[str, list[int]] = {}
+    for step, ord_, event in list(block_events(db)):
+        kind, seq, ids = event.kind, event.request_id, list(event.block_ids)
         others = [b for s, t in tables.items() if s != seq for b in t]
         if kind == "allocated" and others:
             ids[0] = others[0]
-            db.execute("UPDATE block_events SET block_ids_json = ? WHERE step = ? AND ord = ?",
-                       (json.dumps(ids), step, ord_))
-            db.commit()
+            replace_block_event(db, step, ord_, event._replace(block_ids=tuple(ids)))
             db.close()
             return step, others[0]
         if kind == "allocated":
@@ -127,9 +125,9 @@ def test_a_finished_request_kept_running_breaks_queues_and_drain(clean):
 ])
 def test_a_record_the_state_cannot_take_ends_the_check_at_its_step(clean, owner, message):
     with sqlite3.connect(clean) as db:
-        step, ord_ = db.execute("SELECT step, ord FROM block_events WHERE kind = 'freed' AND step > 5 "
-                                "ORDER BY step LIMIT 1").fetchone()
-        db.execute(f"UPDATE block_events SET seq = {owner} WHERE step = ? AND ord = ?", (step, ord_))
+        step, ord_, event = next((s, o, e) for s, o, e in block_events(db) if e.kind == "freed" and s > 5)
+        (seq,), = db.execute(f"SELECT {owner}").fetchall()
+        replace_block_event(db, step, ord_, event._replace(request_id=str(seq)))
     problems = problems_of(clean)
     assert problems[-1].step == step and problems[-1].invariant == "record", problems
     assert message in problems[-1].message

@@ -30,8 +30,9 @@ def test_latency_parts_add_up_to_e2e_and_match_the_token_times(tmp_path):
     np.testing.assert_allclose(total[served], t.e2e[served], atol=1e-9)
     for p in PARTS:
         assert np.all(t.parts[p][served] >= -1e-9), p
-    # E2E = last token time - arrival, from the tokens view
-    last = dict(reader.execute("SELECT request_id, max(token_time) FROM tokens GROUP BY request_id"))
+    # E2E = last token time - arrival, from the recorded tokens
+    last = {t.request_id: r.token_time for r in reader.records(0, reader.latest_step() + 1)
+            for t in r.new_tokens}
     arrival = dict(reader.execute("SELECT request_id, arrival_time FROM requests"))
     for i in np.flatnonzero(served):
         rid = t.request_ids[i]

@@ -6,11 +6,12 @@ Reading them through every reader call must never call the function or unpickle,
 change the file.
 """
 from __future__ import annotations
-from tests.support.paths import REPO
+from tests.support.paths import FIXTURES, REPO
 
 import ast
 import hashlib
 import io
+import shutil
 import sqlite3
 
 import numpy as np
@@ -67,9 +68,13 @@ def test_a_trigger_in_the_file_never_fires_and_the_file_is_not_changed(copy):
     assert any("unknown trigger 't'" in m for m in named) and any("'pwned'" in m for m in named)
 
 
-def test_the_files_own_views_are_never_run(copy):
-    """A file whose ``tokens`` view calls a function: the reader's SQL on ``tokens`` runs the
-    reader's own definition, and the rows are the real tokens."""
+def test_the_files_own_views_are_never_run(tmp_path):
+    """A schema-3 file (schema 4 has no views) whose ``tokens`` view calls a function: the
+    reader's SQL on ``tokens`` runs the reader's own definition, and the rows are the real
+    tokens."""
+    CALLS.clear()
+    copy = tmp_path / "v3.sqlite"
+    shutil.copy(FIXTURES / "v3_prefix.sqlite", copy)
     with open_reader(copy) as reader:
         real = reader.execute("SELECT * FROM tokens ORDER BY step, ord")
     craft(copy, "DROP VIEW tokens",
@@ -148,3 +153,20 @@ def test_no_pickle_eval_or_exec_in_the_code_that_reads_files():
     for folder in ("recordings", "app", "ui", "engine"):
         for source in (root / folder).rglob("*.py"):
             assert unsafe_calls(source.read_text()) == [], source
+
+
+HAS_SETCONFIG = hasattr(sqlite3.Connection, "setconfig") and hasattr(sqlite3, "SQLITE_DBCONFIG_DEFENSIVE")
+
+
+@pytest.mark.skipif(not HAS_SETCONFIG, reason="Connection.setconfig is Python 3.12+")
+def test_readers_run_sqlite_in_defensive_mode(copy):
+    """SQLite's defensive mode (no writable_schema, no shadow-table writes) on every reader's
+    connection where Python exposes it; a damaged file's reader leaves it off, as it needs
+    ``writable_schema`` to read a truncated file."""
+    from recordings.file.opening import connect_readonly
+    for damaged, defensive in ((False, True), (True, False)):
+        conn = connect_readonly(copy, damaged=damaged)
+        try:
+            assert bool(conn.getconfig(sqlite3.SQLITE_DBCONFIG_DEFENSIVE)) is defensive
+        finally:
+            conn.close()

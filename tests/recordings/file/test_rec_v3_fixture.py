@@ -1,0 +1,60 @@
+"""Schema-3 recordings (written by BatchScope before schema 4: ``fixtures/v3_*.sqlite``, made by
+``fixtures/make_v3_fixture.py``) open and replay exactly as that release's reader gave them
+(``fixtures/v3_*.json``): every state, in order and out of order, and every step record."""
+from __future__ import annotations
+
+import json
+import random
+import shutil
+
+import pytest
+
+from recordings.file.open_reader import open_reader
+from tests.support.canonical import record_data, state_data
+from tests.support.paths import FIXTURES
+
+NAMES = ("v3_prefix", "v3_swap")
+
+
+@pytest.fixture(params=NAMES)
+def fixture(request, tmp_path):
+    path = tmp_path / f"{request.param}.sqlite"
+    shutil.copy(FIXTURES / f"{request.param}.sqlite", path)
+    expected = json.loads((FIXTURES / f"{request.param}.json").read_text())
+    return path, expected
+
+
+def test_the_fixture_is_of_schema_3(fixture):
+    path, expected = fixture
+    with open_reader(path) as reader:
+        assert expected["schema"] == 3
+        assert reader.execute("PRAGMA user_version") == [(3,)]
+        assert reader.latest_step() == len(expected["records"]) - 1
+
+
+def test_every_state_replays_as_before(fixture):
+    path, expected = fixture
+    states = expected["states"]            # states[0] is the state before step 0
+    with open_reader(path, cache_size=2) as reader:
+        for k in range(-1, len(states) - 1):
+            assert state_data(reader.state_at(k)) == states[k + 1], f"state after step {k}"
+        order = list(range(-1, len(states) - 1))
+        random.Random(0).shuffle(order)
+        for k in order:
+            assert state_data(reader.state_at(k)) == states[k + 1], f"state after step {k}"
+
+
+def test_every_record_reads_as_before(fixture):
+    path, expected = fixture
+    with open_reader(path) as reader:
+        records = reader.records(0, len(expected["records"]))
+        assert [record_data(r) for r in records] == expected["records"]
+        assert [record_data(r) for r in reader.records(5, 9)] == expected["records"][5:9]
+
+
+def test_the_file_is_only_read(fixture):
+    path, _ = fixture
+    before = path.read_bytes()
+    with open_reader(path) as reader:
+        reader.state_at(reader.latest_step())
+    assert path.read_bytes() == before
