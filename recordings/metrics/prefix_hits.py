@@ -3,13 +3,13 @@ sharing a prefix cache exists for) and hits of a request re-reading its own KV w
 again after a recompute preemption (the cache softening thrash), each as a share of the prompt
 tokens, next to the trace's ideal (``recordings.workloads.prefix_blocks``: an infinite cache in
 arrival order, counting only hits between requests). From the steps' ``prefix_cache_hits`` and
-the ``hit`` block events of re-admissions (``recordings.metrics.run_metrics.DROPPED_SQL``). No Qt."""
+the ``hit`` block events of re-admissions (``recordings.metrics.run_metrics.recompute_rows``). No Qt."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from recordings.file.reader import Reader
-from recordings.metrics.run_metrics import DROPPED_SQL
+from recordings.metrics.run_metrics import recompute_rows
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,7 @@ def summarize_prefix_hits(reader: Reader) -> PrefixHitSplit | None:
     block_size = int(info["config"].get("block_size", 16))
     (hits,), = reader.execute("SELECT coalesce(sum(prefix_cache_hits), 0) FROM steps")
     (prompt,), = reader.execute("SELECT coalesce(sum(num_prompt_tokens), 0) FROM requests")
-    (again,), = reader.execute(f"SELECT coalesce(sum(CASE WHEN back IS NULL THEN 0 ELSE hit END), 0) "
-                               f"FROM ({DROPPED_SQL})")
+    again = sum(hit for _, _, back, hit in recompute_rows(reader) if back is not None)
     sharing = ((info.get("trace") or {}).get("prefix_sharing") or {})
     return PrefixHitSplit(int(prompt), int(hits), min(int(again) * block_size, int(hits)),
                           sharing.get("workload_ideal_hit_rate"))

@@ -1,6 +1,6 @@
 """Thrash, per request: how often each request was preempted and how many tokens it computed
 again, from a recording's ``preempted`` events (``engine.sched.preemption.PreemptionInfo``) and
-the prefix-cache hits of the re-admissions (``recordings.metrics.run_metrics.DROPPED_SQL``). A
+the prefix-cache hits of the re-admissions (``recordings.metrics.run_metrics.recompute_rows``). A
 request preempted over and over while its KV is recomputed each time is the thrash a watermark
 or a re-preemption cap (``kv_watermark``, ``max_preemptions_per_request``) prevents. No Qt."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from recordings.file.reader import Reader
-from recordings.metrics.run_metrics import DROPPED_SQL
+from recordings.metrics.run_metrics import recompute_rows
 from recordings.metrics.stats import Percentiles
 
 
@@ -57,9 +57,9 @@ def summarize_thrash(reader: Reader, top: int = 3) -> ThrashSummary:
         "SELECT seq, count(*) FROM events WHERE kind = 'preempted' GROUP BY seq")))
     block_size = int(reader.run_info().get("config", {}).get("block_size", 16))
     again: Counter = Counter()
-    for seq, dropped, back, hit in reader.execute(DROPPED_SQL):
+    for seq, dropped, back, hit in recompute_rows(reader):
         if back is not None:
-            again[seq] += max(int(dropped or 0) - int(hit) * block_size, 0)
+            again[seq] += max(dropped - hit * block_size, 0)
     most = sorted(counts, key=lambda q: (-counts[q], -again[q], q))[:top]
     ids = dict(reader.execute(f"SELECT seq, request_id FROM requests WHERE seq IN ({','.join('?' * len(most))})",
                               most)) if most else {}
