@@ -31,6 +31,7 @@ SIM_GROUP = ("simulated executor (no model is loaded; each step's duration comes
 NOT_FLAGS = {
     "kv_cache_memory_fraction": "a bound of the automatic KV sizing, for the Python API (LLM(...)) and tests; "
                                 "on the command line --num-gpu-blocks sizes the cache",
+    "slo_ttft_ms": "set by --slo-ttft, the goodput SLO's flag (add_slo_args): one TTFT SLO for admission and goodput",
 }
 
 
@@ -257,6 +258,7 @@ def engine_config(a: argparse.Namespace) -> EngineConfig:
     knobs = {f.field: f.to_field(getattr(a, f.dest)) for f in ENGINE_FLAGS if f.field}
     knobs["clock"] = clock
     knobs.update(sized_knobs(a))
+    knobs["slo_ttft_ms"] = getattr(a, "slo_ttft", None)       # --slo-ttft (add_slo_args)
     sim_flags = {f.field: getattr(a, f.dest, None) for f in SIM_FLAGS if f.field != "executor"}
     if not sim:
         given = [CONFIG_FLAGS[k].option for k, v in sim_flags.items() if v is not None]

@@ -95,8 +95,25 @@ def build_engine(config: EngineConfig, *, recorder_factory=None, trace: dict | N
                                       "architecture": getattr(model.config, "model_type", "?")})
     recorder = recorder_factory(run_info) if recorder_factory else None
     eos = tokenizer.eos_token_id if tokenizer is not None else None
-    engine = LLMEngine(config, runner, num_blocks, tokenizer=tokenizer, eos_token_id=eos, recorder=recorder)
+    engine = LLMEngine(config, runner, num_blocks, tokenizer=tokenizer, eos_token_id=eos, recorder=recorder,
+                       step_time=slo_step_time(config, model.config.to_dict(), source.name, peaks))
     return BuiltEngine(engine, config, run_info, tokenizer, model.config.vocab_size)
+
+
+def slo_step_time(config: EngineConfig, model_config: dict, name: str, peaks: "DevicePeaks"):
+    """The step-time model SLO admission predicts with on a model run (``admission="slo"``;
+    None otherwise): the simulator's roofline (``engine.sim.cost_model.CostModel`` with its
+    default efficiencies) of this model's shape in the run's dtype on the measured ``peaks``.
+    Raises ``RuntimeError`` for a model the cost model has no shape for."""
+    if config.admission != "slo":
+        return None
+    from engine.sim.cost_model import CostModel
+    from engine.sim.model_shapes import ModelShape
+    try:
+        shape = ModelShape.from_config(model_config, name).with_dtype(config.dtype)
+    except ValueError as e:
+        raise RuntimeError(f"--admission slo predicts step times from the model's shape: {e}") from e
+    return CostModel(shape, peaks).predict_step_s
 
 
 def provenance(config: EngineConfig, model, device: "torch.device", *, model_info: dict,

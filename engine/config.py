@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass
 
-from engine.vocab import Clock, Policy, PreemptionMode, values
+from engine.vocab import Admission, Clock, Policy, PreemptionMode, values
 
 POLICIES = values(Policy)
 PREEMPTION_MODES = (PreemptionMode.RECOMPUTE.value, PreemptionMode.SWAP.value)   # the knob; SWAP_FALLBACK is an outcome
 CLOCKS = values(Clock)
+ADMISSION_MODES = values(Admission)
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
@@ -50,6 +52,19 @@ class EngineConfig:
     captured at start-up on a GPU (the same padded path eagerly on a CPU; see
     ``engine.runner.cuda_graphs``; vLLM's ``cudagraph_mode`` FULL_DECODE_ONLY); ``None`` (the default):
     on for a CUDA device, off elsewhere.
+
+    Admission control and thrash (``engine.sched.admission``; vLLM has neither a queue timeout
+    nor an SLO check): ``max_queue_time`` (engine clock units: seconds, steps under the virtual
+    clock; None = wait forever) rejects a request still waiting for its first admission that
+    long after its arrival; ``admission`` ``slo`` predicts each arrival's TTFT from the queue
+    ahead and a step-time model and rejects it at once when the prediction exceeds
+    ``slo_ttft_ms`` (Mooncake's prediction-based early rejection; needs the wall or sim clock),
+    ``all`` admits everyone. ``kv_watermark`` is the fraction of the KV blocks kept free when a
+    waiting request is admitted while others run (vLLM v0's ``BlockSpaceManager`` watermark,
+    0.01 there): headroom for the running requests' decode, so long outputs thrash less.
+    ``max_preemptions_per_request`` (0 = no cap) stops choosing a request as a preemption victim
+    once it was preempted that many times (another running request is taken instead, unless
+    none is left).
     """
 
     model: str = knob("default", "'default' = embedded SmolLM2-135M-Instruct, or a local transformers "
@@ -95,6 +110,23 @@ class EngineConfig:
               "(BATCHSCOPE_ATTENTION=reference: the torch reference); on a CPU the same padded path runs "
               "without graphs, slower (it is there to be tested); auto: on for a CUDA device, off elsewhere")
 
+    max_queue_time: float | None = knob(
+        None, "reject a request still waiting for its first admission S after its arrival (engine clock: "
+              "seconds, steps under --clock virtual), recorded as timed out; None = wait forever, as vLLM",
+        metavar="S")
+    admission: Admission = knob(
+        Admission.ALL, "all = admit every request that fits (vLLM); slo = at arrival predict the request's TTFT "
+                       "from the queue ahead and the step-time model (--sim-cost's fit, else the simulator's "
+                       "roofline) and reject it when over --slo-ttft, as Mooncake's early rejection",
+        choices=ADMISSION_MODES)
+    slo_ttft_ms: float | None = knob(None, "the TTFT SLO of admission='slo', in milliseconds (flag: --slo-ttft)")
+    kv_watermark: float = knob(
+        0.0, "fraction of the KV blocks kept free when a request is admitted while others run: room for "
+             "their decode, less thrash (vLLM v0's watermark, 0.01 there)", metavar="F")
+    max_preemptions_per_request: int = knob(
+        0, "a request preempted N times is no longer chosen as the victim when the KV cache runs out "
+           "(another running request is), 0 = no cap", metavar="N")
+
     def __post_init__(self) -> None:
         def need(cond: bool, msg: str) -> None:
             if not cond:
@@ -134,6 +166,23 @@ class EngineConfig:
              f"got {self.device!r}")
         need(self.dtype in DTYPES,
              f"dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}")
+        need(self.max_queue_time is None or 0 < self.max_queue_time < math.inf,
+             f"max_queue_time must be a positive number (seconds; steps under the virtual clock) "
+             f"or None, got {self.max_queue_time}")
+        need(self.admission in ADMISSION_MODES,
+             f"admission must be one of {ADMISSION_MODES}, got {self.admission!r}")
+        object.__setattr__(self, "admission", Admission(self.admission))
+        need(self.slo_ttft_ms is None or 0 < self.slo_ttft_ms < math.inf,
+             f"slo_ttft_ms must be a positive number of milliseconds or None, got {self.slo_ttft_ms}")
+        need(self.admission != "slo" or self.slo_ttft_ms is not None,
+             "admission='slo' needs slo_ttft_ms (--slo-ttft MS): the TTFT a prediction must meet")
+        need(self.admission != "slo" or self.clock != "virtual",
+             "admission='slo' needs the wall or sim clock (a TTFT SLO in milliseconds means nothing "
+             "under the virtual clock, whose time unit is a step)")
+        need(0.0 <= self.kv_watermark < 1.0,
+             f"kv_watermark must be in [0, 1) (a fraction of the KV blocks), got {self.kv_watermark}")
+        need(self.max_preemptions_per_request >= 0,
+             f"max_preemptions_per_request must be >= 0 (0 = no cap), got {self.max_preemptions_per_request}")
 
     def replace(self, **changes) -> "EngineConfig":
         """A copy with ``changes`` applied (validated again)."""

@@ -32,6 +32,7 @@ from engine.outputs import Arrival, BatchEntry, ModelRunnerOutput, NewToken, Sch
 from engine.request import DeferredPrompt, Request, SamplingParams
 from engine.vocab import Clock, RequestStatus
 from engine.request_ids import RequestIds
+from engine.sched.admission import StepTimeFn
 from engine.sched.scheduler import Scheduler
 from engine.sequence_group import make_sequences, sequence_ids
 from engine.state.check import check_engine_state
@@ -107,16 +108,23 @@ class LLMEngine:
     has time s + 1); under ``"wall"`` seconds since start; under ``"sim"`` simulated seconds: the
     clock advances by each step's ``ModelRunnerOutput.step_duration_s`` and jumps over idle gaps
     to the next arrival. Request ids are unique per engine (a finished request's id is not reused).
+    ``step_time`` prices a step for ``admission="slo"`` (``engine.sched.admission.StepTimeFn``,
+    e.g. ``engine.sim.cost_model.CostModel.predict_step_s``); default: the runner's
+    ``cost_model`` (the simulated executor's). Raises ``ValueError`` when that needs one and
+    there is none.
     """
 
     def __init__(self, config: EngineConfig, runner: Runner, num_gpu_blocks: int, *,
-                 tokenizer=None, eos_token_id: int | None = None, recorder: Recorder | None = None) -> None:
+                 tokenizer=None, eos_token_id: int | None = None, recorder: Recorder | None = None,
+                 step_time: StepTimeFn | None = None) -> None:
         self.config = config
         self.runner = runner
         self.tokenizer = tokenizer
         self.eos_token_id = eos_token_id
         self.recorder = recorder
-        self.scheduler = Scheduler(config, num_gpu_blocks)
+        if step_time is None and hasattr(getattr(runner, "cost_model", None), "predict_step_s"):
+            step_time = runner.cost_model.predict_step_s     # a simulated executor's own model
+        self.scheduler = Scheduler(config, num_gpu_blocks, step_time)
         self.num_gpu_blocks = num_gpu_blocks
         self.step_index = 0
         self._t0_ns = time.perf_counter_ns()
@@ -274,6 +282,8 @@ class LLMEngine:
         with self._lock:
             self._admit_due()
             step, clock = self.step_index, self.now()
+            if self.scheduler.deadlines is not None and self.scheduler.expire_waiting(clock):
+                self._collect_finished(release=False)       # timed out: the runner never saw them
             t0 = time.perf_counter_ns()
             sched = self.scheduler.schedule(step) if run_batch else SchedulerOutput(step, ())
             t1 = time.perf_counter_ns()
@@ -490,7 +500,7 @@ class LLMEngine:
                                       req.num_prompt_tokens, req.sampling_params.max_tokens,
                                       req.priority))
         self._state = None
-        if not self.scheduler.add_request(req):
+        if not self.scheduler.add_request(req, self.now()):
             self._collect_finished(release=False)   # rejected: the runner never saw it
             return
         if self.tokenizer is not None:

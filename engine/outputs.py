@@ -248,6 +248,7 @@ class RequestView:
     mean_itl: float | None
     finish_reason: str | None
     error: str | None
+    num_recomputed_tokens: int = 0     # tokens computed again after recompute preemptions
 
     @property
     def is_finished(self) -> bool:

@@ -80,6 +80,8 @@ class EventKind(Word):
     ABORTED = "aborted"
     FAILED = "failed"                    # an error while it ran
     REJECTED = "rejected"                # refused at arrival (too long for max_model_len, ...)
+    ADMISSION_REJECTED = "admission_rejected"   # admission control refused it (before its REJECTED);
+    #                                             detail: engine.sched.admission.Rejection's JSON
 
 
 class NotAdmittedReason(Word):
@@ -141,6 +143,20 @@ class Clock(Word):
     VIRTUAL = "virtual"      # the step index: reproducible schedules
     WALL = "wall"            # seconds since start, paused time left out
     SIM = "sim"              # simulated seconds from a simulated executor's step durations
+
+
+class Admission(Word):
+    """``EngineConfig.admission``: who is let into the waiting queue (``engine.sched.admission``)."""
+
+    ALL = "all"              # every request that can ever fit (vLLM)
+    SLO = "slo"              # not one whose predicted TTFT exceeds the SLO (Mooncake's early rejection)
+
+
+class AdmissionRejection(Word):
+    """Why admission control turned a request away (``Rejection.reason``)."""
+
+    SLO_TTFT = "slo_ttft"            # its predicted TTFT exceeds slo_ttft_ms, at arrival
+    QUEUE_TIMEOUT = "queue_timeout"  # it waited max_queue_time without being admitted
 
 
 class Executor(Word):

@@ -246,7 +246,7 @@ def rejection_report(rejected: list, total: int, max_kinds: int = 6) -> str:
     that help. ``rejected`` are finished ``engine.request.Request`` objects with an ``error``."""
     groups: dict[str, list] = {}
     for r in rejected:
-        groups.setdefault(re.sub(r"\d+", "N", r.error or "unknown error"), []).append(r)
+        groups.setdefault(re.sub(_NUMBER, "N", r.error or "unknown error"), []).append(r)
     ordered = sorted(groups.values(), key=len, reverse=True)
     lines = [f"{len(rejected)} of {total} requests failed or were rejected at admission:"]
     for group in ordered[:max_kinds]:
@@ -286,15 +286,18 @@ def recorded_rejections(reader) -> list:
                 "WHERE status = 'FINISHED_ERROR' ORDER BY rowid")]
 
 
+_NUMBER = r"\d+(?:\.\d+)?"      # an integer or a decimal ("predicted TTFT 2.05 s")
+
+
 def _numbers_as_ranges(texts: list[str]) -> str:
-    """``texts`` of one template (equal but for their integers): the template with each integer
-    that differs between them written as its ``min–max`` range, the others as they are."""
-    parts = [re.split(r"(\d+)", t) for t in texts]
+    """``texts`` of one template (equal but for their numbers): the template with each number
+    that differs between them written as its ``min–max`` range (as written), the others as they are."""
+    parts = [re.split(f"({_NUMBER})", t) for t in texts]
     out = []
     for i, piece in enumerate(parts[0]):
-        if i % 2:                                 # an integer
-            values = [int(p[i]) for p in parts]
-            out.append(_span(values))
+        if i % 2:                                 # a number
+            words = sorted({p[i] for p in parts}, key=float)
+            out.append(words[0] if len(words) == 1 else f"{words[0]}–{words[-1]}")
         else:
             out.append(piece)
     return "".join(out)

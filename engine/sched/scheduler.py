@@ -92,8 +92,9 @@ from engine.kv.manager import NO_HIT, KVCacheManager
 from engine.kv.swap import SwapSpace
 from engine.outputs import ModelRunnerOutput, RequestEvent, ScheduledRequest, SchedulerOutput
 from engine.request import Request
-from engine.vocab import Policy, RequestStatus
+from engine.vocab import AdmissionRejection, EventKind, Policy, RequestStatus
 from engine.runner.sync import RunnerSync
+from engine.sched.admission import QueueDeadlines, Rejection, StepTimeFn, TtftPredictor
 from engine.sched.groups import GroupScheduling
 from engine.sched.invariants import check_scheduler
 from engine.sched.preemption import PreemptionInfo
@@ -113,7 +114,7 @@ class Scheduler:
     ``events`` until :meth:`take_events`.
     """
 
-    def __init__(self, config: EngineConfig, num_gpu_blocks: int) -> None:
+    def __init__(self, config: EngineConfig, num_gpu_blocks: int, step_time: StepTimeFn | None = None) -> None:
         self.config = config
         self.policy = config.policy
         self.kv = KVCacheManager(num_gpu_blocks, config.block_size, config.enable_prefix_caching)
@@ -134,6 +135,12 @@ class Scheduler:
         self._swap_in: list[tuple[int, int]] = []
         self.groups = GroupScheduling(self)     # parallel sampling (engine.sched.groups)
         self.runner_sync = RunnerSync()         # which requests the runner holds state for
+        # admission control (engine.sched.admission): queue timeouts and the SLO check at arrival
+        self.deadlines = QueueDeadlines(config.max_queue_time) if config.max_queue_time else None
+        if config.admission == "slo" and step_time is None:
+            raise ValueError("admission='slo' needs a step-time model (step_time) to predict TTFTs")
+        self.predictor = TtftPredictor(step_time) if config.admission == "slo" else None
+        self._verdicts: dict[str, Rejection | None] = {}    # a parallel-sampling group's, this step
         self._waiting_lookups: dict[str, str] = {}   # waiting id -> its last recorded lookup
 
     # --- admission ----------------------------------------------------------------------
@@ -165,8 +172,12 @@ class Scheduler:
                     f"policy={str(self.policy)!r}, where every request has priority 0)")
         return None
 
-    def add_request(self, req: Request) -> bool:
-        """Queue ``req`` (by the policy), or reject it at once. Returns False if rejected.
+    def add_request(self, req: Request, now: float | None = None) -> bool:
+        """Queue ``req`` (by the policy), or reject it at once. Returns False if rejected:
+        when it can never be served (:meth:`admission_error`), or under ``admission="slo"``
+        when its predicted TTFT at ``now`` (engine clock; default its arrival time) exceeds
+        ``slo_ttft_ms`` (``engine.sched.admission``; a parallel-sampling group is judged once,
+        by its first sequence).
 
         Raises ``ValueError`` if the request id is already known.
         """
@@ -181,9 +192,61 @@ class Scheduler:
         if err is not None:
             self._finish(req, RequestStatus.FINISHED_ERROR, error=err, kind=EventKind.REJECTED)
             return False
+        if self.predictor is not None:
+            verdict = self._slo_verdict(req, req.arrival_time if now is None else now)
+            if verdict is not None:
+                self._reject(req, verdict)
+                return False
         req.status = RequestStatus.WAITING
         self.waiting.add(req)
+        if self.deadlines is not None:
+            self.deadlines.add(req)
+        if self.predictor is not None:
+            self.predictor.accepted(self, req)
         return True
+
+    def _slo_verdict(self, req: Request, now: float) -> Rejection | None:
+        """The SLO rejection of ``req`` arriving at ``now``, or None when its predicted TTFT
+        meets the SLO. The sequences of a parallel-sampling group share the first one's."""
+        key = req.group.parent_id if req.group is not None else None
+        if key is not None and key in self._verdicts:
+            return self._verdicts[key]
+        prediction = self.predictor.predict(self, req, now)
+        verdict = prediction if prediction.value > prediction.limit else None
+        if key is not None:
+            self._verdicts[key] = verdict
+        return verdict
+
+    def _reject(self, req: Request, why: Rejection) -> None:
+        """Turn ``req`` away by admission control: an ``admission_rejected`` event with ``why``,
+        then the ``rejected`` finish (FINISHED_ERROR, the error in words)."""
+        self.events.append(RequestEvent(req.request_id, EventKind.ADMISSION_REJECTED, why.to_detail()))
+        unit = "steps" if self.config.clock == "virtual" else "s"
+        self._finish(req, RequestStatus.FINISHED_ERROR, error=why.describe(unit), kind=EventKind.REJECTED)
+
+    def expire_waiting(self, now: float) -> list[str]:
+        """Reject, as timed out, the requests still waiting for their first admission more than
+        ``max_queue_time`` after their arrival (engine clock ``now``); a parallel-sampling group
+        goes as a whole. Call it before :meth:`schedule`. Returns the ids rejected."""
+        if self.deadlines is None or not self.waiting:
+            return []
+        out = []
+        for req in self.deadlines.expired(now, self._is_waiting_first):
+            for m in (req.group.live() if req.group is not None else (req,)):
+                if m.is_finished:
+                    continue
+                ahead = sum(1 for _ in itertools.takewhile(lambda r: r is not m, self.waiting))
+                self._reject(m, Rejection(AdmissionRejection.QUEUE_TIMEOUT, now - m.arrival_time, self.config.max_queue_time,
+                                          len(self.running) + ahead))
+                out.append(m.request_id)
+        return out
+
+    def _is_waiting_first(self, req: Request) -> bool:
+        """Whether ``req`` (with its whole parallel-sampling group) still waits for its first
+        admission: waiting, never admitted, not finished."""
+        members = req.group.live() if req.group is not None else (req,)
+        return bool(members) and all(m.status is RequestStatus.WAITING and m.num_cached_tokens < 0
+                                     for m in members)
 
     # --- one step -----------------------------------------------------------------------
     def _chunk(self, req: Request, budget: int, num_computed_tokens: int) -> int:
@@ -204,6 +267,9 @@ class Scheduler:
         had_swapped = bool(self.swapped)
         kv = self.kv
         kv.step = step
+        if self.predictor is not None:      # the queue ahead of the next arrivals is summed anew
+            self.predictor.invalidate()
+            self._verdicts.clear()
 
         # The hot loop (every running request, every step): locals, _chunk and is_prefill inlined.
         running = self.running
@@ -486,7 +552,11 @@ class Scheduler:
                     preempted += freed
                     budget = c.max_num_batched_tokens - sum(x.num_tokens for x in scheduled)
                     continue
-            if reason is None and kv.num_blocks_to_admit(req.num_tokens, hit) + extra_blocks > kv.num_free_blocks:
+            # kv_watermark: blocks kept free for the running requests' decode (vLLM v0), only
+            # while some run (alone, a request that fits the cache always starts: liveness)
+            watermark = int(c.kv_watermark * kv.num_usable_blocks) if self.running else 0
+            if reason is None and (kv.num_blocks_to_admit(req.num_tokens, hit) + extra_blocks + watermark
+                                   > kv.num_free_blocks):
                 # Its whole prefill must fit the free blocks, not only this chunk: a prefill
                 # started without room would be preempted before it ends, over and over.
                 reason = NotAdmittedReason.NO_FREE_BLOCKS
@@ -715,8 +785,13 @@ class Scheduler:
         free = kv.num_free_blocks
         tokens = {x.request_id: x.num_tokens for x in scheduled}
         victims = []
+        watermark = int(self.config.kv_watermark * kv.num_usable_blocks)    # while others run
+
+        def room() -> bool:
+            kept = watermark if len(victims) < len(self.running) else 0
+            return slots >= 1 and free >= need + kept and budget >= need_budget
         for r in reversed(self.running):
-            if slots >= 1 and free >= need and budget >= need_budget:
+            if room():
                 break
             if r.priority <= head.priority:
                 break                                  # equal priority never preempts
@@ -724,7 +799,7 @@ class Scheduler:
             slots += 1
             free += kv.num_blocks_freed_by(r.request_id)
             budget += tokens.get(r.request_id, 0)
-        if not victims or slots < 1 or free < need or budget < need_budget:
+        if not victims or not room():
             return []
         ids = [rid for v in victims for rid in self._preempt(v, PreemptionReason.FOR_PRIORITY, head.request_id)]
         gone = set(ids)
@@ -733,9 +808,17 @@ class Scheduler:
 
     def _pick_victim(self, req: Request) -> Request | None:
         """Who loses its KV so that ``req`` can grow: the newest (lowest-priority) other running
-        request (not of ``req``'s parallel-sampling group), else the most recently paused
+        request (not of ``req``'s parallel-sampling group; with ``max_preemptions_per_request``,
+        the newest one preempted fewer times than that, if any), else the most recently paused
         request holding KV, else ``req`` itself (with its group)."""
         last = self.running[-1] if self.running else req
+        cap = self.config.max_preemptions_per_request
+        if cap and last.num_preemptions >= cap and req in self.running:
+            # anti-thrash: the newest request behind ``req`` (not scheduled yet in this step)
+            # that was preempted fewer than ``cap`` times goes instead (none: the rule without it)
+            later = self.running[self.running.index(req) + 1:]
+            last = next((r for r in reversed(later) if r.num_preemptions < cap
+                         and (r.group is None or r.group is not req.group)), last)
         if last is not req and (last.group is None or last.group is not req.group):
             return last
         for p in reversed(self.paused):

@@ -242,6 +242,12 @@ class CostModel:
         overhead = self.params.per_step_overhead_s + self.params.per_seq_overhead_s * seqs
         return np.where(seqs > 0, overhead + roofline, 0.0)
 
+    def predict_step_s(self, num_tokens: int, num_seqs: int, attn_pairs: int, context_tokens: int) -> float:
+        """Seconds of a step of ``num_tokens`` tokens over ``num_seqs`` requests, each sampling
+        one token, with ``attn_pairs`` and ``context_tokens`` as :class:`StepWork` sums them:
+        the step-time model of SLO admission (``engine.sched.admission.StepTimeFn``)."""
+        return self.work_time(StepWork(num_tokens, num_seqs, num_seqs, attn_pairs, context_tokens))
+
     def work_time(self, w: StepWork) -> float:
         """Predicted seconds of a step that does ``w``; 0.0 when it schedules nothing."""
         if not w.num_seqs:

@@ -39,6 +39,10 @@ COLUMNS: dict[str, np.dtype] = {
     "priority": np.dtype(np.int64),          # policy priority: lower value first
     "first_token_time": np.dtype(np.float64),
     "last_token_time": np.dtype(np.float64),
+    # thrash: the most tokens it ever had computed, and the tokens it computed again below that
+    # (after recompute preemptions; a prefix-cache hit at re-admission is not computed again)
+    "max_computed_tokens": np.dtype(np.int64),
+    "num_recomputed_tokens": np.dtype(np.int64),
 }
 RESERVED = -2                # block_owner of a block taken out of use (the user shrank the pool)
 NUM_RECENTLY_FINISHED = 64   # finished requests a state keeps for the window's "finished" table
@@ -64,7 +68,8 @@ def row_view(request_id: str, cols: Mapping[str, np.ndarray], i: int, *, status:
         num_preemptions=int(cols["num_preemptions"][i]),
         ttft=None if math.isnan(first) else first - arrival,
         mean_itl=(last - first) / (n_out - 1) if n_out >= 2 else None,
-        finish_reason=FINISH_REASON_OF.get(st), error=error)
+        finish_reason=FINISH_REASON_OF.get(st), error=error,
+        num_recomputed_tokens=int(cols["num_recomputed_tokens"][i]))
 
 
 @dataclass(frozen=True)

@@ -163,7 +163,12 @@ class StateTimeline:
             n = len(scheduled)
             ids, slots, num_tokens, num_computed, _ = zip(*scheduled)
             rows = np.fromiter(map(row.__getitem__, ids), np.intp, n)
-            c["num_computed_tokens"][rows] = np.fromiter(map(operator.add, num_computed, num_tokens), np.int64, n)
+            start = np.fromiter(num_computed, np.int64, n)
+            end = np.fromiter(map(operator.add, num_computed, num_tokens), np.int64, n)
+            c["num_computed_tokens"][rows] = end
+            high = c["max_computed_tokens"][rows]       # computed before: computed again now
+            c["num_recomputed_tokens"][rows] += np.maximum(np.minimum(end, high) - start, 0)
+            c["max_computed_tokens"][rows] = np.maximum(high, end)
             c["slot"][rows] = np.fromiter(slots, np.int32, n)
             c["status"][rows] = _RUNNING
         if new_tokens:
@@ -194,7 +199,8 @@ class StateTimeline:
         c["num_prompt_tokens"][i] = a.num_prompt_tokens
         c["max_tokens"][i] = a.max_tokens
         c["priority"][i] = a.priority
-        for k in ("num_computed_tokens", "num_output_tokens", "num_preemptions", "num_blocks"):
+        for k in ("num_computed_tokens", "num_output_tokens", "num_preemptions", "num_blocks",
+                  "max_computed_tokens", "num_recomputed_tokens"):
             c[k][i] = 0
         c["first_token_time"][i] = c["last_token_time"][i] = math.nan
         self._ids.append(a.request_id)

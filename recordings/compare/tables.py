@@ -35,17 +35,21 @@ def metric_label(attr: str, label: str, unit: str) -> str:
 
 
 def headline_table(c: Comparison) -> Table:
-    """Rows: one per :data:`HEADLINE_FIELDS` metric; columns: the runs, each later run's value
-    followed by its ratio to the first run's."""
+    """Rows: one per :data:`HEADLINE_FIELDS` metric that some run has; columns: the runs, each
+    later run's value followed by its ratio to the first run's."""
     headers = ["metric"] + [h.name for h in c.headlines]
     rows = []
     for attr, label, _higher, spec in HEADLINE_FIELDS:
+        if all(h.value(attr) is None for h in c.headlines):
+            continue                    # no run has it (goodput without an SLO, no prefix caching)
         row = [metric_label(attr, label, c.time_unit), num(c.headlines[0].value(attr), spec)]
         for k in range(1, len(c.headlines)):
             row.append(f"{num(c.headlines[k].value(attr), spec)}  ({ratio_text(c.ratios(k)[attr])})")
         rows.append(row)
     rows.append(["requests served"] + [f"{h.num_served} of {h.num_requests}" for h in c.headlines])
     rows.append(["rejected / failed"] + [f"{h.num_rejected} of {h.num_requests}" for h in c.headlines])
+    if any(h.num_admission_rejected for h in c.headlines):
+        rows.append(["rejected by admission"] + [str(h.num_admission_rejected) for h in c.headlines])
     return headers, rows
 
 

@@ -302,7 +302,8 @@ def state_blob(state: EngineState, hash_base: int | None = None) -> tuple[bytes,
            if k != "seq" and k not in STATIC_COLUMNS})
     finished = [[v.request_id, v.status, v.arrival_step, v.arrival_time, v.num_prompt_tokens,
                  v.num_output_tokens, v.num_computed_tokens, v.max_tokens, v.slot,
-                 v.num_preemptions, v.ttft, v.mean_itl, v.finish_reason, v.error]
+                 v.num_preemptions, v.ttft, v.mean_itl, v.finish_reason, v.error,
+                 v.num_recomputed_tokens]             # (older files end at error: read as 0)
                 for v in state.recently_finished]
     return buf.getvalue(), strict_dumps(finished)
 

@@ -22,6 +22,7 @@ upgraded in place (its per-step rows are another model). What it gives:
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -37,7 +38,8 @@ from recordings.errors import RecordingError
 from recordings.file.opening import open_readonly
 from recordings.file.reader import Reader
 
-_VIEW_FIELDS = RequestView.__dataclass_fields__.keys()
+# the view fields a version-1 file stored (later ones, e.g. num_recomputed_tokens, keep their defaults)
+_VIEW_FIELDS = [k for k, f in RequestView.__dataclass_fields__.items() if f.default is dataclasses.MISSING]
 _STEP_SQL = ("SELECT step, start_ns, end_ns, clock, num_waiting, num_running, num_paused, "
              "num_finished, num_free_blocks, num_total_blocks, schedule_ns, forward_ns, "
              "update_ns, error, preempted_ids_json, not_admitted_json FROM steps "

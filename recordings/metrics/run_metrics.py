@@ -189,12 +189,13 @@ def _summarize(reader: Reader) -> RunSummary:
 _REASON = "CASE WHEN json_valid(detail) THEN json_extract(detail, '$.reason') END"
 _RECOMPUTE = ("kind = 'preempted' AND CASE WHEN json_valid(detail) THEN json_extract(detail, '$.mode') "
               "END IN ('recompute', 'recompute_fallback')")     # a swap drops nothing
-# Per recompute preemption: the tokens it dropped, the step the request was admitted again
-# (NULL if never: aborted, or the run ended) and the prefix-cache blocks that admission hit.
-_DROPPED = f"""
-SELECT dropped, back, coalesce((SELECT sum(json_array_length(b.block_ids_json)) FROM block_events b
+# Per recompute preemption: the request (seq), the tokens it dropped, the step the request was
+# admitted again (NULL if never: aborted, or the run ended) and the prefix-cache blocks that
+# admission hit (recordings.metrics.thrash and .prefix_hits read it too).
+DROPPED_SQL = f"""
+SELECT seq, dropped, back, coalesce((SELECT sum(json_array_length(b.block_ids_json)) FROM block_events b
                                 WHERE b.seq = p.seq AND b.step = p.back AND b.kind = 'hit'), 0) AS hit
-FROM (SELECT e.seq, json_extract(e.detail, '$.tokens') AS dropped,
+FROM (SELECT e.seq AS seq, json_extract(e.detail, '$.tokens') AS dropped,
              (SELECT min(s.step) FROM events s WHERE s.seq = e.seq AND s.kind = 'scheduled'
               AND s.step > e.step) AS back
       FROM events e WHERE {_RECOMPUTE}) p"""
@@ -216,7 +217,7 @@ def _preemptions(reader: Reader, who: str) -> dict:
         block_size = int(reader.run_info().get("config", {}).get("block_size", 16))
         (dropped, recomputed), = reader.execute(
             f"SELECT coalesce(sum(dropped), 0), coalesce(sum(CASE WHEN back IS NULL THEN 0 "
-            f"ELSE max(dropped - hit * ?, 0) END), 0) FROM ({_DROPPED})", (block_size,))
+            f"ELSE max(dropped - hit * ?, 0) END), 0) FROM ({DROPPED_SQL})", (block_size,))
     else:   # schema 1 has no block events (nor prefix caching, nor PreemptionInfo details)
         (dropped,), = reader.execute("SELECT coalesce(sum(json_extract(detail, '$.tokens')), 0) "
                                      f"FROM events WHERE {_RECOMPUTE}")
@@ -226,10 +227,13 @@ def _preemptions(reader: Reader, who: str) -> dict:
             "num_recomputed_tokens": int(recomputed)}
 
 
-def _recomputed(reader: Reader, block_size: int) -> tuple[int, int]:
-    """Tokens dropped by recompute preemptions and how many of them were computed again (less
-    the blocks the next admission hit in the prefix cache), of a schema-4 file (block events
-    are blobs: the hits are counted in Python)."""
+def recompute_rows(reader: Reader) -> list[tuple[int, int, int | None, int]]:
+    """One row per recompute preemption of a schema >= 2 file: (request seq, tokens dropped,
+    the step it was admitted again or None, prefix-cache blocks that admission hit). Schema 4
+    keeps block events as blobs: the hits are counted in Python; before, in SQL
+    (:data:`DROPPED_SQL`). ``recordings.metrics.thrash`` and ``.prefix_hits`` read it too."""
+    if reader.execute("PRAGMA user_version")[0][0] < 4:
+        return [(seq, int(d or 0), back, int(hit)) for seq, d, back, hit in reader.execute(DROPPED_SQL)]
     rows = reader.execute(f"SELECT e.seq, json_extract(e.detail, '$.tokens'), (SELECT min(s.step) "
                           "FROM events s WHERE s.seq = e.seq AND s.kind = 'scheduled' AND s.step > e.step) "
                           f"FROM events e WHERE {_RECOMPUTE}")
@@ -241,9 +245,16 @@ def _recomputed(reader: Reader, block_size: int) -> tuple[int, int]:
                                          f"({', '.join('?' * len(part))})", part):
             for seq, n in blocks_by_request(blob, "hit").items():
                 hits[seq, step] = n
-    dropped = sum(d or 0 for _, d, _ in rows)
-    recomputed = sum(max((d or 0) - hits.get((seq, back), 0) * block_size, 0)
-                     for seq, d, back in rows if back is not None)
+    return [(seq, int(d or 0), back, hits.get((seq, back), 0) if back is not None else 0)
+            for seq, d, back in rows]
+
+
+def _recomputed(reader: Reader, block_size: int) -> tuple[int, int]:
+    """Tokens dropped by recompute preemptions and how many of them were computed again (less
+    the blocks the next admission hit in the prefix cache)."""
+    rows = recompute_rows(reader)
+    dropped = sum(d for _, d, _, _ in rows)
+    recomputed = sum(max(d - hit * block_size, 0) for _, d, back, hit in rows if back is not None)
     return dropped, recomputed
 
 

@@ -91,6 +91,8 @@ def _non_default(name: str, tmp_path) -> tuple[list[str], object]:
         "executor": (["--executor", "sim"], "sim"),
         "sim_model": (["--sim-model", "llama-3.2-1b"], "llama-3.2-1b"),
         "sim_device": (["--sim-device", "a100"], "a100"),
+        "admission": (["--admission", "slo", "--slo-ttft", "100"], "slo"),    # needs its SLO
+        "kv_watermark": (["--kv-watermark", "0.1"], 0.1),                      # (0.0 / 2 is the default)
     }
     if name in special:
         return special[name]

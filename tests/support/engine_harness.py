@@ -28,10 +28,11 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
+from engine.sched.admission import rejection_info
 from engine.sched.preemption import preemption_info
 from engine.outputs import NewToken, StepRecord
 from engine.request import Request, SamplingParams
-from engine.vocab import RequestStatus
+from engine.vocab import AdmissionRejection, EventKind, RequestStatus
 from engine.sequence_group import parent_id_of, sequence_ids, sequence_params
 from engine.state.state import EngineState
 from engine.state.timeline import StateTimeline
@@ -184,6 +185,7 @@ class InvariantChecker:
         self.last_rec: StepRecord | None = None
         self.state_checker = StateChecker(engine.config.to_dict() | {"num_gpu_blocks": engine.num_gpu_blocks})
         self.order: list[str] = []                       # every request id, arrival order
+        self.admitted: set[str] = set()                  # ids scheduled at least once
         self.members: dict[str, list[str]] = {}          # arrival id -> its request ids (n > 1)
         self.objs: dict[str, Request] = {}               # every Request seen (live or finished)
         self.delivered: dict[str, Request] = {}          # handed to on_finished, in that order
@@ -226,9 +228,18 @@ class InvariantChecker:
         req = self.e.requests.get(rid)
         st = self.e.state()
         v = st.view(rid)
-        if req is None:
-            assert is_impossible(self.c, self.e.num_gpu_blocks, len(a.prompt), a.params.max_tokens,
-                                 a.params.n), rid
+        if req is None and not is_impossible(self.c, self.e.num_gpu_blocks, len(a.prompt),
+                                             a.params.max_tokens, a.params.n):
+            # only SLO admission turns a servable request away at arrival, with its prediction
+            events = [ev for ev in self.e.scheduler.events if ev.request_id == rid]
+            assert self.c.admission == "slo" and [ev.kind for ev in events][-2:] == [EventKind.ADMISSION_REJECTED, EventKind.REJECTED], (
+                rid, v)
+            info = rejection_info(events[-2].detail)
+            assert info.reason == AdmissionRejection.SLO_TTFT and info.value > info.limit == self.c.slo_ttft_ms / 1e3, info
+            assert v.status == RequestStatus.FINISHED_ERROR.value and "predicted TTFT" in v.error, v
+            self.rejected.add(rid)
+            self.finished[rid] = RequestStatus.FINISHED_ERROR
+        elif req is None:
             # G5: a request that can never run is failed at once with an error, not left waiting.
             assert v.status == RequestStatus.FINISHED_ERROR.value and v.error, (rid, v)
             assert not self.e.scheduler.kv.block_ids(rid) and st.block_ids(rid) == ()
@@ -400,6 +411,23 @@ class InvariantChecker:
         self.replay.apply(rec)
         assert self.replay.snapshot() == st, f"state replayed from the records differs at step {rec.step}"
 
+        # Admission control: a request timed out only while waiting for its first admission,
+        # past max_queue_time at the step's start; it never reached the runner.
+        for ev in rec.events:
+            if ev.kind == EventKind.ADMISSION_REJECTED and (info := rejection_info(ev.detail)).reason == AdmissionRejection.QUEUE_TIMEOUT:
+                assert c.max_queue_time is not None and info.limit == c.max_queue_time, info
+                waited = rec.clock - self.objs[ev.request_id].arrival_time
+                assert waited > c.max_queue_time and abs(waited - info.value) < 1e-5, (waited, info)
+                assert ev.request_id in pre["waiting"] and ev.request_id not in sched_ids, ev
+                assert self.objs[ev.request_id].num_cached_tokens < 0, ("timed out after an admission", ev)
+                self.rejected.add(ev.request_id)
+        # (timed out before the step decided: not in the queue it served)
+        pre["waiting"] = [rid for rid in pre["waiting"] if rid not in self.rejected]
+        for ev in rec.events:                   # nobody first admitted later than max_queue_time
+            if ev.kind == EventKind.SCHEDULED and ev.request_id not in self.admitted:
+                self.admitted.add(ev.request_id)
+                arrival = self.objs[ev.request_id].arrival_time
+                assert c.max_queue_time is None or rec.clock - arrival <= c.max_queue_time, ev
         # Finished requests left the engine and were handed over once, each with its final view.
         finished_ids = [ev.request_id for ev in rec.events if ev.kind in FINISH_EVENTS]
         assert len(set(finished_ids)) == len(finished_ids)
@@ -635,8 +663,10 @@ class InvariantChecker:
                 assert left == 0 or (not c.enable_chunked_prefill and left < h.num_tokens) or (
                     h.group is not None and left < h.num_prompt_tokens)
             elif reason == NotAdmittedReason.NO_FREE_BLOCKS:
-                # (with prefix caching it may have needed fewer: at most all its blocks)
-                assert rec.preempted_ids or blocks_for(h.num_tokens, bs) + extra > free_at_decision
+                # (with prefix caching it may have needed fewer: at most all its blocks; with a
+                # kv_watermark, those blocks stay free while others run)
+                watermark = int(c.kv_watermark * kv.num_usable_blocks) if running_at_decision else 0
+                assert rec.preempted_ids or blocks_for(h.num_tokens, bs) + extra + watermark > free_at_decision
             elif reason == NotAdmittedReason.LOWER_PRIORITY:      # displaced in this very step
                 assert c.policy == "priority" and head in rec.preempted_ids
             else:

@@ -38,7 +38,7 @@ QUEUES = ("running", "waiting", "swapped", "paused", "finished")
 _NO_ROWS = np.zeros(0, np.int64)
 # starting widths (user-resizable) in characters of content, or the header's width if wider;
 # ResizeToContents would re-query every row on each frame
-WIDTH_CHARS = (7, 8, 4, 9, 6, 6, 3, 3)
+WIDTH_CHARS = (7, 8, 4, 9, 6, 6, 3, 6, 3)
 HELD = "held"              # in a tab's title while the pointer holds its rows still
 HOLD_S = 2.0               # seconds a table's rows hold still after the pointer last moved on it
 
@@ -106,6 +106,10 @@ class QueueTables(QWidget):
             view.verticalHeader().setDefaultSectionSize(22)
             hh = view.horizontalHeader()
             hh.setSectionResizeMode(QHeaderView.Interactive)
+            # a header click sorts the rows (the model orders them: RequestTableModel.sort);
+            # arrival order until then
+            hh.setSortIndicator(-1, Qt.SortOrder.AscendingOrder)
+            view.setSortingEnabled(True)
             hh.sectionResized.connect(lambda *_a, v=view: v.fit_reason_column())
             view.reason_width = max((view.fontMetrics().horizontalAdvance(t) for t in REASON_TEXTS[name]),
                                     default=0) + 2 * PAD + 6

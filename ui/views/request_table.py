@@ -22,8 +22,31 @@ from ui.step_summary import StepSummary
 from ui.style.numbers import clock_text
 from engine.vocab import RequestStatus, NotAdmittedReason
 
-COLUMNS = ("id", "state", "prompt", "output", "TTFT", "ITL", "preempt", "priority", "reason")
+COLUMNS = ("id", "state", "prompt", "output", "TTFT", "ITL", "preempt", "recomp", "priority", "reason")
 PRIORITY_COLUMN, REASON_COLUMN = COLUMNS.index("priority"), COLUMNS.index("reason")
+RECOMPUTED_COLUMN = COLUMNS.index("recomp")
+HEADER_TIPS = {"priority": "priority: lower value runs first (policy priority)",
+               "preempt": "times preempted",
+               "recomp": "tokens computed again after preemptions (thrash; prefix-cache hits not counted)"}
+# what a click on a column's header sorts by (EngineState columns; None: arrival order)
+SORT_KEYS = {
+    "id": lambda c: c["seq"], "state": lambda c: c["status"], "prompt": lambda c: c["num_prompt_tokens"],
+    "output": lambda c: c["num_output_tokens"], "TTFT": lambda c: c["first_token_time"] - c["arrival_time"],
+    "ITL": lambda c: (c["last_token_time"] - c["first_token_time"]) / np.maximum(c["num_output_tokens"] - 1, 1),
+    "preempt": lambda c: c["num_preemptions"], "recomp": lambda c: c["num_recomputed_tokens"],
+    "priority": lambda c: c["priority"], "reason": None}
+
+
+def sort_rows(state: EngineState, rows: np.ndarray, column: int, descending: bool) -> np.ndarray:
+    """``rows`` of ``state`` ordered by table column ``column`` (stable; ties and NaN, e.g. no
+    TTFT yet, keep arrival order, NaN last); ``rows`` as they are for a column without a key."""
+    key = SORT_KEYS.get(COLUMNS[column]) if 0 <= column < len(COLUMNS) else None
+    if key is None or not len(rows):
+        return rows
+    values = np.asarray(key({k: state.columns[k][rows] for k in state.columns}), float)
+    values = np.where(np.isnan(values), np.inf if not descending else -np.inf, values)
+    order = np.argsort(-values if descending else values, kind="stable")
+    return rows[order]
 HEADERS = tuple("prio" if c == "priority" else c for c in COLUMNS)   # as the header shows them
 # why a waiting request was not admitted in the shown step (StepRecord.not_admitted_reason);
 # a reason without an entry (one added to the engine later) shows as its words
@@ -49,16 +72,20 @@ REASON_TEXTS = {"running": (), "waiting": (*NOT_ADMITTED_TEXT.values(), PREEMPTE
 CELL_SOURCES = ((), ("status",), ("num_prompt_tokens",), ("num_output_tokens", "max_tokens"),
                 ("first_token_time", "arrival_time"),
                 ("first_token_time", "last_token_time", "num_output_tokens"),
-                ("num_preemptions",), ("priority",), ("status", "priority"))
+                ("num_preemptions",), ("num_recomputed_tokens",), ("priority",), ("status", "priority"))
 
 
 def _position(state: EngineState, rows: np.ndarray, request_id: str) -> int | None:
-    """Table row of ``request_id`` among ``rows`` (ascending rows of ``state``), or None."""
+    """Table row of ``request_id`` among ``rows`` (rows of ``state``, ascending unless sorted by
+    a column), or None."""
     r = find_row(state, request_id)
     if r is None:
         return None
     i = int(np.searchsorted(rows, r))
-    return i if i < len(rows) and rows[i] == r else None
+    if i < len(rows) and rows[i] == r:
+        return i
+    hit = np.flatnonzero(rows == r)             # rows sorted by a column (not ascending)
+    return int(hit[0]) if len(hit) else None
 
 
 def not_admitted(record: StepRecord | StepSummary | None, v: RequestView,
@@ -126,6 +153,8 @@ def cell_text(r: RequestView, column: int, reason: str | None = None,
         return clock_text(r.mean_itl, unit)
     if column == 6:
         return str(r.num_preemptions)
+    if column == RECOMPUTED_COLUMN:
+        return f"{r.num_recomputed_tokens:,}"
     if column == PRIORITY_COLUMN:
         return "–" if priority is None else str(priority)
     return reason_text(r, reason)
@@ -162,6 +191,9 @@ class RequestTableModel(QAbstractTableModel):
         # (``ui.views.queue_tables.QueueView`` then repaints only those rows); None otherwise
         self.resized_rows: tuple[int, int] | None = None
         self.rows = np.zeros(0, np.int64)          # state rows of this queue, table order
+        self.base_rows = self.rows                 # ... in arrival order (before sorting)
+        self.sort_column: int | None = None        # sort(): the column ordering the rows
+        self.sort_descending = False
         self.views: list[RequestView] | None = None  # or the views themselves
         self._key: object = ()
         self._cache: dict[int, RequestView] = {}
@@ -184,6 +216,9 @@ class RequestTableModel(QAbstractTableModel):
         repainted, a decoding one repaints its output column, and the view keeps its scroll
         position and header. ``moved`` tells whether any row now holds another request (or the
         row count changed)."""
+        self.base_rows = rows
+        if self.sort_column is not None:
+            rows = sort_rows(state, rows, self.sort_column, self.sort_descending)
         key = state.columns["seq"][rows]
         if self.views is not None or not isinstance(self._key, np.ndarray):
             self.moved = True
@@ -239,6 +274,10 @@ class RequestTableModel(QAbstractTableModel):
     def set_views(self, views: Sequence[RequestView]) -> bool:
         """Rows are ``views`` (a short list: the recently finished)."""
         views = list(views)
+        if self.sort_column is not None and COLUMNS[self.sort_column] in ("preempt", "recomp", "prompt", "output"):
+            attr = {"preempt": "num_preemptions", "recomp": "num_recomputed_tokens",
+                    "prompt": "num_prompt_tokens", "output": "num_output_tokens"}[COLUMNS[self.sort_column]]
+            views.sort(key=lambda v: getattr(v, attr), reverse=self.sort_descending)
         key = tuple(v.request_id for v in views)
         return self._replace(self.views is not None and key == self._key, key, state=None,
                              rows=np.zeros(0, np.int64), views=views, record=None)
@@ -322,9 +361,20 @@ class RequestTableModel(QAbstractTableModel):
                 # seconds carry their unit in the cells (412 ms, 38.2 s); other units here
                 return f"{COLUMNS[section]} ({self.time_unit})"
             return HEADERS[section]
-        if role == TOOLTIP and orientation == _HORIZONTAL and section == PRIORITY_COLUMN:
-            return "priority: lower value runs first (policy priority)"
+        if role == TOOLTIP and orientation == _HORIZONTAL:
+            return HEADER_TIPS.get(COLUMNS[section])
         return None
+
+    def sort(self, column: int, order=Qt.SortOrder.AscendingOrder) -> None:
+        """Order the rows by ``column`` (Qt calls this when a header is clicked; ``id`` is arrival
+        order). The order holds for the states shown next; a column without a key (the reason)
+        keeps arrival order."""
+        self.sort_column, self.sort_descending = column, order == Qt.SortOrder.DescendingOrder
+        if self.state is not None and self.views is None:
+            self._key = ()                          # every row may hold another request now
+            self.set_state_rows(self.state, self.base_rows, self.record)
+        elif self.views is not None:
+            self.set_views(self.views)
 
     def set_time_unit(self, unit: str) -> None:
         """Name the unit of the TTFT and ITL columns."""

@@ -211,9 +211,14 @@ def show_comparison(paths: list[Path], names: list[str] | None, args: argparse.N
     from recordings.errors import RecordingError
     from recordings.compare.comparison import compare_recordings
     from recordings.compare.fingerprint import WorkloadMismatch
+    from recordings.metrics.serving import Slo
 
     try:
-        comparison = compare_recordings(paths, names)
+        slo = Slo(getattr(args, "slo_ttft", None), getattr(args, "slo_tpot", None))
+    except ValueError as e:
+        return _fail(str(e), 2)
+    try:
+        comparison = compare_recordings(paths, names, slo)
     except WorkloadMismatch as e:
         return _fail(f"{e}. Compare runs of the same trace, limit and scaling flags.")
     except RecordingError as e:

@@ -53,6 +53,16 @@ def test_rejections_are_grouped_by_reason_with_counts_and_ranges():
     assert "prompt (20) + max_tokens (10)" not in report
 
 
+def test_decimals_in_reasons_are_grouped_and_spanned_as_numbers():
+    class R:                          # timed out by admission control: the waits are decimals
+        def __init__(self, rid, waited):
+            self.request_id, self.num_prompt_tokens, self.sampling_params = rid, 4, SamplingParams(max_tokens=2)
+            self.error = f"timed out: waited {waited} s without being admitted, over max_queue_time 2 s"
+
+    report = rejection_report([R("a", "2.05"), R("b", "2"), R("c", "12.5")], total=3)
+    assert "3 x timed out: waited 2–12.5 s without being admitted, over max_queue_time 2 s  [a, b, c]" in report
+
+
 def test_a_reason_without_numbers_gets_the_lengths():
     class R:                          # a request failed in a step: its error names no length
         def __init__(self, rid, p, m):

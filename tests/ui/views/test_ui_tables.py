@@ -7,10 +7,10 @@ import math
 import numpy as np
 from PySide6.QtCore import Qt
 
-from engine.state.state import STATUS_CODES
+from engine.state.state import STATUS_CODES, EngineState
 from ui.style.colors import request_qcolor
 from ui.views.queue_tables import QueueTables, visible_rows
-from ui.views.request_table import COLUMNS, NOT_ADMITTED_TEXT, REASON_COLUMN, RequestTableModel
+from ui.views.request_table import COLUMNS, NOT_ADMITTED_TEXT, REASON_COLUMN, RECOMPUTED_COLUMN, RequestTableModel
 
 
 def expected_cells(state, row: int) -> list[str]:
@@ -22,7 +22,8 @@ def expected_cells(state, row: int) -> list[str]:
     itl = f"{(last - first) / (n_out - 1):.3g}" if n_out >= 2 else "–"
     return [state.request_ids[row], STATUS_CODES[int(c["status"][row])].lower(),
             str(int(c["num_prompt_tokens"][row])), f"{n_out} / {int(c['max_tokens'][row])}",
-            ttft, itl, str(int(c["num_preemptions"][row])), str(int(c["priority"][row]))]
+            ttft, itl, str(int(c["num_preemptions"][row])), f'{int(c["num_recomputed_tokens"][row]):,}',
+            str(int(c["priority"][row]))]
 
 
 def shown_tables(qtbot) -> QueueTables:
@@ -297,3 +298,25 @@ def test_a_frame_paints_the_table_once_with_the_selected_row_highlighted(qtbot, 
         role = (QPalette.ColorRole.Highlight if row == row_of else
                 QPalette.ColorRole.AlternateBase if row % 2 else QPalette.ColorRole.Base)
         assert image.pixelColor(x, y).name() == pal.color(role).name(), row
+
+
+def test_a_header_click_sorts_the_rows_by_that_column_and_id_restores_arrival_order(qtbot, big):
+    state = big.state_at(big.latest_step())
+    columns = {k: v.copy() for k, v in state.columns.items()}
+    columns["num_recomputed_tokens"] = (np.arange(len(state)) * 7919) % 1000     # a thrash per request
+    state = EngineState(state.step, state.clock, state.num_total_blocks, state.block_size, state.max_num_seqs,
+                        next_seq=state.next_seq, request_ids=state.request_ids, columns=columns,
+                        block_owner=state.block_owner, block_pos=state.block_pos)
+    w = shown_tables(qtbot)
+    w.set_state(state)
+    m, view = w.models["running"], w.views["running"]
+    rows = state.queue_rows("running")
+    view.horizontalHeader().setSortIndicator(RECOMPUTED_COLUMN, Qt.SortOrder.DescendingOrder)   # a click
+    shown = [int(m.data(m.index(i, RECOMPUTED_COLUMN)).replace(",", "")) for i in range(m.rowCount())]
+    assert shown == sorted(columns["num_recomputed_tokens"][rows].tolist(), reverse=True)
+    top = m.request_id(0)
+    assert m.row_of(top) == 0 and m.row_of(m.request_id(m.rowCount() - 1)) == m.rowCount() - 1
+    w.set_state(state)                                       # the next frame keeps the order
+    assert m.request_id(0) == top
+    view.horizontalHeader().setSortIndicator(0, Qt.SortOrder.AscendingOrder)       # id: arrival order
+    assert [m.request_id(i) for i in range(m.rowCount())] == [state.request_ids[r] for r in rows]
