@@ -100,7 +100,7 @@ from engine.sched.invariants import check_scheduler
 from engine.sched.preemption import PreemptionInfo
 from engine.sched.queue import make_queue, priority_key
 from engine.plural import plural
-from engine.vocab import EventKind, NotAdmittedReason, PreemptionMode, PreemptionReason
+from engine.vocab import NotAdmittedReason, PreemptionMode, PreemptionReason
 
 
 class Scheduler:
