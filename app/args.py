@@ -111,8 +111,9 @@ def _explicit(fields: dict[str, dataclasses.Field]) -> dict[str, ConfigFlag]:
                                              dict(action="store_true", help="admit only whole prompts"),
                                              operator.not_, negated=True),
         "cuda_graphs": ConfigFlag("cuda_graphs", "cuda_graphs",
-                                  dict(choices=["on", "off"], default="off", help=_help("on: " + help_of("cuda_graphs"))),
-                                  lambda v: v == "on"),
+                                  dict(choices=["auto", "on", "off"], default="auto",
+                                       help=_help("on: " + help_of("cuda_graphs"))),
+                                  lambda v: {"on": True, "off": False}.get(v)),
         # the field is always "sim" (it marks a SimConfig); the flag picks the executor
         "executor": ConfigFlag("executor", "executor", dict(choices=list(fields["executor"].metadata["choices"]),
                                                             default=Executor.MODEL.value, help=_help(help_of("executor")))),
@@ -124,9 +125,9 @@ def _explicit(fields: dict[str, dataclasses.Field]) -> dict[str, ConfigFlag]:
 # Flags of the engine group that set no config field, after the field they follow in --help.
 THREADS = ConfigFlag("threads", None, dict(
     type=int, metavar="N",
-    help="torch's CPU threads for the forward pass (torch.set_num_threads; default: torch's choice, one per "
-         "core). On a machine busy with other work, fewer threads than cores (e.g. 1 on 2 cores) avoid the "
-         "threads waiting on each other"))
+    help="torch's CPU threads for the forward pass (torch.set_num_threads; default: the cores other "
+         "processes leave free, from the load average at start and re-checked while running, shown in the "
+         "status bar; app.threads)"))
 
 
 def _config_flags() -> tuple[list[ConfigFlag], list[ConfigFlag]]:

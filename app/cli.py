@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import os
 import sys
@@ -190,14 +191,24 @@ def add_fit_parser(sub) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse ``argv`` (default ``sys.argv[1:]``): ``--preset`` values become the defaults, and no
-    command means ``demo`` (``batchscope --paused`` = ``batchscope demo --paused``). Exits 2 with
-    argparse's message on a usage error."""
+    command means ``demo`` (``batchscope --paused`` = ``batchscope demo --paused``); a ``.sqlite``
+    path in the command's place means ``replay`` it. Exits 2 with argparse's message on a usage
+    error; an unknown command is named with the closest command (``summarize``: ``summary``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser, commands = _parser_and_commands(preset_name(argv))
     i = next((k for k, a in enumerate(argv) if a not in ("-v", "--verbose")), len(argv))
+    if i < len(argv) and argv[i] not in commands and not argv[i].startswith("-"):
+        if argv[i].endswith(".sqlite"):             # `batchscope run.sqlite`: open the replay
+            return parser.parse_args([*argv[:i], "replay", *argv[i:]])
+        close = difflib.get_close_matches(argv[i], list(commands), n=1, cutoff=0.6)
+        parser.error(f"unknown command {argv[i]!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                     + f"; commands: {', '.join(commands)}")
     if i == len(argv) or (argv[i] not in commands and argv[i] not in ("-h", "--help")):
         argv = [*argv[:i], "demo", *argv[i:]]
     return parser.parse_args(argv)
+
+
+MODEL_COMMANDS = ("demo", "run", "bench", "compare")     # the commands that may run a model on torch
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -222,9 +233,12 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"batchscope: {e}", file=sys.stderr)
         return 2
-    if getattr(args, "threads", None):
-        import torch
-        torch.set_num_threads(args.threads)
+    if (command in MODEL_COMMANDS and getattr(args, "executor", "model") != "sim"
+            and not getattr(args, "recordings", None)):
+        from app.threads import ThreadGovernor       # torch's threads: --threads, or cores and load
+        args.thread_governor = ThreadGovernor(getattr(args, "threads", None))
+        print(f"batchscope: torch {args.thread_governor.describe()}"
+              + ("" if args.thread_governor.fixed else "; --threads N to set it"), file=sys.stderr)
     if command == "run":
         from app.commands.run import run_headless
         return run_headless(args)

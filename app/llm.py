@@ -7,9 +7,11 @@
     print(outs[0].text, outs[0].metrics.time_to_first_token)
 
 The model is loaded once (``app.factory.build_engine``, the same path as the ``batchscope``
-command); each :meth:`LLM.generate` call runs its prompts to completion on a fresh
-``LLMEngine`` over that model and its KV cache, so a recording (``record=``) holds exactly that
-call, from step 0, and opens with ``recordings.file.reader.Reader`` like any other.
+command) and, as in vLLM, one ``LLMEngine`` serves every :meth:`LLM.generate` call: request ids
+are unique across calls and the prefix cache (``enable_prefix_caching=True``) carries over from
+one call to the next (``RequestOutput.num_cached_tokens``). A recorded call (``record=``) runs on
+an engine of its own over the same model and KV memory, from step 0 with an empty cache, so its
+recording holds exactly that call and opens with ``recordings.file.reader.Reader`` like any other.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from tqdm import tqdm
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.request import Request, SamplingParams
+from engine.request_ids import IdHashes
 from engine.sequence_group import sequence_ids
 from engine.vocab import Executor
 
@@ -58,7 +61,8 @@ class RequestOutput:
     ``sequences`` are the ``SamplingParams.n`` sequences sampled for the prompt, each a
     ``RequestOutput`` of its own (request id ``<id>#k`` when ``n`` > 1, its own tokens, text,
     finish reason and metrics; its ``sequences`` empty); the fields above are the first one's,
-    but ``request_id``, the prompt's."""
+    but ``request_id``, the prompt's. ``num_cached_tokens``: prompt tokens served from the prefix
+    cache at its (first) admission (vLLM's field; 0 without ``enable_prefix_caching``)."""
 
     request_id: str
     prompt: str | None
@@ -69,6 +73,7 @@ class RequestOutput:
     stop_reason: str | None
     error: str | None
     metrics: RequestMetrics
+    num_cached_tokens: int = 0
     sequences: tuple["RequestOutput", ...] = ()
 
 
@@ -126,23 +131,32 @@ class LLM:
         self._runner = built.engine.runner
         self._eos_token_id = built.engine.eos_token_id
         self._ids = itertools.count()
+        self.engine = built.engine            # serves every unrecorded call (module doc)
+        self._done: dict[str, Request] = {}   # finished, not yet returned (emptied by each call)
+        self.engine.add_finished_listener(self._finished)
+        self._used_ids = IdHashes()           # every id of every call: unique across engines
+
+    def _finished(self, req: Request) -> None:
+        self._done[req.request_id] = req
 
     def generate(self, prompts: Prompt | Sequence[Prompt],
                  sampling_params: SamplingParams | Sequence[SamplingParams] | None = None, *,
-                 record: str | Path | None = None, overwrite: bool = False,
-                 use_tqdm: bool = True) -> list[RequestOutput]:
+                 request_ids: Sequence[str] | None = None, record: str | Path | None = None,
+                 overwrite: bool = False, use_tqdm: bool = True) -> list[RequestOutput]:
         """Generate for every prompt; returns one :class:`RequestOutput` per prompt, in input order.
 
         ``prompts``: a string, a list of token ids, or a list of those (strings are encoded with
         the tokenizer, special tokens added as vLLM does; no chat template). ``sampling_params``:
         one for all prompts (default ``SamplingParams()``: greedy, 16 tokens) or one per prompt.
-        Request ids (``"0"``, ``"1"``, ...) are unique across calls; a prompt sampled with
+        ``request_ids``: the caller's id for each prompt (strings, unique across every call of
+        this ``LLM``), else ``"0"``, ``"1"``, ... (unique across calls); a prompt sampled with
         ``n`` > 1 (parallel sampling) has its ``n`` results in ``RequestOutput.sequences``. ``record``: also write the
         run to this recording file (``recordings.file.writer.RecordingWriter``; an existing file is replaced only
         with ``overwrite=True``). ``use_tqdm``: a progress
         bar of finished requests on stderr. Raises ``ValueError`` for a text prompt without a
         tokenizer, a list of sampling params of the wrong length, or stop strings without a
-        tokenizer; ``TypeError`` for a prompt of another type; ``recordings.errors.RecordingError`` when
+        tokenizer, ``request_ids`` of the wrong length, empty, repeated or used before;
+        ``TypeError`` for a prompt of another type; ``recordings.errors.RecordingError`` when
         ``record`` cannot be created or exists and ``overwrite`` is False.
         """
         items = self._prompts(prompts)
@@ -150,27 +164,72 @@ class LLM:
         encoded = [(p, self._encode(p)) for p in items]
         if self.tokenizer is None and any(sp.stop for sp in params):   # before a file is created
             raise ValueError("stop strings need a tokenizer; this model runs on token ids only")
+        names = self._request_ids(request_ids, len(items))
         writer = None
+        engine, done = self.engine, self._done
         if record is not None:
             from recordings.file.writer import RecordingWriter
 
             info = {**self.run_info, "source": "app.llm.LLM.generate",
                     "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
             writer = RecordingWriter(record, info, overwrite=overwrite)
-        engine = LLMEngine(self.config, self._runner, self.config.num_gpu_blocks, tokenizer=self.tokenizer,
-                           eos_token_id=self._eos_token_id, recorder=writer)
-        done = engine.collect_finished()
+            engine = LLMEngine(self.config, self._runner, self.config.num_gpu_blocks,
+                               tokenizer=self.tokenizer, eos_token_id=self._eos_token_id, recorder=writer)
+            done = engine.collect_finished()
+        engine.tokenizer = self.tokenizer          # (it may have been replaced since)
+        for name in names:
+            self._used_ids.add(name)
+        rids: list[str] = []
         try:
-            rids = [engine.add_request(ids, sp, request_id=str(next(self._ids)),
-                                       prompt_text=p if isinstance(p, str) else None)
-                    for (p, ids), sp in zip(encoded, params)]
+            try:
+                for name, (p, ids), sp in zip(names, encoded, params):
+                    rids.append(engine.add_request(ids, sp, request_id=name,
+                                                   prompt_text=p if isinstance(p, str) else None))
+            except Exception:
+                for rid in rids:                 # a refused prompt: the call adds nothing
+                    engine.abort_request(rid)
+                engine.step(run_batch=False)
+                done.clear()
+                raise
             self._run(engine, done, sum(sp.n for sp in params), use_tqdm)
         finally:
             if writer is not None:
                 writer.close()
         if engine.recorder_error:
             warnings.warn(f"{record}: {engine.recorder_error}", RuntimeWarning, stacklevel=2)
-        return [self._prompt_output(done, rid, sp.n, prompt) for rid, sp, prompt in zip(rids, params, items)]
+        outs = [self._prompt_output(done, rid, sp.n, prompt) for rid, sp, prompt in zip(rids, params, items)]
+        done.clear()
+        return outs
+
+    def _request_ids(self, given: Sequence[str] | None, n: int) -> list[str]:
+        """The ids of a call's ``n`` prompts: ``given`` checked (strings, non-empty, unique,
+        never used by this ``LLM``), or the next of ``"0"``, ``"1"``, ... not used yet."""
+        if given is None:
+            out = []
+            while len(out) < n:
+                name = str(next(self._ids))
+                if name not in self._used_ids:
+                    out.append(name)
+            return out
+        if isinstance(given, str):
+            given = [given]
+        names = list(given)
+        if len(names) != n:
+            raise ValueError(f"request_ids: give one id per prompt ({n} prompts, got {len(names)} ids)")
+        for name in names:
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"request_ids: each id must be a non-empty string, got {name!r}")
+            if "#" in name:
+                raise ValueError(f"request_ids: {name!r} contains '#', which names parallel-sampling "
+                                 "sequences (<id>#k)")
+        repeated = sorted({x for x in names if names.count(x) > 1})
+        if repeated:
+            raise ValueError(f"request_ids: {repeated[0]!r} is given twice (ids are unique)")
+        used = [x for x in names if x in self._used_ids]
+        if used:
+            raise ValueError(f"duplicate request id {used[0]!r}: used by an earlier generate() call "
+                             "of this LLM (ids are unique across calls)")
+        return names
 
     def _prompt_output(self, done: dict, request_id: str, n: int, prompt: Prompt) -> RequestOutput:
         """The output of the prompt added as ``request_id``: its first sequence's fields and all
@@ -236,4 +295,5 @@ class LLM:
             prompt_token_ids=list(req.prompt_token_ids),
             text=req.output_text if self.tokenizer is not None else None,
             token_ids=list(req.output_token_ids), finish_reason=reason.value if reason else None,
-            stop_reason=req.stop_reason, error=req.error, metrics=metrics)
+            stop_reason=req.stop_reason, error=req.error, metrics=metrics,
+            num_cached_tokens=max(0, req.num_cached_tokens))

@@ -3,6 +3,9 @@ is imported here): engine knobs, workload flags, and the files the command line 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import tempfile
 from pathlib import Path
 from engine.vocab import Clock
 
@@ -26,10 +29,8 @@ def check_usage(args: argparse.Namespace) -> None:
         _need_file(args.recording, "recording")
         for path in getattr(args, "check", None) or []:
             _need_file(path, "--check recording")
-        if command == "fit" and not args.force:
-            _new_file(args.output, " (--force overwrites)")
-        elif command == "fit":
-            _writable_folder(Path(args.output))
+        if command == "fit":
+            check_output(args.output, " (--force overwrites)", overwrite=args.force)
 
 
 def _check_engine_run(args: argparse.Namespace) -> None:
@@ -40,7 +41,7 @@ def _check_engine_run(args: argparse.Namespace) -> None:
     if getattr(args, "sim_cost", None):
         _need_file(args.sim_cost, "--sim-cost")
     if args.record is not None:
-        _new_file(args.record, "; choose a new --record path (recordings are never overwritten)")
+        check_output(args.record, RECORD_EXISTS)
     config = engine_config(args)                # ConfigError names the knob
     _check_device(config, args.device)
     if getattr(args, "steps_per_second", None) is not None and config.clock != Clock.VIRTUAL:
@@ -83,18 +84,66 @@ def _check_slo(args: argparse.Namespace) -> None:
         raise UsageError(str(e)) from e
 
 
-def _new_file(path: str, hint: str) -> None:
-    """An output the command must create: refused (:class:`UsageError`, ``hint`` ending the
-    message) if it exists, or if its folder does not."""
+MIN_FREE_BYTES = 64 * 2**20    # a rough floor for any output: a short recording, an export
+RECORD_EXISTS = "; choose a new --record path (recordings are never overwritten)"
+
+
+def check_output(path: str | os.PathLike, hint: str = "", *, overwrite: bool = False,
+                 make_folder: bool = False, min_free_bytes: int = MIN_FREE_BYTES) -> None:
+    """Check an output file before anything heavy runs, with the same messages for every command
+    (``run --record``, ``recover``, ``export``, ``fit``, the live window's recording,
+    ``compare --report`` / ``--out``). Raises :class:`UsageError` when ``path`` exists (unless
+    ``overwrite``; ``hint`` ends that message) or is a folder, when its folder does not exist
+    (``make_folder``: the nearest existing folder above it is checked instead, as the command
+    creates the rest), when no file can be created there (tried: a folder that is read-only, on
+    a read-only disk, or not ours), or when that disk has less than ``min_free_bytes`` free
+    (a rough check: the output may still outgrow it; the recorder then stops cleanly)."""
     out = Path(path)
-    if out.exists():
+    if out.is_dir():
+        raise UsageError(f"cannot write {out}: it is a folder")
+    if out.exists() and not overwrite:
         raise UsageError(f"{out} exists{hint}")
-    _writable_folder(out)
+    if out.exists() and not os.access(out, os.W_OK):
+        raise UsageError(f"cannot write {out}: the file is read-only")
+    _check_folder(out, out.parent, make_folder, min_free_bytes)
 
 
-def _writable_folder(out: Path) -> None:
-    if not out.parent.is_dir():
-        raise UsageError(f"cannot write {out}: folder {out.parent} does not exist")
+def check_output_folder(path: str | os.PathLike, min_free_bytes: int = MIN_FREE_BYTES) -> None:
+    """An output folder the command creates or fills (``compare --out``): :func:`check_output`'s
+    checks and messages for the folder (or, while it does not exist, the nearest one above)."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"cannot write {out}: it is a file, not a folder")
+    _check_folder(out, out, True, min_free_bytes)
+
+
+def _check_folder(out: Path, folder: Path, make_folder: bool, min_free_bytes: int) -> None:
+    """``out`` goes in ``folder``: it exists (``make_folder``: its nearest existing ancestor is
+    checked instead), a file can be created in it, its disk has ``min_free_bytes`` free."""
+    if make_folder:
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+    if not folder.is_dir():
+        raise UsageError(f"cannot write {out}: folder {folder} does not exist")
+    problem = _cannot_create_in(folder)
+    if problem:
+        raise UsageError(f"cannot write {out}: {problem}")
+    free = shutil.disk_usage(folder).free
+    if free < min_free_bytes:
+        raise UsageError(f"cannot write {out}: only {free / 2**20:,.1f} MiB free on the disk of {folder} "
+                         f"(at least {min_free_bytes / 2**20:,.0f} MiB needed)")
+
+
+def _cannot_create_in(folder: Path) -> str | None:
+    """Why no file can be created in ``folder`` (None when one can): tried with a temporary file,
+    removed at once (permission bits alone do not tell: root, read-only mounts, ACLs)."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".batchscope-probe-", dir=folder)
+    except OSError as e:
+        return f"folder {folder} is not writable ({e.strerror or e})"
+    os.close(fd)
+    os.unlink(probe)
+    return None
 
 
 def _need_file(path: str, what: str) -> None:

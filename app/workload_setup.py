@@ -9,6 +9,7 @@ from pathlib import Path
 from engine.engine import LLMEngine
 from engine.request import SamplingParams
 from engine.vocab import Clock
+from recordings.workloads.rows import EmptyWorkload
 
 
 @dataclass
@@ -67,7 +68,8 @@ def read_trace(args: argparse.Namespace):
     is None), or ``--num-requests`` draws from the ``--lengths`` table; with a request rate the
     arrival times are replaced by a seeded Poisson process (``recordings.workloads.poisson``). Raises
     ``FileNotFoundError`` or ``recordings.workloads.traces.TraceFormatError`` with the path, and
-    ``ValueError`` for a trace without one valid row (naming its first bad lines)."""
+    ``recordings.workloads.rows.EmptyWorkload`` for a trace without one valid row (naming its
+    first bad lines)."""
     from recordings.workloads.poisson import with_poisson_arrivals
     from recordings.workloads.traces import TraceLoad, load_trace
     from recordings.workloads.workload import demo_trace_path
@@ -84,13 +86,24 @@ def read_trace(args: argparse.Namespace):
             raise FileNotFoundError(f"trace file not found: {path}")
         load = load_trace(path, limit=args.limit)
         if not load.rows:
-            problems = "; ".join(str(e) for e in load.errors[:3]) + ("; ..." if len(load.errors) > 3 else "")
-            raise ValueError(f"{path}: no valid request rows" + (f" ({len(load.errors)} malformed: "
-                                                                f"{problems})" if problems else ""))
+            raise EmptyWorkload(path, [str(e) for e in load.errors])
+    _check_priorities(args, load.rows)
     rate = _request_rate(args)
     if rate is not None:
         load.rows = with_poisson_arrivals(load.rows, rate, args.seed)
     return load
+
+
+def _check_priorities(args: argparse.Namespace, rows) -> None:
+    """A nonzero priority is refused unless ``--policy priority`` (as ``LLMEngine.add_request``
+    refuses it): raise ``ValueError`` naming how many rows carry one and the first's line."""
+    policy = getattr(args, "policy", "fcfs")
+    ranked = [r for r in rows if r.spec is not None and r.spec.priority]
+    if ranked and policy != "priority":
+        what = "1 request carries" if len(ranked) == 1 else f"{len(ranked)} requests carry"
+        raise ValueError(f"{what} a nonzero priority (first: line {ranked[0].line_no}, priority "
+                         f"{ranked[0].spec.priority}): only --policy priority honours it; run with "
+                         f"--policy priority (this run has --policy {policy})")
 
 
 DEFAULT_NUM_REQUESTS = 1000
@@ -120,7 +133,9 @@ def _source_notes(args: argparse.Namespace, load) -> list[str]:
 
 
 def load_workload(args: argparse.Namespace, load, tokenizer, vocab_size: int | None = None) -> LoadedWorkload:
-    """Scale the rows of ``load`` (a ``TraceLoad``) into requests per ``args``."""
+    """Scale the rows of ``load`` (a ``TraceLoad``) into requests per ``args``. Raises
+    ``recordings.workloads.rows.EmptyWorkload`` when no row can be served by this engine (the
+    malformed rows and the rows it skipped named)."""
     from recordings.workloads.workload import build_workload
 
     rate = _request_rate(args)
@@ -130,6 +145,9 @@ def load_workload(args: argparse.Namespace, load, tokenizer, vocab_size: int | N
                         min_prompt_tokens=args.min_prompt_tokens, min_output_tokens=args.min_output_tokens,
                         seed=args.seed, vocab_size=vocab_size, block_size=args.block_size)
     skipped = [f"line {e.line_no}: {e.message}" for e in load.errors]
+    if not wl.requests:
+        raise EmptyWorkload(load.path, sorted(skipped + wl.skipped_rows,
+                                              key=lambda t: int(t.split()[1].rstrip(":"))))
     source = _source_notes(args, load)
     info = {"name": Path(load.path).name, "path": str(load.path), "sha256": load.sha256,
             "format": load.format, "num_rows": len(load.rows), "num_malformed_rows": len(load.errors),
@@ -139,12 +157,6 @@ def load_workload(args: argparse.Namespace, load, tokenizer, vocab_size: int | N
     if wl.prefix_sharing is not None:
         info["prefix_sharing"] = wl.prefix_sharing.to_dict()
     notes = source + list(wl.scaling_notes)
-    num_ranked = sum(1 for r in wl.requests if r.priority)
-    if num_ranked and getattr(args, "policy", "fcfs") != "priority":
-        carry = "request carries" if num_ranked == 1 else "requests carry"
-        notes.append(f"{num_ranked} {carry} a nonzero priority: only --policy priority honours "
-                     f"it; under --policy {args.policy} the scheduler rejects {'it' if num_ranked == 1 else 'them'} "
-                     f"at admission")
     notes += [f"skipped malformed row {line}" for line in skipped[:5]]
     if len(skipped) > 5:
         notes.append(f"... and {len(skipped) - 5} more malformed rows skipped")

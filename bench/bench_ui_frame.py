@@ -12,11 +12,14 @@ from the live source's bounded state cache (``engine.state.cache``, filled ahead
 its size and bound are printed).
 
     QT_QPA_PLATFORM=offscreen .venv/bin/python bench/bench_ui_frame.py \
-        [--frames 1000] [--steps-per-frame 1,7,20] [--no-recording] [--profile OUT.prof] [--sections]
+        [--frames 1000] [--steps-per-frame 1,7,20] [--blocks 200000] [--layouts physical,request]
+        [--no-recording] [--profile OUT.prof] [--sections]
     QT_QPA_PLATFORM=offscreen .venv/bin/python bench/bench_ui_frame.py --recording REC.sqlite \
         [--steps 2000] [--back 0] [--jumps 50] [--seed 0] [--start K] [--breakdown] [--profile OUT.prof] [--sections]
 
-Prints wall and CPU time p50 / p95 / p99 / max per scenario (``--steps-per-frame`` new steps a
+``--layouts`` runs each live scenario once per block map layout (``physical``, ``request``: by
+request; ``ui.views.block_map``), in the same run, so their frame times compare on the same
+machine and load. Prints wall and CPU time p50 / p95 / p99 / max per scenario (``--steps-per-frame`` new steps a
 frame, e.g. 7 at 200 steps/s and 30 frames/s; then scrubbing back one step a frame) with a
 running request selected and the running table shown, and a per-view CPU breakdown. On a shared
 machine read the CPU times: wall time there includes waiting for other processes. Every garbage
@@ -212,32 +215,9 @@ def sections(args, w, app):
     return Sections(w, app, areas(w))
 
 
-def bench_recording(args) -> None:
-    """Replay ``args.recording`` in the window: consecutive frames, then random jumps."""
-    from PySide6.QtWidgets import QApplication
-
-    from app.commands.window import freeze_startup
-    from recordings.file.open_reader import open_reader
-    from ui import MainWindow
-
-    print(f"before: {load()}; {host_speed()}", flush=True)
-    app = QApplication.instance() or (timing_app() if args.breakdown or args.sections
-                                      else QApplication([]))
-    t0 = time.perf_counter()
-    reader = open_reader(args.recording)
-    latest = reader.latest_step()
-    rng = random.Random(args.seed)
-    first = (rng.randrange(0, max(1, latest + 1 - args.steps)) if args.start is None
-             else max(0, min(args.start, latest + 1 - args.steps)))
-    w = MainWindow(reader, None)
-    w.timer.stop()
-    w.show()
-    w.show_step(first - 1)
-    app.processEvents()
-    freeze_startup()                      # as app.commands.window does for a replay
-    print(f"{args.recording}: {latest + 1:,} steps, opened and first frame in "
-          f"{time.perf_counter() - t0:.2f} s; consecutive steps {first}..{first + args.steps - 1}",
-          flush=True)
+def replay_scenarios(args, w, app, first: int, latest: int, rng, layout: str):
+    """The timed replay frames of one block map layout: consecutive steps, scrubbing back,
+    random jumps; returns the last consecutive step and its state."""
     consecutive, jumps, sec = Timer(), Timer(), sections(args, w, app)
     prof = None
     if args.profile:
@@ -265,12 +245,46 @@ def bench_recording(args) -> None:
     print(f"\nwindow {w.width()}x{w.height()} offscreen; at step {k}: {st.num_total_blocks:,} "
           f"blocks ({100 * st.kv_cache_usage:.0f}% used), {len(st.queue_rows('running'))} running, "
           f"{len(st.queue_rows('waiting')):,} waiting; {os.cpu_count()} CPUs")
-    consecutive.report(f"{len(consecutive.cpu):,} consecutive steps, 1 step/frame")
+    consecutive.report(f"{len(consecutive.cpu):,} consecutive steps, 1 step/frame, {layout}")
     sec.report(consecutive.cpu, " " * 38)
     if back.cpu:
         back.report(f"scrub back {len(back.cpu):,} steps, 1 step/frame")
         back_sec.report(back.cpu, " " * 38)
-    jumps.report(f"{len(jumps.cpu)} jumps to random steps")
+    jumps.report(f"{len(jumps.cpu)} jumps to random steps, {layout}")
+    return k, st
+
+
+def bench_recording(args) -> None:
+    """Replay ``args.recording`` in the window: consecutive frames, then random jumps."""
+    from PySide6.QtWidgets import QApplication
+
+    from app.commands.window import freeze_startup
+    from recordings.file.open_reader import open_reader
+    from ui import MainWindow
+
+    print(f"before: {load()}; {host_speed()}", flush=True)
+    app = QApplication.instance() or (timing_app() if args.breakdown or args.sections
+                                      else QApplication([]))
+    t0 = time.perf_counter()
+    reader = open_reader(args.recording)
+    latest = reader.latest_step()
+    rng = random.Random(args.seed)
+    first = (rng.randrange(0, max(1, latest + 1 - args.steps)) if args.start is None
+             else max(0, min(args.start, latest + 1 - args.steps)))
+    w = MainWindow(reader, None)
+    w.timer.stop()
+    w.show()
+    w.show_step(first - 1)
+    app.processEvents()
+    freeze_startup()                      # as app.commands.window does for a replay
+    print(f"{args.recording}: {latest + 1:,} steps, opened and first frame in "
+          f"{time.perf_counter() - t0:.2f} s; consecutive steps {first}..{first + args.steps - 1}",
+          flush=True)
+    for layout in args.layouts or ["auto"]:
+        w.block_map.set_layout(layout)
+        w.show_step(first - 1)
+        app.processEvents()
+        k, st = replay_scenarios(args, w, app, first, latest, random.Random(args.seed + 1), layout)
     if args.breakdown:
         # untimed: 200 more consecutive frames, painting timed per widget
         n = min(200, latest - k)
@@ -329,13 +343,15 @@ def bench_live(args) -> None:
     app.processEvents()
     print(f"window {w.width()}x{w.height()} offscreen; {os.cpu_count()} CPUs; {memory()}\n")
     profile_at = min(args.steps_per_frame, key=lambda n: abs(n - 7))
-    for spf in args.steps_per_frame:
+    layouts = args.layouts or ["physical"]
+    for spf, layout in [(spf, layout) for spf in args.steps_per_frame for layout in layouts]:
+        w.block_map.set_layout(layout)
         st = w.state
         w.select_request(st.request_ids[int(st.queue_rows("running")[len(st.queue_rows("running")) // 2])])
         app.processEvents()
         first, gcs = st.step + 1, len(GC.pauses)
         prof = None
-        if args.profile and spf == profile_at:
+        if args.profile and spf == profile_at and layout == layouts[-1]:
             import cProfile
             prof = cProfile.Profile()
         timer, sec = Timer(), sections(args, w, app)
@@ -352,7 +368,7 @@ def bench_live(args) -> None:
         if prof:
             prof.dump_stats(args.profile)
         st = w.state
-        timer.report(f"live, {spf} step{'s' if spf > 1 else ''}/frame")
+        timer.report(f"live, {spf} step{'s' if spf > 1 else ''}/frame, {layout}")
         done = run.num_added - len(run.engine.requests) - done0
         print(f"{'':38s} steps {first}..{st.step}: {done:,} requests finished; at the end "
               f"{len(st.queue_rows('running'))} running, {len(st.queue_rows('waiting')):,} waiting")
@@ -413,7 +429,10 @@ def main() -> None:
                     "comma-separated (7: 200 steps/s at 30 frames/s)")
     ap.add_argument("--no-recording", action="store_true",
                     help="live: no recorder (the live source keeps only its ring of records)")
-    ap.add_argument("--blocks", type=int, default=16_384)
+    ap.add_argument("--blocks", type=int, default=16_384, help="live: KV cache blocks")
+    ap.add_argument("--layouts", type=lambda v: v.split(","), default=None,
+                    help="block map layouts, comma-separated (physical, request, auto): each "
+                    "scenario once per layout (default: live physical, replay the window's auto)")
     ap.add_argument("--running", type=int, default=256)
     ap.add_argument("--waiting", type=int, default=10_000)
     ap.add_argument("--recording", help="replay this recording instead of a live run")

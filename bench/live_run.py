@@ -37,7 +37,7 @@ class LiveRun:
                  warmup: int = 150) -> None:
         prompt = max(16, num_blocks * 16 // (2 * running))
         self.fake = FakeSource(0, num_blocks=num_blocks, block_size=16, max_num_seqs=running,
-                               budget=8192, workload=(), max_model_len=4096,
+                               budget=8192, workload=(), max_model_len=max(4096, prompt + 1024),
                                tokenizer=None, next_token_fn=lambda ctx, n: 1)
         self.engine = self.fake.engine
         self.waiting = waiting

@@ -48,7 +48,8 @@ class EngineConfig:
     CUDA when available. ``check_invariants`` asserts G1-G4 after every step (tests, debugging).
     ``cuda_graphs`` runs decode-only steps padded to a ladder of batch sizes, from CUDA graphs
     captured at start-up on a GPU (the same padded path eagerly on a CPU; see
-    ``engine.runner.cuda_graphs``; vLLM's ``cudagraph_mode`` FULL_DECODE_ONLY); off until verified on a GPU.
+    ``engine.runner.cuda_graphs``; vLLM's ``cudagraph_mode`` FULL_DECODE_ONLY); ``None`` (the default):
+    on for a CUDA device, off elsewhere.
     """
 
     model: str = knob("default", "'default' = embedded SmolLM2-135M-Instruct, or a local transformers "
@@ -88,11 +89,11 @@ class EngineConfig:
         False, "check the global invariants (block conservation, queue exclusivity, limits; G1-G4 of the "
                "scheduler cases) after every step; the first violation stops the run with its step and "
                "invariant (slower; the recording keeps the steps so far)")
-    cuda_graphs: bool = knob(
-        False, "decode-only steps run padded to a ladder of batch sizes (1, 2, 4, 8, 16, 24, ... up to "
-               "--max-num-seqs) and replay CUDA graphs captured at start-up, decoding with our Triton kernel "
-               "(BATCHSCOPE_ATTENTION=reference: the torch reference); on a CPU the same padded path runs "
-               "without graphs, slower (it is there to be tested); off until verified on a GPU")
+    cuda_graphs: bool | None = knob(
+        None, "decode-only steps run padded to a ladder of batch sizes (1, 2, 4, 8, 16, 24, ... up to "
+              "--max-num-seqs) and replay CUDA graphs captured at start-up, decoding with our Triton kernel "
+              "(BATCHSCOPE_ATTENTION=reference: the torch reference); on a CPU the same padded path runs "
+              "without graphs, slower (it is there to be tested); auto: on for a CUDA device, off elsewhere")
 
     def __post_init__(self) -> None:
         def need(cond: bool, msg: str) -> None:

@@ -20,14 +20,25 @@ class IncrementalDetokenizer:
         self.text = ""
         self.num_emitted = 0
         self.final: str | None = None
+        self.prefix_offset = 0          # output tokens before this one are decoded for good
+        self.read_offset = 0            # ... and those before this one are in self.text
 
     def update(self, output_ids: list[int]) -> tuple[str, str | None]:
-        """Decode ``output_ids`` (all output tokens so far). Returns ``(delta, matched_stop)``:
-        the new streamable text and the stop string that fired (None if none)."""
-        full = self.tokenizer.decode(output_ids, skip_special_tokens=True)
-        if full.endswith("\ufffd"):           # an incomplete UTF-8 sequence: wait for more bytes
-            full = full[:-1]
+        """Decode ``output_ids`` (all output tokens so far; the list only grows). Returns
+        ``(delta, matched_stop)``: the new streamable text and the stop string that fired (None
+        if none). Only a window is decoded each call, as vLLM's ``detokenize_incrementally`` does:
+        the text of ``output_ids[prefix_offset:]`` minus that of ``output_ids[prefix_offset:read_offset]``
+        is what the new tokens add (decoding in context keeps tokenizers whose pieces depend on
+        their neighbours right); a result ending in U+FFFD (an incomplete UTF-8 sequence) waits
+        for more tokens. Cost per call: the window, not the whole output."""
+        decode = self.tokenizer.decode
+        prefix = decode(output_ids[self.prefix_offset:self.read_offset], skip_special_tokens=True)
+        window = decode(output_ids[self.prefix_offset:], skip_special_tokens=True)
         start = max(0, len(self.text) - self.hold)
+        if len(window) > len(prefix) and not window.endswith("\ufffd"):
+            self.text += window[len(prefix):]
+            self.prefix_offset, self.read_offset = self.read_offset, len(output_ids)
+        full = self.text
         self.text = full
         best: tuple[int, str] | None = None
         for s in self.stop:

@@ -1,7 +1,12 @@
 """LLMEngine: the step loop tying scheduler, model runner, detokenizer and recorder together.
 
-Not thread-safe: one thread (the app's engine worker) calls every method. ``app.live.bridge`` turns
-commands from the UI thread into calls on that thread.
+Thread-safe as vLLM's engine core is for its callers: one thread steps the engine, and any thread
+(a UI, a server, the runner's own callback) may add, abort, pause, resume and reprioritise
+requests at any time, also while a step is in flight (between ``Scheduler.schedule`` and
+``Scheduler.update_from_output``; the engine's lock is not held during the forward pass). A request
+that leaves the running set while its step is in flight has that step's output dropped (an aborted
+one ends FINISHED_ABORTED, its blocks freed once); every other request's result is applied.
+``app.live.bridge`` still queues the window's commands onto the engine thread.
 
 Memory follows what is live: a finished request is handed to ``on_finished`` (if set), written
 once by the recorder and dropped. The engine keeps its state as an
@@ -10,12 +15,16 @@ the state a replay of its recording rebuilds.
 """
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import logging
+import math
+import numbers
 import sys
+import threading
 import time
-from typing import Protocol
+from typing import Callable, Protocol
 
 from engine.config import EngineConfig
 from engine.detokenizer import IncrementalDetokenizer
@@ -74,6 +83,19 @@ def release_cached_memory() -> None:
     if torch is not None and torch.cuda.is_available():
         torch.cuda.empty_cache()
 
+CLOCK_UNITS = {Clock.VIRTUAL: "steps", Clock.WALL: "seconds since the engine started",
+               Clock.SIM: "simulated seconds"}
+
+
+def _locked(method):
+    """Run ``method`` under the engine's lock (callers on any thread, see the module docstring)."""
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return call
+
+
 class LLMEngine:
     """A continuous-batching engine over one paged KV cache of ``num_gpu_blocks`` blocks.
 
@@ -108,6 +130,13 @@ class LLMEngine:
         self._deltas: dict[str, str] = {}
         self._sim_time = 0.0
         self.on_finished = None
+        self._finished_listeners: list = []
+        # Any thread may call the request API; one thread steps. The lock is not held during
+        # the forward pass, so a control call may land while a step is in flight (_in_flight):
+        # then the runner's state of a request that finishes is released after the pass.
+        self._lock = threading.RLock()
+        self._in_flight = False
+        self._deferred_releases: list[str] = []
         self.recorder_error: str | None = None
         self.timeline = StateTimeline(num_gpu_blocks, config.block_size, config.max_num_seqs,
                                       config.num_cpu_blocks)
@@ -143,6 +172,12 @@ class LLMEngine:
 
     # --- state ----------------------------------------------------------------------------
     @property
+    def lock(self) -> threading.RLock:
+        """The engine's lock: held by every control call and by a step except during its forward
+        pass. Hold it to read ``requests`` or the scheduler consistently from another thread."""
+        return self._lock
+
+    @property
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished or bool(self._future)
 
@@ -155,6 +190,7 @@ class LLMEngine:
         """The live requests (waiting, running, paused) by id; finished ones are gone."""
         return self.scheduler.requests
 
+    @_locked
     def state(self) -> EngineState:
         """Current state: the last step's state plus any change made since (adds, aborts...).
 
@@ -202,7 +238,9 @@ class LLMEngine:
         finished = []
         for req in self.scheduler.take_finished():
             req.finished_time = self.now() if when is None else when
-            if release:
+            if release and self._in_flight:
+                self._deferred_releases.append(req.request_id)     # the runner is busy
+            elif release:
                 self.runner.release(req.request_id)
             det = self._detok.pop(req.request_id, None)
             if det is not None:
@@ -233,11 +271,13 @@ class LLMEngine:
         is such an exception: the step's requests fail (not retried: a client resubmits), their
         blocks are freed, torch's CUDA cache is emptied, and the other requests are served on.
         """
-        self._admit_due()
-        step, clock = self.step_index, self.now()
-        t0 = time.perf_counter_ns()
-        sched = self.scheduler.schedule(step) if run_batch else SchedulerOutput(step, ())
-        t1 = time.perf_counter_ns()
+        with self._lock:
+            self._admit_due()
+            step, clock = self.step_index, self.now()
+            t0 = time.perf_counter_ns()
+            sched = self.scheduler.schedule(step) if run_batch else SchedulerOutput(step, ())
+            t1 = time.perf_counter_ns()
+            self._in_flight = run_batch
         error = None
         try:
             out = self.runner.execute(sched) if run_batch else ModelRunnerOutput()
@@ -248,6 +288,16 @@ class LLMEngine:
             if is_out_of_memory(e):
                 release_cached_memory()
         t2 = time.perf_counter_ns()
+        with self._lock:
+            self._in_flight = False
+            released, self._deferred_releases = self._deferred_releases, []
+            for rid in released:
+                self.runner.release(rid)
+            return self._finish_step(sched, out, step, clock, error, t0, t1, t2)
+
+    def _finish_step(self, sched: SchedulerOutput, out: ModelRunnerOutput, step: int, clock: float,
+                     error: str | None, t0: int, t1: int, t2: int) -> StepRecord:
+        """The second half of :meth:`step` (under the lock): apply the runner's output, record."""
         if self.config.clock == Clock.SIM and out.step_duration_s is not None:
             self._sim_time += out.step_duration_s
         token_time = float(step + 1) if self.config.clock == Clock.VIRTUAL else self.now()
@@ -300,16 +350,34 @@ class LLMEngine:
         if self.on_finished is not None:
             for req in finished:
                 self.on_finished(req)
+        for listener in tuple(self._finished_listeners):
+            for req in finished:
+                listener(req)
         if self.config.check_invariants:
             self.scheduler.check_invariants()
             self.check_state()
         return record
 
+    def add_finished_listener(self, listener: Callable[[Request], None]) -> Callable[[], None]:
+        """Call ``listener(request)`` once for every request that finishes from now on (after
+        ``on_finished``, in the order listeners were added), on the stepping thread, right after
+        the step that finished it is recorded. Any number of listeners may be added. Returns a
+        function that removes this one."""
+        with self._lock:
+            self._finished_listeners.append(listener)
+
+        def remove() -> None:
+            with self._lock:
+                if listener in self._finished_listeners:
+                    self._finished_listeners.remove(listener)
+        return remove
+
     def collect_finished(self) -> dict[str, Request]:
         """Keep every request that finishes from now on in the returned dict, by id (scripts,
-        tests and benchmarks; it replaces ``on_finished``, and grows with the run)."""
+        tests and benchmarks; a listener of its own beside ``on_finished`` and any other
+        listener, see :meth:`add_finished_listener`; the dict grows with the run)."""
         done: dict[str, Request] = {}
-        self.on_finished = lambda req: done.__setitem__(req.request_id, req)
+        self.add_finished_listener(lambda req: done.__setitem__(req.request_id, req))
         return done
 
     def check_state(self) -> None:
@@ -345,6 +413,7 @@ class LLMEngine:
         return records
 
     # ---- Adding requests and admitting due arrivals (with a detokenizer per request) ----
+    @_locked
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams, *,
                     request_id: str | None = None, arrival_time: float | None = None,
                     prompt_text: str | None = None, priority: int | None = None) -> str:
@@ -355,13 +424,25 @@ class LLMEngine:
 
         An impossible request (empty prompt, over ``max_model_len`` or the whole cache) is kept and
         finished at once with FINISHED_ERROR and an error naming the limit; others keep running.
-        Raises ``ValueError`` for a duplicate id or stop strings without a tokenizer. Ids are
+        Raises ``ValueError`` for a duplicate id, stop strings without a tokenizer, a nonzero
+        priority under a policy other than ``priority`` (refused here, not at admission), or an
+        ``arrival_time`` that is not a finite number >= 0. A past ``arrival_time`` is honoured:
+        the request's queue time and latencies count from it (it is served in the order added);
+        a future one holds the request back until the clock reaches it. Ids are
         unique within a run: checked against live requests in memory and against finished ones
         through the recording, or without one through 64-bit hashes (``engine.request_ids``).
         """
         rid = request_id if request_id is not None else f"req-{next(self._ids)}"
         if params.stop and self.tokenizer is None:
             raise ValueError("stop strings need a tokenizer; this engine runs on token ids only")
+        refused = self.scheduler.priority_error(params.priority if priority is None else priority)
+        if refused:
+            raise ValueError(f"request {rid!r}: {refused}")
+        if arrival_time is not None and not (isinstance(arrival_time, numbers.Real)
+                                             and 0 <= arrival_time < math.inf):
+            raise ValueError(f"request {rid!r}: arrival_time must be a finite number >= 0 on the engine "
+                             f"clock ({self.config.clock}: {CLOCK_UNITS[self.config.clock]}), "
+                             f"got {arrival_time!r}")
         now = self.now()
         at = now if arrival_time is None else arrival_time
         # The caller's sequence is kept as is: a compact array('i') stays 4 bytes per token.
@@ -401,6 +482,7 @@ class LLMEngine:
             self._detok[req.request_id] = IncrementalDetokenizer(self.tokenizer, sp.stop,
                                                                  sp.include_stop_str_in_output)
 
+    @_locked
     def admit_due(self) -> None:
         """Move requests whose arrival time has come into the scheduler's waiting queue."""
         self._admit_due()
@@ -415,6 +497,7 @@ class LLMEngine:
             self._admit(heapq.heappop(self._future)[2])
 
     # ---- User controls between steps: abort, pause, resume, knobs, priority, move to front ----
+    @_locked
     def abort_request(self, request_id: str) -> bool:
         """Abort a live request (frees its blocks at once); a parallel-sampling prompt's id aborts
         every sequence. Returns False if unknown or finished."""
@@ -430,6 +513,7 @@ class LLMEngine:
         self._collect_finished()
         return True
 
+    @_locked
     def pause_request(self, request_id: str) -> bool:
         """Park a request: it keeps its KV but no batch slot (a parallel-sampling group as a
         whole). Returns False if not possible."""
@@ -440,6 +524,7 @@ class LLMEngine:
             self._state = None
         return ok
 
+    @_locked
     def resume_request(self, request_id: str) -> bool:
         """Un-park a paused request (a parallel-sampling group as a whole). Returns False if it
         is not paused."""
@@ -450,6 +535,7 @@ class LLMEngine:
             self._state = None
         return ok
 
+    @_locked
     def set_knobs(self, *, max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
                   num_usable_blocks: int | None = None) -> list[tuple[str, int]]:
         """Change live knobs between steps (the window does it while paused): the batch slots,
@@ -467,6 +553,7 @@ class LLMEngine:
         self._state = None
         return changes
 
+    @_locked
     def set_priority(self, request_id: str, priority: int) -> bool:
         """Change a live request's priority (``policy="priority"`` only; a waiting request moves
         in the queue at once). Returns False if it is not live; raises ``ValueError`` under
@@ -478,6 +565,7 @@ class LLMEngine:
             self._state = None
         return ok
 
+    @_locked
     def move_to_front(self, request_id: str) -> bool:
         """Serve a waiting request next (``policy="fcfs"`` only; a parallel-sampling prompt's
         id or sequence moves its group): ``Scheduler.move_to_front``, recorded with the next
@@ -498,6 +586,7 @@ class LLMEngine:
         return (ids[0], ids) if ids else (request_id, [request_id])
 
     # ---- Recording: the recorder and its failure path (the engine keeps serving) ----
+    @_locked
     def poll_recorder(self) -> str | None:
         """Notice a recorder that failed in its own thread since the last write (a full disk):
         stop recording and return ``recorder_error``. Call it while idle; ``step`` notices on its
@@ -510,7 +599,12 @@ class LLMEngine:
     def _recorder_failed(self, exc: Exception) -> None:
         """Stop recording after a recorder failure (full disk, writer thread died): the engine
         keeps serving; ``recorder_error`` says what happened (the file stays readable up to its
-        last committed step)."""
+        last committed step, which the message names: the recorder's ``last_committed_step``,
+        not the engine's step, which a queued writer trails)."""
         log.error("recording stopped: %s", exc)
-        self.recorder_error = f"recording stopped at step {self.step_index - 1}: {exc}"
+        last = getattr(self.recorder, "last_committed_step", None)
+        held = ("" if not isinstance(last, int) else
+                "; the file holds no step" if last < 0 else f"; the file holds steps 0..{last}")
+        self.recorder_error = (f"recording stopped: {exc}{held} (the engine was at step "
+                               f"{self.step_index - 1})")
         self.recorder = None

@@ -11,7 +11,15 @@ from __future__ import annotations
 import enum
 
 
-class RequestStatus(enum.StrEnum):
+class Word(enum.StrEnum):
+    """A word of the vocabulary: a ``StrEnum`` whose ``repr`` is its stored text's (``'sim'``), so a
+    message that quotes a knob or a status with ``!r`` reads as it did when these were strings."""
+
+    def __repr__(self) -> str:
+        return repr(self._value_)
+
+
+class RequestStatus(Word):
     """Where a request is. Exactly one queue holds each unfinished request (invariant G3)."""
 
     WAITING = "WAITING"                  # arrived, not yet admitted (holds no blocks)
@@ -37,7 +45,7 @@ STATUS_CODES: tuple[RequestStatus, ...] = (
     RequestStatus.FINISHED_ERROR, RequestStatus.SWAPPED)
 
 
-class FinishReason(enum.StrEnum):
+class FinishReason(Word):
     """Why a request finished, as an OpenAI-style API reports it."""
 
     STOP = "stop"
@@ -54,7 +62,7 @@ FINISH_REASON_OF: dict[RequestStatus, FinishReason] = {
 }
 
 
-class EventKind(enum.StrEnum):
+class EventKind(Word):
     """A request's lifecycle event (``RequestEvent.kind``, the ``events`` table)."""
 
     ARRIVED = "arrived"
@@ -66,13 +74,15 @@ class EventKind(enum.StrEnum):
     MOVED_TO_FRONT = "moved_to_front"
     FORKED = "forked"                    # a parallel-sampling sequence joined its group; detail: the head's id
     PREFIX_CACHE = "prefix_cache"        # a prefix-cache lookup; detail: engine.kv.prefix_explain's JSON
+    PREFIX_CACHE_WAITING = "prefix_cache_waiting"   # a waiting request's lookup in a step it was not
+                                                    # admitted (when it changed); detail: the same JSON
     FINISHED = "finished"                # stop or length
     ABORTED = "aborted"
     FAILED = "failed"                    # an error while it ran
     REJECTED = "rejected"                # refused at arrival (too long for max_model_len, ...)
 
 
-class NotAdmittedReason(enum.StrEnum):
+class NotAdmittedReason(Word):
     """Why a waiting request was not admitted in a step (``StepRecord.not_admitted``)."""
 
     TOKEN_BUDGET = "token_budget"        # max_num_batched_tokens already spent
@@ -84,7 +94,7 @@ class NotAdmittedReason(enum.StrEnum):
     SWAPPED_FIRST = "swapped_first"      # swap: swapped-out requests resume first
 
 
-class BlockEventKind(enum.StrEnum):
+class BlockEventKind(Word):
     """What happened to KV blocks in a step (``BlockEvent.kind``, the ``block_events`` table)."""
 
     ALLOCATED = "allocated"      # taken off the free queue, appended to the request's table
@@ -99,7 +109,7 @@ class BlockEventKind(enum.StrEnum):
     UNRESERVED = "unreserved"    # blocks given back to use (pool grown; no request: '')
 
 
-class PreemptionReason(enum.StrEnum):
+class PreemptionReason(Word):
     """Why a running (or paused) request lost its KV (``PreemptionInfo.reason``)."""
 
     NEEDED_BLOCKS = "no_free_blocks"      # a running request needed a block and none was free
@@ -109,7 +119,7 @@ class PreemptionReason(enum.StrEnum):
     SLOTS_CUT = "max_num_seqs_lowered"    # the user lowered max_num_seqs below its batch slot
 
 
-class PreemptionMode(enum.StrEnum):
+class PreemptionMode(Word):
     """What a preemption did with the victim's KV (``PreemptionInfo.mode``; the knob is ``preemption_mode``)."""
 
     RECOMPUTE = "recompute"
@@ -117,7 +127,7 @@ class PreemptionMode(enum.StrEnum):
     SWAP_FALLBACK = "recompute_fallback"   # swap mode, but the CPU swap pool had no room
 
 
-class Policy(enum.StrEnum):
+class Policy(Word):
     """Which waiting request gets a batch slot (``EngineConfig.policy``)."""
 
     FCFS = "fcfs"            # by arrival: continuous batching
@@ -125,7 +135,7 @@ class Policy(enum.StrEnum):
     STATIC = "static"        # the baseline: a new batch only when the whole previous batch finished
 
 
-class Clock(enum.StrEnum):
+class Clock(Word):
     """The engine clock of a run (``EngineConfig.clock``)."""
 
     VIRTUAL = "virtual"      # the step index: reproducible schedules
@@ -133,7 +143,7 @@ class Clock(enum.StrEnum):
     SIM = "sim"              # simulated seconds from a simulated executor's step durations
 
 
-class Executor(enum.StrEnum):
+class Executor(Word):
     """What executes a step (``--executor``)."""
 
     MODEL = "model"          # a real forward pass

@@ -158,10 +158,10 @@ def main(argv: list[str]) -> int:
 
 def _emit_damage(path: str) -> None:
     """Report what still reads (``recordings.damage.report``) when the file is damaged."""
-    from recordings.damage.report import find_damage
+    from recordings.damage.analysis import damage_analysis
 
     try:
-        report = find_damage(path)
+        report = damage_analysis(path)        # the analysis check, recover and summary share
     except Exception:  # noqa: BLE001 - not a recording at all: the error said it
         return
     if report.is_damaged:

@@ -9,12 +9,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from engine.state.source import StepSource
+from engine.state.source import RecordingSource, StepSource
 from engine.state.state import EngineState
 from ui.step_summary import fetch_summaries
 
 _STEP = re.compile(r"^(?:step\s*|#)?\s*(-?\d+)$", re.IGNORECASE)
 _TIME = re.compile(r"^(?:t\s*[=:]|t\s+|@)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?)\s*s?$", re.IGNORECASE)
+_TIME_PREFIX = re.compile(r"^(?:t\s*[=:]|@)", re.IGNORECASE)
 _ID = re.compile(r"^(?:id\s*[=:]|req(?:uest)?\s+)\s*(\S+)$", re.IGNORECASE)
 
 
@@ -27,7 +28,8 @@ class Jump:
 
 
 def parse_jump(text: str) -> Jump:
-    """The jump ``text`` asks for. Raises ``ValueError`` on an empty box."""
+    """The jump ``text`` asks for. Raises ``ValueError`` on an empty box and on a time that is no
+    number (``t=abc``: "t= needs a number")."""
     text = text.strip()
     if not text:
         raise ValueError("type a step number, a time (t=12.5) or a request id")
@@ -35,6 +37,8 @@ def parse_jump(text: str) -> Jump:
         return Jump("step", int(m.group(1)))
     if m := _TIME.match(text):
         return Jump("time", float(m.group(1)))
+    if _TIME_PREFIX.match(text):          # t=abc: a time was meant, not a request id
+        raise ValueError(f"{text!r}: t= needs a number (engine time, e.g. t=12.5)")
     if m := _ID.match(text):
         return Jump("request", m.group(1))
     return Jump("request", text)
@@ -64,16 +68,14 @@ def step_at_time(source: StepSource, t: float) -> int:
 def arrival_step(source: StepSource, request_id: str, state: EngineState | None) -> int:
     """The step in which ``request_id`` arrived: from ``source.request_info`` (a recording) when
     the source has one, else from the shown or the newest state. Raises ``ValueError`` if unknown."""
-    info_of = getattr(source, "request_info", None)
-    if callable(info_of):
-        info = info_of(request_id)
-        if info is not None:
-            return int(info.arrival_step)
+    info = source.request_info(request_id)
+    if info is not None:
+        return int(info.arrival_step)
     for st in (state, source.state_at(source.latest_step())):
         view = st.view(request_id) if st is not None else None
         if view is not None:
             return view.arrival_step
-    if callable(info_of):                   # a recording knows every request it holds
+    if isinstance(source, RecordingSource):        # a recording knows every request it holds
         raise ValueError(f"no request {request_id!r} in this recording")
     raise ValueError(f"no request {request_id!r} in this run (or it finished long before the "
                      "shown step, and this source cannot look it up)")

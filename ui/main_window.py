@@ -38,11 +38,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.state.source import EngineControl, StepSource
+from engine.state.source import EngineControl, RecordingSource, StepSource
 from engine.state.state import EngineState
 from recordings.check.invariants import Problem
 from recordings.errors import RecordingError
 from ui.check_worker import CheckWorker
+from ui.style.numbers import clock_text
 from ui.dialogs.check import FindingsDialog, problem_findings, unfinished_findings
 from ui.dialogs.inject import InjectDialog
 from ui.dialogs.knobs import KnobsDialog
@@ -60,9 +61,10 @@ from ui.style.colors import ERROR, css
 from ui.style.theme import apply_theme, fix_size
 from ui.transport import FRAME_MS, LOADING_TEXT, TransportBar
 from ui.views.block_map import KVBlockMap
-from ui.views.metrics_plots import MetricsPlots
+from ui.views.metrics_plots import TPS_WORDS, MetricsPlots
 from ui.views.queue_tables import QueueTables
 from ui.views.slot_timeline import SlotTimeline
+from engine.plural import plural
 
 CHECK_TIP = ("The recording checked as `batchscope check` does (integrity, rows, G1-G4 every step, G6 "
              "at the end, metrics, complete); "
@@ -71,7 +73,7 @@ CHECK_TIP = ("The recording checked as `batchscope check` does (integrity, rows,
 
 # widest text of the status-bar fields that change every frame (their fixed sizes)
 STATUS_TEMPLATES = {"step": "step 8888888 of 8888888  (scrubbed)", "clock": "clock 8.888e+88 steps",
-                    "kv": "KV 100% (888,888/888,888 blocks)", "tps": "8,888,888 output tok/s"}
+                    "kv": "KV 100% (888,888/888,888 blocks)", "tps": f"8,888,888 output tok/s ({TPS_WORDS})"}
 
 
 # the view groups updated at half the frame rate while draws stream (ui.frame_pacer)
@@ -132,7 +134,7 @@ class MainWindow(QMainWindow):
     # --- construction ------------------------------------------------------------------------
     def _build_views(self) -> None:
         self.banner = ErrorBanner()
-        self.block_map = KVBlockMap()
+        self.block_map = KVBlockMap(layout="auto")
         self.timeline = SlotTimeline(window=self.window)
         self.queues = QueueTables()
         self.metrics = MetricsPlots(window=self.window)
@@ -196,7 +198,7 @@ class MainWindow(QMainWindow):
         self.actions["open"].setEnabled(self.open_recording is not None)
 
     def _build_status(self) -> None:
-        self.status = {k: QLabel("") for k in ("mode", "step", "clock", "kv", "tps")}
+        self.status = {k: QLabel("") for k in ("mode", "step", "clock", "kv", "tps", "threads")}
         self.status["run"] = PlainLabel("")
         for k, template in STATUS_TEMPLATES.items():
             fix_size(self.status[k], template)
@@ -339,6 +341,10 @@ class MainWindow(QMainWindow):
                      if latest >= 0 else LOADING_TEXT if self.control is not None else "no steps recorded")
         if self.status["step"].text() != step_text:
             self.status["step"].setText(step_text)
+        threads = getattr(self.control, "threads_status", None)
+        threads_text = (threads() or "") if callable(threads) else ""
+        if self.status["threads"].text() != threads_text:
+            self.status["threads"].setText(threads_text)    # torch's threads (app.threads), live only
         self._show_errors()
 
     def _draw(self, k: int, latest: int, state: EngineState | None = None) -> None:
@@ -352,10 +358,9 @@ class MainWindow(QMainWindow):
         self.record = self.records[-1] if self.records and self.records[-1].step == k else None
         self._update_slow(self.pacer.begin())
         self._drawn = (k, step_span(k, latest, self.window), id(self.source))
-        unit = f" {self.time_unit}" if self.time_unit else ""
-        self.status["clock"].setText(f"clock {state.clock:.4g}{unit}")
+        self.status["clock"].setText(f"clock {clock_text(state.clock, self.time_unit)}")
         self.status["kv"].setText(f"KV {100 * state.kv_cache_usage:.0f}% "
-                                  f"({state.num_used_blocks:,}/{state.num_total_blocks:,} blocks)")
+                                  f"({state.num_used_blocks:,}/{plural(state.num_total_blocks, 'block')})")
 
     def _update_slow(self, groups: tuple[str, ...]) -> None:
         """Update the slow view ``groups`` (``SLOW_VIEWS`` names) to the shown step."""
@@ -367,7 +372,7 @@ class MainWindow(QMainWindow):
             self.metrics.set_records(self.records, k, self._latest, num_swapped=swapped)
             self.inspector.set_state(state, k, self.record)
             tps = self.metrics.mean_output_tps()
-            self.status["tps"].setText("– tok/s" if tps is None else f"{tps:,.0f} output tok/s")
+            self.status["tps"].setText("– tok/s" if tps is None else f"{tps:,.0f} output tok/s ({TPS_WORDS})")
 
     def _show_errors(self) -> None:
         errors = [self._source_error]
@@ -471,11 +476,12 @@ class MainWindow(QMainWindow):
                                 if end else "")
         self.end_btn.setMinimumWidth(self.end_btn.sizeHint().width())
         self.end_btn.setVisible(bool(end))
-        path = getattr(source, "path", None)
-        self.check_btn.setVisible(path is not None)
-        if path is None:
+        recording = isinstance(source, RecordingSource)
+        self.check_btn.setVisible(recording)
+        if not recording:
             return
-        if getattr(source, "damage", None) is not None:     # opened as damaged: already known
+        path = source.path
+        if source.damage is not None:                       # opened as damaged: already known
             self._damaged(source.damage)
             return
         self.check_btn.setText("checking…")
@@ -525,9 +531,8 @@ class MainWindow(QMainWindow):
         """A damaged file (``recordings.damage.report.DamageReport``): replay only its readable steps
         (``Reader.keep_readable``), say so in the banner and on the check button, whose list
         holds the report and the command that saves what reads."""
-        keep = getattr(self.source, "keep_readable", None)
-        if keep is not None and report.version >= 2:
-            keep(report)
+        if isinstance(self.source, RecordingSource) and report.version >= 2:
+            self.source.keep_readable(report)
         n, k = report.last_step + 1, report.last_good_step
         self.check_problems = [Problem(-1, "damage", line) for line in report.lines() + [report.suggestion()]]
         self.check_btn.setText(f"damaged: steps 0..{k} of {n:,} readable" if k >= 0 else "damaged: no step reads")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.outputs import RequestView
+from engine.state.source import RecordingSource
 
 
 @dataclass(frozen=True)
@@ -40,14 +41,13 @@ class RunEnd:
 
 
 def run_end(source) -> RunEnd | None:
-    """How the recording ``source`` (a ``recordings.file.reader.Reader``) ended; None for a source that is
+    """How the recording ``source`` (a ``RecordingSource``) ended; None for a source that is
     no recording (a live engine) or cannot say. The unfinished requests are those still live in
     the state after the last step (they are exactly the recorded requests without an outcome)."""
-    is_complete = getattr(source, "is_complete", None)
-    if is_complete is None:
+    if not isinstance(source, RecordingSource):
         return None
     try:
-        closed = bool(is_complete())
+        closed = bool(source.is_complete())
         last = source.latest_step()
         state = source.state_at(last)
     except Exception:                 # an unreadable file: the window's error banner says so

@@ -2,11 +2,11 @@
 
 The slot timeline needs each step's batch (request, slot, tokens, prefill) and the metrics plots,
 the error banner and the "why not admitted" column a step's counts, times, error, preempted and
-not-admitted requests. A :class:`StepSummary` holds just that. A recording gives summaries of a
-step range in one light query (``recordings.file.reader.Reader.step_batches``: scalar columns and the batch
-arrays, each JSON column parsed once for the range); other sources (a live engine) give records,
-summarised with ``recordings.file.step_batches.batch_columns``. Both paths build summaries from the same
-columns (:func:`summaries_from_columns`), so a recording and a live run cannot differ.
+not-admitted requests. A :class:`StepSummary` holds just that. Every source gives a step range's
+columns (``StepSource.step_batches``: a recording in one light query, each JSON column parsed once
+for the range; a live engine from its packed newest steps), built by
+``recordings.file.step_batches.step_batch_columns``; summaries are made from those columns
+(:func:`summaries_from_columns`), so a recording and a live run cannot differ.
 
 A summary answers what the views ask of a ``StepRecord`` (``step``, ``error``, ``scheduled``,
 ``preempted_ids``, ``not_admitted``, ``not_admitted_reason``, ``kv_cache_usage``...), so views
@@ -94,12 +94,9 @@ def as_summaries(steps: Sequence[StepRecord | StepSummary]) -> list[StepSummary]
 
 
 def fetch_summaries(source: StepSource, start: int, stop: int) -> list[StepSummary]:
-    """Summaries of the steps ``start <= step < stop`` the source has, in step order: through
-    ``source.step_batches`` (a recording: no record is decoded) where the source has it, else
-    from ``source.records``."""
+    """Summaries of the steps ``start <= step < stop`` the source has, in step order, from
+    ``source.step_batches`` (a recording: no record is decoded)."""
     start = max(0, start)
     if stop <= start:
         return []
-    light = getattr(source, "step_batches", None)
-    cols = light(start, stop) if callable(light) else batch_columns(source.records(start, stop))
-    return summaries_from_columns(cols)
+    return summaries_from_columns(source.step_batches(start, stop))

@@ -152,8 +152,8 @@ class TransportBar(QWidget):
         self.pause_btn.setText("Resume" if paused else "Pause")
         self.step_btn.setEnabled(paused)
         self.knobs_btn.setEnabled(paused)
-        status = getattr(self.control, "status", None)
-        text = str(status()) if callable(status) else ("paused" if paused else "running")
+        status = self.control.status() if self.control is not None else None
+        text = status or ("paused" if paused else "running")
         color = "#edc948" if paused else "#e15759" if "fail" in text.lower() else "#59a14f"
         html = f"<b style='color:{color}'>{rich_escape(text.upper())}</b>"
         if self.engine_label.text() != html:

@@ -22,7 +22,7 @@ def check_lines(path: str, *, max_problems: int = 100) -> tuple[list[str], int]:
         raise ValueError(f"--max-problems must be >= 1, got {max_problems}")
     with open_reader(path) as reader:
         num_steps = reader.latest_step() + 1
-        with tqdm(total=num_steps, unit="step", desc="checking", dynamic_ncols=True, leave=False,
+        with tqdm(disable=None, total=num_steps, unit="step", desc="checking", dynamic_ncols=True, leave=False,
                   mininterval=0.5) as bar:
             problems = check_file(reader, max_problems=max_problems, on_step=lambda _: bar.update())
         return [str(p) for p in problems], num_steps

@@ -57,10 +57,12 @@ def run_export(args: argparse.Namespace) -> int:
     source = Path(args.recording).resolve()
     if any(out.resolve() == source for out in outputs):
         return _usage(f"{args.output} is the recording itself; choose another -o")
-    existing = [str(out) for out in outputs if out.exists()]
-    if existing and not args.force:
-        return _usage(f"{' and '.join(existing)} already {'exist' if len(existing) > 1 else 'exists'} "
-                      "(--force overwrites)")
+    from app.usage import UsageError, check_output
+    try:
+        for out in outputs:     # csv into a folder: export_csv creates it
+            check_output(out, " (--force overwrites)", overwrite=args.force, make_folder=args.format == "csv")
+    except UsageError as e:
+        return _usage(str(e))
     from app.privacy import no_wider_than
     from recordings.file.open_reader import open_reader
     from recordings.errors import RecordingError
@@ -89,14 +91,14 @@ def _export(reader, args: argparse.Namespace) -> list[str]:
     if args.format == "mooncake":
         from recordings.export.mooncake import export_mooncake
         (total,), = reader.execute("SELECT count(*) FROM requests")
-        with tqdm(total=total, unit="req", desc="exporting", delay=0.5, file=sys.stderr) as bar:
+        with tqdm(disable=None, total=total, unit="req", desc="exporting", delay=0.5, file=sys.stderr) as bar:
             res = export_mooncake(reader, args.output, steps_per_second=args.steps_per_second,
                                   progress=bar.update)
         return [f"wrote {res.path} ({res.num_rows} requests, {res.num_with_hash_ids} with hash_ids, "
                 f"{_size(res.path)}); replay it with: batchscope run --trace {res.path}",
                 *(f"  - {n}" for n in res.notes)]
     total = reader.latest_step() + 1
-    with tqdm(total=total, unit="step", desc="exporting", delay=0.5, file=sys.stderr) as bar:
+    with tqdm(disable=None, total=total, unit="step", desc="exporting", delay=0.5, file=sys.stderr) as bar:
         if args.format == "csv":
             from recordings.export.tables import export_csv
             req, n_req, steps, n_steps = export_csv(reader, args.output, progress=bar.update)

@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from app.commands.suggest import replay_command
+
 PHASES = {"scan": "finding what is readable", "copy": "copying", "verify": "checking the copy"}
 
 
@@ -25,29 +27,27 @@ def add_recover_parser(sub) -> None:
 
 def check_recover_usage(args) -> None:
     """Raise ``app.usage.UsageError`` (exit 2) when the damaged file is missing, or the output
-    exists (the damaged file itself included) or has no folder to go in."""
-    from app.usage import UsageError
+    exists (the damaged file itself included) or cannot be written (``app.usage.check_output``)."""
+    from app.usage import UsageError, check_output
 
     src, out = Path(args.recording), Path(args.output)
     if not src.is_file():
         raise UsageError(f"recording file not found: {src}" if not src.exists() else f"recording {src} is not a file")
-    if out.exists():
-        raise UsageError(f"{out} exists; name a new file for the salvaged recording (nothing is overwritten)")
-    if not out.parent.is_dir():
-        raise UsageError(f"cannot write {out}: folder {out.parent} does not exist")
+    check_output(out, "; name a new file for the salvaged recording (nothing is overwritten)")
 
 
-def damage_report(path: str, desc: str = "finding what is readable", decode: bool = True):
-    """``recordings.damage.report.find_damage(path, decode=decode)`` with a progress bar on stderr."""
+def damage_report(path: str, desc: str = "finding what is readable"):
+    """The file's one damage analysis (``recordings.damage.analysis.damage_analysis``: scanned
+    once per version of the file, then cached) with a progress bar on stderr while it scans."""
     from tqdm import tqdm
 
-    from recordings.damage.report import find_damage
+    from recordings.damage.analysis import damage_analysis
 
-    with tqdm(unit="step", desc=desc, dynamic_ncols=True, leave=False, mininterval=0.5) as bar:
+    with tqdm(disable=None, unit="step", desc=desc, dynamic_ncols=True, leave=False, mininterval=0.5) as bar:
         def progress(done: int, total: int) -> None:
             bar.total = total
             bar.update(done - bar.n)
-        return find_damage(path, progress, decode=decode)
+        return damage_analysis(path, progress)
 
 
 def print_damage(path: str, out: TextIO | None = None) -> bool:
@@ -85,12 +85,13 @@ def run_recover(args, out: TextIO | None = None) -> int:
     def progress(phase: str, done: int, total: int) -> None:
         bar = bars.get(phase)
         if bar is None:
-            bar = bars[phase] = tqdm(total=total, unit="step", dynamic_ncols=True, leave=False,
+            bar = bars[phase] = tqdm(disable=None, total=total, unit="step", dynamic_ncols=True, leave=False,
                                      mininterval=0.5, desc=PHASES[phase])
         bar.total = total
         bar.update(done - bar.n)
     try:
-        result = salvage(args.recording, args.output, on_progress=progress)
+        report = damage_report(args.recording)     # the same analysis check and the window show
+        result = salvage(args.recording, args.output, report=report, on_progress=progress)
     except RecordingError as e:
         print(f"batchscope: {visible(e)}", file=sys.stderr)
         return 1
@@ -100,30 +101,41 @@ def run_recover(args, out: TextIO | None = None) -> int:
     print(visible(f"{args.output}: salvaged from {args.recording}"), file=out)
     for line in result.report.lines() + result.lines():
         print(visible(f"  {line}", keep_newlines=False), file=out)
-    print(visible(f"  open it with: batchscope replay {args.output}"), file=out)
+    print(visible(f"  open it with: {replay_command(args.output)}"), file=out)
     return 0
 
 
 def open_recording(path: str, *, progress: bool = True):
     """The window's way to open a recording (``batchscope replay`` and File > Open): a
     ``recordings.file.reader.Reader``; a damaged file that the reader refuses (a corrupted page it touches
-    at open, a truncated file) opens as ``Reader(damaged=True)`` serving its readable steps
+    at open, a truncated file), or whose damage the file's one analysis finds
+    (``recordings.damage.analysis``: run here for a closed file unless known; a scan of every
+    row, ~1 s per 7 MB here), opens serving its readable steps
     (:meth:`recordings.file.reader.Reader.keep_readable`, the report kept as ``reader.damage``, with a
     progress bar on stderr while it is made). Raises ``recordings.errors.RecordingError`` for a file that is no recording, or
     when not even step 0 reads (the message then has the report)."""
     from recordings.file.open_reader import open_reader
     from recordings.errors import RecordingError
-    from recordings.damage.report import find_damage
+    from recordings.damage.analysis import damage_analysis, known_damage
     from recordings.damage.sqlite_damage import open_error_is_damage
 
     try:
-        return open_reader(path)
+        reader = open_reader(path)
     except RecordingError as e:
         if not open_error_is_damage(e):
             raise
         error = e
-    # rows read, not decoded: ~10x faster while the window waits; the ends are still replayed
-    report = damage_report(path, decode=False) if progress else find_damage(path, decode=False)
+    else:                 # damage mid-file opens: the analysis first, so no step past it shows
+        known = known_damage(path)
+        if known is None and reader.is_complete():      # a file still being written: not yet
+            try:
+                known = damage_report(path) if progress else damage_analysis(path)
+            except RecordingError:
+                known = None
+        if known is not None and known.is_damaged and known.last_good_step >= 0:
+            reader.keep_readable(known)
+        return reader
+    report = damage_report(path) if progress else damage_analysis(path)
     if report.last_good_step < 0:
         raise RecordingError(f"{error}\n" + "\n".join(report.lines() + [report.suggestion()])) from error
     reader = open_reader(path, damaged=True)

@@ -17,6 +17,8 @@ from app.args import engine_config
 from app.factory import build_engine
 from app.usage import check_usage
 from app.workload_setup import add_workload, load_workload, read_trace
+from app.commands.suggest import replay_command
+from engine.plural import plural
 from engine.vocab import Clock, RequestStatus
 
 
@@ -39,6 +41,7 @@ def run_headless(args: argparse.Namespace) -> int:
     from recordings.file.open_reader import open_reader
     from recordings.errors import RecordingError
     from recordings.file.writer import RecordingWriter
+    from recordings.workloads.rows import EmptyWorkload
     from recordings.workloads.traces import TraceFormatError
 
     out = Path(args.record)
@@ -66,6 +69,8 @@ def run_headless(args: argparse.Namespace) -> int:
                 "(rebuilt by the same trace, seed and scaling)")
         writer = RecordingWriter(out, built.run_info, store_prompt_token_ids=not synthetic,
                                  **writer_privacy_kwargs(args))
+    except EmptyWorkload as e:                  # every row refused by this engine: bad input
+        return _fail(str(e), USAGE)
     except (ModelLoadError, TraceFormatError, RecordingError, OSError, RuntimeError, ValueError) as e:
         return _fail(str(e))
     eng = built.engine
@@ -96,23 +101,26 @@ def run_headless(args: argparse.Namespace) -> int:
             if not eng.recorder_error:
                 eng.recorder_error = f"recording stopped: {e}"
     from recordings.metrics.serving import Slo
-    print_report(open_reader(out), Slo(args.slo_ttft, args.slo_tpot))
+    reader = open_reader(out)
+    print_report(reader, Slo(args.slo_ttft, args.slo_tpot), stopped_by=eng.recorder_error)
     unfinished = len(wl.requests) - eng.scheduler.num_finished
-    if eng.recorder_error:
+    if eng.recorder_error:       # every number printed is the file's, not the engine's
         print(f"batchscope: {eng.recorder_error}", file=sys.stderr)
-    if rejected:
+        print(f"batchscope: the run stopped there: {out} holds {held_by_file(reader)}; the "
+              "summary covers those only", file=sys.stderr)
+    elif rejected:
         print(rejection_report(rejected, len(wl.requests)))
     if interrupted:
         print(f"interrupted: {unfinished} of the workload's {len(wl.requests)} requests did not finish "
               f"(those not arrived yet included); the recording keeps every step so far")
-    print(f"recording: {out}  (open it with: batchscope replay {out})")
+    print(f"recording: {out}  (open it with: {replay_command(out)})")
     if violation is not None:
         print(f"batchscope: the run stopped: {violation}", file=sys.stderr)
         return 1
     if interrupted:
         return 130
     if eng.recorder_error:
-        return 1                         # served to the end, but the recording is incomplete
+        return 1                         # stopped when the recording failed
     return 1 if rejected and len(rejected) == len(wl.requests) else 0
 
 
@@ -156,7 +164,7 @@ def fit_kv_to_workload(built, requests: list):
         return built
     full = cfg.max_num_seqs * -(-cfg.max_model_len // bs)
     limit = ("max_num_seqs x max_model_len" if cfg.num_gpu_blocks >= full else "free memory")
-    print(f"KV cache sized for the workload: {need:,} blocks of {bs} tokens (its {cfg.max_num_seqs} "
+    print(f"KV cache sized for the workload: {plural(need, 'block')} of {plural(bs, 'token')} (its {cfg.max_num_seqs} "
           f"largest requests at full length; {limit} would give {cfg.num_gpu_blocks:,}; choose with "
           "--num-gpu-blocks)", file=sys.stderr)
     config = cfg.replace(num_gpu_blocks=need)
@@ -194,17 +202,29 @@ def _stop_on(problems: list) -> None:
         raise InvariantViolation("invariant violated at " + "; ".join(map(str, problems)))
 
 
+def held_by_file(reader) -> str:
+    """What the recording open in ``reader`` holds, from its rows: ``"steps 0..K and N
+    requests"`` (``"no step and N requests"``)."""
+    last = reader.latest_step()
+    (num_requests,), = reader.execute("SELECT count(*) FROM requests")
+    steps = "no step" if last < 0 else f"steps 0..{last:,}"
+    return f"{steps} and {num_requests:,} request{'s' if num_requests != 1 else ''}"
+
+
 def _replay(eng, total: int, clock: str) -> None:
-    """Step until every request finished, sleeping through idle gaps under the wall clock.
-    Raises :class:`InvariantViolation` under ``check_invariants``."""
+    """Step until every request finished, sleeping through idle gaps under the wall clock; stop
+    at once when the recording fails (``eng.recorder_error``: a full disk), so nothing runs that
+    the file cannot show. Raises :class:`InvariantViolation` under ``check_invariants``."""
     checker = None
     if eng.config.check_invariants:
         from recordings.check.invariants import StateChecker
         checker = StateChecker(eng.config.to_dict() | {"num_gpu_blocks": eng.num_gpu_blocks})
-    with tqdm(total=total, unit="req", desc="replaying", dynamic_ncols=True) as bar:
+    with tqdm(disable=None, total=total, unit="req", desc="replaying", dynamic_ncols=True) as bar:
         done = 0
         while eng.has_unfinished:
             eng.admit_due()
+            if eng.recorder_error or eng.poll_recorder():     # an arrival's write failed, or a commit
+                return
             s = eng.scheduler
             if not (s.waiting or s.running) and clock == Clock.WALL and eng.next_arrival_time is not None:
                 time.sleep(max(0.0, min(0.05, eng.next_arrival_time - eng.now())))
@@ -305,8 +325,9 @@ def _rate(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1%}"
 
 
-def print_report(reader, slo=None) -> None:
-    """A recording's report, section by section: whether it is complete, the metrics
+def print_report(reader, slo=None, stopped_by: str | None = None) -> None:
+    """A recording's report, section by section: whether it is complete (``stopped_by``: why the
+    recording stopped, when the caller knows, e.g. a full disk), the metrics
     (``recordings.metrics.summary_lines``, with goodput under ``slo``, a
     ``recordings.metrics.serving.Slo``), then the run's provenance; recorded names and reasons
     are printed with control and bidi characters escaped (``recordings.safe_text.visible``)."""
@@ -316,7 +337,7 @@ def print_report(reader, slo=None) -> None:
 
     rejected = recorded_rejections(reader)
     (total,), = reader.execute("SELECT count(*) FROM requests")
-    lines = [*completeness(reader).format_lines(), *summary_lines(reader, slo),
+    lines = [*completeness(reader).format_lines(stopped_by), *summary_lines(reader, slo),
              *(rejection_report(rejected, total).splitlines() if rejected else ()),
              *describe_run(reader.run_info())]
     if reader.run_info().get("text_stored") is False:
@@ -329,8 +350,9 @@ def print_summary(path: str, slo_ttft: float | None = None, slo_tpot: float | No
                   as_json: bool = False) -> int:
     """``batchscope summary FILE [--slo-ttft MS] [--slo-tpot MS] [--json]``: metrics recomputed
     from a recording's rows, and its provenance (``as_json``: as JSON,
-    ``recordings.export.summary_json``; the SLOs apply to the text report). Returns 2 for a bad
-    SLO, 1 for a bad file."""
+    ``recordings.export.summary_json``; the SLOs apply to the text report). A damaged file is
+    said first (``WARNING: ...``, the file's one damage analysis, on stderr with ``--json``).
+    Returns 2 for a bad SLO, 1 for a bad file."""
     from recordings.file.open_reader import open_reader
     from recordings.errors import RecordingError
     from recordings.metrics.serving import Slo
@@ -339,12 +361,19 @@ def print_summary(path: str, slo_ttft: float | None = None, slo_tpot: float | No
     except ValueError as e:
         print(f"batchscope: {e}", file=sys.stderr)
         return 2
+    from app.commands.recover import damage_report, open_recording
+    from recordings.safe_text import visible
     try:
+        damage = damage_report(path)     # the analysis check, recover and the window show
+        if damage.is_damaged:            # said first; the metrics then cover what reads
+            print(visible(f"WARNING: {damage.summary()}", keep_newlines=False),
+                  file=sys.stderr if as_json else sys.stdout)
+        reader = open_recording(path, progress=False) if damage.is_damaged else open_reader(path)
         if as_json:
             from recordings.export.summary_json import summary_json
-            print(summary_json(open_reader(path)))
+            print(summary_json(reader))
         else:
-            print_report(open_reader(path), slo)
+            print_report(reader, slo)
     except RecordingError as e:
         return _fail(str(e))
     return 0

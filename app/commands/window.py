@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 
+from app.commands.suggest import replay_command
 
 def default_recording_path() -> Path:
     """A new file under ``runs/`` of BatchScope's cache folder (the model cache's root:
@@ -14,7 +15,10 @@ def default_recording_path() -> Path:
     from engine.model.gguf_convert import cache_root
 
     root = cache_root() / "runs"
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError:              # app.usage.check_output says so, as for any output path
+        pass
     return root / f"live-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.sqlite"
 
 
@@ -26,12 +30,15 @@ def make_live(args: argparse.Namespace):
     from app.live.source import LiveSource
     from app.workload_setup import add_workload, check_args, load_workload, read_trace
     from app.privacy import writer_privacy_kwargs
+    from app.usage import RECORD_EXISTS, check_output
     from recordings.file.writer import RecordingWriter
 
     config = engine_config(args)
     check_args(args)
     trace = read_trace(args)
     record = Path(args.record) if args.record else default_recording_path()
+    if not args.record:          # app.usage checked a --record path with the command line
+        check_output(record, RECORD_EXISTS, make_folder=True)
     from recordings.file.reader import Reader
     source = LiveSource(empty_state(config.max_num_seqs), open_reader=Reader)
     holder: dict = {}
@@ -50,7 +57,8 @@ def make_live(args: argparse.Namespace):
                      steps_per_second=args.steps_per_second)
 
     from app import PROCESS_START
-    worker = EngineWorker(build, source, on_ready=on_ready, start_paused=args.paused, started_at=PROCESS_START)
+    worker = EngineWorker(build, source, on_ready=on_ready, start_paused=args.paused, started_at=PROCESS_START,
+                          threads=getattr(args, "thread_governor", None))
     return source, worker, record
 
 
@@ -166,12 +174,10 @@ def launch(args: argparse.Namespace, command: str) -> int:
         return 2
     if check_window_libraries():
         return 1
-    from PySide6.QtWidgets import QApplication
-
     from ui import MainWindow
+    from ui.qt_app import qt_application
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
-    app.setApplicationName("BatchScope")
+    app = qt_application(sys.argv[:1])
     _quit_on_signals(app)
     if command == "replay":
         win = MainWindow(source, None, open_recording=open_recording, title=f"BatchScope — {args.recording}")
@@ -188,4 +194,4 @@ def launch(args: argparse.Namespace, command: str) -> int:
     finally:
         stop_worker(worker)
         if record.exists():
-            print(f"recording saved: {record}  (batchscope replay {record})", file=sys.stderr)
+            print(f"recording saved: {record}  ({replay_command(record)})", file=sys.stderr)

@@ -31,12 +31,16 @@ class EngineWorker(threading.Thread):
 
     ``on_ready(built)`` runs on the engine thread right after the build (e.g. to queue a demo
     workload). Starts paused if ``start_paused``. ``stop()`` ends the loop and closes the recorder.
-    Any exception in a step is shown through ``last_error`` and the loop keeps going.
+    Any exception in a step is shown through ``last_error`` and the loop keeps going. When the
+    recording fails (a full disk) the engine pauses before its next step and ``last_error`` names
+    the last step the file holds; resuming serves on without recording.
+    ``threads`` (an :class:`app.threads.ThreadGovernor`) is re-checked between steps and shown by
+    :meth:`threads_status`.
     """
 
     def __init__(self, build: Callable[[], BuiltEngine], source: LiveSource, *,
                  on_ready: Callable[[BuiltEngine], None] | None = None, start_paused: bool = False,
-                 idle_wait_s: float = 0.05, started_at: float | None = None) -> None:
+                 idle_wait_s: float = 0.05, started_at: float | None = None, threads=None) -> None:
         super().__init__(name="batchscope-engine", daemon=True)
         self._build = build
         self.source = source
@@ -47,12 +51,14 @@ class EngineWorker(threading.Thread):
         self._stop_event = threading.Event()
         self._idle_wait_s = idle_wait_s
         self._error: str | None = None
+        self._recording_failed = False
         self._status = "loading model…"
         self.built: BuiltEngine | None = None
         self._started_at = started_at if started_at is not None else time.perf_counter()
         self.first_token_s: float | None = None   # seconds from started_at to the first generated token
         self.build_s: float | None = None         # seconds spent loading the model and building
         self._ids = itertools.count()
+        self._threads = threads
 
     # --- EngineControl (any thread) ---------------------------------------------------------
     def pause(self) -> None:
@@ -69,6 +75,10 @@ class EngineWorker(threading.Thread):
 
     def last_error(self) -> str | None:
         return self._error
+
+    def threads_status(self) -> str | None:
+        """torch's thread count and why, for the status bar (None when no governor runs)."""
+        return None if self._threads is None else self._threads.describe()
 
     def status(self) -> str:
         """One line for the status bar: loading / running / paused / idle / failed."""
@@ -191,10 +201,15 @@ class EngineWorker(threading.Thread):
         eng = self.built.engine
         while not self._stop_event.is_set():
             changed = self._drain()
-            if eng.poll_recorder() and self._error != eng.recorder_error:
-                self._error = eng.recorder_error     # recording stopped; serving goes on
-            stepping = self._steps_requested > 0 or not self._paused
+            if self._threads is not None:
+                self._threads.maybe_recheck()        # other work on the machine came or went
             eng.admit_due()
+            if eng.poll_recorder() and not self._recording_failed:
+                self._recording_failed = True        # pause before the next step: the user decides
+                self._do_pause()
+                self._error = (f"{eng.recorder_error}. The engine is paused: resume to serve on "
+                               "without recording.")
+            stepping = self._steps_requested > 0 or not self._paused
             s = eng.scheduler
             if stepping and (s.waiting or s.running):
                 if self._steps_requested > 0:

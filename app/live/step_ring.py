@@ -26,8 +26,8 @@ import numpy as np
 
 from engine.outputs import (Arrival, BatchEntry, BlockEvent, NewToken, RequestEvent, StepRecord,
                             Transition)
-from recordings.file.step_batches import ENTRY_FIELDS, STEP_FIELDS
-from engine.vocab import EventKind
+from engine.vocab import BlockEventKind, EventKind, NotAdmittedReason, RequestStatus, word
+from recordings.file.step_batches import ENTRY_FIELDS, LIST_FIELDS, STEP_FIELDS, step_batch_columns
 
 FIELDS = tuple(f.name for f in dataclasses.fields(StepRecord))
 # fields of named tuples kept as plain tuples (a few per step), rebuilt with their type
@@ -40,6 +40,12 @@ _INDEX = {name: i for i, name in enumerate(FIELDS)}
 _TOKEN_FIELDS = (("request_id", object), ("index", np.int64), ("token_id", np.int64),
                  ("text", object))
 _new = tuple.__new__
+# the vocabulary's members in a record (objects the collector tracks) travel as their plain text:
+# named-tuple field -> (position of the word in each item, its enum)
+_WORDS = {"events": (1, EventKind), "block_events": (0, BlockEventKind), "transitions": (1, RequestStatus)}
+_NOT_ADMITTED = FIELDS.index("not_admitted")      # ((request_id, NotAdmittedReason), ...)
+_WAITING_REASON = FIELDS.index("waiting_reason")
+_text = str.__str__                                 # a StrEnum member's value as an exact str
 
 PackedStep = tuple
 """A packed :class:`StepRecord`: its fields in ``dataclasses.fields`` order, ``scheduled`` as
@@ -55,7 +61,10 @@ def pack(record: StepRecord) -> PackedStep:
     values = [getattr(record, name) for name in FIELDS]
     for name in _PLAIN:       # items first, then their tuple: one pass of the collector untracks both
         i = _INDEX[name]
-        values[i] = tuple([tuple(x) for x in values[i]])
+        at = _WORDS.get(name, (None,))[0]
+        values[i] = tuple([tuple(x) if at is None else (*x[:at], _text(x[at]), *x[at + 1:]) for x in values[i]])
+    values[_NOT_ADMITTED] = tuple([(rid, _text(reason)) for rid, reason in values[_NOT_ADMITTED]])
+    values[_WAITING_REASON] = _text(values[_WAITING_REASON])
     values[_BATCH] = _columns(record.scheduled, ENTRY_FIELDS)
     values[_TOKENS] = _columns(record.new_tokens, _TOKEN_FIELDS)
     return tuple(values)
@@ -72,7 +81,11 @@ def unpack(packed: PackedStep) -> StepRecord:
     values = list(packed)
     for name, cls in _PLAIN.items():
         i = _INDEX[name]
-        values[i] = tuple(_new(cls, t) for t in values[i])
+        at, kind = _WORDS.get(name, (None, None))
+        values[i] = tuple(_new(cls, t if at is None else (*t[:at], word(kind, t[at]), *t[at + 1:]))
+                          for t in values[i])
+    values[_NOT_ADMITTED] = tuple((rid, word(NotAdmittedReason, reason)) for rid, reason in values[_NOT_ADMITTED])
+    values[_WAITING_REASON] = word(NotAdmittedReason, values[_WAITING_REASON])
     values[_BATCH] = _rows(BatchEntry, packed[_BATCH])
     values[_TOKENS] = _rows(NewToken, packed[_TOKENS])
     return StepRecord(*values)
@@ -101,29 +114,22 @@ def has_events_of(packed: PackedStep, request_id: str) -> bool:
 def batch_columns(steps: Sequence[PackedStep]) -> dict[str, Any]:
     """The columns of ``recordings.file.reader.Reader.step_batches`` for ``steps`` (packed, in step order):
     equal to :func:`recordings.file.step_batches.batch_columns` of their records, without rebuilding them
-    (the batch arrays are concatenated)."""
-    n = len(steps)
-    out: dict[str, Any] = {}
-    for name, dtype in STEP_FIELDS:
-        if name == "num_new_tokens":
-            out[name] = np.array([len(s[_TOKENS][0]) for s in steps], np.int64).reshape(n)
-        elif name == "num_arrivals":
-            out[name] = np.array([len(s[_INDEX["arrivals"]]) for s in steps], np.int64).reshape(n)
-        elif name == "num_scheduled_tokens":
-            out[name] = np.array([int(s[_BATCH][2].sum()) for s in steps], np.int64).reshape(n)
-        elif name == "num_preemptions":       # StepRecord.num_preemptions of the packed events
-            out[name] = np.array([sum(1 for e in s[_INDEX["events"]] if e[1] == EventKind.PREEMPTED)
-                                  for s in steps], np.int64).reshape(n)
-        else:
-            i = _INDEX[name]
-            out[name] = np.array([s[i] for s in steps], dtype).reshape(n)
-    for name in ("error", "preempted_ids", "not_admitted", "waiting_reason", "knobs"):
+    (the batch arrays are concatenated), built by :func:`recordings.file.step_batches.step_batch_columns`."""
+    derived = {
+        "num_new_tokens": lambda s: len(s[_TOKENS][0]),
+        "num_arrivals": lambda s: len(s[_INDEX["arrivals"]]),
+        "num_scheduled_tokens": lambda s: int(s[_BATCH][2].sum()),
+        # StepRecord.num_preemptions of the packed events
+        "num_preemptions": lambda s: sum(1 for e in s[_INDEX["events"]] if e[1] == EventKind.PREEMPTED),
+    }
+    columns: dict[str, Any] = {}
+    for name, _ in STEP_FIELDS:
+        value = derived.get(name)
+        i = _INDEX.get(name)
+        columns[name] = [value(s) for s in steps] if value else [s[i] for s in steps]
+    for name in LIST_FIELDS:
         i = _INDEX[name]
-        out[name] = [s[i] for s in steps]
-    first = np.zeros(n + 1, np.int64)
-    np.cumsum([len(s[_BATCH][1]) for s in steps], out=first[1:])
-    out["batch_start"] = first
-    for j, (name, dtype) in enumerate(ENTRY_FIELDS):
-        out[name] = (np.concatenate([s[_BATCH][j] for s in steps]) if n
-                     else np.zeros(0, dtype))
-    return out
+        columns[name] = [s[i] for s in steps]
+    entries = {name: np.concatenate([s[_BATCH][j] for s in steps]) if steps else np.zeros(0, dtype)
+               for j, (name, dtype) in enumerate(ENTRY_FIELDS)}
+    return step_batch_columns(columns, [len(s[_BATCH][1]) for s in steps], entries)

@@ -19,6 +19,7 @@ from engine.kv.block_pool import BlockPool, NoFreeBlocksError
 from engine.outputs import BlockEvent
 from engine.kv.prefix_explain import STOP_ALL, STOP_DIFFERS, STOP_EVICTED, STOP_SHORT, PrefixMatch
 from engine.kv.prefix_hash import ROOT_HASH, extend_block_hashes, hash_block
+from engine.plural import plural
 from engine.vocab import BlockEventKind
 
 EVICTION_LOG_SIZE = 1 << 16   # evicted prefix hashes remembered for the explainer
@@ -177,7 +178,7 @@ class KVCacheManager:
         take out is held."""
         if not 1 <= num_usable <= self.pool.num_blocks:
             raise ValueError(f"num_usable_blocks must be in [1, {self.pool.num_blocks}] "
-                             f"(the KV cache has {self.pool.num_blocks} blocks), got {num_usable}")
+                             f"(the KV cache has {plural(self.pool.num_blocks, 'block')}), got {num_usable}")
         pool = self.pool
         out = [b for b in range(num_usable, pool.num_blocks) if b not in pool.reserved]
         back = sorted(b for b in pool.reserved if b < num_usable)

@@ -4,13 +4,18 @@ stopped where it did ("why is my prefix-cache hit rate 0%?").
 At each admission with prefix caching on, the scheduler records a
 ``RequestEvent(request_id, EventKind.PREFIX_CACHE, detail)`` whose detail is the compact JSON of a
 :class:`PrefixMatch`; the window lists it in the request inspector, live and in replay, and SQL can
-read it (``json_extract(detail, '$.stop')``). The block-level reasons follow from the chained
+read it (``json_extract(detail, '$.stop')``). In each step a waiting request fails admission it
+records what its lookup found as an ``EventKind.PREFIX_CACHE_WAITING`` event (the detail's
+``not_admitted`` naming the reason), when that differs from the last one recorded
+since it began waiting: why a request with a cached prefix still waits. The block-level reasons follow from the chained
 hashes (vLLM v1's prefix caching): block ``k`` can only hit if blocks ``0..k-1`` did.
 """
 from __future__ import annotations
 
 import json
 from typing import NamedTuple
+
+from engine.plural import plural
 
 
 STOP_ALL = "all_matched"           # every block a lookup may use was cached
@@ -26,7 +31,8 @@ class PrefixMatch(NamedTuple):
     last token is always computed) hit, covering ``num_matched_tokens`` tokens; ``stop`` says why
     it ended (``STOP_*``), ``at_token`` is the first token of the block that missed (-1 if none)
     and ``evicted_step`` the step that evicted that block (-1 unless ``stop`` is
-    :data:`STOP_EVICTED`)."""
+    :data:`STOP_EVICTED`). ``not_admitted`` is the reason (an ``engine.vocab.NotAdmittedReason``) a
+    waiting request's lookup did not lead to an admission; empty at an admission."""
 
     num_matched_blocks: int
     num_lookup_blocks: int
@@ -34,18 +40,28 @@ class PrefixMatch(NamedTuple):
     stop: str
     at_token: int = -1
     evicted_step: int = -1
+    not_admitted: str = ""
 
     def to_detail(self) -> str:
-        return json.dumps({"blocks": self.num_matched_blocks, "of": self.num_lookup_blocks,
-                           "tokens": self.num_matched_tokens, "stop": self.stop,
-                           "at_token": self.at_token, "evicted_step": self.evicted_step},
-                          separators=(",", ":"))
+        d = {"blocks": self.num_matched_blocks, "of": self.num_lookup_blocks,
+             "tokens": self.num_matched_tokens, "stop": self.stop,
+             "at_token": self.at_token, "evicted_step": self.evicted_step}
+        if self.not_admitted:
+            d["not_admitted"] = self.not_admitted
+        return json.dumps(d, separators=(",", ":"))
 
     def describe(self) -> str:
         """One line for people, e.g. 'prefix cache: 3 of 7 blocks hit (48 tokens); block 4
-        (tokens 48..63) was evicted at step 120'."""
-        head = (f"prefix cache: {self.num_matched_blocks} of {self.num_lookup_blocks} blocks hit "
-                f"({self.num_matched_tokens} tokens)")
+        (tokens 48..63) was evicted at step 120', led by 'still waiting (no_free_blocks): ' for
+        the lookup of a request that was not admitted."""
+        line = self._describe()
+        if self.not_admitted:
+            return f"still waiting ({self.not_admitted}) with {line}"
+        return line
+
+    def _describe(self) -> str:
+        head = (f"prefix cache: {self.num_matched_blocks} of {plural(self.num_lookup_blocks, 'block')} hit "
+                f"({plural(self.num_matched_tokens, 'token')})")
         if self.stop == STOP_SHORT:
             return "prefix cache: prompt shorter than one block + 1 token, nothing to look up"
         if self.stop == STOP_ALL:
@@ -62,7 +78,8 @@ def prefix_match(detail: str) -> PrefixMatch | None:
     try:
         d = json.loads(detail)
         return PrefixMatch(int(d["blocks"]), int(d["of"]), int(d["tokens"]), str(d["stop"]),
-                           int(d.get("at_token", -1)), int(d.get("evicted_step", -1)))
+                           int(d.get("at_token", -1)), int(d.get("evicted_step", -1)),
+                           str(d.get("not_admitted", "")))
     except (ValueError, KeyError, TypeError):
         return None
 

@@ -218,10 +218,11 @@ class DecodeGraphs:
 
 def enable_cuda_graphs(runner, config, progress: bool = True, backend: str | None = None) -> None:
     """Give ``runner`` (an :class:`engine.runner.model_runner.ModelRunner`) its :class:`DecodeGraphs` when
-    ``config.cuda_graphs`` (an :class:`engine.config.EngineConfig`) is on: batches up to
-    ``max_num_seqs`` and ``max_model_len`` tokens, captured now on a GPU (eager elsewhere), with the
-    attention ``backend`` (default: the device's, see :class:`DecodeGraphs`)."""
-    if not config.cuda_graphs:
+    ``config.cuda_graphs`` (an :class:`engine.config.EngineConfig`) is on, or ``None`` and the runner
+    is on CUDA: batches up to ``max_num_seqs`` and ``max_model_len`` tokens, captured now on a GPU
+    (eager elsewhere), with the attention ``backend`` (default: the device's, see :class:`DecodeGraphs`)."""
+    on = config.cuda_graphs if config.cuda_graphs is not None else runner.device.type == "cuda"
+    if not on:
         return
     runner.graphs = DecodeGraphs(runner.model, runner.kv_caches, runner.block_size, runner.scratch_block,
                                  config.max_num_seqs, config.max_model_len, backend=backend, progress=progress)

@@ -8,6 +8,8 @@ import numpy as np
 import torch
 
 from engine.runner.attention import ATTN_IMPLEMENTATION, PagedAttentionMetadata, register_paged_attention
+from engine.runner.attention.registry import triton_selected
+from engine.runner.attention.triton_attention import stage_plan, warm_up_kernels
 from engine.runner.input_batch import InputBatch
 from engine.outputs import ModelRunnerOutput, SchedulerOutput
 from engine.runner.buffers import StepUpload
@@ -65,6 +67,13 @@ class ModelRunner:
         # parameters) in one preallocated buffer: one host-to-device copy per step
         self.upload = StepUpload(self.device, capacity_bytes=64 * max_num_batched_tokens + (1 << 16))
         self.graphs = None                     # engine.runner.cuda_graphs.DecodeGraphs when enabled
+        # A 4-D attention_mask makes transformers' create_causal_mask return it as it is, skipping its
+        # packed-sequence check on position_ids (an .all(): a device-to-host sync every step). Our
+        # attention masks from the block tables and ignores it.
+        self._placeholder_mask = torch.zeros(1, 1, 1, 1, dtype=self.dtype, device=self.device)
+        self._triton = triton_selected(self.device)
+        if self._triton:                       # every kernel variant compiled now, none in a timed step
+            warm_up_kernels(self.kv_caches, cfg.num_attention_heads, self.scratch_block)
 
     @classmethod
     def from_config(cls, model: torch.nn.Module, config) -> "ModelRunner":
@@ -112,14 +121,20 @@ class ModelRunner:
         up.add("block_tables", inp.block_tables, np.int64)
         staged = PagedAttentionMetadata.stage(up, inp.query_lens, inp.context_lens, inp.block_tables,
                                               inp.num_blocks, self.block_size)
+        cfg = self.model.config
+        tplan = stage_plan(up, inp.query_lens, inp.context_lens, cfg.num_attention_heads, cfg.num_key_value_heads,
+                           self.device) if self._triton else None
         views = up.send()               # the step's one host-to-device copy
         meta = staged.build(views, self.kv_caches)
+        if tplan is not None:
+            tplan.attach(meta, views)
         input_ids, position_ids = views["input_ids"][None], views["positions"][None]
         if plan is None:
             self.model.model(input_ids=input_ids, position_ids=position_ids, use_cache=False,
-                             paged_meta=meta)
+                             attention_mask=self._placeholder_mask, paged_meta=meta)
             return ModelRunnerOutput()
         logits = self.model(input_ids=input_ids, position_ids=position_ids, use_cache=False,
+                            attention_mask=self._placeholder_mask,
                             logits_to_keep=0 if every_row else views["logits_idx"],
                             paged_meta=meta).logits[0]   # [S, vocab]
         return self._sample(logits, plan, views)

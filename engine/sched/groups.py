@@ -43,6 +43,7 @@ from engine.outputs import ModelRunnerOutput, RequestEvent, ScheduledRequest, Sc
 from engine.request import Request
 from engine.vocab import Policy, EventKind, RequestStatus
 from engine.sequence_group import SequenceGroup
+from engine.plural import plural
 from engine.vocab import PreemptionMode
 
 if TYPE_CHECKING:
@@ -115,7 +116,7 @@ class GroupScheduling:
         need, usable = each + (n - 1) * (each - f), kv.num_usable_blocks
         if need > usable:
             return (f"n={n} sequences of prompt ({p}) + max_tokens ({m}) tokens need {need} KV blocks "
-                    f"(the prompt's {f} full blocks shared) but the whole cache has {usable} blocks")
+                    f"(the prompt's {plural(f, 'full block')} shared) but the whole cache has {plural(usable, 'block')}")
         return None
 
     def fail_impossible(self, why: str) -> None:

@@ -98,6 +98,7 @@ from engine.sched.groups import GroupScheduling
 from engine.sched.invariants import check_scheduler
 from engine.sched.preemption import PreemptionInfo
 from engine.sched.queue import make_queue, priority_key
+from engine.plural import plural
 from engine.vocab import EventKind, NotAdmittedReason, PreemptionMode, PreemptionReason
 
 
@@ -133,6 +134,7 @@ class Scheduler:
         self._swap_in: list[tuple[int, int]] = []
         self.groups = GroupScheduling(self)     # parallel sampling (engine.sched.groups)
         self.runner_sync = RunnerSync()         # which requests the runner holds state for
+        self._waiting_lookups: dict[str, str] = {}   # waiting id -> its last recorded lookup
 
     # --- admission ----------------------------------------------------------------------
     def admission_error(self, req: Request) -> str | None:
@@ -143,17 +145,25 @@ class Scheduler:
             return "empty prompt: a request needs at least 1 prompt token"
         if m < 1:
             return f"max_tokens must be >= 1, got {m}"
-        if req.priority and self.policy != Policy.PRIORITY:
-            return (f"priority={req.priority} needs policy='priority' (this engine runs "
-                    f"policy={self.policy!r}, where every request has priority 0)")
+        refused = self.priority_error(req.priority)
+        if refused:
+            return refused
         if p + m > c.max_model_len:
             return f"prompt ({p}) + max_tokens ({m}) = {p + m} tokens exceeds max_model_len {c.max_model_len}"
         usable = self.kv.num_usable_blocks
         cap = usable * self.kv.block_size
         if p + m > cap:
             return (f"prompt ({p}) + max_tokens ({m}) = {p + m} tokens needs {self.kv.blocks_for(p + m)} "
-                    f"KV blocks but the whole cache has {usable} blocks ({cap} tokens)")
+                    f"KV blocks but the whole cache has {plural(usable, 'block')} ({plural(cap, 'token')})")
         return None if req.group is None else self.groups.admission_error(req)
+
+    def priority_error(self, priority: int) -> str | None:
+        """Why a request of ``priority`` cannot be served by this policy, or None: a nonzero
+        priority needs ``policy="priority"``."""
+        if priority and self.policy != Policy.PRIORITY:
+            return (f"priority={priority} needs policy='priority' (this engine runs "
+                    f"policy={str(self.policy)!r}, where every request has priority 0)")
+        return None
 
     def add_request(self, req: Request) -> bool:
         """Queue ``req`` (by the policy), or reject it at once. Returns False if rejected.
@@ -266,6 +276,8 @@ class Scheduler:
             waiting_reason = self._admission(step, budget, scheduled, preempted, not_admitted,
                                              memory_preempted, outranked)
 
+        if kv.enable_caching and not_admitted:
+            self._note_waiting_lookups(not_admitted)
         # swap copies of this step, and of swap-outs made between steps (live knobs)
         swap_out, swap_in = tuple(self._swap_out), tuple(self._swap_in)
         self._swap_out, self._swap_in = [], []
@@ -277,6 +289,21 @@ class Scheduler:
                                blocks_to_copy=copies, parallel_samples=samples, forked=forked,
                                scheduled_new_reqs=new, scheduled_cached_reqs=cached,
                                finished_req_ids=finished)
+
+    def _note_waiting_lookups(self, not_admitted: list[tuple[str, str]]) -> None:
+        """Prefix caching: for each waiting request this step looked at and did not admit, what
+        its prefix-cache lookup finds now, as a ``prefix_cache_waiting`` event when it differs
+        from the last one since it began waiting (``engine.kv.prefix_explain``). O(its blocks)
+        for the few requests of ``not_admitted``; changes no prefix-cache count."""
+        kv, last = self.kv, self._waiting_lookups
+        for rid, reason in not_admitted:
+            req = self.requests.get(rid)
+            if req is None or req.status not in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
+                continue
+            detail = kv.explain(req, kv.get_computed_blocks(req))._replace(not_admitted=reason).to_detail()
+            if last.get(rid) != detail:
+                last[rid] = detail
+                self.events.append(RequestEvent(rid, EventKind.PREFIX_CACHE_WAITING, detail))
 
     def _best_swapped_priority(self) -> int:
         """The lowest ``priority`` value (the most urgent) among the swapped-out requests."""
@@ -290,7 +317,12 @@ class Scheduler:
         max_tokens and fail requests the runner reported errors for. Returns the requests that got
         a token. ``check_stop(req)`` (the engine's detokenizer) is called once per new token and
         returns the stop string it completed, or None; a stop string in the last allowed token
-        finishes the request as stopped, not as length-capped (vLLM's rule)."""
+        finishes the request as stopped, not as length-capped (vLLM's rule).
+
+        A request of ``out`` that was aborted, paused, preempted or otherwise left the running
+        set after ``schedule`` (a control call while the step was in flight) gets nothing from
+        this step: its output is dropped, as vLLM drops the output of a request aborted during
+        its step; it recomputes those tokens if it runs again."""
         got_token = []
         requests, errors, sampled = self.requests, runner_out.errors, runner_out.sampled_token_ids
         running = RequestStatus.RUNNING
@@ -301,9 +333,9 @@ class Scheduler:
             scheduled = scheduled + self.groups.check_forks(out, runner_out)
         for s in scheduled:
             rid = s.request_id
-            req = requests[rid]
-            if req.status is not running:
-                continue
+            req = requests.get(rid)
+            if req is None or req.status is not running:
+                continue        # it left the running set while the step was in flight: dropped
             if errors:
                 err = errors.get(rid)
                 if err is not None:
@@ -347,6 +379,7 @@ class Scheduler:
             self.swapped.remove(req)
             self.swap.drop(req.request_id)
         self.static_batch.discard(req.request_id)
+        self._waiting_lookups.pop(req.request_id, None)
         self.kv.free(req.request_id)
         req.status = status
         req.error = error
@@ -566,7 +599,7 @@ class Scheduler:
         new = self.config.replace(**changes)                # validated (raises ConfigError)
         if num_usable_blocks is not None and not 1 <= num_usable_blocks <= self.kv.num_blocks:
             raise ValueError(f"num_usable_blocks must be in [1, {self.kv.num_blocks}] (the KV cache "
-                             f"has {self.kv.num_blocks} blocks), got {num_usable_blocks}")
+                             f"has {plural(self.kv.num_blocks, 'block')}), got {num_usable_blocks}")
         cap = new.max_num_seqs
         for r in [r for r in self.running if r.slot >= cap]:
             self._preempt(r, PreemptionReason.SLOTS_CUT)
@@ -594,7 +627,7 @@ class Scheduler:
         another policy."""
         if self.policy != Policy.PRIORITY:
             raise ValueError(f"set_priority needs policy='priority' (this engine runs "
-                             f"policy={self.policy!r})")
+                             f"policy={str(self.policy)!r})")
         req = self.requests.get(request_id)
         if req is None or req.is_finished:
             return False
@@ -722,6 +755,7 @@ class Scheduler:
         return out
 
     def _start_running(self, req: Request) -> None:
+        self._waiting_lookups.pop(req.request_id, None)
         req.status = RequestStatus.RUNNING
         req.slot = heapq.heappop(self._free_slots)
         if self.policy == Policy.PRIORITY:       # running in (priority, arrival) order: victims last

@@ -24,7 +24,7 @@ class SimConfig(EngineConfig):
     (:class:`ConfigError` lists the known ones)."""
 
     executor: Executor = knob(Executor.SIM, "model: run the model's forward pass; sim: the real scheduler and KV cache with "
-                                "simulated step times, to replay big traces fast", choices=("model", "sim"))
+                                "simulated step times, to replay big traces fast", choices=values(Executor))
     sim_model: str = knob("llama-3.1-8b", f"architecture to simulate: {', '.join(known_models())}, or a "
                                           f"transformers folder / config.json", metavar="NAME")
     sim_device: str = knob("h100", f"device to simulate: {', '.join(known_devices())} (cpu = this machine, "

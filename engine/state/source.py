@@ -1,14 +1,19 @@
-"""The two interfaces the UI is written against.
+"""The interfaces the UI is written against: everything it uses of its source is declared here.
 
 ``StepSource`` hands out immutable states and step records; ``recordings.file.reader.Reader`` (replay) and
-``app.live.bridge.LiveSource`` (a running engine) both implement it, so views cannot tell them apart.
+``app.live.source.LiveSource`` (a running engine) both implement it, so views cannot tell them apart.
+``RecordingSource`` is a ``StepSource`` read from a recording file (``Reader``, ``V1Reader``): it
+also has the file's ``path``, whether the writer closed it and the damage found in it; the window
+checks ``isinstance(source, RecordingSource)`` (a runtime-checkable protocol) for what only a file
+has (the check button, the run's end, replaying only a damaged file's readable steps).
 ``EngineControl`` is what the transport bar, the inject dialog and the request menu call on a
 live engine; a replay has none.
 """
 from __future__ import annotations
 
 import operator
-from typing import Any, Protocol, Sequence
+from pathlib import Path
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 from engine.outputs import StepRecord
 from engine.state.state import EngineState
@@ -68,6 +73,35 @@ class StepSource(Protocol):
         ``recordings.info.TimelineEvent``). A preemption's ``detail`` is its
         ``engine.sched.preemption.PreemptionInfo`` JSON."""
 
+    def step_batches(self, start: int, stop: int) -> dict[str, Any]:
+        """The steps ``start <= step < stop`` as the window's step views need them: each step's
+        scalars and its batch as numpy columns (``recordings.file.step_batches.step_batch_columns``;
+        equal to ``recordings.file.step_batches.batch_columns`` of :meth:`records`)."""
+
+    def request_info(self, request_id: str) -> Any | None:
+        """The recorded arrival, prompt, sampling and outcome of ``request_id``
+        (``recordings.info.RequestInfo``), or None when unknown or when the source keeps no
+        recording to look it up in (a live run before its file opens, an in-memory source)."""
+
+
+@runtime_checkable
+class RecordingSource(StepSource, Protocol):
+    """A :class:`StepSource` read from a recording file (``recordings.file.reader.Reader``)."""
+
+    path: Path
+    """The recording file."""
+
+    damage: Any | None
+    """The file's ``recordings.damage.report.DamageReport`` once :meth:`keep_readable` was
+    given one (opened as damaged), else None."""
+
+    def is_complete(self) -> bool:
+        """True once the writer closed the file cleanly (False while writing or after a crash)."""
+
+    def keep_readable(self, report: Any) -> None:
+        """Serve only the steps up to ``report.last_good_step`` from now on (``report``: the
+        file's ``DamageReport``, kept as :attr:`damage`)."""
+
 
 class EngineControl(Protocol):
     """Commands to a live engine. All are thread-safe and return at once; effects show up in the
@@ -99,3 +133,7 @@ class EngineControl(Protocol):
     def set_knobs(self, **changes: int) -> None: ...
     def knobs(self) -> dict[str, int]: ...
     def last_error(self) -> str | None: ...
+
+    def status(self) -> str | None:
+        """One line for the status bar ("loading model…", "failed: …"), or None: the transport
+        then says paused or running."""

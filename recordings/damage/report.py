@@ -22,6 +22,7 @@ The same bisection idea as ``git bisect`` / delta debugging; the b-tree checks a
 """
 from __future__ import annotations
 
+import shlex
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,17 +114,20 @@ class DamageReport:
         what = "; ".join(damage[:2]) + (f" (and {len(damage) - 2} more)" if len(damage) > 2 else "")
         what = what or f"rows that do not read or decode at steps {_spans(self.bad_steps, 3)}"
         if k < 0:
-            return f"Damaged recording: {what}. Step 0 does not replay here. Try: batchscope recover " \
-                   f"{self.path} {_salvage_name(self.path)}"
+            return f"Damaged recording: {what}. Step 0 does not replay here. Try: {self.recover_command()}"
         rest = (f"; the other {n - k - 1:,} are lost, unreadable or after the damage" if k + 1 < n else "")
         return (f"Damaged recording: {what}. Showing steps 0..{k} of {n:,}{rest}. Save what reads: "
-                f"batchscope recover {self.path} {_salvage_name(self.path)}")
+                f"{self.recover_command()}")
+
+    def recover_command(self) -> str:
+        """The ``batchscope recover`` command line for this file, its paths shell-quoted."""
+        return shlex.join(["batchscope", "recover", str(self.path), str(_salvage_name(self.path))])
 
     def suggestion(self) -> str:
         """The command that saves what is readable (or why nothing can be saved)."""
         if self.version < 2:
             return "a schema-1 recording is not salvaged (too old); re-record the run"
-        command = f"batchscope recover {self.path} {_salvage_name(self.path)}"
+        command = self.recover_command()
         if self.last_good_step < 0:     # a copy can still read more: fresh indexes, rows one by one
             return f"step 0 does not replay here; what a copy can keep, if anything: {command}"
         return f"save steps 0..{self.last_good_step} into a new valid recording: {command}"

@@ -1,13 +1,16 @@
 """Copy what is readable of a damaged recording into a fresh, valid one (``batchscope recover``).
 
-:func:`salvage` works in three passes, never writing to the damaged file:
+:func:`salvage` works in four passes, never writing to the damaged file:
 
 1. copy: a new file with this code's schema (``recordings.file.schema.migrate``; fresh indexes, so a
    damaged index costs nothing) gets every row of the damaged one that still reads, through a
    ``Reader(damaged=True)`` and sqlite-utils: each table read in its own key order (``NOT
    INDEXED``) by ranges of steps (``seq`` for ``requests``), a range that fails halved until
    the rows that do not read are single (``recordings.damage.report.bad_ranges``);
-2. keep: the last kept step ``k`` is the last of the run of steps from 0 that
+2. rebuild: the ``requests`` rows that did not read are rebuilt from the copied steps
+   (``recordings.damage.rebuild_requests``: arrival exact, ids ``lost-<seq>``, what no step
+   holds left NULL and said);
+3. keep: the last kept step ``k`` is the last of the run of steps from 0 that
    ``Reader.state_at`` replays on the copy (:func:`recordings.damage.report.find_damage`: a step whose
    row is missing or a request row lost ends it) and before the first step one of whose
    events, block events or transitions did not read (the copy would replay it, wrongly). A
@@ -16,7 +19,7 @@
    ``keyframe_interval`` steps as the writer keeps them, so seeking stays as cheap. Rows of
    later steps are deleted, with the requests that arrived after ``k``, and the outcome of a
    request that finished after ``k`` is cleared (at ``k`` it was live);
-3. ``VACUUM INTO`` the output (SQLite's own compacting copy), then the work file is removed.
+4. ``VACUUM INTO`` the output (SQLite's own compacting copy), then the work file is removed.
 
 ``runs.run_info_json`` gains ``salvaged`` (the source, the steps kept and what the damage was),
 and ``closed_at`` is cleared when steps were dropped, so the copy reads as a run cut short.
@@ -29,13 +32,15 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import sqlite_utils
 
 from recordings.file import codec
+from recordings.damage.analysis import damage_analysis
+from recordings.damage.rebuild_requests import RebuiltRequests, rebuild_requests
 from recordings.damage.report import DamageReport, Range, bad_ranges, find_damage
 from recordings.errors import RecordingError
 from recordings.file.schema import migrate
@@ -52,9 +57,10 @@ OUTCOME_COLUMNS = ("status", "finish_reason", "finish_step", "num_output_tokens"
 class SalvageResult:
     """What :func:`salvage` kept and dropped: ``last_step`` (the last kept step), ``num_steps``
     (steps the damaged file named), ``num_requests`` kept, ``dropped_requests`` (arrived after
-    ``last_step``), ``unreadable_requests`` (rows that did not read), ``num_keyframes`` kept,
-    ``rederived_keyframes`` (replayed and stored again), and the source's
-    :class:`recordings.damage.report.DamageReport`."""
+    ``last_step``), ``unreadable_requests`` (rows that did not read and could not be rebuilt:
+    no readable step names them), ``num_keyframes`` kept, ``rederived_keyframes`` (replayed and
+    stored again), the source's :class:`recordings.damage.report.DamageReport` and the request
+    rows rebuilt from the steps (``recordings.damage.rebuild_requests``)."""
 
     path: Path
     last_step: int
@@ -65,6 +71,7 @@ class SalvageResult:
     num_keyframes: int
     rederived_keyframes: int
     report: DamageReport
+    rebuilt: RebuiltRequests = field(default_factory=RebuiltRequests)
 
     def lines(self) -> list[str]:
         """What was kept and dropped, one line each."""
@@ -81,15 +88,15 @@ class SalvageResult:
             out.append(f"dropped {self.dropped_requests:,} requests that arrived after step {k}")
         if self.rederived_keyframes:
             out.append(f"re-derived {self.rederived_keyframes:,} keyframes whose rows did not read or decode")
-        if self.unreadable_requests:
-            out.append(f"dropped {self.unreadable_requests:,} request rows that do not read")
+        out += self.rebuilt.lines()
         return out
 
 
 def salvage(src: str | Path, out: str | Path, *, report: DamageReport | None = None,
             on_progress: Callable[[str, int, int], None] | None = None) -> SalvageResult:
     """Copy the readable part of the recording at ``src`` into a new recording at ``out`` (see
-    the module doc). ``report``: ``find_damage(src)`` when already known.
+    the module doc). ``report``: the file's damage report when already known (default: its one analysis,
+    ``recordings.damage.analysis.damage_analysis``).
     ``on_progress(phase, done, total)``: ``"scan"`` (steps of the damaged file read),
     ``"copy"`` (steps copied), ``"verify"`` (steps of the copy decoded). Raises
     :class:`RecordingError` when ``out`` exists, the file is not a recording, is of schema 1,
@@ -100,14 +107,15 @@ def salvage(src: str | Path, out: str | Path, *, report: DamageReport | None = N
 
     def phase(name: str):
         return None if on_progress is None else lambda done, total: on_progress(name, done, total)
-    if report is None:       # rows that read are enough here: the copy is decoded
-        report = find_damage(src, phase("scan"), decode=False)
+    if report is None:       # the file's one analysis (rows read; the copy is decoded)
+        report = damage_analysis(src, phase("scan"))
     if report.version < 2:
         raise RecordingError(f"{src}: a schema-{report.version} recording is not salvaged (too old)")
     work = out.with_name(out.name + ".partial")
     work.unlink(missing_ok=True)
     try:
         unreadable = _copy_rows(src, work, report, phase("copy"))
+        rebuilt = _rebuild_requests(work, unreadable["requests"])
         kept = find_damage(work, phase("verify"))
         if kept.bad_keyframes:       # bytes changed under SQLite's notice: replayed instead
             _delete_keyframes(work, kept.bad_keyframes)
@@ -123,7 +131,7 @@ def salvage(src: str | Path, out: str | Path, *, report: DamageReport | None = N
     finally:
         work.unlink(missing_ok=True)
     return SalvageResult(out, last, report.last_step + 1, counts[0], counts[1],
-                         sum(b - a + 1 for a, b in unreadable["requests"]), counts[2], rederived, report)
+                         len(rebuilt.missing), counts[2], rederived, report, rebuilt)
 
 
 def _copy_rows(src: Path, work: Path, report: DamageReport,
@@ -150,6 +158,17 @@ def _copy_rows(src: Path, work: Path, report: DamageReport,
     finally:
         db.close()
     return unreadable
+
+
+def _rebuild_requests(work: Path, lost: list[Range]) -> RebuiltRequests:
+    """The ``requests`` rows that did not read, rebuilt in the copy at ``work`` from its steps
+    (``recordings.damage.rebuild_requests``)."""
+    db = sqlite_utils.Database(str(work), execute_plugins=False)
+    try:
+        with db.atomic():
+            return rebuild_requests(db, lost)
+    finally:
+        db.close()
 
 
 def _delete_keyframes(work: Path, steps: list[int]) -> None:

@@ -30,6 +30,7 @@ import numpy as np
 
 from engine.outputs import StepRecord
 from engine.state.state import EngineState
+from recordings.file.completeness import completeness
 from recordings.export.lifecycles import Lifecycles
 from recordings.export.replay import Progress, replay
 from recordings.export.slot_runs import SlotRun, SlotRuns
@@ -71,7 +72,7 @@ def export_perfetto(reader, path: str | Path, *, us_per_step: float = US_PER_STE
     max_num_seqs = int(config.get("max_num_seqs") or 1)
     other = {"source": "BatchScope recording", "recording": Path(reader.path).name,
              "clock": tb.clock, "time_axis": tb.description,
-             "complete": reader.is_complete(), "model": _name(info.get("model")),
+             **completeness(reader).to_json(), "model": _name(info.get("model")),
              "device": info.get("device"), "config": config,
              "trace": (info.get("trace") or {}).get("name")}
     with TraceFile(path, other, PROCESS_NAMES) as out:

@@ -5,7 +5,8 @@
 so fields added to those classes appear here too; percentiles as ``{p50, p90, p99,
 num_samples}``), their derived rates, the roofline efficiency (``recordings.metrics.roofline``: the run's
 and its per-step percentiles, with the basis or why there is none), whether the recording is
-complete, and the run's provenance (model, device, clock and engine config, trace and its scaling).
+complete (``recordings.file.completeness``: ``complete`` is true only for a run closed by its
+writer with every request finished), and the run's provenance (model, device, clock and engine config, trace and its scaling).
 """
 from __future__ import annotations
 
@@ -22,13 +23,14 @@ def summary_dict(reader) -> dict[str, Any]:
     from recordings.metrics.run_metrics import summarize
     from recordings.metrics.run_metrics import summarize_batching
     from recordings.metrics.roofline import summarize_roofline
+    from recordings.file.completeness import completeness
 
     run = summarize(reader)
     roof = summarize_roofline(reader)
     info = reader.run_info()
     out = {
         "recording": str(reader.path),
-        "complete": reader.is_complete(),
+        **completeness(reader).to_json(),
         "summary": dataclasses.asdict(run) | {"num_finished": run.num_finished,
                                               "prefix_cache_hit_rate": run.prefix_cache_hit_rate},
         "batching": dataclasses.asdict(summarize_batching(reader)),

@@ -254,11 +254,11 @@ def record_from_rows(row: Sequence[Any], arrivals: Sequence[Arrival], events: Se
         transitions=tuple(Transition(id_of(seq), word(RequestStatus, status), slot, nc, npre, err)
                           for _, seq, status, slot, nc, npre, err in transitions),
         preempted_ids=tuple(id_of(s) for s in json.loads(preempted)),
-        not_admitted=tuple((id_of(s), why) for s, why in json.loads(not_admitted)),
+        not_admitted=tuple((id_of(s), word(NotAdmittedReason, why)) for s, why in json.loads(not_admitted)),
         num_waiting=num_waiting, num_running=num_running, num_paused=num_paused,
         num_finished=num_finished, num_free_blocks=num_free, num_total_blocks=num_total,
         schedule_ns=schedule_ns, forward_ns=forward_ns, update_ns=update_ns,
-        recorder_wait_ns=wait_ns, error=error, waiting_reason=waiting_reason or NotAdmittedReason.BEHIND,
+        recorder_wait_ns=wait_ns, error=error, waiting_reason=word(NotAdmittedReason, waiting_reason) if waiting_reason else NotAdmittedReason.BEHIND,
         prefix_cache_queries=prefix_cache_queries, prefix_cache_hits=prefix_cache_hits,
         knobs=knobs_from_json(knobs))
 

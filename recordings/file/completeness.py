@@ -1,5 +1,9 @@
 """Whether a recording holds a whole run: closed by its writer, every request with an outcome.
 
+The one definition of "complete": ``batchscope summary`` and ``check`` print its INCOMPLETE lines,
+the JSON and Perfetto exports carry its ``complete`` (``Reader.is_complete`` says only whether
+the writer closed the file).
+
 A run is cut short in two ways, and metrics of either describe only what was recorded:
 
 - the writer never closed the file (``runs.closed_at`` is NULL): the process was killed (kill -9,
@@ -36,12 +40,23 @@ class Completeness:
         """Closed by the writer with every request finished."""
         return self.closed_cleanly and self.num_unfinished == 0
 
-    def format_lines(self) -> list[str]:
+    def to_json(self) -> dict:
+        """The fields exports carry (JSON summary, Perfetto metadata): ``complete`` (the one
+        definition: :attr:`is_complete`), ``closed_cleanly``, ``num_requests``,
+        ``num_unfinished``, ``num_steps``."""
+        return {"complete": self.is_complete, "closed_cleanly": self.closed_cleanly,
+                "num_requests": self.num_requests, "num_unfinished": self.num_unfinished,
+                "num_steps": self.num_steps}
+
+    def format_lines(self, cause: str | None = None) -> list[str]:
         """Nothing for a complete run; else 'INCOMPLETE ...' lines saying how it was cut short and
-        which requests did not finish (count and first ids)."""
+        which requests did not finish (count and first ids). ``cause``: why the writer stopped,
+        when the caller knows (a full disk), instead of the guess from the file alone."""
         if self.is_complete:
             return []
-        if not self.closed_cleanly:
+        if cause and not self.closed_cleanly:
+            why = cause
+        elif not self.closed_cleanly:
             why = ("the file was not closed by its writer: the run was killed or crashed (or is still "
                    f"being recorded); it holds the {self.num_steps} steps committed until then")
         else:

@@ -1,7 +1,9 @@
-"""A step range's scalars and batches as numpy columns, as the window's step views need them:
-from the ``steps`` table's rows (:meth:`recordings.file.reader.Reader.step_batches`, without decoding
-whole records) or from :class:`engine.outputs.StepRecord` s (:func:`batch_columns`, for sources
-that hold records). Both give the same columns.
+"""A step range's scalars and batches as numpy columns, as the window's step views need them
+(``StepSource.step_batches``). :func:`step_batch_columns` is the one place they are built; what
+differs is where the values come from: the ``steps`` table's rows (:func:`columns_from_rows`, for
+:meth:`recordings.file.reader.Reader.step_batches`, without decoding whole records),
+:class:`engine.outputs.StepRecord` s (:func:`batch_columns`, for sources that hold records) or
+a live run's packed steps (``app.live.step_ring.batch_columns``). All give the same columns.
 """
 from __future__ import annotations
 
@@ -36,6 +38,35 @@ V4_BATCH_FIELDS = tuple(STEP_SQL.get(n, n) for n, _ in STEP_FIELDS) + (
     "waiting_reason", "knobs_json")
 ENTRY_FIELDS = (("request_id", object), ("slot", np.int64), ("num_tokens", np.int64),
                 ("num_computed_tokens", np.int64), ("is_prefill", bool))
+# per-step values kept as lists, as in StepRecord
+LIST_FIELDS = ("error", "preempted_ids", "not_admitted", "waiting_reason", "knobs")
+
+
+def step_batch_columns(steps: dict[str, Sequence[Any]], batch_sizes: Sequence[int] | np.ndarray,
+                       entries: dict[str, Sequence[Any] | np.ndarray]) -> dict[str, Any]:
+    """The step-batch columns of ``n = len(batch_sizes)`` steps: ``steps`` maps each
+    :data:`STEP_FIELDS` name to ``n`` numbers (made numpy int64 / float64 arrays) and each
+    :data:`LIST_FIELDS` name to ``n`` values (kept as lists); ``batch_sizes`` is each step's number
+    of batch entries; ``entries`` maps each :data:`ENTRY_FIELDS` name to every step's entries,
+    concatenated in step and batch order (made arrays of the field's dtype). Adds
+    ``batch_start`` (int64, ``n + 1``: step ``i``'s entries are ``batch_start[i]:batch_start[i + 1]``).
+    Arrays already of their dtype are not copied. Raises ``ValueError`` when an entry column's
+    length is not the sum of ``batch_sizes``."""
+    n = len(batch_sizes)
+    out: dict[str, Any] = {name: np.asarray(steps[name], dtype).reshape(n) for name, dtype in STEP_FIELDS}
+    for name in LIST_FIELDS:
+        values = steps[name]
+        out[name] = values if isinstance(values, list) else list(values)
+    first = np.zeros(n + 1, np.int64)
+    np.cumsum(np.asarray(batch_sizes, np.int64).reshape(n), out=first[1:])
+    out["batch_start"] = first
+    for name, dtype in ENTRY_FIELDS:
+        column = np.asarray(entries[name], dtype)
+        if column.shape != (first[-1],):
+            raise ValueError(f"step-batch column {name} holds {column.shape} entries, the batches "
+                             f"{int(first[-1])}")
+        out[name] = column
+    return out
 
 
 def columns_from_rows(rows: Sequence[tuple], id_of: Callable[[int], str]) -> dict[str, Any]:
@@ -45,12 +76,11 @@ def columns_from_rows(rows: Sequence[tuple], id_of: Callable[[int], str]) -> dic
     rows (the reader turns them into a ``RecordingError``)."""
     n = len(rows)
     cols = list(zip(*rows)) if rows else [()] * len(BATCH_FIELDS)
-    out: dict[str, Any] = {name: np.array(cols[i], dtype).reshape(n)
-                           for i, (name, dtype) in enumerate(STEP_FIELDS)}
+    steps: dict[str, Any] = {name: cols[i] for i, (name, _) in enumerate(STEP_FIELDS)}
     (error, counts, seq_json, slot_json, n_json, nc_json, prefill_json, preempted_json,
      not_admitted_json, waiting_reason, knobs_json) = cols[len(STEP_FIELDS):]
-    first = np.zeros(n + 1, np.int64)
-    np.cumsum(np.array(counts, np.int64).reshape(n), out=first[1:])
+    sizes = np.array(counts, np.int64).reshape(n)
+    first = np.concatenate([[0], np.cumsum(sizes)])
     seq, slot, computed = (_joined_ints(c) for c in (seq_json, slot_json, nc_json))
     if not len(seq) == len(slot) == len(computed) == first[-1]:
         raise ValueError("batch arrays of different lengths")
@@ -64,21 +94,20 @@ def columns_from_rows(rows: Sequence[tuple], id_of: Callable[[int], str]) -> dic
         for p in entries:
             at = lo + (p[0] if isinstance(p, list) else p)
             if not lo <= at < hi:
-                raise IndexError(f"step {out['step'][i]}: prefill entry {p} outside the batch")
+                raise IndexError(f"step {steps['step'][i]}: prefill entry {p} outside the batch")
             prefill[at] = True
             if isinstance(p, list) and n_json[i] is None:
                 num_tokens[at] = p[1]
-    out.update(
-        error=list(error), batch_start=first,
+    steps.update(
+        error=list(error),
         preempted_ids=[() if p == "[]" else tuple(id_of(s) for s in json.loads(p))
                        for p in preempted_json],
         not_admitted=[() if p == "[]" else tuple((id_of(s), why) for s, why in json.loads(p))
                       for p in not_admitted_json],
         waiting_reason=[w or NotAdmittedReason.BEHIND for w in waiting_reason],
-        knobs=[codec.knobs_from_json(k) for k in knobs_json],
-        request_id=_names(seq, id_of), slot=slot, num_tokens=num_tokens,
-        num_computed_tokens=computed, is_prefill=prefill)
-    return out
+        knobs=[codec.knobs_from_json(k) for k in knobs_json])
+    return step_batch_columns(steps, sizes, dict(request_id=_names(seq, id_of), slot=slot, num_tokens=num_tokens,
+                                                 num_computed_tokens=computed, is_prefill=prefill))
 
 
 def columns_from_v4_rows(rows: Sequence[tuple], id_of: Callable[[int], str],
@@ -141,24 +170,16 @@ def _names(seq: np.ndarray, id_of) -> np.ndarray:
 
 def batch_columns(records: Sequence[StepRecord]) -> dict[str, Any]:
     """The columns :meth:`Reader.step_batches` reads, computed from ``records`` (in step order):
-    for sources that hold :class:`StepRecord` s (a live engine, another schema's reader)."""
-    n = len(records)
-    out: dict[str, Any] = {
-        name: np.array([getattr(r, name) for r in records], dtype).reshape(n)
-        for name, dtype in STEP_FIELDS if name not in ("num_new_tokens", "num_scheduled_tokens", "num_arrivals")}
-    out["num_scheduled_tokens"] = np.array([r.total_num_scheduled_tokens for r in records], np.int64).reshape(n)
-    out["num_new_tokens"] = np.array([len(r.new_tokens) for r in records], np.int64).reshape(n)
-    out["num_arrivals"] = np.array([len(r.arrivals) for r in records], np.int64).reshape(n)
-    out["error"] = [r.error for r in records]
-    out["preempted_ids"] = [tuple(r.preempted_ids) for r in records]
-    out["not_admitted"] = [tuple(r.not_admitted) for r in records]
-    out["waiting_reason"] = [r.waiting_reason for r in records]
-    out["knobs"] = [tuple(r.knobs) for r in records]
-    first = np.zeros(n + 1, np.int64)
-    np.cumsum([len(r.scheduled) for r in records], out=first[1:])
-    out["batch_start"] = first
+    for sources that hold :class:`StepRecord` s (another schema's reader, test sources)."""
+    steps: dict[str, Any] = {name: [getattr(r, name) for r in records] for name, _ in STEP_FIELDS
+                             if name not in ("num_new_tokens", "num_scheduled_tokens", "num_arrivals")}
+    steps["num_scheduled_tokens"] = [r.total_num_scheduled_tokens for r in records]
+    steps["num_new_tokens"] = [len(r.new_tokens) for r in records]
+    steps["num_arrivals"] = [len(r.arrivals) for r in records]
+    steps.update(error=[r.error for r in records], waiting_reason=[r.waiting_reason for r in records],
+                 preempted_ids=[tuple(r.preempted_ids) for r in records],
+                 not_admitted=[tuple(r.not_admitted) for r in records], knobs=[tuple(r.knobs) for r in records])
     entries = [e for r in records for e in r.scheduled]
     columns = list(zip(*entries)) if entries else [()] * len(ENTRY_FIELDS)
-    for (name, dtype), values in zip(ENTRY_FIELDS, columns):
-        out[name] = np.array(values, dtype).reshape(len(entries))
-    return out
+    return step_batch_columns(steps, [len(r.scheduled) for r in records],
+                              {name: values for (name, _), values in zip(ENTRY_FIELDS, columns)})

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import atexit
 import datetime as _dt
+import errno
 import os
 import queue
+import sqlite3
 import threading
 import time
 import weakref
@@ -233,7 +235,8 @@ class RecordingWriter:
     def _wrap(self, what: str) -> RecordingError:
         if isinstance(self._error, RecordingError):
             return RecordingError(str(self._error))
-        return RecordingError(f"{self.path}: {what}: {type(self._error).__name__}: {self._error}")
+        return RecordingError(f"{self.path}: {what}: {type(self._error).__name__}: {self._error}"
+                              f"{out_of_space_hint(self._error)}")
 
     def _prepare_path(self, overwrite: bool) -> None:
         sidecars = [Path(f"{self.path}{suffix}") for suffix in ("-wal", "-shm", "-journal")]
@@ -424,6 +427,19 @@ def keyframe_due(gap: int, bytes_since: int, keyframe_bytes: int, interval: int)
         return True
     return gap >= MIN_KEYFRAME_GAP and bytes_since >= min(KEYFRAME_COST_RATIO * keyframe_bytes,
                                                           MAX_REPLAY_BYTES)
+
+
+def out_of_space_hint(error: BaseException | None) -> str:
+    """`` (the disk is full, or the file reached a size limit)`` when ``error`` is how SQLite or
+    the OS says a write found no room: ``OSError`` ENOSPC / EFBIG / EDQUOT, SQLite's
+    ``SQLITE_FULL`` ("database or disk is full") or ``SQLITE_IOERR`` ("disk I/O error", what a
+    write past ``ulimit -f`` gives); else ``""``."""
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        return " (the disk is full, or the file reached a size limit)"
+    if isinstance(error, sqlite3.Error) and any(
+            text in str(error) for text in ("database or disk is full", "disk I/O error")):
+        return " (the disk is full, or the file reached a size limit)"
+    return ""
 
 
 def _rows_bytes(rows: Mapping[str, list[dict[str, Any]]]) -> int:

@@ -25,14 +25,16 @@ seconds (wall or sim); under the virtual clock it is not defined.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from recordings.errors import RecordingError
-from recordings.file.reader import Reader
-from recordings.file.schema import prefill_tokens_sql
 from recordings.metrics.stats import Percentiles, token_times
 from engine.vocab import Clock, RequestStatus
+
+if TYPE_CHECKING:             # the bench and GPU check import Slo without the SQLite layer
+    from recordings.file.reader import Reader
 
 COMPLETED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH)
 UNITS = {"virtual": "steps", "wall": "s", "sim": "sim s"}
@@ -183,6 +185,8 @@ def _summarize(reader: Reader, slo: Slo | None) -> ServingSummary:
         "WHERE kind = 'scheduled' GROUP BY seq) f JOIN requests r ON r.seq = f.seq "
         "JOIN steps s ON s.step = f.step WHERE r.arrival_time IS NOT NULL")]
     duration, duration_unit = _duration(reader, clock)
+    from recordings.file.schema import prefill_tokens_sql   # the SQLite layer: not for the bench path
+
     version = reader.execute("PRAGMA user_version")[0][0]
     (prefill, decode, prefill_steps, decode_steps), = reader.execute(
         _SPLIT.format(prefill=prefill_tokens_sql(version)))

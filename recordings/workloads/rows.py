@@ -15,6 +15,21 @@ class TraceFormatError(ValueError):
     The message names the file and what was expected."""
 
 
+class EmptyWorkload(ValueError):
+    """No request of a workload can be served: every row is malformed (any format) or cannot be
+    served by this engine (a text prompt without a tokenizer, an id over the vocabulary). One
+    message for every format and executor: the file, how many rows were refused, the first
+    reasons. A bad input, as a missing file is (``batchscope`` exits 2)."""
+
+    def __init__(self, path: Path | str, problems: list[str]) -> None:
+        shown = "; ".join(problems[:3]) + ("; ..." if len(problems) > 3 else "")
+        super().__init__(f"{path}: no request to serve: "
+                         + (f"its one row was refused ({shown})" if len(problems) == 1 else
+                            f"all {len(problems)} rows were refused ({shown})" if problems
+                            else "the workload has no rows"))
+        self.path, self.problems = Path(path), list(problems)
+
+
 @dataclass(frozen=True)
 class TraceRow:
     """One request of a trace.

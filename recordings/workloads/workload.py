@@ -61,12 +61,14 @@ class WorkloadRequest:
 
 @dataclass
 class Workload:
-    """Requests in arrival order, plain-words notes on every scaling or clipping applied, and how
-    the prompts share prefixes (``None`` when no row had hash ids)."""
+    """Requests in arrival order, plain-words notes on every scaling or clipping applied, how
+    the prompts share prefixes (``None`` when no row had hash ids), and the rows that could not
+    be served (``"line N: why"``)."""
 
     requests: list[WorkloadRequest]
     scaling_notes: list[str] = field(default_factory=list)
     prefix_sharing: PrefixSharing | None = None
+    skipped_rows: list[str] = field(default_factory=list)   # "line N: why" per row not served
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -169,8 +171,8 @@ def build_workload(rows: Sequence[TraceRow], tokenizer: Tokenizer | None, *,
                      f"prompt tokens: random ids in [{low}, {high}] (no tokenizer)")
     notes += given.notes()
     if shared is None:
-        return Workload(requests, notes)
-    return Workload(requests, notes + shared.notes(), shared.sharing())
+        return Workload(requests, notes, skipped_rows=given.skipped)
+    return Workload(requests, notes + shared.notes(), shared.sharing(), skipped_rows=given.skipped)
 
 
 def random_token_ids(rng: random.Random, n: int, vocab_size: int | None = None) -> list[int]:

@@ -56,7 +56,7 @@ def test_run_help_shows_the_config_defaults(capsys):
         if flag.switch:
             assert default is False and "(default" not in text, flag.option
         elif flag.field == "cuda_graphs":
-            assert "(default: off)" in text and default is False
+            assert "(default: auto)" in text and default is None     # auto: on for a CUDA device
         elif flag.field == "executor":
             assert "(default: model)" in text        # the field is always "sim"; the flag picks it
         elif flag.field == "sim_model":

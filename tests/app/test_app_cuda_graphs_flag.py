@@ -1,4 +1,4 @@
-"""``--cuda-graphs on|off``: off by default (until verified on a GPU, as --help says), reaches the
+"""``--cuda-graphs auto|on|off``: auto by default (on for a CUDA device, as --help says), reaches the
 engine config of run and bench, and ``bench --cuda-graphs on`` on a CPU runs its decode steps on the
 padded static path (no graphs off CUDA) with the same schedule as without."""
 from __future__ import annotations
@@ -13,9 +13,9 @@ TINY_RUN = ["bench", "--small", "--device", "cpu", "--limit", "3", "--no-record"
 
 
 @pytest.mark.parametrize("command", [("run", "--trace", "t.csv", "--record", "r.sqlite"), ("bench",)])
-def test_the_flag_reaches_the_engine_config_and_is_off_by_default(command):
+def test_the_flag_reaches_the_engine_config_and_is_auto_by_default(command):
     parse = build_parser().parse_args
-    assert engine_config(parse([*command])).cuda_graphs is False
+    assert engine_config(parse([*command])).cuda_graphs is None         # decided by the device
     assert engine_config(parse([*command, "--cuda-graphs", "on"])).cuda_graphs is True
     assert engine_config(parse([*command, "--cuda-graphs", "off"])).cuda_graphs is False
 
@@ -36,12 +36,25 @@ def test_a_bad_value_is_a_usage_error(capsys):
     assert "--cuda-graphs: invalid choice: 'yes'" in capsys.readouterr().err
 
 
-def test_help_says_what_it_does_and_that_it_is_off_until_verified(capsys):
+def test_help_says_what_it_does_and_that_auto_means_on_for_cuda(capsys):
     with pytest.raises(SystemExit):
         main(["bench", "--help"])
     out = " ".join(capsys.readouterr().out.split())
-    assert "--cuda-graphs {on,off}" in out
-    assert "replay CUDA graphs captured at start-up" in out and "off until verified on a GPU" in out
+    assert "--cuda-graphs {auto,on,off}" in out
+    assert "replay CUDA graphs captured at start-up" in out and "auto: on for a CUDA device, off elsewhere" in out
+
+
+def test_auto_gives_graphs_to_a_cuda_runner_only():
+    from types import SimpleNamespace
+
+    import torch
+
+    from engine.config import EngineConfig
+    from engine.runner.cuda_graphs import enable_cuda_graphs
+
+    runner = SimpleNamespace(device=torch.device("cpu"), graphs=None)
+    enable_cuda_graphs(runner, EngineConfig(cuda_graphs=None))
+    assert runner.graphs is None                                         # auto on a CPU: off
 
 
 def test_bench_with_cuda_graphs_on_a_cpu_schedules_the_same_steps(tmp_path, monkeypatch):

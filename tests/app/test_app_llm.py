@@ -171,3 +171,28 @@ def test_simulated_executor(tmp_path):
     assert [len(o.token_ids) for o in outs] == [6, 6]
     assert llm.config.clock == "sim" and outs[0].metrics.time_to_first_token > 0
     assert open_reader(tmp_path / "sim.sqlite").run_info()["executor"] == "sim"
+
+
+def test_one_engine_serves_every_call_with_prefix_reuse_and_caller_ids(tiny_model):
+    llm = LLM(tiny_model, max_num_seqs=2, num_gpu_blocks=16, block_size=4, max_num_batched_tokens=32,
+              enable_prefix_caching=True)
+    shared = list(range(40, 57))                                        # 17 tokens: 4 full blocks
+    (first,) = llm.generate([shared + [1]], GREEDY, use_tqdm=False)
+    assert first.num_cached_tokens == 0
+    (second,) = llm.generate([shared + [2]], GREEDY, use_tqdm=False, request_ids=["mine"])
+    assert second.request_id == "mine" and second.num_cached_tokens == 16   # the first call's blocks
+    alone = LLM(tiny_model, max_num_seqs=2, num_gpu_blocks=16, block_size=4, max_num_batched_tokens=32)
+    assert second.token_ids == alone.generate([shared + [2]], GREEDY, use_tqdm=False)[0].token_ids
+    third = llm.generate([[5, 6], [7, 8]], GREEDY, use_tqdm=False)
+    ids = [first.request_id, "mine", *(o.request_id for o in third)]
+    assert len(set(ids)) == 4                                          # unique across calls
+    for bad, message in ((["mine"], "used by an earlier generate"), (["x", "x"], "given twice"),
+                         ([""], "non-empty string"), (["a", "b", "c"], "one id per prompt"),
+                         (["a#1"], "contains '#'")):
+        n = len(bad) if "one id" not in message else 2
+        with pytest.raises(ValueError, match=message):
+            llm.generate([[5, 6]] * n, GREEDY, use_tqdm=False, request_ids=bad)
+    with pytest.raises(ValueError, match="needs policy='priority'"):      # refused, nothing left behind
+        llm.generate([[5, 6], [7, 8]], [GREEDY, SamplingParams(priority=1)], use_tqdm=False)
+    assert not llm.engine.has_unfinished
+    assert [o.request_id for o in llm.generate([[9, 9]], GREEDY, use_tqdm=False, request_ids=["z"])] == ["z"]

@@ -66,11 +66,12 @@ def test_jsonl_workload_runs_with_its_own_ids_and_priorities(tmp_path, capsys):
     rows = open_reader(out).execute("SELECT request_id, num_prompt_tokens, num_output_tokens, status FROM requests "
                                "ORDER BY request_id")
     assert rows == [("late", 300, 5, "FINISHED_LENGTH"), ("urgent", 20, 3, "FINISHED_LENGTH")]
-    # under fcfs the priority row is refused by the scheduler, and the notes said so beforehand
-    assert main(["run", "--trace", str(wl), "--record", str(tmp_path / "fcfs.sqlite"), *SIM]) == 0
+    # under fcfs the priority row is refused before anything runs (as LLMEngine.add_request refuses it)
+    assert main(["run", "--trace", str(wl), "--record", str(tmp_path / "fcfs.sqlite"), *SIM]) == 2
     captured = capsys.readouterr()
-    assert "1 request carries a nonzero priority: only --policy priority honours it" in captured.err
-    assert "1 of 2 requests failed or were rejected" in captured.out
+    assert ("1 request carries a nonzero priority (first: line 1, priority 1): only --policy priority "
+            "honours it") in captured.err
+    assert not (tmp_path / "fcfs.sqlite").exists()
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -92,9 +93,37 @@ def test_a_workload_without_one_valid_row_is_refused_naming_its_lines(tmp_path, 
     wl.write_text('{"arrival": -1, "prompt_tokens": 5, "max_tokens": 1}\n{"arrival": 0}\n')
     assert main(["run", "--trace", str(wl), "--record", str(tmp_path / "x.sqlite"), *SIM]) == 2          # bad input (app.commands.run: a malformed trace is a usage error)
     err = capsys.readouterr().err
-    assert f"{wl}: no valid request rows (2 malformed: line 1: arrival:" in err
+    assert f"{wl}: no request to serve: all 2 rows were refused (line 1: arrival:" in err
     assert "line 2: give exactly one of prompt, prompt_tokens, prompt_token_ids" in err
     assert not (tmp_path / "x.sqlite").exists()
+
+
+EMPTY_WORKLOADS = {   # every row refused: malformed, or not servable by the engine
+    "azure.csv": ("TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,5,5\n", "line 2: bad TIMESTAMP"),
+    "mooncake.jsonl": ('{"timestamp": 5, "input_length": -1, "output_length": 1}\n',
+                       "line 1: input_length is not a non-negative integer"),
+    "malformed.jsonl": ('{"arrival": -1, "prompt_tokens": 5, "max_tokens": 1}\n', "line 1: arrival:"),
+    "text.jsonl": ('{"arrival": 0, "prompt": "hello", "max_tokens": 2}\n'
+                   '{"arrival": 1, "prompt": "again", "max_tokens": 2}\n', "line 1: prompt is text but"),
+    "ids.jsonl": ('{"arrival": 0, "prompt_token_ids": [1, 99999999], "max_tokens": 2}\n',
+                  "line 1: prompt_token_ids has id 99999999, over the model's vocabulary"),
+}
+
+
+@pytest.mark.parametrize("name, executor", [   # the simulated executor has no vocabulary: any id serves
+    (name, executor) for name in sorted(EMPTY_WORKLOADS) for executor in ("sim", "model")
+    if (name, executor) != ("ids.jsonl", "sim")])
+def test_an_empty_workload_exits_2_with_one_message(name, executor, tmp_path, capsys, request):
+    text, reason = EMPTY_WORKLOADS[name]
+    engine = SIM if executor == "sim" else ("--model", str(request.getfixturevalue("tiny_model")),
+                                            "--device", "cpu", "--num-gpu-blocks", "64")
+    wl = tmp_path / name
+    wl.write_text(text)
+    out = tmp_path / "x.sqlite"
+    assert main(["run", "--trace", str(wl), "--record", str(out), *engine]) == 2
+    err = capsys.readouterr().err
+    assert f"batchscope: {wl}: no request to serve: " in err and reason in err
+    assert not out.exists()
 
 
 def test_summary_refuses_a_bad_slo_as_a_usage_error(tmp_path, capsys):

@@ -168,3 +168,74 @@ def test_what_counts_as_out_of_memory(error):
     from engine.engine import is_out_of_memory
     assert is_out_of_memory(error)
     assert not is_out_of_memory(RuntimeError("shape mismatch")) and not is_out_of_memory(ValueError("out of memory"))
+
+
+def _summary_value(out: str, name: str) -> str:
+    """The value of the summary line ``name`` (``"steps   1504"`` -> ``"1504"``)."""
+    (line,) = [ln for ln in out.splitlines() if ln.split("  ")[0] == name]
+    return line[len(name):].split()[0]
+
+
+def test_a_full_disk_stops_the_run_at_once_and_every_number_is_the_files(tmp_path, monkeypatch, capsys):
+    """The engine steps no more once the recording failed; the message and the summary name
+    what the file holds, not what the engine ran."""
+    import re
+
+    from app.cli import main
+    from recordings.workloads.workload import DEMO_TRACE
+    disk_full_after(monkeypatch, 10)
+    steps_after_failure = []
+    real_step = LLMEngine.step
+
+    def step(self, *args, **kwargs):
+        if self.recorder_error:
+            steps_after_failure.append(self.step_index)
+        return real_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(LLMEngine, "step", step)
+    path = tmp_path / "full.sqlite"
+    code = main(["run", "--trace", str(DEMO_TRACE), "--limit", "40", "--executor", "sim", "--sim-model",
+                 "llama-3.2-1b", "--sim-device", "h200", "--num-gpu-blocks", "256", "--record", str(path)])
+    captured = capsys.readouterr()
+    assert code == 1 and steps_after_failure == []
+    with open_reader(path) as reader:
+        last = reader.latest_step()
+        (num_requests,), = reader.execute("SELECT count(*) FROM requests")
+    assert f"the file holds steps 0..{last} " in captured.err
+    assert f"{path} holds steps 0..{last:,} and {num_requests:,} requests" in captured.err
+    assert "killed or crashed" not in captured.out          # the cause is known: said instead
+    assert re.search(r"INCOMPLETE recording: recording stopped: .*database or disk is full", captured.out)
+    assert int(_summary_value(captured.out, "steps")) == last + 1
+    assert int(_summary_value(captured.out, "requests")) == num_requests
+
+
+def test_a_real_file_size_limit_keeps_every_committed_step(tmp_path):
+    """``ulimit -f`` (the OS refuses to grow the file, as a full disk does): the run exits 1,
+    the file (its WAL folded back or kept) replays every step the message names."""
+    import resource
+    import subprocess
+    import sys
+
+    from tests.support.paths import DATA
+    limit = 1024 * 1024
+
+    def cap_file_size():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    path = tmp_path / "f.sqlite"
+    proc = subprocess.run(
+        [sys.executable, "-m", "app.cli", "run", "--trace", str(DATA / "traces" / "azure_conv_300.csv"),
+         "--executor", "sim", "--sim-model", "llama-3.2-1b", "--sim-device", "h200", "--num-gpu-blocks",
+         "512", "--limit", "200", "--record", str(path)],
+        cwd=ROOT, capture_output=True, text=True, preexec_fn=cap_file_size, timeout=300,
+        env={**__import__("os").environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "the disk is full, or the file reached a size limit" in proc.stderr
+    with open_reader(path) as reader:
+        last = reader.latest_step()
+        assert last > 0 and not reader.is_complete()
+        reader.state_at(last)
+        (num_requests,), = reader.execute("SELECT count(*) FROM requests")
+    assert f"the file holds steps 0..{last} " in proc.stderr
+    assert f"holds steps 0..{last:,} and {num_requests:,} requests" in proc.stderr
+    assert int(_summary_value(proc.stdout, "steps")) == last + 1

@@ -69,6 +69,27 @@ def test_stop_string_made_of_multibyte_characters():
     assert stops == ["é€"] and det.output_text == "a"
 
 
+class SentencePieceLike:
+    """Pieces with a leading-space marker that decode drops at the start of the text (as
+    SentencePiece tokenizers do); counts the ids it decodes."""
+
+    def __init__(self) -> None:
+        self.decoded_ids = 0
+
+    def decode(self, ids, skip_special_tokens=True):
+        self.decoded_ids += len(ids)
+        return "".join(" w" + str(i) for i in ids).removeprefix(" ")
+
+
+def test_windowed_decoding_gives_the_whole_decode_and_costs_the_window_not_the_output():
+    tok = SentencePieceLike()
+    det = IncrementalDetokenizer(tok)
+    ids = list(range(1, 401))
+    deltas = [d for d, _ in feed(det, ids)]
+    assert "".join(deltas) == det.output_text == SentencePieceLike().decode(ids)    # spaces in context
+    assert tok.decoded_ids < 4 * len(ids)           # whole-output decoding would be ~ len(ids)**2 / 2
+
+
 # --- sampler ------------------------------------------------------------------------------------
 def logits(rows=3, vocab=50, seed=0):
     return torch.randn(rows, vocab, generator=torch.Generator().manual_seed(seed))

@@ -168,3 +168,42 @@ def test_a_compact_prompt_stays_compact_through_the_engine():
     assert isinstance(engine.requests["c"].prompt_token_ids, array.array)
     engine.run_until_done()
     assert done["c"].output_token_ids == reference_output([1, 2, 3, 4, 5], 3)
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "static"])
+def test_nonzero_priority_is_refused_at_add_request_outside_policy_priority(policy):
+    engine, _ = make(CONFIG.replace(policy=policy))
+    for kw in ({"priority": 2}, {}):
+        params = SamplingParams(max_tokens=2, priority=0 if kw else -1)
+        with pytest.raises(ValueError, match=rf"priority=(2|-1) needs policy='priority' .*policy='{policy}'"):
+            engine.add_request([1, 2], params, request_id="p", **kw)
+    assert not engine.requests and not engine.has_pending_changes      # nothing was queued
+    engine.add_request([1, 2], SamplingParams(max_tokens=2), request_id="p", priority=0)   # 0 is fine
+    priority, _ = make(CONFIG.replace(policy="priority"))
+    priority.add_request([1, 2], SamplingParams(max_tokens=2), request_id="p", priority=2)
+    assert priority.requests["p"].priority == 2
+
+
+@pytest.mark.parametrize("clock", ["virtual", "wall"])
+def test_arrival_time_is_honoured_or_refused(clock):
+    engine, _ = make(CONFIG.replace(clock=clock))
+    done = engine.collect_finished()
+    engine.add_request([1, 2], SamplingParams(max_tokens=2), request_id="first")
+    for _ in range(3):
+        engine.step()
+    now = engine.now()
+    assert now > 0
+    engine.add_request([1, 2, 3], SamplingParams(max_tokens=2), request_id="past", arrival_time=0.0)
+    for bad in (-1.0, float("nan"), float("inf"), "3"):
+        with pytest.raises(ValueError, match="arrival_time must be a finite number >= 0"):
+            engine.add_request([1], SamplingParams(max_tokens=1), request_id="bad", arrival_time=bad)
+    assert engine.requests["past"].arrival_time == 0.0
+    assert engine.state().requests["past"].arrival_time == 0.0
+    engine.run_until_done(20)
+    assert done["past"].ttft >= now                # its latency counts from its own arrival
+    if clock == "virtual":                         # (a future wall time would make the test timed)
+        at = engine.now() + 2
+        engine.add_request([4, 5], SamplingParams(max_tokens=1), request_id="later", arrival_time=at)
+        records = engine.run_until_done(20)
+        arrived = [r for r in records if any(a.request_id == "later" for a in r.arrivals)]
+        assert arrived[0].clock == at and done["later"].arrival_time == at

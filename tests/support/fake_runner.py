@@ -77,6 +77,9 @@ class FakeRunner:
 
     ``fail_steps``: step indices at which ``execute`` raises ``RuntimeError`` (to test the engine's
     error path). ``violations`` collects every consistency problem found in a scheduled step.
+    ``during_execute(sched)`` (optional) is called in the middle of each ``execute``, after the
+    step's KV writes and before the context is read back: a step in flight, where a test makes
+    control calls (abort, pause...) on the engine.
     """
 
     def __init__(self, num_blocks: int, block_size: int, next_token_fn: NextTokenFn = hash_next_token,
@@ -95,6 +98,7 @@ class FakeRunner:
         self.num_calls = 0
         self.input_batch = InputBatch(4, 64, 4, block_size)        # grows as needed
         self.num_state_checks = 0       # held requests compared with the scheduler (the harness)
+        self.during_execute: Callable[[SchedulerOutput], None] | None = None
 
     def _violation(self, msg: str) -> None:
         self.violations.append(msg)
@@ -157,6 +161,8 @@ class FakeRunner:
             for pos in range(s.num_computed_tokens, end):
                 b, off = self._slot(table, pos)
                 self.cache[b][off] = int(tokens[pos])
+        if self.during_execute is not None:
+            self.during_execute(sched)
         if sched.is_empty:
             return ModelRunnerOutput()
         inp = batch.prepare(sched.scheduled)

@@ -18,6 +18,7 @@ from engine.request import SamplingParams  # noqa: E402
 from engine.state.source import check_knobs, current_knobs  # noqa: E402
 from engine.state.state import EngineState  # noqa: E402
 from tests.support.fake_runner import VOCAB_SIZE, FakeRunner, ToyTokenizer, hash_next_token  # noqa: E402
+from recordings.file.step_batches import batch_columns  # noqa: E402
 from recordings.info import TimelineEvent, timeline_events  # noqa: E402
 
 WORDS = ("the", " cache", " fills", " one", " block", " at", " a", " time", " while", " new",
@@ -118,6 +119,13 @@ class FakeSource:
 
     def request_timeline(self, request_id: str) -> list[TimelineEvent]:
         return timeline_events(self.history, request_id)
+
+    def step_batches(self, start: int, stop: int) -> dict:
+        return batch_columns(self.records(start, stop))
+
+    def request_info(self, request_id: str) -> None:
+        """None: no recording to look a request up in (as a live run without a file)."""
+        return None
 
 
 def big_source(num_blocks: int = 16_384, running: int = 256, waiting: int = 10_000,
@@ -249,6 +257,10 @@ class FakeControl:
 
     def last_error(self) -> str | None:
         return self.error
+
+    def status(self) -> None:
+        """None: the transport says paused or running."""
+        return None
 
     def names(self) -> list[str]:
         return [c[0] for c in self.calls]

@@ -112,3 +112,9 @@ def test_speed_box_offers_max_and_steps_per_second(window):
     assert items[-1] == "every step" and "1,000 steps/s" in items and "10 steps/s" in items
     assert window.transport.speed.currentText() == "10 steps/s"
     assert window.transport.jump.placeholderText().startswith("jump")
+
+
+@pytest.mark.parametrize("text", ["t=abc", "t=", "@x", "T: soon"])
+def test_a_time_that_is_no_number_says_so(text):
+    with pytest.raises(ValueError, match="t= needs a number"):
+        parse_jump(text)

@@ -10,6 +10,7 @@ from tests.support.fakes import FakeSource
 from recordings.file.reader import Reader
 from recordings.file.open_reader import open_reader
 from ui import MainWindow
+from ui.views.metrics_plots import TPS_WINDOW
 
 
 @pytest.fixture
@@ -76,9 +77,14 @@ def test_a_simulated_recording_says_so(qtbot, tmp_path):
     w.show_step(recs[-1].step)
     w.refresh(force=True)
     shown = [r for r in recs if r.step <= w.shown_step][-len(w.metrics.metrics["new"]):]
-    want = [len(r.new_tokens) / (r.token_time - r.clock) for r in shown]
-    assert len(shown) > 3 and max(want) > 0
+    new = np.array([len(r.new_tokens) for r in shown], float)
+    sec = np.array([r.token_time - r.clock for r in shown])
+    assert len(shown) > 3 and new.max() > 0
+    # output tok/s: tokens over simulated time of the TPS_WINDOW steps up to each step
+    want = [new[max(0, i + 1 - TPS_WINDOW):i + 1].sum() / sec[max(0, i + 1 - TPS_WINDOW):i + 1].sum()
+            for i in range(len(shown))]
     assert np.allclose(w.metrics.metrics["output"], want)
+    assert w.status["tps"].text() == f"{want[-1]:,.0f} output tok/s ({TPS_WINDOW}-step mean)"
     w.close()
     reader.close()
 

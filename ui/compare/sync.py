@@ -2,7 +2,8 @@
 
 By time, the positions ("ticks") are every step start of every run, on their common engine
 clock, in order: moving one tick forward shows the next moment at which any run starts a step,
-and each run shows its last step started at or before that moment (-1 before its first). By
+and each run shows its last step started at or before that moment (its step 0 before its first
+step started, so the window opens on step 0 of every run, never on an empty "step -1"). By
 step, tick k is step k of every run (clamped to each run's last step).
 """
 from __future__ import annotations
@@ -35,14 +36,15 @@ class SyncClock:
         return len(self.ticks) - 1
 
     def steps_at(self, tick: int) -> list[int]:
-        """The step each run shows at ``tick`` (clamped to the ticks); -1 = before its first."""
+        """The step each run shows at ``tick`` (clamped to the ticks): by time its last step
+        started by then, or step 0 before its first; -1 only for a run without steps."""
         if self.last_tick < 0:
             return [-1] * len(self.clocks)
         tick = min(max(int(tick), 0), self.last_tick)
         if self.by == "step":
             return [min(tick, last) for last in self.latest]
         t = self.ticks[tick]
-        return [int(np.searchsorted(c, t, side="right")) - 1 for c in self.clocks]
+        return [max(0, int(np.searchsorted(c, t, side="right")) - 1) if len(c) else -1 for c in self.clocks]
 
     def x_at(self, tick: int) -> float:
         """The position on the plots' x axis: engine time (by time) or the step (by step)."""

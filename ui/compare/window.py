@@ -31,6 +31,7 @@ from ui.jump import arrival_step, parse_jump
 from ui.views.block_map import KVBlockMap
 from ui.record_cache import RecordCache
 from ui.views.slot_timeline import SlotTimeline
+from ui.style.numbers import clock_text
 from ui.style.theme import apply_theme, fix_size
 from ui.transport import TransportBar
 
@@ -40,13 +41,14 @@ UNITS = {"wall": "s", "virtual": "steps", "sim": "sim s"}
 
 
 def header_html(c: Comparison, colors: Sequence[RGB]) -> str:
-    """The headline table as rich text (names escaped): a column per metric, a row per run,
-    each later run's ratio to the first run after its value, improvements green, regressions
-    red."""
+    """The headline table as rich text (names escaped): a row per run and, per metric, a column
+    of values (right-aligned, so digits line up) and a column of each later run's ratio to the
+    first run, improvements green, regressions red; the metric's name spans both."""
     first = c.headlines[0]
     sim = " · <b>SIMULATED</b> (times in simulated seconds)" if first.simulated else ""
     muted = css(MUTED)
-    cells = "".join(f"<td align='right' style='color:{muted}'>&nbsp;&nbsp;&nbsp;&nbsp;"
+    gap = "&nbsp;" * 4
+    cells = "".join(f"<td colspan='2' align='right' style='color:{muted}'>{gap}"
                     f"{html.escape(metric_label(attr, label, first.time_unit))}</td>"
                     for attr, label, _h, _s in HEADLINE_FIELDS)
     rows = [f"<tr><td style='color:{muted}'>one workload: {first.num_requests} requests, "
@@ -55,13 +57,13 @@ def header_html(c: Comparison, colors: Sequence[RGB]) -> str:
         row = [f"<td><span style='color:{css(colors[k % len(colors)])}'>&#9632;</span> "
                f"<b>{html.escape(h.name)}</b></td>"]
         for attr, _label, _higher, spec in HEADLINE_FIELDS:
-            text = num(h.value(attr), spec)
+            ratio = ""
             if k:
                 r = c.ratios(k)[attr]
                 good = is_better(attr, r)
                 color = css(GOOD) if good else css(BAD) if good is False else muted
-                text += f"&nbsp;<b style='color:{color}'>{ratio_text(r)}</b>"
-            row.append(f"<td align='right'>&nbsp;&nbsp;&nbsp;&nbsp;{text}</td>")
+                ratio = f"&nbsp;<b style='color:{color}'>{ratio_text(r)}</b>"
+            row.append(f"<td align='right'>{gap}{num(h.value(attr), spec)}</td><td align='left'>{ratio}</td>")
         rows.append(f"<tr>{''.join(row)}</tr>")
     return f"<table cellspacing='0' cellpadding='1'>{''.join(rows)}</table>"
 
@@ -91,7 +93,7 @@ class RunPane(QWidget):
         title = QLabel(f"<span style='color:{css(color)}'>&#9632;</span> <b>{html.escape(name)}</b>")
         self.where = fix_size(QLabel(""), "step 8888888 of 8888888 · t = 8.888e+88 sim s")
         self.where.setStyleSheet(f"color: {css(MUTED)};")
-        self.block_map = KVBlockMap()
+        self.block_map = KVBlockMap(layout="auto")
         self.timeline = SlotTimeline(window=window)
         split = _split(Qt.Horizontal, [self.block_map, self.timeline], [520, 1080])
         lay = QVBoxLayout(self)
@@ -114,7 +116,7 @@ class RunPane(QWidget):
         records = self.cache.get(k - self.window, k + 1)
         self.block_map.set_state(state)
         self.timeline.set_records(records, k, state.max_num_seqs, self.latest)
-        t = f" · t = {state.clock:.4g} {self.unit}" if k >= 0 else ""
+        t = f" · t = {clock_text(state.clock, self.unit)}" if k >= 0 else ""
         self.where.setText(f"step {k} of {self.latest}{t}")
 
     def set_selected(self, request_id: str | None) -> None:
@@ -222,7 +224,7 @@ class CompareWindow(QMainWindow):
             pane.show_step(step)
         x = self.sync.x_at(self.tick)
         self.metrics.set_cursor(x)
-        self.position.setText(f"t = {x:.4g} {self.unit}" if self.sync.by == "time" else f"step {int(x)}")
+        self.position.setText(f"t = {clock_text(x, self.unit)}" if self.sync.by == "time" else f"step {int(x)}")
         self.transport.set_position(self.tick, self.sync.last_tick, False)
 
     def jump_to(self, text: str) -> bool:

@@ -15,6 +15,7 @@ from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QDoubleSpinBox, QFormLayout, QHBoxLayout,
                                QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget)
 
+from engine.state.source import RecordingSource
 from recordings.errors import RecordingError
 from recordings.file.reader import Reader
 from recordings.metrics.serving import Slo
@@ -27,7 +28,7 @@ MAX_SLO_MS = 10_000_000.0
 def recording_path(source) -> Path | None:
     """The file behind a step source: a ``Reader``'s ``path``, or the ``recording`` a live
     run's info names; None when there is none (a source that records nothing)."""
-    path = getattr(source, "path", None) or (source.run_info() or {}).get("recording")
+    path = source.path if isinstance(source, RecordingSource) else (source.run_info() or {}).get("recording")
     return Path(path) if path else None
 
 

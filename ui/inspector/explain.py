@@ -23,6 +23,7 @@ from engine.state.state import EngineState
 from ui.views.request_table import (PAUSED_TEXT, SWAPPED_TEXT, not_admitted, reason_text,
                               reason_words, state_priority_of)
 from ui.state_lookup import find_row
+from engine.plural import plural
 from engine.vocab import RequestStatus, BlockEventKind, EventKind, NotAdmittedReason, PreemptionMode
 
 # what each preemption mode did with the victim's KV, after the engine's one-line description
@@ -35,7 +36,8 @@ MODE_NOTES = {
 # The engine records, at each admission with prefix caching on, a ``prefix_cache`` event saying
 # how much hit and where the match stopped and why (engine.kv.prefix_explain); the inspector lists
 # its lines under the prefix-cache hit, for live runs and recordings alike.
-PREFIX_EXPLAINERS: dict[str, Callable[[str], str]] = {EventKind.PREFIX_CACHE: describe_prefix_match}
+PREFIX_EXPLAINERS: dict[str, Callable[[str], str]] = {EventKind.PREFIX_CACHE: describe_prefix_match,
+                                                       EventKind.PREFIX_CACHE_WAITING: describe_prefix_match}
 
 
 def explain_waiting(record, view: RequestView, state: EngineState) -> str:
@@ -164,8 +166,7 @@ def load_history(source, request_id: str, step: int, block_size: int) -> Request
     """``request_id``'s preemptions, admissions and prefix notes up to and including ``step``,
     from ``source.request_timeline`` (a source without one: an empty history) and, for each
     admission, the ``hit`` block events of that step's record (``source.records``)."""
-    timeline = getattr(source, "request_timeline", None)
-    events = [e for e in (timeline(request_id) if callable(timeline) else ()) if e.step <= step]
+    events = [e for e in source.request_timeline(request_id) if e.step <= step]
     # a "scheduled" right after "resumed" is a paused request taking its slot back with its KV,
     # not an admission (no prefix-cache lookup)
     steps = sorted({e.step for prev, e in zip([None, *events], events)
@@ -187,10 +188,6 @@ def _hit_blocks(source, step: int, request_id: str) -> int:
                if ev.kind == BlockEventKind.HIT and ev.request_id == request_id)
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
 def prefix_text(history: RequestHistory, view: RequestView) -> str:
     """The first admission's hit, '48 of 130 prompt tokens hit (3 blocks)' (vLLM's
     ``num_cached_tokens``; re-admissions after a preemption are told with the preemption), then
@@ -199,7 +196,7 @@ def prefix_text(history: RequestHistory, view: RequestView) -> str:
         return "not admitted yet"
     first = history.admissions[0]
     text = (f"{first.num_cached_tokens} of {view.num_prompt_tokens} prompt tokens hit "
-            f"({_plural(first.num_cached_blocks, 'block')})")
+            f"({plural(first.num_cached_blocks, 'block')})")
     return "\n".join((text, *history.prefix_notes))
 
 
@@ -211,6 +208,6 @@ def preemption_text(history: RequestHistory) -> str:
     swapped = history.num_swapped_tokens
     lines.append(f"wasted: {history.num_dropped_tokens} KV tokens dropped, "
                  f"{history.num_recomputed_tokens} computed again "
-                 f"({_plural(len(history.preemptions), 'preemption')})"
+                 f"({plural(len(history.preemptions), 'preemption')})"
                  + (f"; {swapped} swapped to the CPU (kept, not recomputed)" if swapped else ""))
     return "\n".join(lines)

@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (QFormLayout, QHBoxLayout, QLabel, QPlainTextEdit,
 from engine.outputs import RequestView, StepRecord
 from engine.state.source import EngineControl, StepSource
 from engine.state.state import EngineState
+from ui.style.numbers import clock_text
 from ui.style.colors import ERROR, css, request_rgb
 from ui.inspector.explain import explain_waiting
 from ui.inspector.forensics import RequestForensics
@@ -19,6 +20,7 @@ from ui.request_menu import allowed_actions, run_action
 from ui.views.request_table import cell_text
 from ui.state_lookup import block_ids, find_view
 from ui.plain_text import PlainLabel, rich_escape
+from engine.plural import plural
 
 FIELDS = ("state", "arrival", "tokens", "KV", "latency", "reason")
 TEXT_PLACEHOLDER = "generated text appears here as it streams"
@@ -127,15 +129,16 @@ class RequestInspector(QWidget):
                             f"<b style='font-size:12pt'>{rich_escape(v.request_id)}</b> &nbsp; at step {self.step}")
         where = f"slot {v.slot}" if v.slot is not None else "no slot"
         self.values["state"].setText(f"{v.status.lower()} · {where} · {v.num_preemptions} preemptions")
-        self.values["arrival"].setText(f"step {v.arrival_step:,} (clock {v.arrival_time:,.3f})")
+        self.values["arrival"].setText(f"step {v.arrival_step:,} (clock {clock_text(v.arrival_time, self.time_unit)})")
         self.values["tokens"].setText(
             f"prompt {v.num_prompt_tokens} · generated {v.num_output_tokens} / {v.max_tokens}"
             f" · KV written {v.num_computed_tokens}")
         blocks = self.block_ids
         ids = ", ".join(map(str, blocks[:12])) + (" …" if len(blocks) > 12 else "")
-        self.values["KV"].setText(f"{len(blocks)} blocks [{ids}]" if blocks else "no blocks")
-        self.values["latency"].setText(f"TTFT {cell_text(v, 4)} · mean ITL {cell_text(v, 5)}"
-                                       f" ({self.time_unit or 'engine clock units'})")
+        self.values["KV"].setText(f"{plural(len(blocks), 'block')} [{ids}]" if blocks else "no blocks")
+        u = self.time_unit
+        self.values["latency"].setText(f"TTFT {cell_text(v, 4, unit=u)} · mean ITL {cell_text(v, 5, unit=u)}"
+                                       + ("" if u in ("s", "sim s") else f" ({u or 'engine clock units'})"))
         self.values["reason"].setText(explain_waiting(self.record, v, self.state) or "–")
         style = f"color: {css(ERROR)};" if v.error else ""
         if self.values["reason"].styleSheet() != style:     # a new style sheet re-polishes

@@ -12,6 +12,13 @@ A block taken out of use (the user shrank the usable pool: ``MARK_RESERVED``) is
 light diagonal hatching. :class:`BlockImage` keeps the image up to date by repainting only the
 cells whose look changed (a decode step changes the last block of each running request, not
 16k cells).
+
+When the blocks outnumber the view's device pixels a cell cannot be drawn at all: the map is
+then AREA-AVERAGED (:func:`dense_image`), as a downscaled photo is: each pixel shows the mean
+colour of the ``per_pixel`` consecutive blocks it covers, each block's colour being its cell's
+mean (:func:`block_rgb`: the owner's colour in proportion to its fill, the faint tint for the
+rest, free grey). A pixel's colour so tells fill and occupancy density (half of its blocks
+free: half-way to grey) instead of the colour of whichever block a sampling scaler hit.
 """
 from __future__ import annotations
 
@@ -19,7 +26,7 @@ import math
 
 import numpy as np
 
-from ui.style.colors import BACKGROUND, FREE, mix, packed, palette_lut
+from ui.style.colors import BACKGROUND, FREE, mix, packed, palette_lut, unpack
 
 MAX_PIXELS = 400_000   # target image size in pixels (16,384 blocks -> 4 px per block)
 MAX_CELL_PX = 12       # image pixels per block side at most (a larger view scales the image up)
@@ -32,6 +39,10 @@ RESERVED_HATCH = mix(FREE, (255, 255, 255), 0.12)       # ... with light diagona
 MARK_SHARED, MARK_CACHED_FREE, MARK_RESERVED = 1, 2, 3  # values of ``marks`` (< 4)
 _FULL = palette_lut()                                   # [21] packed; index -1 = free
 _TINT = palette_lut(lambda c: mix(c, FREE, TINT))
+_FULL_RGB = unpack(_FULL).astype(np.float32)            # [21, 3] the same, as RGB floats
+_TINT_RGB = unpack(_TINT).astype(np.float32)
+SHARED_SHARE = 0.5     # how far an area-averaged shared block's colour goes towards SHARED
+SELECTED_SHARE = 0.6   # ... and a pixel holding a selected block towards SELECTED
 
 
 def grid_columns(num_blocks: int, aspect: float = 2.0) -> int:
@@ -200,3 +211,61 @@ class BlockImage:
         grid[rows, :, cols, :] = tiles
 
 
+
+
+def block_rgb(palette_index: np.ndarray, fill: np.ndarray, block_size: int,
+              marks: np.ndarray | None = None) -> np.ndarray:
+    """The mean colour of each block's cell, float32 [n, 3] (0..255): the owner's colour over
+    ``fill / block_size`` of it and the faint tint over the rest (free: the free colour); a
+    shared block :data:`SHARED_SHARE` of the way to the shared gold, a cached-free one the
+    cached colour, one out of use the dark out-of-use colour. Arguments as :func:`render`."""
+    pi = np.asarray(palette_index, np.int64)
+    f = (np.clip(np.asarray(fill, np.float32), 0, block_size) / max(block_size, 1))[:, None]
+    tint = _TINT_RGB[pi]
+    rgb = tint + (_FULL_RGB[pi] - tint) * f
+    if marks is not None and marks.any():
+        shared = marks == MARK_SHARED
+        rgb[shared] = rgb[shared] * (1 - SHARED_SHARE) + np.float32(SHARED_SHARE) * np.array(SHARED, np.float32)
+        rgb[marks == MARK_CACHED_FREE] = CACHED_FREE
+        rgb[marks == MARK_RESERVED] = RESERVED_BG
+    return rgb
+
+
+def dense_image(rgb: np.ndarray, columns: int, per_pixel: int,
+                framed: np.ndarray | None = None) -> np.ndarray:
+    """The area-averaged map of more blocks than pixels: uint32 ``(rows, columns)`` packed
+    colours, pixel ``p`` (row-major) the mean of ``rgb`` (float [n, 3], :func:`block_rgb`) over
+    blocks ``p * per_pixel`` .. ``(p + 1) * per_pixel - 1`` (the last pixel over the blocks that
+    are left), the pixels past the last block the background. ``framed`` (bool [n], the
+    selection): a pixel holding any of them goes :data:`SELECTED_SHARE` of the way to white.
+    Raises ValueError for ``columns`` or ``per_pixel`` < 1."""
+    if columns < 1 or per_pixel < 1:
+        raise ValueError(f"dense_image needs columns >= 1 and per_pixel >= 1, got {columns}, {per_pixel}")
+    n, k = len(rgb), per_pixel
+    num_px = -(-n // k)
+    rows = max(1, -(-num_px // columns))
+    buf = np.zeros((num_px * k, 3), np.float32)
+    buf[:n] = rgb
+    counts = np.full(num_px, k, np.float32)
+    if num_px:
+        counts[-1] = n - (num_px - 1) * k
+    mean = buf.reshape(num_px, k, 3).sum(axis=1) / counts[:, None]
+    if framed is not None and framed.any():
+        sel = np.zeros(num_px * k, bool)
+        sel[:n] = framed
+        hit = sel.reshape(num_px, k).any(axis=1)
+        mean[hit] = mean[hit] * (1 - SELECTED_SHARE) + np.float32(255 * SELECTED_SHARE)
+    out = np.full(rows * columns, packed(BACKGROUND), np.uint32)
+    out[:num_px] = packed(np.rint(mean))
+    return out.reshape(rows, columns)
+
+
+def blank_cells(image: np.ndarray, blank: np.ndarray, columns: int, px: int) -> None:
+    """Paint the cells where ``blank`` (bool [rows * columns], row-major) is True in the
+    background colour, in place (``image``: uint32 ``(rows * px, columns * px)``): grid places
+    that show no block."""
+    rows = image.shape[0] // px
+    r, c = np.divmod(np.flatnonzero(blank[:rows * columns]), columns)
+    if len(r):
+        grid = image.reshape(rows, px, columns, px)
+        grid[r, :, c, :] = packed(BACKGROUND)

@@ -21,6 +21,7 @@ from ui.views.block_image import BlockImage
 from ui.style.colors import MUTED, color_indices
 from ui.views.packed_image import PackedImageItem
 from ui.state_lookup import find_row
+from engine.plural import plural
 
 
 class CpuPoolLayer:
@@ -84,7 +85,7 @@ class CpuPoolLayer:
             self.top = top
             self.item.setPos(0, top)
             self.label.setPos(0, top)
-        text = f"CPU swap pool: {int(held.sum()):,} / {n:,} blocks hold swapped-out KV"
+        text = f"CPU swap pool: {int(held.sum()):,} / {plural(n, 'block')} hold swapped-out KV"
         if text != self._label:
             self._label = text
             self.label.setText(text)

@@ -41,13 +41,16 @@ from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 from engine.outputs import StepRecord
 from recordings.metrics.roofline import Roofline, roofline_of
 from ui.style.colors import MUTED, PALETTE, TEXT, css
+from ui.style.numbers import number_text
 from ui.record_cache import StepMemo, step_span
 from ui.step_summary import StepSummary, as_summaries
 from ui.style.theme import PLOT_BG, PLOT_FG, cache_decorations, style_axis
 
+TPS_WINDOW = 16     # output tokens/s: tokens over time of this many steps (status bar and plot)
+TPS_WORDS = f"{TPS_WINDOW}-step mean"
 # (key, title, y label, y units, [(series, colour)])
 PLOTS = (
-    ("throughput", "Output tokens/s", "tokens/s", None, [("output", PALETTE[0])]),
+    ("throughput", f"Output tokens/s ({TPS_WORDS})", "tokens/s", None, [("output", PALETTE[0])]),
     ("batch", "Batch size", "requests", None, [("scheduled", PALETTE[1])]),
     ("kv", "KV cache usage", "%", None, [("kv", PALETTE[2])]),
     ("queues", "Queues", "requests", None,
@@ -135,17 +138,36 @@ def metric_row(s: StepSummary, simulated: bool = False, roofline: Roofline | Non
 def step_metrics(steps: Sequence[StepSummary | StepRecord], rows: Sequence[tuple] | None = None,
                  num_swapped: int | None = None) -> dict[str, np.ndarray]:
     """float64 arrays over ``steps`` (summaries or records, in step order, consecutive), one per
-    :data:`FIELDS` key plus ``output`` (output tokens/s = new tokens / step wall time),
+    :data:`FIELDS` key plus ``output`` (output tokens/s, :func:`output_tps`: the
+    :data:`TPS_WINDOW` steps up to each step),
     ``efficiency`` (roofline floor / step time, in %) and ``swapped`` (:func:`swapped_counts`
     from ``num_swapped``, the swapped queue after the last step; empty when not given).
     ``rows``: their :func:`metric_row`s when already known."""
     rows = [metric_row(s) for s in as_summaries(steps)] if rows is None else rows
     table = np.array(rows, float).reshape(len(rows), len(FIELDS))
     m = {k: table[:, i] for i, k in enumerate(FIELDS)}
-    m["output"] = m["new"] / np.maximum(m["seconds"], 1e-9)
+    m["output"] = output_tps(m["new"], m["seconds"])
     m["efficiency"] = 100.0 * m["floor_s"] / np.maximum(m["seconds"], 1e-9)
     m["swapped"] = np.zeros(0) if num_swapped is None else swapped_counts(m, num_swapped)
     return m
+
+
+def output_tps(new: np.ndarray, seconds: np.ndarray, window: int = TPS_WINDOW) -> np.ndarray:
+    """Output tokens/s at each step: the output tokens of the ``window`` steps up to it (fewer
+    at the start) over their summed duration, float64 [n] from ``new`` (tokens per step) and
+    ``seconds`` (each step's duration, wall or simulated), both float [n]. The ONE definition of
+    output tok/s in the window: the throughput plot draws it and the status bar shows its last
+    value (a mean of per-step rates would weigh a 5 ms decode step like a 500 ms prefill step:
+    it read ~4x the tokens actually produced per second). Raises ValueError on arrays of
+    different lengths or a ``window`` < 1."""
+    new, seconds = np.asarray(new, float), np.asarray(seconds, float)
+    if new.shape != seconds.shape or window < 1:
+        raise ValueError(f"output_tps needs arrays of one length and window >= 1, got "
+                         f"{new.shape}, {seconds.shape}, window {window}")
+    def trailing(a: np.ndarray) -> np.ndarray:
+        c = np.concatenate([[0.0], np.cumsum(a)])
+        return c[1:] - c[np.maximum(np.arange(1, len(a) + 1) - window, 0)]
+    return trailing(new) / np.maximum(trailing(seconds), 1e-9)
 
 
 def swapped_counts(m: Mapping[str, np.ndarray], num_swapped: int) -> np.ndarray:
@@ -201,7 +223,7 @@ class WindowCurve(pg.PlotCurveItem):
 def value_ticks(axis: pg.AxisItem, top: float) -> None:
     """Label 0, ``top`` / 2 and ``top`` only: pyqtgraph puts at least 2.25 major intervals and
     their minor ticks on any axis, and on these ~40-pixel plots the labels overlapped."""
-    axis.setTicks([[(v, f"{v:,.0f}" if v >= 10 else f"{v:g}") for v in (0.0, top / 2, top)], []])
+    axis.setTicks([[(v, number_text(v)) for v in (0.0, top / 2, top)], []])
 
 
 def nice_ceiling(x: float) -> float:
@@ -407,7 +429,8 @@ class MetricsPlots(QWidget):
             self._top.pop("efficiency", None)
             plot.setYRange(0, 1, padding=0.02)
 
-    def mean_output_tps(self, last: int = 10) -> float | None:
-        """Mean output tokens/s over the last ``last`` plotted steps (None with no steps)."""
-        new, sec = self.metrics["new"][-last:], self.metrics["seconds"][-last:]
-        return float(new.sum() / sec.sum()) if len(sec) else None
+    def mean_output_tps(self) -> float | None:
+        """Output tokens/s at the shown step as the throughput plot draws it (:func:`output_tps`,
+        :data:`TPS_WINDOW` steps; None with no steps)."""
+        out = self.metrics["output"]
+        return float(out[-1]) if len(out) else None

@@ -19,6 +19,7 @@ from ui.style.colors import ERROR, PALETTE, color_index
 from ui.plain_text import tooltip_text
 from ui.state_lookup import find_row
 from ui.step_summary import StepSummary
+from ui.style.numbers import clock_text
 from engine.vocab import RequestStatus, NotAdmittedReason
 
 COLUMNS = ("id", "state", "prompt", "output", "TTFT", "ITL", "preempt", "priority", "reason")
@@ -58,10 +59,6 @@ def _position(state: EngineState, rows: np.ndarray, request_id: str) -> int | No
         return None
     i = int(np.searchsorted(rows, r))
     return i if i < len(rows) and rows[i] == r else None
-
-
-def _num(x: float | None, unit: str = "") -> str:
-    return "–" if x is None else f"{x:.3g}{unit}"
 
 
 def not_admitted(record: StepRecord | StepSummary | None, v: RequestView,
@@ -110,9 +107,11 @@ def reason_words(reason: str) -> str:
 
 
 def cell_text(r: RequestView, column: int, reason: str | None = None,
-              priority: int | None = None) -> str:
-    """Text of ``column`` (see :data:`COLUMNS`) for request ``r`` (times in engine clock units);
-    ``priority`` from the state's column ("–" when unknown: a finished request's view)."""
+              priority: int | None = None, unit: str = "") -> str:
+    """Text of ``column`` (see :data:`COLUMNS`) for request ``r``: times on the engine clock,
+    whose ``unit`` is ``"s"`` / ``"sim s"`` (``2,290 s``, ``38.2 s``, ``412 ms``) or ``"steps"``
+    / ``""`` (plain numbers: ``2,290``; ``ui.style.numbers``, never an exponent); ``priority``
+    from the state's column ("–" when unknown: a finished request's view)."""
     if column == 0:
         return r.request_id
     if column == 1:
@@ -122,9 +121,9 @@ def cell_text(r: RequestView, column: int, reason: str | None = None,
     if column == 3:
         return f"{r.num_output_tokens} / {r.max_tokens}"
     if column == 4:
-        return _num(r.ttft)
+        return clock_text(r.ttft, unit)
     if column == 5:
-        return _num(r.mean_itl)
+        return clock_text(r.mean_itl, unit)
     if column == 6:
         return str(r.num_preemptions)
     if column == PRIORITY_COLUMN:
@@ -151,7 +150,7 @@ class RequestTableModel(QAbstractTableModel):
     return True on a reset. With ``reasons`` the last column says why a waiting request was not
     admitted in the step of the record given to ``set_state_rows``."""
 
-    time_unit = ""        # "s" (wall clock) or "steps" (virtual clock), shown in the TTFT/ITL headers
+    time_unit = ""        # "s" / "sim s" (in the TTFT/ITL cells) or "steps" (in their headers)
 
     def __init__(self, parent=None, reasons: bool = False):
         super().__init__(parent)
@@ -319,7 +318,8 @@ class RequestTableModel(QAbstractTableModel):
 
     def headerData(self, section, orientation, role=DISPLAY):
         if role == DISPLAY and orientation == _HORIZONTAL:
-            if COLUMNS[section] in ("TTFT", "ITL") and self.time_unit:
+            if COLUMNS[section] in ("TTFT", "ITL") and self.time_unit not in ("", "s", "sim s"):
+                # seconds carry their unit in the cells (412 ms, 38.2 s); other units here
                 return f"{COLUMNS[section]} ({self.time_unit})"
             return HEADERS[section]
         if role == TOOLTIP and orientation == _HORIZONTAL and section == PRIORITY_COLUMN:
@@ -330,6 +330,7 @@ class RequestTableModel(QAbstractTableModel):
         """Name the unit of the TTFT and ITL columns."""
         if unit != self.time_unit:
             self.time_unit = unit
+            self._texts = {}
             self.headerDataChanged.emit(_HORIZONTAL, 0, len(COLUMNS) - 1)
 
     def texts(self, i: int) -> list[str]:
@@ -337,7 +338,8 @@ class RequestTableModel(QAbstractTableModel):
         t = self._texts.get(i)
         if t is None:
             v, reason, priority = self.view(i), self.reason(i), self.priority(i)
-            t = self._texts[i] = [cell_text(v, c, reason, priority) for c in range(len(COLUMNS))]
+            t = self._texts[i] = [cell_text(v, c, reason, priority, self.time_unit)
+                                  for c in range(len(COLUMNS))]
         return t
 
     def data(self, index: QModelIndex, role=DISPLAY):

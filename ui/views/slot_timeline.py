@@ -11,6 +11,15 @@ request key) per slot and step is kept while the window stays put: a frame draws
 of the steps that changed (the new one, while the run advances), in numpy over all of them at
 once, and repaints only those columns of the image: no Python per cell, no pass over the
 window per frame.
+
+At production batch sizes (256-1024 slots) most rows are idle most of the time and a row is a
+hairline. COMPACT mode shows only the slots used somewhere in the visible window (their numbers
+on the axis), so rows are taller and get ids and stripes; it is on by itself (``compact=None``)
+when at least :data:`AUTO_COMPACT_SLOTS` slots are configured and most of them are idle in the
+window, and the "compact" button sets it either way. Above the rows an OCCUPANCY strip is the
+overview: per step, the share of all slots that ran decode (solid) and prefill chunks (amber),
+stacked from the bottom, so prefill and decode stay apart at every zoom, even where a row is
+one pixel.
 """
 from __future__ import annotations
 
@@ -20,7 +29,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Signal
 from PySide6.QtGui import QFont
-from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QToolButton, QVBoxLayout, QWidget
 
 from engine.outputs import BatchEntry, StepRecord
 from ui.style.colors import (BACKGROUND, IDLE, MUTED, color_index, css, dim, lighten,
@@ -35,6 +44,11 @@ from ui.style.theme import cache_decorations, plot_widget, style_axis, title_row
 LABEL_PX = 56       # a run of cells this wide (screen pixels) gets its request id written on it
 MAX_LABELS = 300
 MAX_KEYS = 1_000_000   # request keys remembered before the key table starts over
+AXIS_PX = 46               # width of the slot axis (and the strip's, so their columns line up)
+AUTO_COMPACT_SLOTS = 32    # compact=None: compact from this many slots when most are idle
+STRIP_PX = 24              # image rows of the occupancy strip
+STRIP_DECODE = (122, 162, 204)     # the occupancy strip's decode share ...
+STRIP_PREFILL = (242, 183, 5)      # ... and prefill share
 _NO_STEP = StepSummary((), [np.zeros(0, object)] + [np.zeros(0, np.int64)] * 3 + [np.zeros(0, bool)])
 _SOLID = palette_lut(none=IDLE)
 _LIGHT = palette_lut(lambda c: lighten(c, 0.5), none=IDLE)
@@ -66,10 +80,14 @@ class SlotTimeline(QWidget):
 
     requestSelected = Signal(str)
 
-    def __init__(self, max_num_seqs: int = 1, window: int = 200, parent: QWidget | None = None):
+    def __init__(self, max_num_seqs: int = 1, window: int = 200, parent: QWidget | None = None,
+                 compact: bool | None = None):
         super().__init__(parent)
         self.window = window
         self.max_num_seqs = max(1, max_num_seqs)
+        self.compact_choice = compact          # None: auto (see the module)
+        self.compact = False
+        self.shown_slots = np.arange(self.max_num_seqs)   # the slots drawn, top to bottom
         self.row_px = row_px(self.max_num_seqs)
         self.shown_step = -1
         self.first_step, self.span = 0, window
@@ -102,13 +120,39 @@ class SlotTimeline(QWidget):
         pi.getViewBox().sigResized.connect(lambda *_: self._grid is not None and self._paint())
         track_pointer(self.plot, self._cell_at_scene, lambda c: self.describe(*c), self._clicked)
         head, self.title, self.title_numbers = title_row(
-            "Batch slots", "  ·  8888 slots  ·  steps 88888888–88888888")
+            "Batch slots", "  ·  8888 slots (8888 used: compact)  ·  steps 88888888–88888888")
         head.addStretch(1)
         head.addWidget(QLabel(self._legend_html()))
+        self.compact_button = QToolButton()
+        self.compact_button.setText("compact")
+        self.compact_button.setCheckable(True)
+        self.compact_button.setAutoRaise(True)
+        self.compact_button.setToolTip("compact: only the slots used in the shown steps "
+                                       "(on by itself when most of many slots are idle)")
+        self.compact_button.clicked.connect(self.set_compact)
+        head.addWidget(self.compact_button)
+        self.strip = plot_widget()
+        self.strip.setFixedHeight(34)
+        spi = self.strip.getPlotItem()
+        spi.setMouseEnabled(False, False)
+        spi.hideAxis("bottom")
+        style_axis(spi.getAxis("left"), "used")
+        spi.getAxis("left").setTicks([[], []])             # 0 .. all slots: the strip's height
+        self.strip.setToolTip("slots used per step, of all slots: decode (blue, from the bottom), "
+                              "prefill chunks (amber, above)")
+        for axis in (spi.getAxis("left"), pi.getAxis("left")):   # the strip's columns over the rows'
+            axis.setWidth(AXIS_PX)
+        cache_decorations(spi)
+        spi.setXLink(pi)
+        spi.setYRange(0, 1, padding=0)
+        self.strip_item = PackedImageItem()
+        spi.addItem(self.strip_item)
+        self.strip_image = np.zeros((STRIP_PX, 1), np.uint32)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.setSpacing(2)
         lay.addLayout(head)
+        lay.addWidget(self.strip)
         lay.addWidget(self.plot, 1)
         self._set_slot_ticks()
 
@@ -121,10 +165,37 @@ class SlotTimeline(QWidget):
                 " &nbsp; ┆ shown step</span>")
 
     def _set_slot_ticks(self) -> None:
-        s = self.max_num_seqs
-        stride = max(1, s // 16)
-        ticks = [(i, str(i)) for i in range(0, s, stride)]
+        shown = self.shown_slots
+        stride = max(1, len(shown) // 16)
+        ticks = [(i, str(int(shown[i]))) for i in range(0, len(shown), stride)]
         self.plot.getPlotItem().getAxis("left").setTicks([ticks])
+
+    def set_compact(self, on: bool | None) -> None:
+        """Show only the slots used in the window (True), all slots (False), or decide by
+        itself (None: see the module); the button's state follows."""
+        self.compact_choice = None if on is None else bool(on)
+        if self._grid is not None:
+            self._choose_rows()
+            self._paint()
+        self.compact_button.setChecked(self.compact)
+
+    def _choose_rows(self) -> bool:
+        """Pick the slots to draw (``shown_slots``) from the grid; True when they changed."""
+        s = self.max_num_seqs
+        used = np.flatnonzero((self._grid[2] >= 0).any(axis=1))
+        choice = self.compact_choice
+        compact = choice if choice is not None else (s >= AUTO_COMPACT_SLOTS and 2 * len(used) < s)
+        shown = used if compact and len(used) else np.arange(s)
+        self.compact = bool(compact)
+        if self.compact_button.isChecked() != self.compact:
+            self.compact_button.setChecked(self.compact)
+        if np.array_equal(shown, self.shown_slots):
+            return False
+        self.shown_slots = shown
+        self.row_px = row_px(len(shown))
+        self._shown_at = None
+        self._set_slot_ticks()
+        return True
 
     # --- per-step columns ----------------------------------------------------------------
     def _new_key(self, request_id: str) -> int:
@@ -170,6 +241,7 @@ class SlotTimeline(QWidget):
         new_keys = (max_num_seqs and max_num_seqs != self.max_num_seqs) or len(self._ids) > MAX_KEYS
         if new_keys:
             self.max_num_seqs = max_num_seqs or self.max_num_seqs
+            self.shown_slots = np.arange(self.max_num_seqs)
             self.row_px = row_px(self.max_num_seqs)
             self._keys, self._ids, self._pal_of_key = {}, [], np.zeros(0, np.int16)
             self._set_slot_ticks()
@@ -192,8 +264,10 @@ class SlotTimeline(QWidget):
                 grid[:, changed] = c
             for j in changed:
                 drawn[j] = want[j]
-        self.title_numbers.setText(f"  ·  {s} slots  ·  steps {x0}–{max(shown_step, x0)}")
-        self._paint(changed if self.image is not None else None)
+        rows_changed = self._choose_rows()
+        used = f" ({len(self.shown_slots)} used: compact)" if self.compact else ""
+        self.title_numbers.setText(f"  ·  {s} slots{used}  ·  steps {x0}–{max(shown_step, x0)}")
+        self._paint(changed if self.image is not None and not rows_changed else None)
 
     def _move_grid(self, x0: int, w: int, s: int, keep: bool) -> None:
         """A grid for the steps ``x0 .. x0 + w - 1``, keeping the columns of the steps it shares
@@ -213,9 +287,9 @@ class SlotTimeline(QWidget):
         for new, prev in zip(self._grid, old):
             new[:, lo - x0:hi - x0] = prev[:, lo - ox0:hi - ox0]
         self._drawn[lo - x0:hi - x0] = old_drawn[lo - ox0:hi - ox0]
-        if old_image is not None and old_image.shape[1] == ow:
+        if old_image is not None and old_image.shape == (len(self.shown_slots) * self.row_px, ow):
             # the kept columns' pixels move with them; the others are idle until drawn
-            image = np.empty((s * self.row_px, w), np.uint32)
+            image = np.empty((len(self.shown_slots) * self.row_px, w), np.uint32)
             image[:, lo - x0:hi - x0] = old_image[:, lo - ox0:hi - ox0]
             rest = [j for j in range(w) if not lo - x0 <= j < hi - x0]
             if rest:                                        # idle columns, all alike
@@ -248,7 +322,7 @@ class SlotTimeline(QWidget):
 
     def _pixels(self, columns) -> np.ndarray:
         """Image pixels of the grid's ``columns`` (uint32 ``(slots * row_px, len)``)."""
-        pal, pre, key = (g[:, columns] for g in self._grid)
+        pal, pre, key = (g[self.shown_slots][:, columns] for g in self._grid)
         s, w = pal.shape
         rp = self.row_px
         if self.selected is None:
@@ -269,7 +343,7 @@ class SlotTimeline(QWidget):
         """Put the image's place, the axes' ranges, the marker and the labels on screen. The
         view is in window columns (x = step - ``first_step``): it moves only when the window's
         size changes (while the run is short); a page relabels the step axis."""
-        s, w, x0 = self.max_num_seqs, self.span, self.first_step
+        s, w, x0 = len(self.shown_slots), self.span, self.first_step
         if self._shown_at != (w, s):
             self._shown_at = (w, s)
             self.item.setRect(QRectF(-0.5, -0.5, w, s))
@@ -277,10 +351,28 @@ class SlotTimeline(QWidget):
             pi.setXRange(-0.5, w - 0.5, padding=0)
             pi.setYRange(-0.5, s - 0.5, padding=0)
             pi.getViewBox().updateMatrix()     # now, not while painting (a second repaint)
+            self.strip_item.setRect(QRectF(-0.5, 0, w, 1))
         self.step_axis.set_offset(x0)
         self.marker.setValue(self.shown_step - x0)
         self.marker.setVisible(self.shown_step >= 0)
-        self._place_labels(self._grid[2])
+        self._paint_strip()
+        self._place_labels(self._grid[2][self.shown_slots])
+
+    def _paint_strip(self) -> None:
+        """The occupancy strip: per step column, the share of all slots that decoded (solid,
+        from the bottom) and ran a prefill chunk (amber, above it); idle above both."""
+        _pal, pre, key = self._grid
+        used = (key >= 0).sum(axis=0)
+        num_prefill = (pre & (key >= 0)).sum(axis=0)
+        s = self.max_num_seqs
+        h = STRIP_PX
+        decode_top = np.rint((used - num_prefill) * h / s)          # rows from the bottom
+        all_top = np.rint(used * h / s)
+        y = (h - 1 - np.arange(h))[:, None]                         # rows from the bottom
+        img = np.where(y < decode_top[None, :], packed(STRIP_DECODE),
+                       np.where(y < all_top[None, :], packed(STRIP_PREFILL), packed(IDLE)))
+        self.strip_image = img.astype(np.uint32)
+        self.strip_item.set_packed(self.strip_image)
 
     def _place_labels(self, key: np.ndarray) -> None:
         """Write the request id at the start of every run of cells wide enough to hold it
@@ -289,7 +381,7 @@ class SlotTimeline(QWidget):
         px_per_step = max(vb.width(), 1.0) / max(self.span, 1)
         min_run = max(1, int(np.ceil(LABEL_PX / px_per_step)))
         runs = []
-        if vb.height() / max(self.max_num_seqs, 1) >= 14:
+        if vb.height() / max(len(self.shown_slots), 1) >= 14:
             for slot, row in enumerate(key):
                 edges = np.flatnonzero(np.diff(np.r_[-2, row, -2]))
                 for a, b in zip(edges[:-1], edges[1:]):
@@ -314,15 +406,19 @@ class SlotTimeline(QWidget):
 
     # --- lookups (hover, click, tests) -----------------------------------------------------
     def pixel_of(self, slot: int, step: int) -> tuple[int, int]:
-        """Image (row, col) of the first painted pixel of cell (slot, step)."""
-        return slot * self.row_px, step - self.first_step
+        """Image (row, col) of the first painted pixel of cell (slot, step). Raises ValueError
+        for a slot that compact mode does not show."""
+        rows = np.flatnonzero(self.shown_slots == slot)
+        if not len(rows):
+            raise ValueError(f"slot {slot} is not shown (compact: only the slots used in the window)")
+        return int(rows[0]) * self.row_px, step - self.first_step
 
     def cell_at(self, x: float, y: float) -> tuple[int, int] | None:
         """(step, slot) under view coordinates (x: the window's column, step - ``first_step``;
         y: the slot), None outside the window."""
-        step, slot = self.first_step + int(round(x)), int(round(y))
-        if 0 <= slot < self.max_num_seqs and self.first_step <= step < self.first_step + self.span:
-            return step, slot
+        step, row = self.first_step + int(round(x)), int(round(y))
+        if 0 <= row < len(self.shown_slots) and self.first_step <= step < self.first_step + self.span:
+            return step, int(self.shown_slots[row])
         return None
 
     def entry_at(self, step: int, slot: int) -> BatchEntry | None:

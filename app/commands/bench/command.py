@@ -67,6 +67,11 @@ def add_bench_parser(sub) -> None:
     rec.add_argument("--record", metavar="PATH", help="record every step to this new .sqlite file")
     rec.add_argument("--no-record", action="store_true", help="no recording (the default)")
     g.add_argument("--json", metavar="OUT", help="also write the figures to this JSON file")
+    g.add_argument("--predict", action="store_true",
+                   help="also print the simulated executor's prediction for the same requests on the measured "
+                        "peaks (engine/sim: the roofline cost model with its default calibration, the same "
+                        "scheduler and knobs) next to the measurement; `batchscope fit` tunes the calibration "
+                        "from a recorded run")
     add_engine_args(bench, num_gpu_blocks=None, clock="wall")
     add_workload_args(bench, time_scale=1.0)
     bench.set_defaults(model=None, max_num_seqs=256, max_num_batched_tokens=8192, max_model_len=2048)

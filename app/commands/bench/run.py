@@ -78,12 +78,15 @@ def _bench(args: argparse.Namespace) -> int:
                     eos_token_id=built.engine.eos_token_id, recorder=writer)
     gc.collect()
     gc.freeze()               # model and workload live for the whole run: out of the full GC passes
+    compiled_before = _compiled_variants(device)
     t0 = time.perf_counter()
     add_workload(eng, requests, clock=eng.config.clock)
     records = _serve(eng, len(requests))
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     duration = time.perf_counter() - t0
+    compiled_after = _compiled_variants(device)
+    compiles = None if compiled_before is None or compiled_after is None else compiled_after - compiled_before
     if writer is not None:
         writer.close()
     figures = bench_figures(records, cost, duration, num_requests=len(requests),
@@ -94,15 +97,50 @@ def _bench(args: argparse.Namespace) -> int:
           f"recording {'to ' + args.record if args.record else 'off'}")
     for line in format_figures(figures):
         print(line)
+    if compiles is not None:
+        print(f"{'kernel compiles':<21}{compiles} during the timed run (Triton; 0 expected after warm-up)")
+    prediction = predict(built.config, cost, requests) if getattr(args, "predict", False) else None
+    if prediction is not None:
+        p = prediction
+        print(f"{'predicted (sim)':<21}{p['output_tokens_per_s']:,.1f} output tokens/s, {p['duration_s']:.4g} s, "
+              f"{p['num_steps']} steps; measured / predicted time {duration / p['duration_s']:.2f}")
     if args.json:
         out = {"figures": figures.to_dict(), "peaks": peaks.to_dict(), "config": built.config.to_dict(),
                "model": built.run_info["model"], "workload": trace_info, "recording": args.record,
-               "recorder_error": eng.recorder_error}
+               "recorder_error": eng.recorder_error, "kernel_compiles_during_run": compiles,
+               "prediction": prediction}
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     if eng.recorder_error:
         print(f"batchscope: {eng.recorder_error}", file=sys.stderr)
         return 1
     return 0
+
+
+def predict(config, cost: CostModel, requests: list) -> dict:
+    """The simulated executor's prediction (``engine.sim.executor.SimExecutor``) for ``requests``
+    under ``config`` (same scheduler and knobs, virtual clock: every anchor request arrives at 0),
+    on ``cost``'s shape and peaks with the simulator's default calibration (``CostParams``):
+    predicted seconds (the sum of its step times), steps and output tokens per second."""
+    from engine.sim.cost_model import CostParams
+    from engine.sim.executor import SimExecutor
+
+    sim = SimExecutor(cost.with_params(CostParams()), seed=config.seed, block_size=config.block_size)
+    eng = LLMEngine(config.replace(clock="virtual"), sim, config.num_gpu_blocks)
+    done = eng.collect_finished()
+    add_workload(eng, requests, clock=eng.config.clock)
+    eng.run_until_done()
+    tokens = sum(done[r.request_id].num_output_tokens for r in requests)
+    return {"duration_s": sim.total_time_s, "num_steps": sim.num_steps, "num_output_tokens": tokens,
+            "output_tokens_per_s": tokens / sim.total_time_s if sim.total_time_s > 0 else None,
+            "cost_params": "default (engine.sim.cost_model.CostParams)"}
+
+
+def _compiled_variants(device: torch.device) -> int | None:
+    """Compiled variants of our Triton kernels in this process (CUDA only; None elsewhere)."""
+    if device.type != "cuda":
+        return None
+    from engine.runner.attention.triton_attention import compiled_variants
+    return compiled_variants()
 
 
 def _workload(args: argparse.Namespace, built) -> tuple[list, dict, list[str]]:
@@ -130,7 +168,7 @@ def _serve(eng: LLMEngine, total: int) -> list:
     """Step until every request finished (sleeping through idle gaps before future arrivals),
     with a progress bar; returns the step records."""
     records = []
-    with tqdm(total=total, unit="req", desc="bench", dynamic_ncols=True, file=sys.stderr) as bar:
+    with tqdm(disable=None, total=total, unit="req", desc="bench", dynamic_ncols=True, file=sys.stderr) as bar:
         done = 0
         while eng.has_unfinished:
             eng.admit_due()

@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import datetime as dt
 import io
+import os
 import sys
 from pathlib import Path
 
@@ -100,26 +101,42 @@ def plan_runs(args: argparse.Namespace) -> list[RunConfig]:
     return configs
 
 
-def record_runs(args: argparse.Namespace, configs: list[RunConfig], out: Path) -> list[Path] | int:
+def record_runs(args: argparse.Namespace, configs: list[RunConfig], out: Path,
+                host_speed=None) -> list[Path] | int:
     """Run the workload under each config with ``batchscope run``'s machinery (a progress bar
     each), recording to ``out/<n>-<slug>.sqlite`` with the run's printed summary in ``.txt``
-    next to it. Returns the recordings, or an exit code when a run failed (its output shown)."""
+    next to it. Runs on the wall clock also time the host before and after each run
+    (``host_speed()``, default ``app.host_speed.host_speed_ms``) and say when its speed changed
+    (``app.host_speed.speed_change_note``): other work on the machine, not the config. Returns
+    the recordings, or an exit code when a run failed (its output shown)."""
+    from app.args import engine_config
     from app.commands.run import run_headless
+    from app.host_speed import host_speed_ms, speed_change_note
 
     out.mkdir(parents=True, exist_ok=True)
-    paths = []
+    paths, checks = [], []
     for i, c in enumerate(configs, 1):
         path = out / f"{i}-{c.slug}.sqlite"
         print(f"[{i}/{len(configs)}] {c.label} -> {path}", file=sys.stderr)
+        run = run_args(args, c, str(path))
+        timed = engine_config(run).clock == "wall"      # (sim runs: simulated seconds)
+        before = (host_speed or host_speed_ms)() if timed else None
         log = io.StringIO()
         with contextlib.redirect_stdout(log):
-            code = run_headless(run_args(args, c, str(path)))
+            code = run_headless(run)
         path.with_suffix(".txt").write_text(log.getvalue())
         if code != 0:
             print(log.getvalue(), end="")
             return _fail(f"run {i} ({c.label}) failed (exit {code}); the recordings so far are in {out}",
                          code if code == 130 else 1)
+        if timed:
+            checks.append((c.label, before, (host_speed or host_speed_ms)()))
+            print(f"  host speed check {checks[-1][1]:.1f} ms before, {checks[-1][2]:.1f} ms after "
+                  "(lower is faster)", file=sys.stderr)
         paths.append(path)
+    note = speed_change_note(checks)
+    if note:
+        print(f"batchscope compare: note: {note}", file=sys.stderr)
     return paths
 
 
@@ -154,8 +171,14 @@ def run_compare(args: argparse.Namespace) -> int:
 
     if args.top < 0:
         return _fail(f"--top must be >= 0, got {args.top}", 2)
-    if args.report and not Path(args.report).resolve().parent.is_dir():
-        return _fail(f"cannot write {args.report}: its folder does not exist", 2)
+    from app.usage import UsageError, check_output, check_output_folder
+    try:
+        if args.report:       # a report is replaced; the recordings' folder must be new or empty
+            check_output(args.report, overwrite=True)
+        if not args.recordings:
+            check_output_folder(args.out if args.out else default_out_dir().parent)
+    except UsageError as e:
+        return _fail(str(e), 2)
     if args.recordings:
         if args.policies or args.configs or args.trace:
             return _fail("give recordings, or --trace/--policies/--configs to run, not both", 2)
@@ -202,7 +225,22 @@ def show_comparison(paths: list[Path], names: list[str] | None, args: argparse.N
         print(f"\nreport: {args.report}")
     if args.no_window:
         return 0
+    if args.report and not interactive_display():
+        # the report is what a headless run is for: never wait on a window nobody can see
+        print(f"no display (DISPLAY/WAYLAND_DISPLAY unset, or Qt's {os.environ.get('QT_QPA_PLATFORM') or 'no'} "
+              "platform): the compare window is not opened; the report holds the comparison", file=sys.stderr)
+        return 0
     return open_compare_window(paths, comparison)
+
+
+def interactive_display() -> bool:
+    """Whether a window opened here can be seen: not Qt's offscreen or minimal platform, and on
+    Linux a display (DISPLAY or WAYLAND_DISPLAY)."""
+    if os.environ.get("QT_QPA_PLATFORM", "").split(":")[0] in ("offscreen", "minimal"):
+        return False
+    if sys.platform.startswith("linux"):
+        return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+    return True
 
 
 def open_compare_window(paths: list[Path], comparison) -> int:
@@ -212,14 +250,14 @@ def open_compare_window(paths: list[Path], comparison) -> int:
     if not _has_display():
         return _fail("no display found (DISPLAY/WAYLAND_DISPLAY unset): use --no-window, run it on a "
                      "desktop or under Xvfb, or headless with QT_QPA_PLATFORM=offscreen")
-    from PySide6.QtWidgets import QApplication
 
 
     from recordings.file.open_reader import open_reader
     from ui.compare.window import CompareWindow
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
-    app.setApplicationName("BatchScope")
+    from ui.qt_app import qt_application
+
+    app = qt_application(sys.argv[:1])
     names = [h.name for h in comparison.headlines]
     win = CompareWindow([open_reader(p) for p in paths], names, comparison,
                         title=f"BatchScope — compare: {' vs '.join(names)}")

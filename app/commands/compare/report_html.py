@@ -31,7 +31,9 @@ def _app():
 
     if QApplication.instance() is None and not _has_display():
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
-    return QApplication.instance() or QApplication([])
+    from ui.qt_app import qt_application
+
+    return qt_application()
 
 
 def png_base64(item, width: int = WIDTH) -> str:
@@ -48,22 +50,59 @@ def png_base64(item, width: int = WIDTH) -> str:
     return base64.b64encode(bytes(buf.data())).decode("ascii")
 
 
+# The page is light (white, dark text): its plots too, not the window's dark theme.
+PAGE_BG, PAGE_FG, PAGE_AXIS = "#ffffff", "#222222", "#777777"
+LEFT_AXIS_WIDTH, BOTTOM_AXIS_HEIGHT = 64, 46     # room for the tick labels and the axis title apart
+
+
+def light_plot(p, title_color: str = PAGE_FG) -> None:
+    """Restyle the pyqtgraph ``PlotItem`` ``p`` for the light page: dark axes, tick labels and
+    title, and axes wide enough that an axis title never overlaps its tick labels."""
+    import pyqtgraph as pg
+
+    for name in ("left", "bottom"):
+        axis = p.getAxis(name)
+        axis.setPen(pg.mkPen(PAGE_AXIS))
+        axis.setTextPen(pg.mkPen(PAGE_FG))
+        axis.setStyle(tickTextOffset=4)
+        if axis.label.isVisible():
+            axis.setLabel(axis.labelText, units=axis.labelUnits, **{"color": PAGE_FG, "font-size": "9pt"})
+    p.getAxis("left").setWidth(LEFT_AXIS_WIDTH)
+    p.getAxis("bottom").setHeight(BOTTOM_AXIS_HEIGHT)
+    if p.titleLabel.isVisible():
+        p.setTitle(p.titleLabel.text, color=title_color, size="9pt")
+
+
+def _legend(p):
+    """A legend for the light page, top left inside ``p``."""
+    return p.addLegend(offset=(10, 10), labelTextColor=PAGE_FG, brush=(255, 255, 255, 220), pen=PAGE_AXIS)
+
+
 def _plot(x_label: str, y_label: str):
     import pyqtgraph as pg
 
-    from ui.style.theme import PLOT_BG, style_axis
+    from ui.style.theme import style_axis
 
-    w = pg.PlotWidget(background=PLOT_BG)
+    w = pg.PlotWidget(background=PAGE_BG)
     p = w.getPlotItem()
-    p.resize(WIDTH, HEIGHT + 80)          # laid out at the exported size (the widget is never shown)
     style_axis(p.getAxis("bottom"), x_label)
     style_axis(p.getAxis("left"), y_label)
-    p.addLegend(offset=(10, 10))
+    light_plot(p)
+    _legend(p)
+    p.resize(WIDTH, HEIGHT + 80)          # laid out at the exported size (the widget is never shown)
     return w, p
 
 
-def metrics_png(paths: list[Path]) -> str:
-    """The compare window's metrics plots (by time) of the recordings at ``paths``."""
+def metrics_png(paths: list[Path], names: list[str]) -> str:
+    """The compare window's metrics plots (by time) of the recordings at ``paths`` (runs
+    ``names``, in the legend), in the page's light theme, as a base64 PNG."""
+    w = metrics_plots(paths, names)         # (held: its layout lives as long as the widget)
+    return png_base64(w.layout_widget.ci)
+
+
+def metrics_plots(paths: list[Path], names: list[str]):
+    """The ``ui.compare.metrics.CompareMetrics`` of :func:`metrics_png`, laid out at the
+    exported size, its first plot holding the legend of ``names``."""
     from recordings.file.open_reader import open_reader
     from ui.compare.metrics import CompareMetrics, run_columns, run_series
     from ui.compare.window import RUN_COLORS, UNITS
@@ -79,8 +118,15 @@ def metrics_png(paths: list[Path]) -> str:
         r.close()
     for line in w.cursors.values():
         line.hide()
+    w.layout_widget.setBackground(PAGE_BG)
+    for p in w.plots.values():
+        light_plot(p)
+    first = next(iter(w.plots))
+    legend = _legend(w.plots[first])               # which colour is which run
+    for k, name in enumerate(names):
+        legend.addItem(w.curves[(first, k)], name)
     w.layout_widget.ci.resize(WIDTH, HEIGHT)   # laid out at the exported size (never shown)
-    return png_base64(w.layout_widget.ci)
+    return w
 
 
 def scatter_png(c: Comparison, k: int) -> str:
@@ -94,7 +140,7 @@ def scatter_png(c: Comparison, k: int) -> str:
     d = c.deltas[k - 1]
     a, b = np.array([x.e2e_a for x in d]), np.array([x.e2e_b for x in d])
     top = float(max(a.max(initial=0), b.max(initial=0), 1e-9))
-    p.plot([0, top], [0, top], pen=pg.mkPen("#888888", style=pg.QtCore.Qt.DashLine), name="same latency")
+    p.plot([0, top], [0, top], pen=pg.mkPen(PAGE_AXIS, style=pg.QtCore.Qt.DashLine), name="same latency")
     for mask, color, name in ((b > a, BAD, "slower"), (b <= a, GOOD, "faster or same")):
         p.plot(a[mask], b[mask], pen=None, symbol="o", symbolSize=5, symbolBrush=color, symbolPen=None,
                name=f"{name} ({int(mask.sum())})")
@@ -177,6 +223,6 @@ def write_report(c: Comparison, out: Path) -> None:
     be written."""
     _app()
     paths = [Path(h.path) for h in c.headlines]
-    plots = {"metrics": metrics_png(paths), "cdf": cdf_png(c)}
+    plots = {"metrics": metrics_png(paths, [h.name for h in c.headlines]), "cdf": cdf_png(c)}
     scatters = [scatter_png(c, k) for k in range(1, len(c.headlines))]
     Path(out).write_text(render_report(c, plots, scatters), encoding="utf-8")

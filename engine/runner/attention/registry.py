@@ -20,13 +20,16 @@ ATTN_IMPLEMENTATION = "batchscope_paged"
 
 
 def select_paged_attention(query: torch.Tensor):
-    """The paged attention for ``query``'s device: the torch reference (the CPU path and the
-    oracle) unless ``BATCHSCOPE_ATTENTION=triton`` asks for our Triton kernels on CUDA. They pass
-    the reference under the Triton interpreter but have not been compiled on a GPU yet, so they
-    are opt-in until ``bench/triton_check.py`` has passed on one."""
-    if query.is_cuda and os.environ.get("BATCHSCOPE_ATTENTION", "") == "triton" and triton_available():
-        return paged_attention_triton
-    return paged_attention
+    """The paged attention for ``query``'s device: our Triton kernels on CUDA when triton imports
+    (they read only each request's context through its block table), unless
+    ``BATCHSCOPE_ATTENTION=reference`` asks for the torch reference; the torch reference on the
+    CPU (the CPU path, and the oracle the kernels are tested against)."""
+    return paged_attention_triton if triton_selected(query.device) else paged_attention
+
+
+def triton_selected(device: torch.device) -> bool:
+    """Whether steps on ``device`` run our Triton kernels (see :func:`select_paged_attention`)."""
+    return device.type == "cuda" and os.environ.get("BATCHSCOPE_ATTENTION", "") != "reference" and triton_available()
 
 
 def _paged_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,

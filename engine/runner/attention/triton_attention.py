@@ -17,12 +17,14 @@ import functools
 import os
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from engine.runner.attention.metadata import PagedAttentionMetadata
 
 LOG2E = 1.4426950408889634
 MAX_SPLITS = 32                 # decode split-K ceiling
+SPLIT_BUCKETS = tuple(1 << i for i in range(MAX_SPLITS.bit_length()))   # 1, 2, 4, ..., 32: the only split counts
 MIN_SPLIT_TOKENS = 256          # a decode split covers at least this many context tokens
 
 
@@ -90,11 +92,22 @@ def _sm_count(device: torch.device) -> int:
 
 def choose_num_splits(num_decodes: int, num_kv_heads: int, max_context: int, sm_count: int) -> int:
     """Decode split-K factor: enough (request, KV head, split) programs for about two waves of
-    ``sm_count`` SMs, each split covering at least ``MIN_SPLIT_TOKENS`` tokens, at most ``MAX_SPLITS``."""
+    ``sm_count`` SMs, each split covering at least ``MIN_SPLIT_TOKENS`` tokens, at most ``MAX_SPLITS``,
+    rounded down to one of :data:`SPLIT_BUCKETS` (the split count is a compile-time constant of the
+    kernels: a handful of values, all compiled at warm-up, :func:`warm_up_kernels`, so a timed run
+    never compiles; vLLM buckets its CUDA-graph batch sizes for the same reason)."""
     programs = max(1, num_decodes * num_kv_heads)
     want = -(-2 * sm_count // programs)
     useful = -(-max_context // MIN_SPLIT_TOKENS)
-    return max(1, min(want, useful, MAX_SPLITS))
+    n = max(1, min(want, useful, MAX_SPLITS))
+    return 1 << (n.bit_length() - 1)
+
+
+def prefill_block_q(group: int, tiles: "TileConfig | None" = None) -> int:
+    """Query tokens per prefill program for ``group`` query heads per KV head: ``tiles.block_q``,
+    else 128 rows' worth, at least 16 rows (``tl.dot``'s minimum)."""
+    tiles = tiles or TileConfig()
+    return max(tiles.block_q or 128 // _pow2(group), -(-16 // _pow2(group)))
 
 
 @dataclass
@@ -115,34 +128,74 @@ class TritonStepPlan:
 def build_plan(meta: PagedAttentionMetadata, group: int, num_kv_heads: int, device: torch.device,
                tiles: TileConfig = TileConfig(), num_splits: int | None = None) -> TritonStepPlan:
     """Split the step's requests into decodes (one query token) and query blocks of the rest, and
-    upload both tables in one host-to-device copy."""
-    block_q = max(tiles.block_q or 128 // _pow2(group), -(-16 // _pow2(group)))   # >= 16 rows
-    starts, ctxs = meta.query_start_host, meta.context_lens_host
-    dec, qbl = [], []
-    for i, ctx in enumerate(ctxs):
-        qs, qe = starts[i], starts[i + 1]
-        n = qe - qs
-        if n == 1:
-            dec.append((qs, i, ctx))
-            continue
-        first = ctx - n
-        for b in range(0, n, block_q):
-            qbl.append((i, qs + b, min(block_q, n - b), first + b))
-    host = torch.tensor([x for r in dec for x in r] + [x for r in qbl for x in r], dtype=torch.int32)
-    if host.numel():
-        host = host.to(device, non_blocking=True) if device.type == "cuda" else host.to(device)
-    decode = host[:3 * len(dec)].view(-1, 3) if dec else None
-    qblocks = host[3 * len(dec):].view(-1, 4) if qbl else None
-    if num_splits is None:
-        max_ctx = max((c for _, _, c in dec), default=1)
-        num_splits = choose_num_splits(len(dec), num_kv_heads, max_ctx, _sm_count(device))
-    return TritonStepPlan(decode, qblocks, num_splits, block_q)
+    upload both tables in one host-to-device copy (:func:`stage_plan` with an upload of its own;
+    the model runner stages them with the step's other inputs instead). ``num_splits`` forces the
+    decode split count."""
+    from engine.runner.buffers import StepUpload
+
+    upload = StepUpload(device, pin=False)
+    starts = np.asarray(meta.query_start_host, dtype=np.int64)
+    staged = stage_plan(upload, np.diff(starts), meta.context_lens_host, group * num_kv_heads, num_kv_heads,
+                        device, tiles)
+    views = upload.send()
+    return TritonStepPlan(views["triton_decode"] if staged.has_decode else None,
+                          views["triton_qblocks"] if staged.has_qblocks else None,
+                          num_splits or staged.num_splits, staged.block_q)
+
+
+def stage_plan(upload, query_lens: np.ndarray, context_lens: np.ndarray, num_heads: int, num_kv_heads: int,
+               device: torch.device, tiles: TileConfig = TileConfig()) -> "StagedPlan":
+    """The host half of :func:`build_plan`, vectorized: the step's decode and query-block tables
+    (``query_lens`` / ``context_lens`` int [R], tokens) added to ``upload`` (an
+    ``engine.runner.buffers.StepUpload``) as ``triton_decode`` / ``triton_qblocks``, so they travel
+    in the step's one host-to-device copy; :meth:`StagedPlan.attach` puts the plan on the metadata."""
+    q = np.asarray(query_lens, dtype=np.int64)
+    ctx = np.asarray(context_lens, dtype=np.int64)
+    qs = np.zeros(len(q) + 1, dtype=np.int64)
+    np.cumsum(q, out=qs[1:])
+    group = num_heads // num_kv_heads
+    block_q = prefill_block_q(group, tiles)
+    dec = np.flatnonzero(q == 1)
+    if len(dec):
+        upload.add("triton_decode", np.stack([qs[dec], dec, ctx[dec]], axis=1), np.int32)
+    pre = np.flatnonzero(q > 1)
+    nb = -(-q[pre] // block_q)
+    if len(pre):
+        req = np.repeat(pre, nb)
+        b = (np.arange(int(nb.sum())) - np.repeat(np.cumsum(nb) - nb, nb)) * block_q      # first row in the request
+        upload.add("triton_qblocks", np.stack([req, qs[req] + b, np.minimum(block_q, q[req] - b),
+                                               ctx[req] - q[req] + b], axis=1), np.int32)
+    max_ctx = int(ctx[dec].max()) if len(dec) else 1
+    num_splits = choose_num_splits(len(dec), num_kv_heads, max_ctx, _sm_count(device))
+    return StagedPlan(bool(len(dec)), bool(len(pre)), num_splits, block_q, _plan_key(group, num_kv_heads, tiles, None))
+
+
+@dataclass
+class StagedPlan:
+    """What :func:`stage_plan` staged: whether each table is there, the split count, ``block_q``
+    and the key :func:`paged_attention_triton` looks the plan up by."""
+    has_decode: bool
+    has_qblocks: bool
+    num_splits: int
+    block_q: int
+    key: tuple
+
+    def attach(self, meta: PagedAttentionMetadata, views: dict[str, torch.Tensor]) -> None:
+        """Put the plan over the sent tables ``views`` on ``meta``, where every layer finds it."""
+        plan = TritonStepPlan(views["triton_decode"] if self.has_decode else None,
+                              views["triton_qblocks"] if self.has_qblocks else None, self.num_splits, self.block_q)
+        meta._triton_plan = (self.key, plan)
+
+
+def _plan_key(group: int, num_kv_heads: int, tiles: TileConfig, num_splits: int | None) -> tuple:
+    return (group, num_kv_heads, tiles, num_splits)
 
 
 def _plan_for(meta: PagedAttentionMetadata, group: int, num_kv_heads: int, device: torch.device,
               tiles: TileConfig, num_splits: int | None) -> TritonStepPlan:
-    """The step's plan, built by the first layer and kept on the metadata object for the others."""
-    key = (group, num_kv_heads, tiles, num_splits)
+    """The step's plan: staged with the step's inputs (:func:`stage_plan`), or built by the first
+    layer; kept on the metadata object for the others."""
+    key = _plan_key(group, num_kv_heads, tiles, num_splits)
     plan = getattr(meta, "_triton_plan", None)
     if plan is None or plan[0] != key:
         plan = (key, build_plan(meta, group, num_kv_heads, device, tiles, num_splits))
@@ -185,7 +238,7 @@ def _attention_args(out: torch.Tensor, q: torch.Tensor, k_cache: torch.Tensor, v
     strides = (q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_tables.stride(0),
                *_cache_strides(k_cache), *_cache_strides(v_cache))
     consts = dict(HEAD_DIM=d, D_P=_pow2(d, 16), BLOCK_SIZE=k_cache.shape[1], TILE_N=tiles.tile_n,
-                  PRECISION=_precision(q.dtype), DOT_UPCAST=_interpreting(), num_warps=tiles.num_warps)
+                  PRECISION=_precision(q.dtype), INTERPRETED=_interpreting(), num_warps=tiles.num_warps)
     return strides, consts
 
 
@@ -266,5 +319,50 @@ def paged_attention_triton(query: torch.Tensor, key: torch.Tensor, value: torch.
     return out.unsqueeze(0)
 
 
+def warm_up_kernels(kv_caches: list[tuple[torch.Tensor, torch.Tensor]], num_heads: int, scratch_block: int,
+                    tiles: TileConfig = TileConfig()) -> None:
+    """Compile every kernel variant the engine's steps launch, before any timed step: the K/V store,
+    the decode kernel at each of :data:`SPLIT_BUCKETS` (with its reduction) and the prefill kernel,
+    for the caches' dtype and ``num_heads`` query heads, run on the block ``scratch_block`` of the
+    first layer (which no request owns: a few zeros land there). Arguments are laid out as the
+    steps lay them out (int64 block tables and slots, int32 plans, 16-byte aligned), so Triton
+    specializes them the same way and a step finds them compiled (vLLM compiles its kernels at
+    start-up for the same reason: a compile in a timed step costs 0.5-2 s)."""
+    k_cache, v_cache = kv_caches[0]
+    dev, dtype = k_cache.device, k_cache.dtype
+    _, bs, hkv, d = k_cache.shape
+    t = 2
+    q = torch.zeros(t, num_heads, d, dtype=dtype, device=dev)
+    new_kv = torch.zeros(t, hkv, d, dtype=dtype, device=dev)
+    slots = torch.arange(t, dtype=torch.int64, device=dev) + scratch_block * bs
+    store_kvcache(new_kv, new_kv, k_cache, v_cache, slots)
+    tables = torch.full((1, 1), scratch_block, dtype=torch.int64, device=dev)
+    decode = torch.tensor([[0, 0, 1]], dtype=torch.int32, device=dev)
+    for splits in SPLIT_BUCKETS:
+        decode_attention(torch.empty_like(q), q, k_cache, v_cache, tables, decode, 1.0, splits, tiles)
+    qblocks = torch.tensor([[0, 0, t, 0]], dtype=torch.int32, device=dev)
+    prefill_attention(torch.empty_like(q), q, k_cache, v_cache, tables, qblocks,
+                      prefill_block_q(num_heads // hkv, tiles), 1.0, tiles)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def compiled_variants() -> int | None:
+    """How many compiled variants of our kernels this process holds (Triton's per-device JIT
+    caches), or None when triton is not loaded or keeps them elsewhere (the interpreter, another
+    version): a timed run compares it before and after."""
+    if not triton_available() or _interpreting():
+        return None
+    k = _kernels()
+    total = 0
+    for fn in (k.store_kvcache_kernel, k.paged_decode_kernel, k.decode_reduce_kernel, k.paged_prefill_kernel):
+        caches = getattr(fn, "device_caches", None)
+        if not isinstance(caches, dict):
+            return None
+        total += sum(len(c[0]) for c in caches.values())
+    return total
+
+
 __all__ = ["TileConfig", "TritonStepPlan", "build_plan", "choose_num_splits", "decode_attention",
-           "paged_attention_triton", "prefill_attention", "store_kvcache", "triton_available"]
+           "paged_attention_triton", "prefill_attention", "prefill_block_q", "stage_plan", "store_kvcache", "triton_available",
+           "warm_up_kernels", "compiled_variants"]

@@ -19,6 +19,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+# Integer arguments Triton must not specialize on (it compiles a variant per "== 1" and "% 16 == 0"
+# of each integer): the block-table row stride is the step's widest table, different every step.
+UNSPECIALIZED = ["stride_bt"]
+
 
 @triton.jit
 def store_kvcache_kernel(
@@ -48,11 +52,14 @@ def store_kvcache_kernel(
 
 
 @triton.jit
-def _dot(a, b, PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr):
-    """``a @ b`` accumulated in fp32. ``DOT_UPCAST`` (set under the Triton interpreter only, whose
+def _dot(a, b, PRECISION: tl.constexpr, INTERPRETED: tl.constexpr):
+    """``a @ b`` accumulated in fp32. ``INTERPRETED`` (True under the Triton interpreter only, whose
     ``tl.dot`` multiplies bf16 operands as their raw uint16 bits) casts both operands to fp32 first:
-    exact for bf16/fp16 values, so the result is what the GPU's bf16 dot with fp32 accumulation gives."""
-    if DOT_UPCAST:
+    exact for bf16/fp16 values, so the result is what the GPU's bf16 dot with fp32 accumulation gives.
+    The kernels also loop with ``while`` under the interpreter: Triton 3.6's cannot take tensor bounds
+    in ``range()`` with NumPy >= 2.5 (``int()`` of a 1-element array); compiled code keeps the ``for``
+    loops, which Triton software-pipelines."""
+    if INTERPRETED:
         return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
     return tl.dot(a, b, input_precision=PRECISION)
 
@@ -63,7 +70,7 @@ def _attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_row_ptr, kv_h
                  stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch,
                  HEAD_DIM: tl.constexpr, D_P: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                  TILE_N: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
-                 DOT_UPCAST: tl.constexpr):
+                 INTERPRETED: tl.constexpr):
     """One step of the online softmax: keys/values at positions ``start .. start + TILE_N - 1``
     (those < ``kv_end``; with ``CAUSAL`` also <= the row's ``q_pos``) of one request and KV head,
     gathered through the request's block-table row. ``q`` ``[M, D_P]`` (input dtype), running max
@@ -77,7 +84,7 @@ def _attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_row_ptr, kv_h
     k_t = tl.load(k_cache_ptr + blk[None, :] * stride_kcb + off[None, :] * stride_kcs
                   + kv_head * stride_kch + d[:, None],
                   mask=valid[None, :] & d_ok[:, None], other=0.0)                    # [D_P, TILE_N]
-    s = _dot(q, k_t.to(q.dtype), PRECISION, DOT_UPCAST) * scale_log2         # [M, TILE_N] fp32
+    s = _dot(q, k_t.to(q.dtype), PRECISION, INTERPRETED) * scale_log2         # [M, TILE_N] fp32
     if CAUSAL:
         keep = valid[None, :] & (pos[None, :] <= q_pos[:, None])
     else:
@@ -92,11 +99,11 @@ def _attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_row_ptr, kv_h
                 + kv_head * stride_vch + d[None, :],
                 mask=valid[:, None] & d_ok[None, :], other=0.0)                      # [TILE_N, D_P]
     v = v.to(q.dtype)
-    acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, PRECISION, DOT_UPCAST)
+    acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, PRECISION, INTERPRETED)
     return m_new, l_i, acc
 
 
-@triton.jit
+@triton.jit(do_not_specialize=UNSPECIALIZED)
 def paged_decode_kernel(
     out_ptr,                   # [T, H, D] output rows (only this kernel's rows are written)
     part_out_ptr,              # fp32 [Rd, H, NUM_SPLITS, D_P]   per-split normalised outputs
@@ -110,7 +117,7 @@ def paged_decode_kernel(
     stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch,
     NUM_HEADS: tl.constexpr, GROUP: tl.constexpr, BLOCK_G: tl.constexpr,
     HEAD_DIM: tl.constexpr, D_P: tl.constexpr, BLOCK_SIZE: tl.constexpr, TILE_N: tl.constexpr,
-    NUM_SPLITS: tl.constexpr, PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
+    NUM_SPLITS: tl.constexpr, PRECISION: tl.constexpr, INTERPRETED: tl.constexpr,
 ):
     """Grid ``(Rd, Hkv, NUM_SPLITS)``: one decode request, one KV head (its GROUP query heads as
     rows), one contiguous share of the context's key tiles. With one split the output is written
@@ -140,11 +147,20 @@ def paged_decode_kernel(
     acc = tl.zeros([BLOCK_G, D_P], dtype=tl.float32)
     q_pos = tl.zeros([BLOCK_G], dtype=tl.int32)            # unused: not causal (one query, last position)
     table_row = block_tables_ptr + req * stride_bt
-    for j in range(lo, hi):
-        m_i, l_i, acc = _attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_row, kv_head,
-                                     j * TILE_N, ctx, q_pos, scale_log2,
-                                     stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch,
-                                     HEAD_DIM, D_P, BLOCK_SIZE, TILE_N, False, PRECISION, DOT_UPCAST)
+    if INTERPRETED:                     # see _dot
+        j = lo
+        while j < hi:
+            m_i, l_i, acc = _attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_row, kv_head,
+                                         j * TILE_N, ctx, q_pos, scale_log2,
+                                         stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch,
+                                         HEAD_DIM, D_P, BLOCK_SIZE, TILE_N, False, PRECISION, INTERPRETED)
+            j += 1
+    else:
+        for j in range(lo, hi):
+            m_i, l_i, acc = _attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_row, kv_head,
+                                         j * TILE_N, ctx, q_pos, scale_log2,
+                                         stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch,
+                                         HEAD_DIM, D_P, BLOCK_SIZE, TILE_N, False, PRECISION, INTERPRETED)
 
     has = l_i > 0.0
     o = acc / tl.where(has, l_i, 1.0)[:, None]
@@ -189,7 +205,7 @@ def decode_reduce_kernel(
              mask=d < HEAD_DIM)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=UNSPECIALIZED)
 def paged_prefill_kernel(
     out_ptr,                   # [T, H, D]
     q_ptr,                     # [T, H, D]
@@ -202,7 +218,7 @@ def paged_prefill_kernel(
     stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch,
     GROUP: tl.constexpr, GROUP_P: tl.constexpr, BLOCK_Q: tl.constexpr,
     HEAD_DIM: tl.constexpr, D_P: tl.constexpr, BLOCK_SIZE: tl.constexpr, TILE_N: tl.constexpr,
-    PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr, INTERPRETED: tl.constexpr,
 ):
     """Grid ``(NQB, Hkv)``: one block of up to ``BLOCK_Q`` consecutive query tokens of one request
     times the GROUP query heads of one KV head, as ``BLOCK_Q * GROUP_P`` rows (row ``m`` = token
@@ -233,11 +249,20 @@ def paged_prefill_kernel(
     l_i = tl.zeros([BLOCK_Q * GROUP_P], dtype=tl.float32)
     acc = tl.zeros([BLOCK_Q * GROUP_P, D_P], dtype=tl.float32)
     table_row = block_tables_ptr + req * stride_bt
-    for start in range(0, kv_end, TILE_N):
-        m_i, l_i, acc = _attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_row, kv_head,
-                                     start, kv_end, q_pos, scale_log2,
-                                     stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch,
-                                     HEAD_DIM, D_P, BLOCK_SIZE, TILE_N, True, PRECISION, DOT_UPCAST)
+    if INTERPRETED:                     # see _dot
+        start = 0
+        while start < kv_end:
+            m_i, l_i, acc = _attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_row, kv_head,
+                                         start, kv_end, q_pos, scale_log2,
+                                         stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch,
+                                         HEAD_DIM, D_P, BLOCK_SIZE, TILE_N, True, PRECISION, INTERPRETED)
+            start += TILE_N
+    else:
+        for start in range(0, kv_end, TILE_N):
+            m_i, l_i, acc = _attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_row, kv_head,
+                                         start, kv_end, q_pos, scale_log2,
+                                         stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch,
+                                         HEAD_DIM, D_P, BLOCK_SIZE, TILE_N, True, PRECISION, INTERPRETED)
     o = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
     tl.store(out_ptr + (row0 + t)[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :],
              o.to(out_ptr.dtype.element_ty), mask=io_mask)

@@ -18,7 +18,8 @@ def _bench(tok_s: float, eff: float) -> dict:
             "peaks": {"peak_flops": 8e14, "mem_bandwidth": 4.2e12}}
 
 
-EQ = {"equal": 16, "requests": 16}
+EQ = {"equal": {"eager": 16, "graphs": 16, "eager reference": 16}, "requests": 16, "skipped": {},
+      "preemptions": 3, "steps": 90}
 TRI = {"ok": True, "rc": 0, "seconds": 40.0}
 
 
@@ -45,15 +46,24 @@ def test_a_failed_bench_is_a_row_not_a_crash_and_small_runs_give_no_ratio():
     assert "triton kernels: FAILED (exit 1)" in text
 
 
-def test_the_cuda_graphs_run_is_a_row_with_its_speed_up_or_says_why_it_did_not_run():
+def test_the_old_defaults_run_is_a_row_with_the_speed_up_and_the_equality_line_names_each_mode():
     hf = {"hf_cb_graphs": {"out_tok_per_s": 972.0, "run_s": 80.1, "out_tokens": 77888}}
-    eq = {**EQ, "equal_graphs": 15}
+    eq = {**EQ, "equal": {"eager": 16, "graphs": 15}, "skipped": {"Triton": "no CUDA"}}
     text = gpu_check.summary_table(eq, TRI, _bench(10_000.0, 0.25), _bench(9_600.0, 0.24), hf,
-                                   graphs={**_bench(12_500.0, 0.31), "backend": "triton"})
-    assert any(line.startswith("BatchScope bench, CUDA graphs on") and "12,500" in line and "31.0%" in line
+                                   old=_bench(4_000.0, 0.1))
+    assert any(line.startswith("BatchScope bench, old defaults") and "4,000" in line and "10.0%" in line
                for line in text.splitlines())
-    assert "CUDA graphs on / off: 1.25x output tokens/s (recording off; graphs' decode attention: triton)" in text
-    assert "(15/16 with CUDA graphs)" in text
-    skipped = {"error": "skipped: 20 s left of the 8-minute budget"}
-    text = gpu_check.summary_table(eq, TRI, _bench(10_000.0, 0.25), _bench(9_600.0, 0.24), hf, graphs=skipped)
-    assert "skipped: 20 s left" in text and "CUDA graphs on / off" not in text
+    assert "new / old defaults: 2.50x output tokens/s" in text
+    assert "equality fp32: eager 16/16, graphs 15/16, Triton: skipped: no CUDA token-identical" in text
+    assert not gpu_check.passed(eq, TRI, _bench(1.0, 0.1), _bench(1.0, 0.1))
+    assert gpu_check.passed(EQ, TRI, _bench(1.0, 0.1), _bench(1.0, 0.1))
+
+
+def test_compiles_during_the_timed_runs_are_reported_when_bench_counted_them():
+    off = {**_bench(10_000.0, 0.25), "kernel_compiles_during_run": 0,
+           "prediction": {"output_tokens_per_s": 20_000.0, "duration_s": 4.0}}
+    on = {**_bench(9_600.0, 0.24), "kernel_compiles_during_run": 2}
+    text = gpu_check.summary_table(EQ, TRI, off, on, {})
+    assert "Triton compiles during the timed runs (0 expected after warm-up): off 0, on 2" in text
+    assert "prediction (default calibration, measured peaks): 20,000 out tok/s; measured / predicted time 2.00" in text
+    assert "Triton compiles" not in gpu_check.summary_table(EQ, TRI, _bench(1.0, 0.1), _bench(1.0, 0.1), {})

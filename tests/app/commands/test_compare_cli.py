@@ -10,6 +10,7 @@ import pytest
 
 from app.cli import main
 from app.presets import PRESETS
+from recordings.compare.comparison import compare_recordings
 from recordings.file.open_reader import open_reader
 from recordings.workloads.workload import DEMO_TRACE
 
@@ -167,3 +168,47 @@ def test_runs_without_rejections_print_no_rejection_report(tmp_path, capsys):
                  "--out", str(tmp_path / "o"), "--no-window", "--top", "0"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"rejected / failed\s+0 of 24\s+0 of 24", out) and "rejected at admission" not in out
+
+
+@pytest.mark.parametrize("env", [{"QT_QPA_PLATFORM": "offscreen"}, {"QT_QPA_PLATFORM": ""}])
+def test_report_without_a_display_never_waits_on_a_window(sim_pair, tmp_path, env):
+    """A headless `compare --report` writes the report and returns (a subprocess with a timeout:
+    one that waited on an invisible window would hang)."""
+    import os
+    import subprocess
+    import sys
+
+    paths = [str(p) for p in sorted(sim_pair.glob("*.sqlite"))]
+    report = tmp_path / "r.html"
+    clean = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+    clean.update({k: v for k, v in env.items() if v})
+    done = subprocess.run([sys.executable, "-m", "app.cli", "compare", *paths, "--report", str(report)],
+                          capture_output=True, text=True, timeout=300, env=clean)
+    assert done.returncode == 0, done.stderr
+    assert report.is_file() and "the compare window is not opened" in done.stderr
+
+
+def test_report_plots_are_light_with_a_legend_and_clear_axes(sim_pair, tmp_path):
+    from PySide6.QtGui import QImage
+
+    from app.commands.compare import report_html
+
+    paths = sorted(sim_pair.glob("*.sqlite"))
+    report_html._app()
+    w = report_html.metrics_plots(paths, ["static", "fcfs"])
+    legend = w.plots["throughput"].legend                      # "Over the run": which colour is which
+    assert legend is not None and [label.text for _, label in legend.items] == ["static", "fcfs"]
+    for p in w.plots.values():
+        assert p.getAxis("bottom").height() >= report_html.BOTTOM_AXIS_HEIGHT
+        assert p.getAxis("left").width() >= report_html.LEFT_AXIS_WIDTH
+        assert p.getAxis("bottom").textPen().color().name() == report_html.PAGE_FG
+    c = compare_recordings(paths, ["static", "fcfs"])
+    for png in (report_html.metrics_png(paths, ["static", "fcfs"]), report_html.cdf_png(c),
+                report_html.scatter_png(c, 1)):
+        img = QImage.fromData(base64.b64decode(png), "PNG")
+        corners = {img.pixelColor(x, y).name() for x, y in ((1, 1), (img.width() - 2, 1))}
+        assert corners == {"#ffffff"}                           # the page's white, not the window's dark
+    _, p = report_html._plot("x title", "y title")
+    bottom = p.getAxis("bottom")
+    # the axis title sits below the tick labels: the label's top is past the tick text's height
+    assert bottom.label.pos().y() >= bottom.style["tickTextOffset"][1] + 9

@@ -54,14 +54,21 @@ def wait_for(cond, timeout=30.0) -> None:
         time.sleep(0.01)
 
 
-def test_a_recorder_failure_is_shown_and_the_engine_serves_on(tmp_path, monkeypatch):
+def test_a_recorder_failure_pauses_the_engine_and_resume_serves_on(tmp_path, monkeypatch):
     fill_disk_at(monkeypatch, 8)
     worker, done = start(tmp_path / "full.sqlite", paused=False)
+    wait_for(worker.is_paused)                                    # paused at once, by itself
+    error = worker.last_error() or ""
+    assert "No space left on device" in error and "paused" in error
+    step = worker.built.engine.step_index
+    time.sleep(0.2)
+    assert worker.built.engine.step_index == step and len(done["finished"]) < 6
+    worker.resume()
     wait_for(lambda: len(done["finished"]) == 6)
-    wait_for(lambda: "No space left on device" in (worker.last_error() or ""))   # shown, even idle
     assert all(r.num_output_tokens == 20 for r in done["finished"].values())   # served to the end
     worker.stop()
-    assert open_reader(tmp_path / "full.sqlite").latest_step() < 8
+    last = open_reader(tmp_path / "full.sqlite").latest_step()
+    assert last < 8 and (f"the file holds steps 0..{last} " if last >= 0 else "holds no step") in error
 
 
 def test_actions_after_the_last_step_reach_the_recording(tmp_path):

@@ -55,3 +55,31 @@ def test_evicted_names_the_step():
     assert m.stop == STOP_EVICTED and m.num_matched_blocks == 0 and m.at_token == 0
     assert m.evicted_step in evicted_steps
     assert f"evicted at step {m.evicted_step}" in m.describe()
+
+
+def test_a_waiting_request_records_what_its_lookup_finds_each_step_it_is_not_admitted(tmp_path):
+    """B shares A's 8-token prefix but waits for A's batch slot (max_num_seqs=1): while it waits
+    it records what its lookup found, first nothing (A's blocks are not cached before A's step
+    completes), then A's 2 blocks, each once (only changes are recorded), with the reason it
+    was not admitted; at admission the usual prefix_cache event. Recorded, and read back."""
+    from recordings.file.open_reader import open_reader
+    from tests.support.engine_harness import assert_recording_matches
+
+    base = distinct_prompt(0, 8)
+    cfg = EngineConfig(block_size=4, num_gpu_blocks=32, max_model_len=64, max_num_seqs=1,
+                       max_num_batched_tokens=64, enable_prefix_caching=True)
+    arrivals = [Arrival("A", 0, base + distinct_prompt(1, 3), params(6)),
+                Arrival("B", 0, base + distinct_prompt(2, 3), params(2))]
+    result = run_workload(cfg, arrivals, record_to=tmp_path / "w.sqlite")
+    waiting = [(rec.step, prefix_match(e.detail)) for rec in result.records for e in rec.events
+               if e.kind == "prefix_cache_waiting" and e.request_id == "B"]
+    assert [(m.num_matched_blocks, m.num_matched_tokens, m.not_admitted) for _, m in waiting] == [
+        (0, 0, "seq_cap"), (2, 8, "seq_cap")]
+    assert [s for s, _ in waiting] == [0, 1]           # step 1: A's prefill completed in step 0
+    assert "still waiting (seq_cap) with prefix cache: 2 of 2 blocks hit (8 tokens)" in waiting[1][1].describe()
+    (_, admitted), = matches(result)["B"]
+    assert admitted.num_matched_tokens == 8 and admitted.not_admitted == ""
+    assert_recording_matches(result)
+    with open_reader(tmp_path / "w.sqlite") as reader:
+        kinds = [e.kind for e in reader.request_timeline("B")]
+    assert kinds.count("prefix_cache_waiting") == 2

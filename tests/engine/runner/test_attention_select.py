@@ -1,6 +1,5 @@
 """Which paged attention the transformers hook runs: the torch reference on the CPU (with or without
-triton installed, whatever is asked), the Triton kernels on CUDA only when asked for with
-``BATCHSCOPE_ATTENTION=triton`` (opt-in until they have been checked on a GPU)."""
+triton installed, whatever is asked), the Triton kernels on CUDA unless ``BATCHSCOPE_ATTENTION=reference``."""
 from __future__ import annotations
 
 import pytest
@@ -18,9 +17,9 @@ def test_cpu_always_runs_the_reference(monkeypatch, ask):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_runs_triton_only_when_asked(monkeypatch):
+def test_cuda_runs_triton_unless_the_reference_is_asked_for(monkeypatch):
     q = torch.zeros(1, 4, 3, 16, device="cuda")
     monkeypatch.delenv("BATCHSCOPE_ATTENTION", raising=False)
-    assert select_paged_attention(q) is paged_attention
-    monkeypatch.setenv("BATCHSCOPE_ATTENTION", "triton")
     assert select_paged_attention(q) is (paged_attention_triton if triton_available() else paged_attention)
+    monkeypatch.setenv("BATCHSCOPE_ATTENTION", "reference")
+    assert select_paged_attention(q) is paged_attention

@@ -21,7 +21,7 @@ triton = pytest.importorskip("triton")
 from engine.runner.attention import PagedAttentionMetadata  # noqa: E402
 from engine.runner.attention.reference import paged_attention, write_kv  # noqa: E402
 from engine.runner.attention.triton_attention import (  # noqa: E402
-    TileConfig, build_plan, choose_num_splits, decode_attention, paged_attention_triton, store_kvcache)
+    SPLIT_BUCKETS, TileConfig, build_plan, choose_num_splits, decode_attention, paged_attention_triton, store_kvcache)
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 DEVICE = torch.device("cuda" if torch.cuda.is_available() and not INTERPRET else "cpu")
@@ -173,7 +173,10 @@ def test_plan_splits_requests_into_decodes_and_query_blocks():
 
 def test_choose_num_splits():
     assert choose_num_splits(256, 8, 4096, 132) == 1            # enough programs already
-    assert choose_num_splits(4, 8, 4096, 132) == 9              # 32 programs -> 2 waves of 132 SMs
+    assert choose_num_splits(4, 8, 4096, 132) == 8              # 32 programs -> 2 waves of 132 SMs want 9: bucket 8
+    assert choose_num_splits(4, 8, 900, 132) == 4               # 4 splits of >= 256 tokens
     assert choose_num_splits(4, 8, 300, 132) == 2               # at least 256 tokens per split
     assert choose_num_splits(1, 1, 100_000, 132) == 32          # capped
     assert choose_num_splits(1, 8, 1, 132) == 1
+    assert {choose_num_splits(n, 8, c, 132) for n in range(1, 300, 7) for c in range(1, 9000, 97)} \
+        <= set(SPLIT_BUCKETS)                                    # only the split counts compiled at warm-up

@@ -50,7 +50,7 @@ def test_existing_outputs_need_force_and_the_recording_is_never_the_output(recor
     out = tmp_path / "s.json"
     out.write_text("keep")
     argv = ["export", str(recorded.path), "--format", "json", "-o", str(out)]
-    assert main(argv) == 2 and "already exists (--force overwrites)" in capsys.readouterr().err
+    assert main(argv) == 2 and f"{out} exists (--force overwrites)" in capsys.readouterr().err
     assert out.read_text() == "keep"
     assert main([*argv, "--force"]) == 0 and json.loads(out.read_text())["complete"] is True
     assert main(["export", str(recorded.path), "--format", "json", "-o", str(recorded.path)]) == 2
@@ -61,9 +61,9 @@ def test_runtime_failures_exit_1(recorded, tmp_path, capsys):
     assert main(["export", str(tmp_path / "none.sqlite"), "--format", "json", "-o",
                  str(tmp_path / "s.json")]) == 1
     assert "none.sqlite" in capsys.readouterr().err
-    assert main(["export", str(recorded.path), "--format", "perfetto", "-o",
-                 str(tmp_path / "no" / "t.json")]) == 1
-    assert "cannot write" in capsys.readouterr().err
+    out = tmp_path / "no" / "t.json"          # checked before reading: a usage error (app.usage)
+    assert main(["export", str(recorded.path), "--format", "perfetto", "-o", str(out)]) == 2
+    assert f"cannot write {out}: folder {out.parent} does not exist" in capsys.readouterr().err
 
 
 def _exit_code(argv) -> int:

@@ -153,3 +153,20 @@ def test_no_pickle_eval_or_exec_in_the_code_that_reads_files():
     for folder in ("recordings", "app", "ui", "engine"):
         for source in (root / folder).rglob("*.py"):
             assert unsafe_calls(source.read_text()) == [], source
+
+
+HAS_SETCONFIG = hasattr(sqlite3.Connection, "setconfig") and hasattr(sqlite3, "SQLITE_DBCONFIG_DEFENSIVE")
+
+
+@pytest.mark.skipif(not HAS_SETCONFIG, reason="Connection.setconfig is Python 3.12+")
+def test_readers_run_sqlite_in_defensive_mode(copy):
+    """SQLite's defensive mode (no writable_schema, no shadow-table writes) on every reader's
+    connection where Python exposes it; a damaged file's reader leaves it off, as it needs
+    ``writable_schema`` to read a truncated file."""
+    from recordings.file.opening import connect_readonly
+    for damaged, defensive in ((False, True), (True, False)):
+        conn = connect_readonly(copy, damaged=damaged)
+        try:
+            assert bool(conn.getconfig(sqlite3.SQLITE_DBCONFIG_DEFENSIVE)) is defensive
+        finally:
+            conn.close()

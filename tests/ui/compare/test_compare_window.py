@@ -9,7 +9,7 @@ from tests.support.engine_runs import run_engine  # noqa: E402
 
 
 from recordings.file.open_reader import open_reader
-from recordings.compare.comparison import compare_recordings  # noqa: E402
+from recordings.compare.comparison import HEADLINE_FIELDS, compare_recordings  # noqa: E402
 from ui.compare.sync import SyncClock  # noqa: E402
 from ui.compare.window import CompareWindow  # noqa: E402
 
@@ -40,6 +40,12 @@ def _clocks(path) -> np.ndarray:
     return np.array([c for (c,) in open_reader(path).execute("SELECT clock FROM steps ORDER BY step")])
 
 
+def test_the_window_opens_at_step_0_of_every_run(window):
+    assert window.tick == 0
+    assert [p.shown for p in window.panes] == [0, 0]
+    assert all(p.where.text().startswith(f"step 0 of {p.latest}") for p in window.panes)
+
+
 def test_sync_by_time_shows_the_step_each_run_was_running(window, two_runs):
     a, b = _clocks(two_runs[0]), _clocks(two_runs[1])
     assert len(b) > len(a)                       # one slot: more steps
@@ -48,7 +54,7 @@ def test_sync_by_time_shows_the_step_each_run_was_running(window, two_runs):
         window.seek(tick)
         t = window.sync.x_at(tick)
         for pane, clocks in zip(window.panes, (a, b)):
-            expected = int(np.flatnonzero(clocks <= t)[-1])
+            expected = int(np.flatnonzero(clocks <= t)[-1]) if (clocks <= t).any() else 0
             assert pane.shown == expected
             assert pane.block_map.state.step == expected
             assert pane.where.text().startswith(f"step {expected} of {len(clocks) - 1}")
@@ -96,7 +102,9 @@ def test_sync_clock_by_time_and_by_step():
     clocks = [np.array([0.0, 1.0, 2.0]), np.array([0.5, 3.0])]
     t = SyncClock(clocks, "time")
     assert list(t.ticks) == [0.0, 0.5, 1.0, 2.0, 3.0]
-    assert [t.steps_at(k) for k in range(5)] == [[0, -1], [0, 0], [1, 0], [2, 0], [2, 1]]
+    # before its first step a run shows its step 0, never the empty step -1
+    assert [t.steps_at(k) for k in range(5)] == [[0, 0], [0, 0], [1, 0], [2, 0], [2, 1]]
+    assert SyncClock([np.array([1.0]), np.zeros(0)], "time").steps_at(0) == [0, -1]
     assert t.tick_at_time(2.5) == 3 and t.tick_at_step(1) == 2
     s = SyncClock(clocks, "step")
     assert s.last_tick == 2 and s.steps_at(2) == [2, 1] and s.tick_at_time(1.5) == 1
@@ -135,3 +143,21 @@ def test_run_columns_read_in_chunks_match_the_steps_and_throughput_keeps_every_t
     x, tput = cm.run_series(cols, "time", num_bins=10)["throughput"]
     width = cols["token_time"].max() / 10
     assert float(np.sum(tput * width)) == pytest.approx(cols["new"].sum())      # every token in a bin
+
+
+def test_headline_values_and_ratios_sit_in_their_own_columns(two_runs):
+    import re
+
+    from ui.compare.window import header_html
+
+    c = compare_recordings(two_runs, ["a", "b"])
+    text = header_html(c, [(0, 0, 0), (1, 1, 1)])
+    rows = re.findall(r"<tr>(.*?)</tr>", text)
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", r) for r in rows[1:]]
+    n = len(HEADLINE_FIELDS)
+    assert [len(r) for r in cells] == [1 + 2 * n] * 2                 # name, then value | ratio
+    for attr_i in range(n):
+        value_a, ratio_a = cells[0][1 + 2 * attr_i], cells[0][2 + 2 * attr_i]
+        value_b, ratio_b = cells[1][1 + 2 * attr_i], cells[1][2 + 2 * attr_i]
+        assert "x</b>" not in value_b and ratio_a == ""                  # ratios apart from values
+        assert re.search(r"(\dx|-)</b>", ratio_b), ratio_b

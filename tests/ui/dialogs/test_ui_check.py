@@ -107,9 +107,24 @@ def test_a_live_engine_is_not_checked(qtbot, source, control):
 
 
 
+class FileSource(FakeSource):
+    """A ``RecordingSource`` whose file (``path``) is not a recording the check can read."""
+
+    damage = None
+
+    def __init__(self, path):
+        super().__init__(4)
+        self.path = path
+
+    def is_complete(self) -> bool:
+        return True
+
+    def keep_readable(self, report) -> None:
+        self.damage = report
+
+
 def test_a_file_the_check_cannot_read_says_so(qtbot, tmp_path):
-    source = FakeSource(4)
-    source.path = tmp_path / "not-a-recording.sqlite"
+    source = FileSource(tmp_path / "not-a-recording.sqlite")
     source.path.write_bytes(b"this is not SQLite")
     w = shown_window(qtbot, source)
     qtbot.waitUntil(lambda: w.check_btn.text() == "check failed", timeout=30_000)

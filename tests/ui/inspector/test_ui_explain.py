@@ -168,9 +168,12 @@ def test_inspector_shows_preemptions_wasted_work_and_prefix_hits(qtbot):
     assert req.num_cached_tokens == blocks * bs > 0          # the engine's own count
     head, *why = shown["prefix cache"].split("\n")
     assert head == f"{req.num_cached_tokens} of {req.num_prompt_tokens} prompt tokens hit ({blocks} blocks)"
-    # then the engine's explainer line of each admission up to step k (engine.kv.prefix_explain)
+    # then the engine's explainer line of each admission up to step k (engine.kv.prefix_explain),
+    # and of each lookup that found something new while it waited ("still waiting (...) with ...")
     assert why == [describe_prefix(e.detail) for e in source.request_timeline(victim)
-                   if e.kind == "prefix_cache" and e.step <= k] and why
+                   if e.kind in ("prefix_cache", "prefix_cache_waiting") and e.step <= k] and why
+    assert sum(line.startswith("still waiting") for line in why) == sum(
+        e.kind == "prefix_cache_waiting" and e.step <= k for e in source.request_timeline(victim))
     assert shown["priority"].startswith(str(req.priority))
     # before the preemption: none yet; before its admission: not admitted
     assert forensics_of(w, victim, first)["preemptions"] == "none"
@@ -201,7 +204,8 @@ def test_prefix_explainer_hook_lists_registered_events(qtbot, monkeypatch):
     monkeypatch.setitem(request_explain.PREFIX_EXPLAINERS, "scheduled", describe)
     w = shown_window(qtbot, source)
     text = forensics_of(w, "req-1", source.latest_step())["prefix cache"]
-    events = [e for e in source.request_timeline("req-1") if e.kind in ("scheduled", "prefix_cache")]
+    events = [e for e in source.request_timeline("req-1")
+              if e.kind in ("scheduled", "prefix_cache", "prefix_cache_waiting")]
     want = [f"match stopped: {e.detail}" if e.kind == "scheduled" else describe_prefix(e.detail)
             for e in events]
     assert text.split("\n")[1:] == want and len(seen) == sum(e.kind == "scheduled" for e in events)

@@ -1,0 +1,71 @@
+"""One damage story: ``check``, ``recover``, ``summary`` and the window read the same analysis of a
+damaged file (``recordings.damage.analysis``), computed once per file and kept beside it."""
+from __future__ import annotations
+
+import pytest
+
+import recordings.damage.analysis as analysis
+from app.cli import main
+from app.commands.recover import open_recording
+from recordings.file.open_reader import open_reader
+from tests.support.damaged_files import middle_leaf, overwrite_page
+from tests.support.engine_runs import run_engine
+
+
+@pytest.fixture(scope="module")
+def original(tmp_path_factory):
+    path = tmp_path_factory.mktemp("orig") / "run.sqlite"
+    run_engine(path, seed=3, num_requests=120, fail_steps=(), max_prompt=64, max_output=48,
+               arrivals_per_step=1.0, writer_kwargs={"keyframe_interval": 16})
+    return path
+
+
+def test_every_tool_tells_the_same_story_from_one_analysis(original, tmp_path, capsys, monkeypatch):
+    damaged = overwrite_page(original, tmp_path / "bad.sqlite", middle_leaf(original, "steps"))
+    open_reader(damaged).close()                     # the damage is mid-file: the file opens
+    scans = []
+    real = analysis.find_damage
+    monkeypatch.setattr(analysis, "find_damage", lambda *a, **k: scans.append(a[0]) or real(*a, **k))
+    monkeypatch.setattr(analysis, "_MEMORY", {})
+    capsys.readouterr()
+    assert main(["check", str(damaged)]) == 1
+    checked = capsys.readouterr().out
+    report = analysis.known_damage(damaged)
+    k, n = report.last_good_step, report.last_step + 1
+    assert report.is_damaged and 0 <= k < n - 1
+    assert f"save steps 0..{k} into a new valid recording" in checked
+    assert main(["summary", str(damaged)]) in (0, 1)
+    said = capsys.readouterr()
+    assert f"WARNING: Damaged recording: page damage in table steps" in said.out
+    assert f"Showing steps 0..{k} of {n:,}" in said.out
+    out = tmp_path / "saved.sqlite"
+    assert main(["recover", str(damaged), str(out)]) == 0
+    assert report.lines()[0] in capsys.readouterr().out
+    assert len(scans) == 1                          # one scan for the three commands
+    assert analysis.cache_path(damaged).exists()
+    monkeypatch.setattr(analysis, "_MEMORY", {})    # another process: the copy beside the file
+    with open_recording(str(damaged), progress=False) as reader:   # the window's way in
+        assert reader.damage == report and reader.latest_step() == k    # banner before any later step
+    assert len(scans) == 1
+
+
+def test_a_changed_file_is_analysed_again(original, tmp_path, monkeypatch):
+    damaged = overwrite_page(original, tmp_path / "bad.sqlite", middle_leaf(original, "steps"))
+    monkeypatch.setattr(analysis, "_MEMORY", {})
+    first = analysis.damage_analysis(damaged)
+    damaged.write_bytes(original.read_bytes())      # repaired in place (a new copy)
+    again = analysis.damage_analysis(damaged)
+    assert first.is_damaged and not again.is_damaged
+
+
+def test_the_window_knows_the_damage_before_it_shows_a_step(original, tmp_path, monkeypatch):
+    """Damage mid-file (the file opens): the window's way in analyses it first, so the last step
+    it can show is the last readable one, and the banner has the report."""
+    damaged = overwrite_page(original, tmp_path / "bad.sqlite", middle_leaf(original, "steps"))
+    monkeypatch.setattr(analysis, "_MEMORY", {})
+    assert analysis.known_damage(damaged) is None
+    with open_recording(str(damaged), progress=False) as reader:
+        assert reader.damage is not None and reader.damage.is_damaged
+        assert reader.latest_step() == reader.damage.last_good_step < open_reader(original).latest_step()
+    with open_recording(str(original), progress=False) as reader:      # an intact file: nothing
+        assert reader.damage is None and not analysis.cache_path(original).exists()
