@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from engine.config import ConfigError, EngineConfig
-from engine.sim.config import SimConfig
+from engine.sim.config import SIM_MAX_NUM_BATCHED_TOKENS, SIM_MAX_NUM_SEQS, SimConfig, sim_default_knobs
 from engine.vocab import Clock, Executor
 
 DEMO_NUM_GPU_BLOCKS = 112   # tight enough that the demo shows the cache filling and a few preemptions
@@ -119,7 +119,18 @@ def _explicit(fields: dict[str, dataclasses.Field]) -> dict[str, ConfigFlag]:
                                                             default=Executor.MODEL.value, help=_help(help_of("executor")))),
         "sim_model": ConfigFlag("sim_model", "sim_model", dict(
             metavar="NAME", help=_help(help_of("sim_model"), "--model, i.e. the embedded SmolLM2-135M"))),
+        # None = not given: the executor's default (engine_config, sized_knobs)
+        **{name: ConfigFlag(name, name, dict(type=int, default=None,
+                                             help=_help(help_of(name), f"{fields[name].default}; {sim_text}")))
+           for name, sim_text in SIM_SIZED.items()},
     }
+
+
+# The knobs --executor sim sizes as vLLM would when no flag or preset sets them (sized_knobs).
+SIM_SIZED = {"max_num_seqs": f"with --executor sim vLLM's {SIM_MAX_NUM_SEQS}",
+             "max_num_batched_tokens": f"with --executor sim vLLM's {SIM_MAX_NUM_BATCHED_TOKENS}, or "
+                                       f"--max-model-len without chunked prefill",
+             "max_model_len": "with --executor sim the simulated model's own, from its config.json"}
 
 
 # Flags of the engine group that set no config field, after the field they follow in --help.
@@ -203,6 +214,10 @@ def add_workload_args(p: argparse.ArgumentParser, *, time_scale: float, prompt_s
                         "(30,731 conversations) with arrivals from --request-rate (default inf)")
     g.add_argument("--num-requests", type=int, metavar="N",
                    help="requests drawn with --lengths (default: 1000)")
+    g.add_argument("--strict", action="store_true",
+                   help="refuse a Mooncake trace whose rows carry keys the format does not define (a "
+                        "misspelt output_lenght); without it such rows are kept and every unknown key is "
+                        "reported with its lines (BatchScope's JSONL format always refuses such a line)")
 
 
 def add_slo_args(p: argparse.ArgumentParser) -> None:
@@ -211,14 +226,37 @@ def add_slo_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--slo-tpot", type=float, metavar="MS", help="time-per-output-token SLO in milliseconds")
 
 
+def sized_knobs(a: argparse.Namespace) -> dict[str, int]:
+    """``max_num_seqs``, ``max_num_batched_tokens`` and ``max_model_len`` of a run: each as a flag or
+    a preset set it, else (None) the executor's default: the config's on the model executor (a
+    small CPU run), vLLM's for the simulated model with ``--executor sim``
+    (``engine.sim.config.sim_default_knobs``: 256 slots, 8,192 tokens per step, the length its
+    config.json allows). Raises ConfigError for an unknown simulated model."""
+    given = {k: getattr(a, k, None) for k in SIM_SIZED}
+    if all(v is not None for v in given.values()):
+        return given
+    if getattr(a, "executor", Executor.MODEL) != Executor.SIM:
+        defaults = {f.name: f.default for f in dataclasses.fields(EngineConfig) if f.name in SIM_SIZED}
+    else:
+        try:
+            defaults = sim_default_knobs(getattr(a, "sim_model", None) or a.model,
+                                         enable_chunked_prefill=not a.no_chunked_prefill,
+                                         max_model_len=given["max_model_len"])
+        except ValueError as e:
+            raise ConfigError(str(e)) from e
+    return {k: defaults[k] if v is None else v for k, v in given.items()}
+
+
 def engine_config(a: argparse.Namespace) -> EngineConfig:
     """EngineConfig from parsed arguments (a ``SimConfig`` with ``--executor sim``), read through
-    :data:`CONFIG_FLAGS`. Raises ConfigError with the knob and its limit, or the known names of a
+    :data:`CONFIG_FLAGS`; knobs no flag or preset set take the executor's defaults
+    (:func:`sized_knobs`). Raises ConfigError with the knob and its limit, or the known names of a
     simulated model or device."""
     sim = getattr(a, "executor", Executor.MODEL) == Executor.SIM
     clock = Clock.SIM if sim and a.clock == Clock.WALL else a.clock   # real seconds mean nothing to a simulation
     knobs = {f.field: f.to_field(getattr(a, f.dest)) for f in ENGINE_FLAGS if f.field}
     knobs["clock"] = clock
+    knobs.update(sized_knobs(a))
     sim_flags = {f.field: getattr(a, f.dest, None) for f in SIM_FLAGS if f.field != "executor"}
     if not sim:
         given = [CONFIG_FLAGS[k].option for k, v in sim_flags.items() if v is not None]

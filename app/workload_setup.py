@@ -67,7 +67,8 @@ def read_trace(args: argparse.Namespace):
     """The workload's rows as a ``TraceLoad``: ``args.trace`` (or the built-in demo slice when it
     is None), or ``--num-requests`` draws from the ``--lengths`` table; with a request rate the
     arrival times are replaced by a seeded Poisson process (``recordings.workloads.poisson``). Raises
-    ``FileNotFoundError`` or ``recordings.workloads.traces.TraceFormatError`` with the path, and
+    ``FileNotFoundError`` or ``recordings.workloads.traces.TraceFormatError`` with the path (also for
+    rows with keys their format does not define under ``--strict``), and
     ``recordings.workloads.rows.EmptyWorkload`` for a trace without one valid row (naming its
     first bad lines)."""
     from recordings.workloads.poisson import with_poisson_arrivals
@@ -84,7 +85,7 @@ def read_trace(args: argparse.Namespace):
         path = Path(args.trace) if args.trace else demo_trace_path()
         if not path.is_file():
             raise FileNotFoundError(f"trace file not found: {path}")
-        load = load_trace(path, limit=args.limit)
+        load = load_trace(path, limit=args.limit, strict=getattr(args, "strict", False))
         if not load.rows:
             raise EmptyWorkload(path, [str(e) for e in load.errors])
     _check_priorities(args, load.rows)
@@ -156,7 +157,11 @@ def load_workload(args: argparse.Namespace, load, tokenizer, vocab_size: int | N
             "seed": args.seed}
     if wl.prefix_sharing is not None:
         info["prefix_sharing"] = wl.prefix_sharing.to_dict()
-    notes = source + list(wl.scaling_notes)
+    unknown = [f"{line}: ignored (--strict refuses the trace)" for line in load.unknown_key_lines()]
+    if unknown:
+        info["unknown_keys"] = {key[:40]: {"num_rows": len(lines), "first_lines": lines[:20]}
+                                for key, lines in list(load.unknown_keys.items())[:20]}
+    notes = source + list(wl.scaling_notes) + unknown
     notes += [f"skipped malformed row {line}" for line in skipped[:5]]
     if len(skipped) > 5:
         notes.append(f"... and {len(skipped) - 5} more malformed rows skipped")
@@ -168,12 +173,14 @@ def add_workload(engine: LLMEngine, requests: list, *, clock: str,
     """Queue every request at its arrival time (seconds, or steps under the virtual clock:
     ``steps_per_second`` of them a trace second, default :data:`STEPS_PER_SECOND`), with
     its sampling and priority. EOS is ignored where the length is exact (trace rows, JSONL
-    ``output_tokens``), so output lengths follow the trace."""
+    ``output_tokens``), so output lengths follow the trace. Each request's prompt is handed over
+    deferred (``engine.request.DeferredPrompt``): a synthesised prompt's ids are made when the
+    request arrives (``recordings.workloads.workload.WorkloadRequest.make_prompt``)."""
     base = engine.now()
     steps_per_second = steps_per_second or STEPS_PER_SECOND
     for w in requests:
         # Virtual clock: a request arrives before the first step at or after its trace time.
         at = math.ceil(w.arrival_s * steps_per_second - 1e-9) if clock == Clock.VIRTUAL else w.arrival_s
         params = SamplingParams(max_tokens=w.max_tokens, ignore_eos=w.ignore_eos, **w.sampling)
-        engine.add_request(w.prompt_token_ids, params, request_id=w.request_id,
-                           arrival_time=base + at, prompt_text=w.prompt_text, priority=w.priority)
+        engine.add_request(None, params, request_id=w.request_id, arrival_time=base + at,
+                           priority=w.priority, deferred=w)

@@ -24,12 +24,12 @@ import numbers
 import sys
 import threading
 import time
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Sequence
 
 from engine.config import EngineConfig
 from engine.detokenizer import IncrementalDetokenizer
 from engine.outputs import Arrival, BatchEntry, ModelRunnerOutput, NewToken, SchedulerOutput, StepRecord, Transition
-from engine.request import Request, SamplingParams
+from engine.request import DeferredPrompt, Request, SamplingParams
 from engine.vocab import Clock, RequestStatus
 from engine.request_ids import RequestIds
 from engine.sched.scheduler import Scheduler
@@ -122,7 +122,7 @@ class LLMEngine:
         self._t0_ns = time.perf_counter_ns()
         self._frozen_at_ns: int | None = None
         self._frozen_ns = 0
-        self._future: list[tuple[float, int, Request]] = []
+        self._future: list[tuple[float, int, tuple]] = []   # (arrival, order, add_request arguments)
         self._seq = itertools.count()
         self._detok: dict[str, IncrementalDetokenizer] = {}
         self._ids = itertools.count()
@@ -414,24 +414,33 @@ class LLMEngine:
 
     # ---- Adding requests and admitting due arrivals (with a detokenizer per request) ----
     @_locked
-    def add_request(self, prompt_token_ids: list[int], params: SamplingParams, *,
+    def add_request(self, prompt_token_ids: Sequence[int] | None, params: SamplingParams, *,
                     request_id: str | None = None, arrival_time: float | None = None,
-                    prompt_text: str | None = None, priority: int | None = None) -> str:
+                    prompt_text: str | None = None, priority: int | None = None,
+                    deferred: DeferredPrompt | None = None) -> str:
         """Add a request arriving at ``arrival_time`` (engine clock; None = now). Returns its id.
         ``priority`` (default ``params.priority``) orders it under ``policy="priority"``. With
         ``params.n`` > 1 the prompt's ``n`` sequences are requests ``<id>#0`` ... and ``<id>``
         names them all in :meth:`abort_request` and the other calls (``engine.sequence_group``).
 
+        The prompt is ``prompt_token_ids`` (with its ``prompt_text``), or, with
+        ``prompt_token_ids`` None, ``deferred`` (a :class:`engine.request.DeferredPrompt`): its
+        ids and text are made when the request arrives, so a trace's future requests hold no
+        tokens; until then only the arguments wait (no ``Request`` object either).
+
         An impossible request (empty prompt, over ``max_model_len`` or the whole cache) is kept and
         finished at once with FINISHED_ERROR and an error naming the limit; others keep running.
         Raises ``ValueError`` for a duplicate id, stop strings without a tokenizer, a nonzero
-        priority under a policy other than ``priority`` (refused here, not at admission), or an
-        ``arrival_time`` that is not a finite number >= 0. A past ``arrival_time`` is honoured:
-        the request's queue time and latencies count from it (it is served in the order added);
-        a future one holds the request back until the clock reaches it. Ids are
-        unique within a run: checked against live requests in memory and against finished ones
-        through the recording, or without one through 64-bit hashes (``engine.request_ids``).
+        priority under a policy other than ``priority`` (refused here, not at admission), an
+        ``arrival_time`` that is not a finite number >= 0, or neither or both of
+        ``prompt_token_ids`` and ``deferred``. A past ``arrival_time`` is honoured: the request's
+        queue time and latencies count from it (it is served in the order added); a future one
+        holds the request back until the clock reaches it. Ids are unique within a run: checked
+        against live and future requests in memory and against finished ones through the
+        recording, or without one through 64-bit hashes (``engine.request_ids``).
         """
+        if (prompt_token_ids is None) == (deferred is None):
+            raise ValueError("give the prompt's token ids or a deferred prompt, exactly one")
         rid = request_id if request_id is not None else f"req-{next(self._ids)}"
         if params.stop and self.tokenizer is None:
             raise ValueError("stop strings need a tokenizer; this engine runs on token ids only")
@@ -445,16 +454,23 @@ class LLMEngine:
                              f"got {arrival_time!r}")
         now = self.now()
         at = now if arrival_time is None else arrival_time
-        # The caller's sequence is kept as is: a compact array('i') stays 4 bytes per token.
-        reqs = make_sequences(rid, prompt_token_ids, params, arrival_time=at, prompt_text=prompt_text,
-                              eos_token_id=self.eos_token_id, priority=priority)
         self._request_ids.add([rid, *sequence_ids(rid, params.n)])
-        for req in reqs:
-            if at <= now:
-                self._admit(req)
-            else:
-                heapq.heappush(self._future, (at, next(self._seq), req))
+        # The caller's sequence is kept as is: a compact array('i') stays 4 bytes per token.
+        pending = (rid, prompt_token_ids, params, prompt_text, priority, deferred)
+        if at <= now:
+            self._arrive(at, pending)
+        else:
+            heapq.heappush(self._future, (at, next(self._seq), pending))
         return rid
+
+    def _arrive(self, at: float, pending: tuple) -> None:
+        """Make the requests of an added prompt (its deferred prompt first) and admit them."""
+        rid, ids, params, text, priority, deferred = pending
+        if deferred is not None:
+            ids, text = deferred.make_prompt()
+        for req in make_sequences(rid, ids, params, arrival_time=at, prompt_text=text,
+                                  eos_token_id=self.eos_token_id, priority=priority):
+            self._admit(req)
 
     def _admit(self, req: Request) -> None:
         req.arrival_step = self.step_index
@@ -494,7 +510,8 @@ class LLMEngine:
             self._sim_time = max(self._sim_time, self._future[0][0])
         now = self.now()
         while self._future and self._future[0][0] <= now:
-            self._admit(heapq.heappop(self._future)[2])
+            at, _, pending = heapq.heappop(self._future)
+            self._arrive(at, pending)
 
     # ---- User controls between steps: abort, pause, resume, knobs, priority, move to front ----
     @_locked

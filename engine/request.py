@@ -3,12 +3,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 from engine.vocab import FINISH_REASON_OF, FinishReason, RequestStatus
 
 if TYPE_CHECKING:
     from engine.sequence_group import SequenceGroup
+
+
+class DeferredPrompt(Protocol):
+    """A prompt made when its request arrives at the engine (``LLMEngine.add_request(None, ...,
+    deferred=...)``), so requests that have not arrived hold no token ids: a trace replay's
+    memory then follows the live requests, not the trace
+    (``recordings.workloads.workload.WorkloadRequest`` is one)."""
+
+    def make_prompt(self) -> tuple[Sequence[int], str | None]:
+        """(token ids, text or None); the same every call."""
+        ...
 
 
 MAX_PENALTY = 2.0   # |frequency_penalty| and |presence_penalty| limit (vLLM, OpenAI)

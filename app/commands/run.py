@@ -76,7 +76,7 @@ def run_headless(args: argparse.Namespace) -> int:
     eng = built.engine
     eng.recorder = writer
     rejected: list = []
-    eng.on_finished = lambda r: rejected.append(r) if r.status == RequestStatus.FINISHED_ERROR else None
+    eng.on_finished = lambda r: rejected.append(_rejection(r)) if r.status == RequestStatus.FINISHED_ERROR else None
     add_workload(eng, wl.requests, clock=built.config.clock, steps_per_second=args.steps_per_second)
     gc.freeze()        # model and workload live for the whole run: out of the full GC passes
     if wl.notes:
@@ -157,7 +157,7 @@ def fit_kv_to_workload(built, requests: list):
 
     cfg = built.config
     bs = cfg.block_size
-    lengths = (len(r.prompt_token_ids) + r.max_tokens for r in requests)
+    lengths = (r.num_prompt_tokens + r.max_tokens for r in requests)
     sizes = sorted((-(-n // bs) for n in lengths if n <= cfg.max_model_len), reverse=True)
     need = max(1, sum(sizes[:cfg.max_num_seqs]))
     if cfg.enable_prefix_caching or not requests or need >= cfg.num_gpu_blocks:
@@ -266,6 +266,14 @@ def rejection_report(rejected: list, total: int, max_kinds: int = 6) -> str:
     return "\n".join(lines)
 
 
+def _rejection(req):
+    """What :func:`rejection_report` reads of a finished ``engine.request.Request`` (not its tokens)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(request_id=req.request_id, error=req.error, num_prompt_tokens=req.num_prompt_tokens,
+                           sampling_params=SimpleNamespace(max_tokens=req.sampling_params.max_tokens))
+
+
 def recorded_rejections(reader) -> list:
     """The requests of a recording that finished with an error (rejected at admission or failed
     in a step), as the objects :func:`rejection_report` reads, in arrival order."""
@@ -311,6 +319,11 @@ def describe_run(info: dict) -> list[str]:
         lines.append(f"trace: {trace.get('name')} ({trace.get('num_rows')} requests, "
                      f"{trace.get('num_malformed_rows', 0)} malformed rows skipped)")
         lines += [f"  - {n}" for n in trace.get("scaling", [])]
+        unknown = trace.get("unknown_keys") or {}
+        if unknown:
+            lines.append("  - unknown keys in the trace's rows, ignored: " + ", ".join(
+                f"{ascii(key)} ({v.get('num_rows')} row{'' if v.get('num_rows') == 1 else 's'})"
+                for key, v in unknown.items()))
         sharing = trace.get("prefix_sharing")
         if sharing:
             lines.append(f"ideal prefix-cache hit rate (infinite cache, arrival order): "

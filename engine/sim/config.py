@@ -65,18 +65,62 @@ class SimConfig(EngineConfig):
         return CostModel.build(self.sim_model, self.sim_device, self.cost_params(), self.sim_dtype())
 
 
+# vLLM's defaults for one GPU (its engine arguments: ``max_num_seqs`` 256, ``max_num_batched_tokens``
+# 8192 with chunked prefill), which ``--executor sim`` uses where no flag or preset sets them.
+SIM_MAX_NUM_SEQS = 256
+SIM_MAX_NUM_BATCHED_TOKENS = 8192
+FALLBACK_MAX_MODEL_LEN = 2048          # vLLM's assumption for a config that names no length
+
+
+def sim_default_knobs(sim_model: str, *, enable_chunked_prefill: bool = True,
+                      max_model_len: int | None = None) -> dict[str, int]:
+    """The knobs a simulated run takes when neither a flag nor a preset sets them, as vLLM would
+    start ``sim_model``: ``max_num_seqs`` :data:`SIM_MAX_NUM_SEQS`, ``max_num_batched_tokens``
+    :data:`SIM_MAX_NUM_BATCHED_TOKENS` (without chunked prefill at least ``max_model_len``, as vLLM
+    raises it), ``max_model_len`` derived from the model's config
+    (``engine.sim.model_shapes.derived_max_model_len``, :data:`FALLBACK_MAX_MODEL_LEN` when it names
+    none; ``max_model_len`` when given). Raises ``ValueError`` for an unknown model."""
+    max_len = max_model_len or get_model_shape(sim_model).max_model_len or FALLBACK_MAX_MODEL_LEN
+    budget = SIM_MAX_NUM_BATCHED_TOKENS if enable_chunked_prefill else max(SIM_MAX_NUM_BATCHED_TOKENS, max_len)
+    return {"max_num_seqs": SIM_MAX_NUM_SEQS, "max_num_batched_tokens": budget, "max_model_len": max_len}
+
+
+def activation_peak_bytes(shape: ModelShape, max_num_batched_tokens: int, max_num_seqs: int) -> int:
+    """Bytes of activations at the peak of vLLM's start-up profiling run, estimated from the shape:
+    vLLM runs one forward pass of ``max_num_batched_tokens`` tokens and then samples
+    ``min(max_num_seqs, tokens)`` rows, and subtracts the allocator's peak from the memory it gives
+    the KV cache (``gpu_worker.determine_available_memory``). With T tokens, S rows, ``b`` bytes per
+    element, the forward pass peaks in an MLP: residual, normed input, gate|up output and the
+    activated product, ``b·T·(2h + 3i)``; sampling holds the last hidden states and S rows of
+    vocabulary-wide logits in the dtype and in float32, float32 probabilities and int64 sort indices
+    (top-p/top-k), ``b·T·h + S·V·(b + 16)``. The larger of the two. Llama-3.1-8B in bf16 at 8,192
+    tokens and 256 rows: 0.84 GB; vLLM logged 1.26 GiB for Llama-3-8B on an H100 (vLLM PR #10511),
+    the rest being the allocator's rounding and kernels' workspaces, which this leaves out."""
+    t, b = max_num_batched_tokens, shape.bytes_per_param
+    rows = min(max_num_seqs, t)
+    forward = b * t * (2 * shape.hidden_size + 3 * shape.intermediate_size)
+    sampler = b * t * shape.hidden_size + rows * shape.vocab_size * (b + 16)
+    return max(forward, sampler)
+
+
 def sim_num_blocks(config: EngineConfig, shape: ModelShape, device: DevicePeaks) -> int:
-    """KV blocks that fit in ``SIM_MEMORY_UTILIZATION`` of the device memory after the weights,
-    capped (like ``engine.runner.kv_sizing.size_num_blocks``) at what ``max_num_seqs`` requests of
-    ``max_model_len`` tokens can use. Raises ``RuntimeError`` if one such request does not fit."""
+    """KV blocks as vLLM sizes its pool: ``SIM_MEMORY_UTILIZATION`` of the device memory, minus the
+    weights and the activation peak of a step of ``max_num_batched_tokens``
+    (:func:`activation_peak_bytes`), divided by the bytes of one block; capped (like
+    ``engine.runner.kv_sizing.size_num_blocks``) at what ``max_num_seqs`` requests of
+    ``max_model_len`` tokens can use. Memory outside torch's allocator (the CUDA context, NCCL:
+    0.1-1.8 GiB in vLLM's logs) is not modelled. Raises ``RuntimeError`` if one request of
+    ``max_model_len`` tokens does not fit."""
     per_block = shape.kv_bytes_per_token * config.block_size
-    free = SIM_MEMORY_UTILIZATION * device.memory_bytes - shape.weight_bytes
+    activations = activation_peak_bytes(shape, config.max_num_batched_tokens, config.max_num_seqs)
+    free = SIM_MEMORY_UTILIZATION * device.memory_bytes - shape.weight_bytes - activations
     by_memory = max(0, int(free // per_block))
     blocks_per_seq = -(-config.max_model_len // config.block_size)
     if by_memory < blocks_per_seq:
         raise RuntimeError(
-            f"simulated KV cache too small: {shape.name} ({shape.weight_bytes / 1e9:.1f} GB of weights) on "
-            f"{device.name} ({device.memory_bytes / 1e9:.0f} GB) leaves room for {by_memory} blocks of "
-            f"{per_block} bytes, but one request of max_model_len={config.max_model_len} needs "
-            f"{blocks_per_seq}; pass --num-gpu-blocks or a lower --max-model-len")
+            f"simulated KV cache too small: {shape.name} ({shape.weight_bytes / 1e9:.1f} GB of weights, "
+            f"{activations / 1e9:.2f} GB of activations) on {device.name} ({device.memory_bytes / 1e9:.0f} GB "
+            f"x {SIM_MEMORY_UTILIZATION}) leaves room for {by_memory} blocks of {per_block} bytes, but one "
+            f"request of max_model_len={config.max_model_len} needs {blocks_per_seq}; pass --num-gpu-blocks "
+            f"or a lower --max-model-len")
     return min(by_memory, config.max_num_seqs * blocks_per_seq)

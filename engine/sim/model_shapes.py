@@ -20,7 +20,9 @@ class ModelShape:
     """A decoder-only Llama-family transformer: ``num_hidden_layers`` blocks of GQA attention
     (``num_attention_heads`` query heads, ``num_key_value_heads`` K/V heads of ``head_dim``) and a
     gated MLP (gate, up: hidden -> intermediate; down: intermediate -> hidden). ``bytes_per_param``
-    is the size of one weight, activation or K/V element (bf16 = 2, fp32 = 4)."""
+    is the size of one weight, activation or K/V element (bf16 = 2, fp32 = 4).
+    ``max_model_len`` is the longest sequence (prompt + output tokens) the config allows, derived as
+    vLLM derives it (:func:`derived_max_model_len`); None when the config says nothing."""
 
     name: str
     num_hidden_layers: int
@@ -32,6 +34,7 @@ class ModelShape:
     vocab_size: int
     bytes_per_param: int = 2
     tie_word_embeddings: bool = False
+    max_model_len: int | None = None
 
     @property
     def q_size(self) -> int:
@@ -94,16 +97,48 @@ class ModelShape:
                        num_attention_heads=heads, num_key_value_heads=int(cfg.get("num_key_value_heads") or heads),
                        head_dim=int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads),
                        vocab_size=int(cfg["vocab_size"]), bytes_per_param=DTYPE_BYTES.get(str(dtype), 2),
-                       tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)))
+                       tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+                       max_model_len=derived_max_model_len(cfg))
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"{name}: not a Llama-family transformers config ({type(e).__name__}: {e})") from e
 
 
+# Config keys that bound the sequence length, in the order vLLM reads them (ModelConfig's
+# ``_get_and_verify_max_len``: the smallest one present wins).
+MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+UNSCALED_ROPE_TYPES = ("su", "longrope", "llama3")   # their max_position_embeddings is the scaled length
+
+
+def derived_max_model_len(cfg: dict) -> int | None:
+    """The longest sequence a transformers ``config.json`` (as a dict) allows, as vLLM derives its
+    default ``max_model_len``: the smallest of :data:`MAX_LEN_KEYS` present, times the RoPE scaling
+    ``factor`` unless the rope type already counts it (``llama3``, ``longrope``, ``su``; for ``yarn``
+    the base is ``original_max_position_embeddings``). None when no key is present (vLLM then
+    assumes 2048). Source: vLLM, ``vllm/config`` ``_get_and_verify_max_len``."""
+    lengths = [cfg[k] for k in MAX_LEN_KEYS
+               if isinstance(cfg.get(k), (int, float)) and not isinstance(cfg.get(k), bool) and cfg[k] > 0]
+    if not lengths:
+        return None
+    length = float(min(lengths))
+    rope = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    if isinstance(rope, dict):
+        kind = rope.get("rope_type") or rope.get("type") or "default"
+        if kind not in UNSCALED_ROPE_TYPES and isinstance(rope.get("factor"), (int, float)):
+            if kind == "yarn" and isinstance(rope.get("original_max_position_embeddings"), (int, float)):
+                length = float(rope["original_max_position_embeddings"])
+            length *= rope["factor"]
+    return int(length)
+
+
+# max_model_len: each config's max_position_embeddings (Llama 3.x's llama3 rope scaling is counted in
+# it already; Qwen2.5-7B base says 131,072, its -Instruct config 32,768).
 MODELS: dict[str, ModelShape] = {s.name: s for s in (
-    ModelShape("smollm2-135m", 30, 576, 1536, 9, 3, 64, 49152, tie_word_embeddings=True),
-    ModelShape("llama-3.2-1b", 16, 2048, 8192, 32, 8, 64, 128256, tie_word_embeddings=True),
-    ModelShape("llama-3.1-8b", 32, 4096, 14336, 32, 8, 128, 128256),
-    ModelShape("qwen2.5-7b", 28, 3584, 18944, 28, 4, 128, 152064),
+    ModelShape("smollm2-135m", 30, 576, 1536, 9, 3, 64, 49152, tie_word_embeddings=True, max_model_len=8192),
+    ModelShape("llama-3.2-1b", 16, 2048, 8192, 32, 8, 64, 128256, tie_word_embeddings=True,
+               max_model_len=131072),
+    ModelShape("llama-3.1-8b", 32, 4096, 14336, 32, 8, 128, 128256, max_model_len=131072),
+    ModelShape("qwen2.5-7b", 28, 3584, 18944, 28, 4, 128, 152064, max_model_len=131072),
 )}
 ALIASES = {"default": "smollm2-135m"}   # the engine's embedded model
 

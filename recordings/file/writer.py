@@ -21,6 +21,7 @@ reader replays the hash tags of the block events since (``codec.state_blob``).
 """
 from __future__ import annotations
 
+import array
 import atexit
 import datetime as _dt
 import errno
@@ -143,8 +144,10 @@ class RecordingWriter:
             prompt_text = None
             sampling.pop("stop", None)
         self._recorded.queued.add(request_id)
+        # A copy the caller cannot change, 4 bytes per id while it waits in the queue (a tuple
+        # of ints is ~36): a burst of arrivals with long prompts queues thousands of them.
         self._put(("request", (request_id, arrival_step, arrival_time,
-                                     tuple(prompt_token_ids), prompt_text, sampling)))
+                                     array.array("i", prompt_token_ids), prompt_text, sampling)))
 
     def write_step(self, record: StepRecord) -> None:
         """Record one step (steps in increasing order). Blocks while the queue is full (the

@@ -22,11 +22,19 @@ class Percentiles:
     num_samples: int
 
     @classmethod
-    def of(cls, samples: Sequence[float]) -> "Percentiles":
-        """Percentiles by numpy's default (linear) interpolation."""
+    def of(cls, samples: Sequence[float], *, consume: bool = False) -> "Percentiles":
+        """Percentiles by numpy's default (linear) interpolation. ``consume``: ``samples`` (an
+        ``array('d')``, e.g. from :func:`latencies`) is used in place, without a copy, and left
+        reordered: the ITL samples of a long run are tens of MB, and a copy plus numpy's own
+        partition copy tripled the summary's memory."""
         if not len(samples):
             return cls(None, None, None, 0)
-        p50, p90, p99 = (float(v) for v in np.percentile(np.asarray(samples, float), [50, 90, 99]))
+        if consume and isinstance(samples, array.array) and samples.typecode == "d":
+            values = np.frombuffer(samples, dtype=float)
+            qs = np.percentile(values, [50, 90, 99], overwrite_input=True)
+        else:
+            qs = np.percentile(np.asarray(samples, float), [50, 90, 99])
+        p50, p90, p99 = (float(v) for v in qs)
         return cls(p50, p90, p99, len(samples))
 
 

@@ -75,5 +75,5 @@ def wall_clock(reader) -> WallClock:
         arrival = dict(reader.execute("SELECT r.seq, s.start_ns / 1e9 FROM requests r "
                                       "JOIN steps s ON s.step = r.arrival_step"))
         t, i = latencies(reader, token_time="end_ns / 1e9", arrival=arrival)
-        ttft, itl = Percentiles.of(t), Percentiles.of(i)
+        ttft, itl = Percentiles.of(t, consume=True), Percentiles.of(i, consume=True)
     return WallClock(clock, span, paused_seconds(reader, clock), ttft, itl)

@@ -220,10 +220,11 @@ class SharedPrefixPrompts:
         scaled = round(num_trace_tokens * self.block_tokens / self.trace_block_tokens)
         return max(1, scaled, (used - 1) * self.block_tokens + 1 if used else 0)
 
-    def prompt(self, num_trace_tokens: int, hash_ids: Sequence[int], length: int,
-               request_index: int) -> np.ndarray:
-        """``length`` token ids (int32; ``length`` as clipped by the caller) for the row, and
-        account its hash ids and its ideal prefix hits."""
+    def account(self, num_trace_tokens: int, hash_ids: Sequence[int], length: int) -> int:
+        """Account one row's hash ids (used, listed past its length, cut by the clip to ``length``
+        tokens) and its ideal prefix hits, in arrival order; returns how many of its first hash
+        ids its ``length`` tokens use (its prompt is ``tokens.prompt(hash_ids[:used], length,
+        index)``, made when needed: ``recordings.workloads.deferred_prompts.HashIdPrompts``)."""
         usable = self._num_usable(num_trace_tokens, hash_ids)
         used = min(usable, -(-length // self.block_tokens))
         if len(hash_ids) > usable:
@@ -236,6 +237,13 @@ class SharedPrefixPrompts:
             self.num_rows_longer += 1
         self.all_ids.append(hash_ids)
         self.coverage.add(hash_ids[:used], length)
+        return used
+
+    def prompt(self, num_trace_tokens: int, hash_ids: Sequence[int], length: int,
+               request_index: int) -> np.ndarray:
+        """``length`` token ids (int32; ``length`` as clipped by the caller) for the row, and
+        account its hash ids and its ideal prefix hits (:meth:`account`)."""
+        used = self.account(num_trace_tokens, hash_ids, length)
         return self.tokens.prompt(hash_ids[:used], length, request_index)
 
     def sharing(self) -> PrefixSharing:

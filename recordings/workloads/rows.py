@@ -64,13 +64,27 @@ class TraceRowError:
 @dataclass
 class TraceLoad:
     """The result of loading a trace file: valid rows in arrival order, the lines that were not,
-    the file (``sha256`` of its bytes, for provenance) and its ``format`` (``AZURE``/``MOONCAKE``)."""
+    the file (``sha256`` of its bytes, for provenance) and its ``format`` (``AZURE``/``MOONCAKE``).
+    ``unknown_keys``: keys a row carried that its format does not define (a Mooncake row's
+    ``output_lenght``), each with the file lines it was on, in file order; the rows were kept."""
 
     path: Path
     sha256: str
     format: str
     rows: list[TraceRow] = field(default_factory=list)
     errors: list[TraceRowError] = field(default_factory=list)
+    unknown_keys: dict[str, list[int]] = field(default_factory=dict)
+
+    def unknown_key_lines(self, max_lines: int = 5) -> list[str]:
+        """One line per unknown key, most frequent first: the key (escaped, cut to 40 characters),
+        how many rows carried it and its first ``max_lines`` line numbers; [] when there were none."""
+        out = []
+        for key, lines in sorted(self.unknown_keys.items(), key=lambda kv: (-len(kv[1]), kv[1][0])):
+            shown = ", ".join(map(str, lines[:max_lines])) + (", ..." if len(lines) > max_lines else "")
+            where = f"line {shown}" if len(lines) == 1 else f"{len(lines):,} rows, lines {shown}"
+            name = ascii(key) if len(key) <= 40 else ascii(key[:39] + "…")
+            out.append(f"unknown key {name} ({where})")
+        return out
 
     @property
     def duration_s(self) -> float:

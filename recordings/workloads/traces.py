@@ -24,6 +24,7 @@ from recordings.workloads.rows import (MAX_HASH_ID, MAX_TRACE_TOKENS, TraceForma
 
 AZURE_HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
+MOONCAKE_OPTIONAL_KEYS = ("hash_ids",)
 MAX_TIMESTAMP = 1 << 62    # |Mooncake timestamp| in ms; above: a bad row (seconds would overflow a float)
 AZURE = "azure-csv"
 MOONCAKE = "mooncake-jsonl"
@@ -41,6 +42,7 @@ class _Parsed:
     num_prompt_tokens: int
     num_output_tokens: int
     hash_ids: tuple[int, ...] = ()
+    unknown_keys: tuple[str, ...] = ()     # keys of the row that the format does not define
 
 
 def load_azure_csv(path: str | Path, limit: int | None = None) -> TraceLoad:
@@ -54,23 +56,28 @@ def load_azure_csv(path: str | Path, limit: int | None = None) -> TraceLoad:
     return _load(path, *_read_text(path), _AZURE, limit)
 
 
-def load_mooncake_jsonl(path: str | Path, limit: int | None = None) -> TraceLoad:
+def load_mooncake_jsonl(path: str | Path, limit: int | None = None, *, strict: bool = False) -> TraceLoad:
     """Load a Mooncake trace: JSON lines ``{"timestamp": ms, "input_length": n,
     "output_length": n, "hash_ids": [...]}``.
 
-    ``limit`` keeps only the first ``limit`` valid rows. Raises ``TraceFormatError`` if the first
-    non-blank line is not such an object, ``OSError`` if the file cannot be read.
+    ``limit`` keeps only the first ``limit`` valid rows. A row with other keys (a misspelt
+    ``output_lenght``) is kept and its keys are listed in ``TraceLoad.unknown_keys`` with their
+    lines; with ``strict`` the file is refused instead. Raises ``TraceFormatError`` if the first
+    non-blank line is not such an object (or, under ``strict``, naming the unknown keys and their
+    lines), ``OSError`` if the file cannot be read.
     """
     path = Path(path)
-    return _load(path, *_read_text(path), _MOONCAKE, limit)
+    return _checked(_load(path, *_read_text(path), _MOONCAKE, limit), strict)
 
 
-def load_trace(path: str | Path, limit: int | None = None) -> TraceLoad:
+def load_trace(path: str | Path, limit: int | None = None, *, strict: bool = False) -> TraceLoad:
     """Load a trace of any supported format, recognised by its first non-blank line: Azure's CSV
     header, a Mooncake JSON object, or a row of BatchScope's JSONL workload format
     (``recordings.workloads.jsonl``; its lines are decoded one by one, so a line that is not
-    UTF-8 is one bad row). Raises ``TraceFormatError`` naming the supported formats when it is
-    none of them, ``OSError`` if the file cannot be read."""
+    UTF-8 is one bad row, and a field it does not define makes the line bad). Mooncake rows with
+    keys the format does not define are kept and listed in ``TraceLoad.unknown_keys``, or refused
+    under ``strict`` (:func:`load_mooncake_jsonl`). Raises ``TraceFormatError`` naming the
+    supported formats when it is none of them, ``OSError`` if the file cannot be read."""
 
     path = Path(path)
     data = path.read_bytes()
@@ -80,7 +87,7 @@ def load_trace(path: str | Path, limit: int | None = None) -> TraceLoad:
     text, sha = _decode(path, data)
     for fmt in (_AZURE, _MOONCAKE):
         if fmt.recognise(first):
-            return _load(path, text, sha, fmt, limit)
+            return _checked(_load(path, text, sha, fmt, limit), strict)
     raise TraceFormatError(
         f"{path}: unrecognised trace format (first line {first[:80]!r}); supported: "
         f"{_AZURE.title} ({_AZURE.expected}), {_MOONCAKE.title} ({_MOONCAKE.expected}) and "
@@ -108,8 +115,20 @@ def _load(path: Path, text: str, sha: str, fmt: _Format, limit: int | None) -> T
         raise TraceFormatError(f"{path}: not {fmt.title}: expected {fmt.expected}, {found}")
     load = TraceLoad(path=path, sha256=sha, format=fmt.name)
     start = first_no + 1 if fmt.is_header else first_no
-    load.rows = _relative(_parse_lines(lines, start, fmt.parse_row, limit, load.errors),
-                          fmt.units_per_s)
+    parsed = _parse_lines(lines, start, fmt.parse_row, limit, load.errors)
+    for p in parsed:
+        for key in p.unknown_keys:
+            load.unknown_keys.setdefault(key, []).append(p.line_no)
+    load.rows = _relative(parsed, fmt.units_per_s)
+    return load
+
+
+def _checked(load: TraceLoad, strict: bool) -> TraceLoad:
+    """``load``, or under ``strict`` a ``TraceFormatError`` when its rows carried unknown keys."""
+    if strict and load.unknown_keys:
+        raise TraceFormatError(f"{load.path}: rows with keys the format does not define (refused under "
+                               f"--strict; a Mooncake row's keys are {', '.join(MOONCAKE_KEYS + MOONCAKE_OPTIONAL_KEYS)}): "
+                               + "; ".join(load.unknown_key_lines()))
     return load
 
 
@@ -155,8 +174,9 @@ def _mooncake_row(line_no: int, line: str) -> _Parsed:
     hash_ids = obj.get("hash_ids", [])
     if not isinstance(hash_ids, list) or not all(_is_count(h) and h <= MAX_HASH_ID for h in hash_ids):
         raise ValueError(f"hash_ids is not a list of integers in [0, {MAX_HASH_ID}]")
+    unknown = tuple(key for key in obj if key not in MOONCAKE_KEYS and key not in MOONCAKE_OPTIONAL_KEYS)
     return _Parsed(line_no, stamp, _json_count(obj["input_length"], "input_length"),
-                   _json_count(obj["output_length"], "output_length"), tuple(hash_ids))
+                   _json_count(obj["output_length"], "output_length"), tuple(hash_ids), unknown)
 
 
 _AZURE = _Format(AZURE, "an Azure LLM inference trace",

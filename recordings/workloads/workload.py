@@ -11,7 +11,6 @@ written down in plain words in ``Workload.scaling_notes``. No torch: the tokeniz
 """
 from __future__ import annotations
 
-import array
 import math
 import random
 import re
@@ -19,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, Sequence
 
-import numpy as np
-
+from recordings.workloads.deferred_prompts import (CorpusWindowPrompts, HashIdPrompts, PromptMaker,
+                                                   RandomIdPrompts)
 from recordings.workloads.prefix_blocks import PrefixSharing, SharedPrefixPrompts
 from recordings.workloads.traces import TraceRow, load_azure_csv
 
@@ -38,25 +37,79 @@ class Tokenizer(Protocol):
     def decode(self, token_ids: list[int]) -> str: ...
 
 
-@dataclass(frozen=True)
 class WorkloadRequest:
-    """One request to submit: at ``arrival_s`` seconds after the workload starts, with these prompt
-    token ids (authoritative; ``prompt_text`` is their decoding, None without a tokenizer; a list,
-    or a compact ``array('i')`` for synthetic ids, 4 bytes per token), asking
-    for at most ``max_tokens`` output tokens. ``source_line`` is the trace file line it came from.
-    ``ignore_eos`` (trace lengths are exact), ``priority`` and ``sampling`` (other
-    ``engine.request.SamplingParams`` keywords: temperature, top_p, top_k, seed, n) come from a
-    JSONL workload row; traces leave the defaults."""
+    """One request to submit: at ``arrival_s`` seconds after the workload starts, with a prompt of
+    ``num_prompt_tokens`` tokens, asking for at most ``max_tokens`` output tokens.
+    ``source_line`` is the trace file line it came from. ``ignore_eos`` (trace lengths are exact),
+    ``priority`` and ``sampling`` (other ``engine.request.SamplingParams`` keywords: temperature,
+    top_p, top_k, seed, n) come from a JSONL workload row; traces leave the defaults.
 
-    request_id: str
-    arrival_s: float
-    prompt_text: str | None
-    prompt_token_ids: Sequence[int]
-    max_tokens: int
-    source_line: int
-    ignore_eos: bool = True
-    priority: int = 0
-    sampling: dict = field(default_factory=dict)
+    The prompt is either given (``prompt_token_ids``, authoritative, and ``prompt_text``, their
+    decoding or None without a tokenizer) or deferred: ``maker`` (a
+    ``recordings.workloads.deferred_prompts.PromptMaker``) makes it from ``recipe`` when it is
+    asked for (:meth:`make_prompt`, what the engine calls when the request is admitted:
+    ``engine.request.DeferredPrompt``), the same ids every time and nothing kept, so a workload
+    holds a few numbers per request instead of its prompts. ``prompt_token_ids`` and
+    ``prompt_text`` read the same either way (a deferred prompt is made on each read). Ids are a
+    list, or a compact ``array('i')`` for synthetic ids (4 bytes per token). Raises ``ValueError``
+    when neither or both of ``prompt_token_ids`` and ``maker`` are given.
+    """
+
+    __slots__ = ("request_id", "arrival_s", "max_tokens", "source_line", "ignore_eos", "priority",
+                 "sampling", "num_prompt_tokens", "_ids", "_text", "_maker", "_recipe")
+
+    def __init__(self, request_id: str, arrival_s: float, prompt_text: str | None = None,
+                 prompt_token_ids: Sequence[int] | None = None, max_tokens: int = 16, source_line: int = 0,
+                 ignore_eos: bool = True, priority: int = 0, sampling: dict | None = None, *,
+                 maker: PromptMaker | None = None, recipe=None, num_prompt_tokens: int | None = None) -> None:
+        if (prompt_token_ids is None) == (maker is None):
+            raise ValueError(f"request {request_id!r}: give prompt_token_ids or a deferred prompt "
+                             f"(maker and recipe), exactly one")
+        if maker is not None and num_prompt_tokens is None:
+            raise ValueError(f"request {request_id!r}: a deferred prompt needs its num_prompt_tokens")
+        self.request_id, self.arrival_s, self.max_tokens = request_id, arrival_s, max_tokens
+        self.source_line, self.ignore_eos, self.priority = source_line, ignore_eos, priority
+        self.sampling = {} if sampling is None else sampling
+        self._ids, self._text, self._maker, self._recipe = prompt_token_ids, prompt_text, maker, recipe
+        self.num_prompt_tokens = len(prompt_token_ids) if prompt_token_ids is not None else num_prompt_tokens
+
+    @property
+    def is_deferred(self) -> bool:
+        """True when the prompt is made on demand (not held)."""
+        return self._maker is not None
+
+    def make_prompt(self) -> tuple[Sequence[int], str | None]:
+        """(prompt token ids, prompt text or None): the given ones, or made now from the recipe."""
+        if self._maker is None:
+            return self._ids, self._text
+        return self._maker.make(self._recipe)
+
+    @property
+    def prompt_token_ids(self) -> Sequence[int]:
+        return self._ids if self._maker is None else self.make_prompt()[0]
+
+    @property
+    def prompt_text(self) -> str | None:
+        return self._text if self._maker is None else self.make_prompt()[1]
+
+    def _key(self) -> tuple:
+        ids, text = self.make_prompt()
+        return (self.request_id, self.arrival_s, self.max_tokens, self.source_line, self.ignore_eos,
+                self.priority, self.sampling, list(ids), text)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal requests: the same fields and the same prompt (given or made: deferred prompts
+        are compared by the ids they make)."""
+        if not isinstance(other, WorkloadRequest):
+            return NotImplemented
+        return self._key() == other._key()
+
+    __hash__ = None  # type: ignore[assignment]   # mutable sampling dict, as the dataclass had
+
+    def __repr__(self) -> str:
+        how = "deferred" if self.is_deferred else "given"
+        return (f"WorkloadRequest({self.request_id!r}, arrival_s={self.arrival_s!r}, "
+                f"num_prompt_tokens={self.num_prompt_tokens}, max_tokens={self.max_tokens}, prompt {how})")
 
 
 @dataclass
@@ -72,7 +125,7 @@ class Workload:
 
     @property
     def num_prompt_tokens(self) -> int:
-        return sum(len(r.prompt_token_ids) for r in self.requests)
+        return sum(r.num_prompt_tokens for r in self.requests)
 
     @property
     def num_output_tokens(self) -> int:
@@ -101,7 +154,13 @@ def build_workload(rows: Sequence[TraceRow], tokenizer: Tokenizer | None, *,
     ``random.Random(seed)``, encoded without special tokens, cut to exactly that many ids and decoded
     back into ``prompt_text``. Without one, prompt ids are uniform draws in [100, 40000] from
     ``numpy.random.default_rng(seed)`` (capped below ``vocab_size`` when given, for small models),
-    kept as compact ``array('i')``s so a 20k-request trace fits in memory.
+    request after request, as compact ``array('i')``s.
+
+    Synthesised prompts are deferred (:class:`WorkloadRequest`,
+    ``recordings.workloads.deferred_prompts``): the workload keeps each one's recipe (a generator
+    state, a corpus offset, the row's hash ids) and the ids are made when the engine admits the
+    request, equal to the ids an eager build gives, so memory follows the requests in the engine,
+    not the trace's length.
 
     Rows with ``hash_ids`` (Mooncake) are built from shared token blocks instead
     (:class:`recordings.workloads.prefix_blocks.SharedPrefixPrompts`): a 512-token hash block becomes
@@ -118,7 +177,6 @@ def build_workload(rows: Sequence[TraceRow], tokenizer: Tokenizer | None, *,
     check_workload_arguments(time_scale, prompt_scale, output_scale, min_prompt_tokens,
                      max_prompt_tokens, min_output_tokens, max_output_tokens)
     rng = random.Random(seed)
-    np_rng = np.random.default_rng(seed)
     low, high = _id_range(vocab_size)
     prompts = None
     if tokenizer is not None:
@@ -133,36 +191,35 @@ def build_workload(rows: Sequence[TraceRow], tokenizer: Tokenizer | None, *,
     width = max(4, len(str(len(rows) - 1)))
     given = _GivenPrompts(tokenizer, vocab_size, {r.spec.request_id for r in rows
                                                   if r.spec is not None and r.spec.request_id})
+    random_ids = RandomIdPrompts(seed, low, high)
+    windows = CorpusWindowPrompts(prompts) if prompts is not None else None
+    hashed = HashIdPrompts(shared.tokens, tokenizer) if shared is not None else None
     requests = []
     for index, row in enumerate(rows):
         spec = row.spec
         if given.has_prompt(row):
-            prompt = given.prompt(row)
-            if prompt is None:
+            made = given.prompt(row)
+            if made is None:
                 continue
-            ids, text = prompt
+            prompt: dict = dict(prompt_token_ids=made[0], prompt_text=made[1])
         elif shared is not None and row.hash_ids:
             num_prompt = prompt_lengths.clamp(shared.length(row.num_prompt_tokens, row.hash_ids))
-            drawn = shared.prompt(row.num_prompt_tokens, row.hash_ids, num_prompt, index)
-            if prompts is not None:
-                ids = drawn.tolist()
-                text: str | None = tokenizer.decode(ids)  # type: ignore[union-attr]
-            else:
-                ids, text = array.array("i", drawn.tobytes()), None
+            used = shared.account(row.num_prompt_tokens, row.hash_ids, num_prompt)
+            prompt = dict(maker=hashed, recipe=(row.hash_ids, used, num_prompt, index))
         elif prompts is not None:
             num_prompt = prompt_lengths(row.num_prompt_tokens)
-            ids = prompts.window(rng, num_prompt)
-            text = tokenizer.decode(ids)  # type: ignore[union-attr]
+            prompt = dict(maker=windows, recipe=(prompts.pick_start(rng), num_prompt))
         else:
             num_prompt = prompt_lengths(row.num_prompt_tokens)
-            drawn = np_rng.integers(low, high + 1, num_prompt, dtype=np.int32)
-            ids, text = array.array("i", drawn.tobytes()), None
+            prompt = dict(maker=random_ids, recipe=random_ids.recipe(num_prompt))
+        if "maker" in prompt:
+            prompt["num_prompt_tokens"] = num_prompt
         extra = {} if spec is None else dict(ignore_eos=spec.ignore_eos, priority=spec.priority,
                                              sampling=spec.sampling_kwargs())
         requests.append(WorkloadRequest(
             request_id=given.request_id(spec, f"r{index:0{width}d}"),
-            arrival_s=row.arrival_s * time_scale, prompt_text=text, prompt_token_ids=ids,
-            max_tokens=output_lengths(row.num_output_tokens), source_line=row.line_no, **extra))
+            arrival_s=row.arrival_s * time_scale, max_tokens=output_lengths(row.num_output_tokens),
+            source_line=row.line_no, **prompt, **extra))
     notes = [note for note in (_time_note(rows, time_scale), prompt_lengths.note(),
                                output_lengths.note()) if note]
     if given.num_given + len(given.skipped) < len(rows):       # some prompts were synthesised
@@ -271,7 +328,14 @@ class _CorpusPrompts:
         return self._ids
 
     def window(self, rng: random.Random, num_tokens: int) -> list[int]:
-        start = rng.choice(self.starts)
+        return self.window_at(self.pick_start(rng), num_tokens)
+
+    def pick_start(self, rng: random.Random) -> int:
+        """A window's first character: a sentence start drawn with ``rng``."""
+        return rng.choice(self.starts)
+
+    def window_at(self, start: int, num_tokens: int) -> list[int]:
+        """The ``num_tokens`` ids of the window starting at character ``start``."""
         num_chars = 6 * num_tokens + 64
         while True:
             repeats = (start + num_chars) // len(self.cycle) + 1

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from app.args import CONFIG_FLAGS, ENGINE_FLAGS, NOT_FLAGS, SIM_FLAGS, config_flag, engine_config
+from app.args import CONFIG_FLAGS, ENGINE_FLAGS, NOT_FLAGS, SIM_FLAGS, SIM_SIZED, config_flag, engine_config
 from app.cli import build_parser, main
 from app.commands.compare.configs import parse_configs
 from engine.config import EngineConfig
@@ -63,6 +63,8 @@ def test_run_help_shows_the_config_defaults(capsys):
             assert "(default: --model" in text
         elif flag.field == "sim_cost":
             assert default is None and "(default: 2 ms per step" in text
+        elif flag.field in SIM_SIZED:                 # the model executor's; --executor sim: vLLM's
+            assert f"(default: {default}; with --executor sim" in text, (flag.option, text)
         else:
             assert f"(default: {default})" in text, (flag.option, default, text)
     assert "(default: wall)" in blocks["--clock"]

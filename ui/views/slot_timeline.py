@@ -120,7 +120,7 @@ class SlotTimeline(QWidget):
         pi.getViewBox().sigResized.connect(lambda *_: self._grid is not None and self._paint())
         track_pointer(self.plot, self._cell_at_scene, lambda c: self.describe(*c), self._clicked)
         head, self.title, self.title_numbers = title_row(
-            "Batch slots", "  ·  8888 slots (8888 used: compact)  ·  steps 88888888–88888888")
+            "Batch slots", "  ·  8888 slots  ·  steps 88888888–88888888")
         head.addStretch(1)
         head.addWidget(QLabel(self._legend_html()))
         self.compact_button = QToolButton()
@@ -265,8 +265,9 @@ class SlotTimeline(QWidget):
             for j in changed:
                 drawn[j] = want[j]
         rows_changed = self._choose_rows()
-        used = f" ({len(self.shown_slots)} used: compact)" if self.compact else ""
-        self.title_numbers.setText(f"  ·  {s} slots{used}  ·  steps {x0}–{max(shown_step, x0)}")
+        # compact: the slots shown of all (the label's size is fixed: no relayout, keep it short)
+        slots = f"{len(self.shown_slots)}/{s}" if self.compact else f"{s}"
+        self.title_numbers.setText(f"  ·  {slots} slots  ·  steps {x0}–{max(shown_step, x0)}")
         self._paint(changed if self.image is not None and not rows_changed else None)
 
     def _move_grid(self, x0: int, w: int, s: int, keep: bool) -> None:

@@ -90,7 +90,7 @@ def _bench(args: argparse.Namespace) -> int:
     if writer is not None:
         writer.close()
     figures = bench_figures(records, cost, duration, num_requests=len(requests),
-                            num_prompt_tokens=sum(len(r.prompt_token_ids) for r in requests))
+                            num_prompt_tokens=sum(r.num_prompt_tokens for r in requests))
     print(f"model: {built.run_info['model']['name']} on {device} ({built.config.dtype}); "
           f"max_num_seqs {built.config.max_num_seqs}, max_num_batched_tokens {built.config.max_num_batched_tokens}, "
           f"{built.config.num_gpu_blocks:,} KV blocks of {built.config.block_size}; workload {trace_info['name']}; "

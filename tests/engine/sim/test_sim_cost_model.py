@@ -10,7 +10,7 @@ import pytest
 
 from engine.config import ConfigError
 from engine.outputs import ScheduledRequest
-from engine.sim.config import SimConfig, sim_num_blocks
+from engine.sim.config import SimConfig, activation_peak_bytes, sim_num_blocks
 from engine.sim.cost_model import CostModel, CostParams
 from engine.sim.hardware import DEVICES, get_device
 from engine.sim.model_shapes import get_model_shape
@@ -137,8 +137,10 @@ def test_a_cpu_fit_pins_its_measured_peaks():
 
 def test_kv_blocks_sized_from_device_memory():
     cfg = SimConfig(max_num_seqs=256, max_model_len=16384, sim_model="llama-3.1-8b", sim_device="h100")
-    n = sim_num_blocks(cfg, get_model_shape("llama-3.1-8b"), DEVICES["h100"])
-    assert n == int((0.9 * 80e9 - get_model_shape("llama-3.1-8b").weight_bytes) // (16 * 131072))
+    shape = get_model_shape("llama-3.1-8b")
+    n = sim_num_blocks(cfg, shape, DEVICES["h100"])
+    activations = activation_peak_bytes(shape, cfg.max_num_batched_tokens, cfg.max_num_seqs)
+    assert n == int((0.9 * 80e9 - shape.weight_bytes - activations) // (16 * 131072))
     with pytest.raises(RuntimeError, match="too small"):
         sim_num_blocks(cfg.replace(max_model_len=10**7), get_model_shape("llama-3.1-8b"), DEVICES["l40s"])
 
