@@ -40,6 +40,7 @@ from typing import Iterable
 import sqlite_utils
 
 from engine.request import FINISH_REASON_OF, RequestStatus
+from recordings.file.compact import Batch
 
 Range = tuple[int, int]
 
@@ -138,9 +139,17 @@ class _Facts:
 
 def _batch_facts(db: sqlite_utils.Database, wanted: set[int]) -> dict[int, _Facts]:
     """:class:`_Facts` of the requests ``wanted`` (seq numbers), in one pass over the steps."""
-    if "batch" in db["steps"].columns_dict:
-        return _batch_facts_v4(db, wanted)
     facts: dict[int, _Facts] = {}
+    if "batch" in db["steps"].columns_dict:       # schema 4: the batch is a blob
+        for step, blob in db.execute("SELECT step, batch FROM steps WHERE batch IS NOT NULL ORDER BY step"):
+            batch = Batch(blob)
+            seqs = batch.seq.tolist()
+            if wanted.isdisjoint(seqs):
+                continue
+            _add_facts(facts, wanted, step, seqs, batch.num_tokens.tolist(),
+                       batch.num_computed_tokens.tolist(), batch.token_id.tolist(),
+                       None if batch.token_index is None else batch.token_index.tolist())
+        return facts
     for step, b_seq, b_n, b_nc, b_pre, t_idx, t_id in db.execute(
             "SELECT step, batch_seq_json, batch_num_tokens_json, batch_num_computed_json, "
             "batch_prefill_json, token_index_json, token_id_json FROM steps ORDER BY step"):
@@ -154,41 +163,26 @@ def _batch_facts(db: sqlite_utils.Database, wanted: set[int]) -> dict[int, _Fact
             for i, n in prefill:
                 ns[i] = n
         idxs = json.loads(t_idx) if t_idx is not None else None
-        for i, seq in enumerate(seqs):
-            if seq not in wanted:
-                continue
-            fact = facts.setdefault(seq, _Facts())
-            done = ncs[i] + ns[i]
-            fact.max_computed = max(fact.max_computed, done)
-            if ids[i] < 0:
-                continue
-            if fact.num_prompt_tokens is None:
-                index = 0 if idxs is None else idxs[i]
-                fact.num_prompt_tokens = max(1, done - index)
-            fact.token_steps.append(step)
+        _add_facts(facts, wanted, step, seqs, ns, ncs, ids, idxs)
     return facts
 
 
-def _batch_facts_v4(db: sqlite_utils.Database, wanted: set[int]) -> dict[int, _Facts]:
-    """:func:`_batch_facts` of a schema-4 file, whose ``steps.batch`` blob stores computed tokens
-    relative to the prompt (``recordings.file.compact.Batch``): the prompt length comes from the
-    request's finishing transition (``num_computed_tokens`` then is prompt + output - 1)."""
-    from recordings.file.compact import Batch
-
-    facts: dict[int, _Facts] = {}
-    for step, blob in db.execute("SELECT step, batch FROM steps ORDER BY step"):
-        batch = Batch(blob)
-        for seq, token_id in zip(batch.seq.tolist(), batch.token_id.tolist()):
-            if seq in wanted:
-                fact = facts.setdefault(seq, _Facts())
-                if token_id >= 0:
-                    fact.token_steps.append(step)
-    for seq, nc in db.execute("SELECT seq, num_computed_tokens FROM transitions WHERE status LIKE "
-                              "'FINISHED%' AND num_computed_tokens IS NOT NULL"):
-        fact = facts.get(seq)
-        if fact is not None and fact.token_steps:
-            fact.num_prompt_tokens = max(1, nc - len(fact.token_steps) + 1)
-    return facts
+def _add_facts(facts: dict[int, _Facts], wanted: set[int], step: int, seqs: list[int],
+               ns: list[int], ncs: list[int], ids: list[int], idxs: list[int] | None) -> None:
+    """Add what one step's batch (aligned lists; ``idxs`` None when the indexes are derived)
+    says of the requests ``wanted`` to ``facts``."""
+    for i, seq in enumerate(seqs):
+        if seq not in wanted:
+            continue
+        fact = facts.setdefault(seq, _Facts())
+        done = ncs[i] + ns[i]
+        fact.max_computed = max(fact.max_computed, done)
+        if ids[i] < 0:
+            continue
+        if fact.num_prompt_tokens is None:
+            index = 0 if idxs is None else idxs[i]
+            fact.num_prompt_tokens = max(1, done - index)
+        fact.token_steps.append(step)
 
 
 def _finish(db: sqlite_utils.Database, seq: int) -> tuple | None:

@@ -79,15 +79,16 @@ def export_csv(reader, out: str | Path, progress: Callable[[int], object] | None
     num_requests = _write(requests_path, header, reader,
                           f"SELECT r.rowid, {', '.join(select)} FROM requests r {join} "
                           "WHERE r.rowid >= ? ORDER BY r.rowid")
-    step_header = _columns(reader, "steps")
+    # num_prefill_tokens last, whichever schema (a column in 4, computed from the JSON in 2, 3)
+    step_header = [c for c in _columns(reader, "steps") if c != "num_prefill_tokens"]
     # NULL waiting_reason: every waiting request was behind an older one (docs/recording.md);
     # a step with nobody waiting has no reason (empty cell)
     reason = f"coalesce(waiting_reason, '{NotAdmittedReason.BEHIND}')"
     if "num_waiting" in step_header:
         reason = f"CASE WHEN num_waiting > 0 THEN {reason} END"
     step_select = [reason if c == "waiting_reason" else c for c in step_header]
-    if "batch_prefill_json" in step_has:       # schema 2, 3 (schema 4 has the column)
-        step_select.append(prefill_tokens_sql(3))
+    if "batch_prefill_json" in step_has or "num_prefill_tokens" in step_has:
+        step_select.append(prefill_tokens_sql(4 if "num_prefill_tokens" in step_has else 3))
         step_header.append("num_prefill_tokens")
     num_steps = _write(steps_path, step_header, reader,
                        f"SELECT step, {', '.join(step_select)} FROM steps WHERE step >= ? "

@@ -6,8 +6,8 @@ A step's batch is seven aligned arrays, in batch order (``n`` = ``num_scheduled_
 0. ``seq`` as differences (the first from 0): the requests' arrival numbers
 1. ``slot``
 2. ``num_tokens`` scheduled
-3. ``num_computed_tokens - num_prompt_tokens`` (the request's prompt length from ``requests``):
-   small for a decode, however long the prompt
+3. ``num_computed_tokens`` (as it is: a step decodes without the ``requests`` table, so a file
+   that lost request rows still says what ran)
 4. ``is_prefill`` (0 / 1)
 5. ``token_id + 1`` of the token the entry sampled (0 = none)
 6. the sampled tokens' indexes, or empty when each follows from the batch
@@ -71,7 +71,7 @@ def batch_blob(record: StepRecord, seq_of: Callable[[str], int],
     has = token_id > 0
     derived = np.array_equal(index[has], (computed + num_tokens - prompt)[has])
     return pack([np.diff(seq, prepend=0), np.fromiter(slots, np.int64, n), num_tokens,
-                 computed - prompt, np.fromiter(prefill, np.int64, n), token_id,
+                 computed, np.fromiter(prefill, np.int64, n), token_id,
                  () if derived else index])
 
 
@@ -79,8 +79,9 @@ class Batch:
     """A decoded ``steps.batch`` blob: int64 arrays ``seq``, ``slot``, ``num_tokens``,
     ``num_computed_tokens``, ``token_id`` (-1 = no token), ``token_index`` (-1 = no token) and
     bool ``is_prefill``, aligned in batch order. ``num_prompt_of_seqs(seq)`` gives the prompt
-    lengths of an array of arrival numbers; without it ``num_computed_tokens`` and
-    ``token_index`` are None (what needs only who ran and what they sampled skips the lookups).
+    lengths of an array of arrival numbers; without it ``token_index`` is None when the blob
+    leaves the indexes to be derived (what needs only who ran and what they sampled skips the
+    lookups).
     Raises ``ValueError`` for a damaged blob."""
 
     __slots__ = ("seq", "slot", "num_tokens", "num_computed_tokens", "is_prefill", "token_id",
@@ -97,22 +98,20 @@ class Batch:
         arrays = unpack(blob)
         if len(arrays) != BATCH_ARRAYS:
             raise ValueError(f"a batch blob of {len(arrays)} arrays, not {BATCH_ARRAYS}")
-        seq_delta, self.slot, self.num_tokens, computed, prefill, token_id, index = arrays
+        seq_delta, self.slot, self.num_tokens, self.num_computed_tokens, prefill, token_id, index = arrays
         n = len(seq_delta)
         if any(len(a) != n for a in arrays[1:6]) or len(index) not in (0, n):
             raise ValueError("batch arrays of different lengths")
         self.seq = np.cumsum(seq_delta)
         self.is_prefill = prefill.astype(bool)
         self.token_id = token_id - 1
-        if num_prompt_of_seqs is None:
-            self.num_computed_tokens = self.token_index = None
-            return
-        prompt = num_prompt_of_seqs(self.seq)
-        self.num_computed_tokens = computed + prompt
         has = token_id > 0
         if len(index):
             self.token_index = np.where(has, index, -1)
+        elif num_prompt_of_seqs is None:
+            self.token_index = None
         else:
+            prompt = num_prompt_of_seqs(self.seq)
             self.token_index = np.where(has, self.num_computed_tokens + self.num_tokens - prompt, -1)
 
     @classmethod

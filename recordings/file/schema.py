@@ -203,9 +203,9 @@ def _v4_compact(db: sqlite_utils.Database) -> None:
         "num_free_blocks": int, "num_total_blocks": int, "kv_cache_usage": float,
         "num_preemptions": int, "schedule_ns": int, "forward_ns": int, "update_ns": int,
         "recorder_wait_ns": int, "error": str, "num_prefill_tokens": int, "batch": bytes,
-        "token_text_json": str,
-        "preempted_json": str, "not_admitted_json": str, "waiting_reason": str, "knobs_json": str,
-        "prefix_cache_queries": int, "prefix_cache_hits": int,
+        "token_text_json": str, "preempted_json": str, "not_admitted_json": str,
+        # in version 3's order (CSV exports list the columns as the table has them)
+        "prefix_cache_queries": int, "prefix_cache_hits": int, "waiting_reason": str, "knobs_json": str,
     }, pk="step", not_null={"prefix_cache_queries", "prefix_cache_hits"},
         defaults={"prefix_cache_queries": 0, "prefix_cache_hits": 0})
     db.execute("CREATE TABLE block_events (step INTEGER PRIMARY KEY, data BLOB NOT NULL)")

@@ -109,4 +109,6 @@ def test_batches_round_trip(entries, num_prompt, odd_index):
     assert batch.entries([e.request_id for e in scheduled]) == (scheduled, tokens)
     assert len(packing.unpack(blob)[6]) == (len(entries) if odd_index and tokens else 0)
     light = compact.Batch(blob)
-    assert light.seq.tolist() == [s for s, *_ in entries] and light.num_computed_tokens is None
+    assert light.seq.tolist() == [s for s, *_ in entries]
+    assert light.num_computed_tokens.tolist() == [e.num_computed_tokens for e in scheduled]
+    assert (light.token_index is None) == (not odd_index or not tokens)

@@ -49,7 +49,7 @@ def batch_rows(sql) -> tuple[list[tuple], list[tuple]]:
         seq_delta, slot, num_tokens, computed, prefill, token_id, index = unpack(blob)
         seq = np.cumsum(seq_delta)
         num_prompt = np.array([prompt[s] for s in seq.tolist()])
-        num_computed = computed + num_prompt
+        num_computed = computed
         if not len(index):
             index = num_computed + num_tokens - num_prompt
         for i, s in enumerate(seq.tolist()):
