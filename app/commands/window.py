@@ -9,6 +9,7 @@ from pathlib import Path
 
 from app.commands.suggest import replay_command
 
+
 def default_recording_path() -> Path:
     """A new file under ``runs/`` of BatchScope's cache folder (the model cache's root:
     ``$BATCHSCOPE_CACHE``, else ``$XDG_CACHE_HOME/batchscope``, else ``~/.cache/batchscope``)."""

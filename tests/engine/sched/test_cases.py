@@ -40,6 +40,7 @@ from tests.support.fake_runner import ToyTokenizer, script_next_token
 from tests.support.case_metrics import live_summary
 from engine.vocab import BlockEventKind, NotAdmittedReason, PreemptionReason
 
+
 @dataclass(frozen=True)
 class Workload:
     """One case's run: what ``run_workload`` gets. Built by one function per case so that the
