@@ -98,8 +98,10 @@ def run_headless(args: argparse.Namespace) -> int:
         try:
             writer.close()
         except RecordingError as e:      # reported below through recorder_error, or here
-            if not eng.recorder_error:
-                eng.recorder_error = f"recording stopped: {e}"
+            if not eng.recorder_error:       # the last commit failed: name what the file holds
+                last = writer.last_committed_step
+                held = "; the file holds no step" if last < 0 else f"; the file holds steps 0..{last}"
+                eng.recorder_error = f"recording stopped: {e}{held} (the engine was at step {eng.step_index - 1})"
     from recordings.metrics.serving import Slo
     reader = open_reader(out)
     print_report(reader, Slo(args.slo_ttft, args.slo_tpot), stopped_by=eng.recorder_error)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.cli import build_parser, engine_config, main
+from engine.vocab import BlockEventKind
 from engine.config import POLICIES
 from engine.sched.scheduler import Scheduler
 from recordings.file.open_reader import open_reader
@@ -133,7 +134,8 @@ def test_swap_flags_reach_the_config_and_a_sim_run_swaps(tmp_path, capsys):
     with open_reader(rec) as reader:
         (swaps,), = reader.execute("SELECT count(*) FROM events WHERE kind = 'preempted' "
                                    "AND json_extract(detail, '$.mode') = 'swap'")
-        (outs,), = reader.execute("SELECT count(*) FROM block_events WHERE kind = 'swapped_out'")
+        outs = sum(1 for rec in reader.records(0, reader.latest_step() + 1) for ev in rec.block_events
+                   if ev.kind == BlockEventKind.SWAPPED_OUT)
     assert swaps == outs > 0
 
 

@@ -14,6 +14,8 @@ from engine.vocab import RequestStatus
 from tests.support.engine_harness import (Action, Arrival, assert_outputs_match, assert_recording_matches,
                             distinct_prompt, reference_outputs, run_workload, solo_arrivals)
 from tests.support.fake_runner import FakeRunner, reference_output
+from engine.vocab import BlockEventKind
+from tests.support.block_event_rows import block_events, replace_block_event
 
 SEEDED = SamplingParams(max_tokens=14, n=3, temperature=1.0, seed=40, ignore_eos=True)
 
@@ -136,10 +138,9 @@ def test_a_recording_checks_group_sharing_and_flags_other_sharing(tmp_path):
     with open_reader(path) as reader:
         assert check_recording(reader) == []
     db = sqlite3.connect(path)
-    step, ord_ = db.execute("SELECT step, ord FROM block_events WHERE kind = 'forked' ORDER BY step, ord").fetchone()
+    step, ord_, forked = next((step, i, ev) for step, i, ev in block_events(db) if ev.kind == BlockEventKind.FORKED)
     seq_of_s = db.execute("SELECT seq FROM requests WHERE request_id = 's'").fetchone()[0]
-    db.execute("UPDATE block_events SET seq = ? WHERE step = ? AND ord = ?", (seq_of_s, step, ord_))
-    db.commit()
+    replace_block_event(db, step, ord_, forked._replace(request_id=str(seq_of_s)))
     db.close()
     with open_reader(path) as reader:
         problems = check_recording(reader)

@@ -53,3 +53,15 @@ def state_data(state: EngineState) -> dict[str, Any]:
 def record_data(record: StepRecord) -> dict[str, Any]:
     """Every field of ``record`` as plain data (its fields' names as keys)."""
     return {f.name: plain(getattr(record, f.name)) for f in dataclasses.fields(record)}
+
+
+def as_recorded(data: dict[str, Any], expected: dict[str, Any]) -> dict[str, Any]:
+    """``data`` (a :func:`state_data`) cut to what ``expected`` (one written by older code) holds:
+    the state columns it has, and its finished rows' fields (newer code appends columns and
+    fields, never changes the old ones)."""
+    out = dict(data)
+    out["columns"] = {k: v for k, v in data["columns"].items() if k in expected["columns"]}
+    out["recently_finished"] = [row[:len(old)] for row, old in
+                                zip(data["recently_finished"], expected["recently_finished"])] + \
+        data["recently_finished"][len(expected["recently_finished"]):]
+    return out

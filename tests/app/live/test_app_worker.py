@@ -26,7 +26,7 @@ CONFIG = EngineConfig(block_size=4, num_gpu_blocks=32, max_model_len=64, max_num
                       max_num_batched_tokens=16)
 
 
-def start(path: Path, *, paused: bool) -> tuple[EngineWorker, dict]:
+def start(path: Path, *, paused: bool, num_requests: int = 6, max_tokens: int = 20) -> tuple[EngineWorker, dict]:
     done: dict = {}
 
     def build() -> BuiltEngine:
@@ -34,8 +34,8 @@ def start(path: Path, *, paused: bool) -> tuple[EngineWorker, dict]:
         writer = RecordingWriter(path, run_info, flush_interval_s=0.01)
         engine = LLMEngine(CONFIG, FakeRunner(32, 4), 32, recorder=writer)
         done.update(finished=engine.collect_finished())
-        for i in range(6):
-            engine.add_request([1 + i, 2, 3, 4], SamplingParams(max_tokens=20, ignore_eos=True),
+        for i in range(num_requests):
+            engine.add_request([1 + i, 2, 3, 4], SamplingParams(max_tokens=max_tokens, ignore_eos=True),
                                request_id=f"r{i}")
         return BuiltEngine(engine, CONFIG, run_info, None, 1000)
 
@@ -56,16 +56,17 @@ def wait_for(cond, timeout=30.0) -> None:
 
 def test_a_recorder_failure_pauses_the_engine_and_resume_serves_on(tmp_path, monkeypatch):
     fill_disk_at(monkeypatch, 8)
-    worker, done = start(tmp_path / "full.sqlite", paused=False)
+    # enough work (~180 steps) that the engine is still serving when the writer thread fails
+    worker, done = start(tmp_path / "full.sqlite", paused=False, num_requests=12, max_tokens=60)
     wait_for(worker.is_paused)                                    # paused at once, by itself
     error = worker.last_error() or ""
     assert "No space left on device" in error and "paused" in error
     step = worker.built.engine.step_index
     time.sleep(0.2)
-    assert worker.built.engine.step_index == step and len(done["finished"]) < 6
+    assert worker.built.engine.step_index == step and len(done["finished"]) < 12
     worker.resume()
-    wait_for(lambda: len(done["finished"]) == 6)
-    assert all(r.num_output_tokens == 20 for r in done["finished"].values())   # served to the end
+    wait_for(lambda: len(done["finished"]) == 12)
+    assert all(r.num_output_tokens == 60 for r in done["finished"].values())   # served to the end
     worker.stop()
     last = open_reader(tmp_path / "full.sqlite").latest_step()
     assert last < 8 and (f"the file holds steps 0..{last} " if last >= 0 else "holds no step") in error

@@ -32,10 +32,13 @@ def test_keyframes_weigh_at_most_a_share_of_the_steps_between_them():
     """A keyframe of K bytes comes once the steps since the last one weigh RATIO x K: the bigger
     the state (a long waiting queue, a fragmented block map), the further apart."""
     step = 3_000                                           # a decode step of ~100 running
-    gaps = {k: first_due_gap(step, k) for k in (1_000, 20_000, 50_000)}
+    # keyframes small enough that RATIO x K stays under MAX_REPLAY_BYTES, past the minimum gap
+    mid = step * (MIN_KEYFRAME_GAP + 8) // KEYFRAME_COST_RATIO
+    big = (MAX_REPLAY_BYTES - 2 * step) // KEYFRAME_COST_RATIO
+    gaps = {k: first_due_gap(step, k) for k in (1_000, mid, big)}
     assert gaps[1_000] == MIN_KEYFRAME_GAP
-    assert gaps[1_000] < gaps[20_000] < gaps[50_000] <= INTERVAL
-    for k in (20_000, 50_000):
+    assert gaps[1_000] < gaps[mid] < gaps[big] <= INTERVAL
+    for k in (mid, big):
         g = gaps[k]
         assert (g - 1) * step < KEYFRAME_COST_RATIO * k <= g * step     # the first step past it
 
@@ -43,7 +46,7 @@ def test_keyframes_weigh_at_most_a_share_of_the_steps_between_them():
 def test_a_seek_replays_a_bounded_number_of_bytes():
     """A keyframe too big to amortise within MAX_REPLAY_BYTES comes when the steps since the
     last one reach MAX_REPLAY_BYTES: replay after a keyframe stays bounded."""
-    step = 10_000
+    step = MAX_REPLAY_BYTES // (2 * MIN_KEYFRAME_GAP)      # the cap, not the minimum gap, decides
     huge = 10 * MAX_REPLAY_BYTES
     g = first_due_gap(step, huge)
     assert (g - 1) * step < MAX_REPLAY_BYTES <= g * step
