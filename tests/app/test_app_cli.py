@@ -53,6 +53,7 @@ def test_no_command_means_the_live_demo():
     assert args.num_gpu_blocks is not None          # the demo picks a cache small enough to see pressure
 
 
+@pytest.mark.slow
 def test_run_replays_a_trace_records_it_and_prints_a_summary(tiny_model, tmp_path):
     rec = tmp_path / "run.sqlite"
     out = run_cli("run", "--model", str(tiny_model), "--trace", str(DEMO_TRACE), "--limit", "24",
@@ -85,6 +86,7 @@ def test_run_replays_a_trace_records_it_and_prints_a_summary(tiny_model, tmp_pat
     assert summary.returncode == 0 and "requests" in summary.stdout
 
 
+@pytest.mark.slow
 def test_malformed_rows_are_reported_by_line_and_the_rest_is_served(tiny_model, tmp_path):
     lines = DEMO_TRACE.read_bytes().split(b"\r\n")[:9]
     lines[4] = b"2023-11-16 18:15:51.3910170,not-a-number,16"
@@ -140,6 +142,7 @@ def test_bad_input_gives_a_clear_error_and_exit_code(problem, tiny_model, tmp_pa
     assert "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_rejected_requests_are_explained_and_all_rejected_is_a_failure(tiny_model, tmp_path):
     rec = tmp_path / "rej.sqlite"
     out = run_cli("run", "--model", str(tiny_model), "--trace", str(DEMO_TRACE), "--limit", "3",

@@ -1,6 +1,8 @@
 """``compare`` of wall-clock runs says when the host's speed changed between them (app.host_speed)."""
 from __future__ import annotations
 
+import pytest
+
 import itertools
 
 from app.host_speed import CHANGE_RATIO, host_speed_ms, speed_change_note
@@ -19,6 +21,7 @@ def test_the_check_measures_something():
     assert 0 < host_speed_ms() < 10_000
 
 
+@pytest.mark.slow
 def test_compare_on_the_wall_clock_checks_the_host_around_each_run(tiny_model, tmp_path, capsys, monkeypatch):
     from app.cli import main
     import app.host_speed

@@ -75,6 +75,7 @@ def count_requests() -> int:
     return sum(1 for o in gc.get_objects() if type(o) is Request and o.request_id.startswith(PREFIX))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recorded", [False, True], ids=["no-recording", "recorded"])
 def test_memory_does_not_grow_with_finished_requests(tmp_path, recorded):
     rng = random.Random(0)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.support.paths import REPO
 
 MISSING_ON_THE_IMAGE = ("sqlite_utils", "click_default_group", "sqlite_fts4", "gguf", "PySide6", "pyqtgraph",
@@ -33,6 +35,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 def test_bench_and_check_modules_import_without_the_packages_the_gpu_image_lacks():
     done = subprocess.run([sys.executable, "-c", PROBE], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

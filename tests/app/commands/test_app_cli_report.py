@@ -170,6 +170,7 @@ def test_a_virtual_clock_run_gets_wall_clock_latencies(tmp_path):
     assert summarize(open_reader(path)).itl.p50 == 1.0          # in steps
 
 
+@pytest.mark.slow
 def test_a_terminated_run_closes_its_recording_and_says_it_is_incomplete(tiny_model, tmp_path):
     """`kill PID` (SIGTERM) stops `batchscope run` like Ctrl+C: exit 130, the recording closed and
     summarised as a run cut short."""

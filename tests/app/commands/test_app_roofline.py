@@ -20,6 +20,7 @@ SIM_RUN = ("run", "--trace", str(DEMO_TRACE), "--limit", "20", "--time-scale", "
            "--num-gpu-blocks", "200", "--executor", "sim", "--sim-model", "llama-3.2-1b", "--sim-device", "h200")
 
 
+@pytest.mark.slow
 def test_a_model_run_records_its_measured_peaks_and_its_shape(tiny_model, tmp_path, capsys):
     rec = tmp_path / "run.sqlite"
     assert main(["run", "--model", str(tiny_model), "--trace", str(DEMO_TRACE), "--limit", "6", "--device", "cpu",
@@ -80,6 +81,7 @@ def test_a_simulated_run_on_the_virtual_clock_has_no_efficiency(tmp_path):
                for line in summary_lines(open_reader(rec)))
 
 
+@pytest.mark.slow
 def test_threads_sets_torchs_cpu_threads_and_the_recording_says_so(tiny_model, tmp_path):
     import torch
 

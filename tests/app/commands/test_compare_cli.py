@@ -170,6 +170,7 @@ def test_runs_without_rejections_print_no_rejection_report(tmp_path, capsys):
     assert re.search(r"rejected / failed\s+0 of 24\s+0 of 24", out) and "rejected at admission" not in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env", [{"QT_QPA_PLATFORM": "offscreen"}, {"QT_QPA_PLATFORM": ""}])
 def test_report_without_a_display_never_waits_on_a_window(sim_pair, tmp_path, env):
     """A headless `compare --report` writes the report and returns (a subprocess with a timeout:

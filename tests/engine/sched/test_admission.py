@@ -213,6 +213,7 @@ def _check(config: EngineConfig, arrivals, runner=None) -> None:
         event("tokens recomputed")
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(admission_workloads(slo=False))
 def test_random_workloads_with_timeouts_watermark_and_cap_keep_invariants(w):

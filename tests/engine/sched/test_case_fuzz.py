@@ -11,6 +11,8 @@ e.g. ``pytest tests/engine/sched/test_case_fuzz.py --hypothesis-seed=N`` with
 """
 from __future__ import annotations
 
+import pytest
+
 import os
 
 from hypothesis import HealthCheck, event, given, settings
@@ -23,6 +25,7 @@ EXAMPLES = int(os.environ.get("CASE_FUZZ_EXAMPLES", "25"))
 
 @settings(max_examples=EXAMPLES, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@pytest.mark.slow
 @given(cases())
 def test_generated_cases_keep_every_check(tmp_path, case):
     result = run_case(case, tmp_path)

@@ -8,6 +8,8 @@ abort, pause, resume, ``set_priority`` (refused unless the policy is ``priority`
 knob ``max_num_seqs`` (up or down: a cut preempts, swapping out between steps in swap mode)."""
 from __future__ import annotations
 
+import pytest
+
 from functools import partial
 
 from hypothesis import HealthCheck, event, given, settings
@@ -75,6 +77,7 @@ def workloads(draw):
     return config, vocab, eos, arrivals, actions, fail_steps
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workloads())
 def test_random_workloads_keep_invariants_and_outputs(w):

@@ -94,6 +94,7 @@ def assert_round_trip(initial: EngineState, records: list[StepRecord], states: l
             assert tl.snapshot() == live, f"continued from step {k - 1}: differs at step {rec.step}"
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(runs())
 def test_state_from_records_equals_engine_state(run):
@@ -112,6 +113,7 @@ def test_state_from_records_equals_engine_state(run):
         assert len(states[-1]) == 0 and states[-1].num_used_blocks == 0
 
 
+@pytest.mark.slow
 def test_round_trip_over_thousands_of_finished_requests():
     """A long run (growth, compaction, many finished): every step round-trips, and continuing
     from snapshots all along the run gives the same states."""

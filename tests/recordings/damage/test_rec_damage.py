@@ -47,6 +47,7 @@ def test_an_intact_file_has_no_damage(original):
     assert report.readable == [(0, last)] and report.last_good_step == last
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("table", ["steps", "block_events", "keyframes"])
 def test_a_damaged_page_reports_exactly_the_steps_that_replay(original, tmp_path, table):
     damaged = overwrite_page(original, tmp_path / "bad.sqlite", middle_leaf(original, table))
@@ -63,6 +64,7 @@ def test_a_damaged_page_reports_exactly_the_steps_that_replay(original, tmp_path
     assert report.suggestion().endswith(f"batchscope recover {damaged} {tmp_path / 'bad.salvaged.sqlite'}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("table", ["steps", "events"])
 def test_salvage_keeps_every_readable_step_and_round_trips(original, tmp_path, table):
     damaged = overwrite_page(original, tmp_path / "bad.sqlite", middle_leaf(original, table))

@@ -51,6 +51,7 @@ def use_everything(path):
         assert str(path) in str(e)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(data=st.data())
 def test_random_values_in_random_cells(clean, cells, tmp_path_factory, data):

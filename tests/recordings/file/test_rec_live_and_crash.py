@@ -67,6 +67,7 @@ _CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["exit", "sigkill"])
 def test_a_killed_writer_leaves_every_committed_step(tmp_path, how):
     path = tmp_path / "run.sqlite"

@@ -1,6 +1,8 @@
 """Record the real engine, read it back: every state and record equals the live one."""
 from __future__ import annotations
 
+import pytest
+
 import random
 import tempfile
 from pathlib import Path
@@ -66,6 +68,7 @@ def test_round_trip_with_prefix_sharing(tmp_path):
     assert_replays(run, path, num_random=100)
 
 
+@pytest.mark.slow
 def test_round_trip_with_thousands_of_finished_requests(tmp_path):
     """State after every step of a long run (the state holds live requests only, the finished
     ones leave it) equals ``state_at(k)``; keyframes are cut by the writer's own policy."""

@@ -3,6 +3,8 @@ the file, keyframes and block events included. Measured as the growth of the clo
 two identical virtual-clock runs of different lengths, with a runner that does no model work."""
 from __future__ import annotations
 
+import pytest
+
 import os
 
 from engine.config import EngineConfig
@@ -56,6 +58,7 @@ def record(path, num_steps: int) -> list[int]:
     return running
 
 
+@pytest.mark.slow
 def test_a_256_running_decode_step_costs_at_most_2_kb(tmp_path):
     short, long = 150, 550
     record(tmp_path / "short.sqlite", short)

@@ -129,6 +129,7 @@ def traced_peak(num_requests: int, prompt_len: int = 2000) -> int:
         tracemalloc.stop()
 
 
+@pytest.mark.slow
 def test_replay_memory_follows_the_live_requests_not_the_trace():
     small, large = traced_peak(300), traced_peak(1200)
     eager_growth = 900 * 2000 * 4                       # the 900 more prompts as array('i')

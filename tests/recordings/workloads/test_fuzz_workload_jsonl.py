@@ -6,6 +6,8 @@ characters, invalid UTF-8, 10^7-token prompts), then truncated and bit-flipped f
 good line is kept; memory stays within a bound of the file's size."""
 from __future__ import annotations
 
+import pytest
+
 import json
 
 from hypothesis import HealthCheck, given, settings
@@ -65,6 +67,7 @@ def check_partition(load, raw: bytes):
 @SETTINGS
 @given(data=st.data(), num_good=st.integers(1, 25), bad=st.lists(st.tuples(st.integers(0, 30), BAD_LINES), max_size=8),
        invalid_utf8=st.booleans())
+@pytest.mark.slow
 def test_good_and_bad_lines(tmp_path, data, num_good, bad, invalid_utf8):
     good = [data.draw(good_lines(i)) for i in range(num_good)]
     lines = [g.encode() for g in good]

@@ -61,6 +61,7 @@ def check_cells(qtbot, state, size) -> int:
     return w.px
 
 
+@pytest.mark.slow
 def test_every_cell_covers_the_same_whole_device_pixels(qtbot, state26k):
     sizes = [check_cells(qtbot, state26k, size) for size in ((600, 400), (700, 470), (900, 610), (1300, 900))]
     assert {painted_px(px) < px for px in sizes} == {True, False}      # cells with and without gaps

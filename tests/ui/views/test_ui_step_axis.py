@@ -25,6 +25,7 @@ def fresh_layout(axis) -> list[tuple[float, str]]:
     return [(rect.center().x(), text) for rect, _flags, text in texts]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("window", [200, 400, 64])
 def test_paged_labels_equal_a_fresh_layout(qtbot, window):
     w = SlotTimeline(max_num_seqs=4, window=window)
