@@ -56,7 +56,13 @@ def wait_for(cond, timeout=30.0) -> None:
 
 def test_a_recorder_failure_pauses_the_engine_and_resume_serves_on(tmp_path, monkeypatch):
     fill_disk_at(monkeypatch, 8)
-    # enough work (~180 steps) that the engine is still serving when the writer thread fails
+    real_step = LLMEngine.step
+
+    def step(self, *args, **kwargs):       # a step of a real model takes time: the writer thread
+        time.sleep(0.002)                  # fails while the engine is still serving (~180 steps)
+        return real_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(LLMEngine, "step", step)
     worker, done = start(tmp_path / "full.sqlite", paused=False, num_requests=12, max_tokens=60)
     wait_for(worker.is_paused)                                    # paused at once, by itself
     error = worker.last_error() or ""
