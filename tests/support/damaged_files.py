@@ -13,6 +13,16 @@ from recordings.file.open_reader import open_reader
 from recordings.errors import RecordingError
 
 
+def damage_base_run(path: Path) -> Path:
+    """A closed recording of ~300 steps of the real engine (fake runner) over ~110 pages, to
+    damage in tests; returns ``path``."""
+    from tests.support.engine_runs import run_engine
+
+    run_engine(path, seed=3, num_requests=120, fail_steps=(), max_prompt=64, max_output=48,
+               arrivals_per_step=1.0, writer_kwargs={"keyframe_interval": 16})
+    return path
+
+
 def page_size(path: Path) -> int:
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
         return db.execute("PRAGMA page_size").fetchone()[0]

@@ -8,25 +8,28 @@ import recordings.damage.analysis as analysis
 from app.cli import main
 from app.commands.recover import open_recording
 from recordings.file.open_reader import open_reader
-from tests.support.damaged_files import middle_leaf, overwrite_page
-from tests.support.engine_runs import run_engine
+from tests.support.damaged_files import damage_base_run, middle_leaf, overwrite_page
+
+
+def counted_scans(monkeypatch) -> list:
+    """The files :func:`recordings.damage.analysis.damage_analysis` scans from now on (its memory
+    emptied first, as in a new process)."""
+    scans = []
+    real = analysis.find_damage
+    monkeypatch.setattr(analysis, "find_damage", lambda *a, **k: scans.append(a[0]) or real(*a, **k))
+    monkeypatch.setattr(analysis, "_MEMORY", {})
+    return scans
 
 
 @pytest.fixture(scope="module")
 def original(tmp_path_factory):
-    path = tmp_path_factory.mktemp("orig") / "run.sqlite"
-    run_engine(path, seed=3, num_requests=120, fail_steps=(), max_prompt=64, max_output=48,
-               arrivals_per_step=1.0, writer_kwargs={"keyframe_interval": 16})
-    return path
+    return damage_base_run(tmp_path_factory.mktemp("orig") / "run.sqlite")
 
 
 def test_every_tool_tells_the_same_story_from_one_analysis(original, tmp_path, capsys, monkeypatch):
     damaged = overwrite_page(original, tmp_path / "bad.sqlite", middle_leaf(original, "steps"))
     open_reader(damaged).close()                     # the damage is mid-file: the file opens
-    scans = []
-    real = analysis.find_damage
-    monkeypatch.setattr(analysis, "find_damage", lambda *a, **k: scans.append(a[0]) or real(*a, **k))
-    monkeypatch.setattr(analysis, "_MEMORY", {})
+    scans = counted_scans(monkeypatch)
     capsys.readouterr()
     assert main(["check", str(damaged)]) == 1
     checked = capsys.readouterr().out
@@ -36,7 +39,7 @@ def test_every_tool_tells_the_same_story_from_one_analysis(original, tmp_path, c
     assert f"save steps 0..{k} into a new valid recording" in checked
     assert main(["summary", str(damaged)]) in (0, 1)
     said = capsys.readouterr()
-    assert f"WARNING: Damaged recording: page damage in table steps" in said.out
+    assert "WARNING: Damaged recording: page damage in table steps" in said.out
     assert f"Showing steps 0..{k} of {n:,}" in said.out
     out = tmp_path / "saved.sqlite"
     assert main(["recover", str(damaged), str(out)]) == 0
@@ -77,10 +80,7 @@ def test_an_intact_file_is_scanned_once_per_version_across_processes(original, t
     monkeypatch.setenv("BATCHSCOPE_CACHE", str(tmp_path / "cache"))
     copy = tmp_path / "intact.sqlite"
     copy.write_bytes(original.read_bytes())
-    scans = []
-    real = analysis.find_damage
-    monkeypatch.setattr(analysis, "find_damage", lambda *a, **k: scans.append(a[0]) or real(*a, **k))
-    monkeypatch.setattr(analysis, "_MEMORY", {})
+    scans = counted_scans(monkeypatch)
     assert not analysis.damage_analysis(copy).is_damaged
     assert not analysis.cache_path(copy).exists() and analysis.clean_cache_path(copy).exists()
     monkeypatch.setattr(analysis, "_MEMORY", {})    # another process

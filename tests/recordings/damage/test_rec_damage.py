@@ -9,9 +9,8 @@ import sqlite3
 import numpy as np
 import pytest
 
-from tests.support.damaged_files import (middle_leaf, overwrite_page, prefix_end, replayable_steps, root_page,
+from tests.support.damaged_files import (damage_base_run, middle_leaf, overwrite_page, prefix_end, replayable_steps, root_page,
                            steps_of, truncated)
-from tests.support.engine_runs import run_engine
 from recordings.file.open_reader import open_reader
 from recordings.errors import RecordingError
 from recordings.damage.report import _without, bad_ranges, find_damage
@@ -22,10 +21,7 @@ from recordings.damage.salvage import salvage
 @pytest.fixture(scope="module")
 def original(tmp_path_factory):
     """A closed recording of ~300 steps of the real engine (fake runner) over ~110 pages."""
-    path = tmp_path_factory.mktemp("orig") / "run.sqlite"
-    run_engine(path, seed=3, num_requests=120, fail_steps=(), max_prompt=64, max_output=48,
-               arrivals_per_step=1.0, writer_kwargs={"keyframe_interval": 16})
-    return path
+    return damage_base_run(tmp_path_factory.mktemp("orig") / "run.sqlite")
 
 
 def test_bad_ranges_finds_each_failing_number_by_halving():
