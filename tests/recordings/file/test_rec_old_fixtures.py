@@ -1,6 +1,7 @@
-"""Schema-3 recordings (written by BatchScope before schema 4: ``fixtures/v3_*.sqlite``, made by
-``fixtures/make_v3_fixture.py``) open and replay exactly as that release's reader gave them
-(``fixtures/v3_*.json``): every state, in order and out of order, and every step record."""
+"""Schema-3 and schema-4 recordings (written by BatchScope before schema 4 and before schema 5:
+``fixtures/v3_*.sqlite``, ``fixtures/v4_*.sqlite``, made by ``fixtures/make_v3_fixture.py``) open
+and replay exactly as that release's reader gave them (``fixtures/v*_*.json``): every state, in
+order and out of order, and every step record."""
 from __future__ import annotations
 
 import json
@@ -13,7 +14,7 @@ from recordings.file.open_reader import open_reader
 from tests.support.canonical import as_recorded, record_data, state_data
 from tests.support.paths import FIXTURES
 
-NAMES = ("v3_prefix", "v3_swap")
+NAMES = ("v3_prefix", "v3_swap", "v4_prefix", "v4_swap")
 
 
 @pytest.fixture(params=NAMES)
@@ -24,11 +25,12 @@ def fixture(request, tmp_path):
     return path, expected
 
 
-def test_the_fixture_is_of_schema_3(fixture):
+def test_the_fixture_is_of_the_schema_its_name_says(fixture):
     path, expected = fixture
+    version = int(path.name[1])
     with open_reader(path) as reader:
-        assert expected["schema"] == 3
-        assert reader.execute("PRAGMA user_version") == [(3,)]
+        assert expected["schema"] == version
+        assert reader.execute("PRAGMA user_version") == [(version,)]
         assert reader.latest_step() == len(expected["records"]) - 1
 
 
