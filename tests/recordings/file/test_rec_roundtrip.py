@@ -142,7 +142,7 @@ def test_request_text_timeline_and_info(recorded):
         view = final_views[rid]
         assert info.prompt_token_ids == tuple(recorded.prompts[rid])
         assert info.sampling["max_tokens"] == req.sampling_params.max_tokens
-        assert info.sampling["stop"] == list(req.sampling_params.stop)
+        assert info.sampling.get("stop", []) == list(req.sampling_params.stop)    # at its default: left out
         assert info.num_prompt_tokens == view.num_prompt_tokens
         assert (info.status, info.finish_reason, info.num_output_tokens, info.ttft,
                 info.mean_itl, info.num_preemptions, info.error) == (
