@@ -2,16 +2,17 @@
 
 The engine thread only puts objects on a bounded queue; when the writer falls behind, the engine
 waits (nothing is dropped) and records how long in the next step's ``recorder_wait_ns``. One writer
-thread turns them into schema-4 rows and commits them in batches (every ``flush_interval_s`` or
+thread turns them into schema-5 rows and commits them in batches (every ``flush_interval_s`` or
 every ``BATCH_ITEMS`` items), with WAL on so readers can open the file while it grows. A step's rows
 always share the transaction of its ``steps`` row, so a killed process leaves a file that holds
 every committed step whole and nothing of the others.
 
 Keyframes: the writer keeps its own :class:`engine.state.timeline.StateTimeline` (the one
 implementation of state + record) and stores a snapshot when :func:`keyframe_due` says so: once
-the bytes of the steps written since the last keyframe reach ``KEYFRAME_COST_RATIO`` times that
-keyframe's size, or ``MAX_REPLAY_BYTES`` if less (at least ``MIN_KEYFRAME_GAP`` steps apart), and
-at the latest every ``keyframe_interval`` steps. A seek loads one keyframe and replays the steps
+the bytes of the steps written since the last keyframe reach ``KEYFRAME_COST_RATIO`` times what a
+keyframe costs (the mean size of those since the last whole one), or ``MAX_REPLAY_BYTES`` if
+less (at least ``MIN_KEYFRAME_GAP`` steps apart), and at the latest every ``keyframe_interval``
+steps. A seek loads one keyframe and replays the steps
 after it, whose cost grows with their bytes, so the byte cap bounds a seek's replay; the ratio
 keeps keyframes at most about 1 / (ratio + 1) of the file however big the state is (a waiting
 queue of 10k requests makes a keyframe several times a decode step's rows). Under prefix
@@ -442,7 +443,7 @@ class RecordingWriter:
 
 def keyframe_due(gap: int, bytes_since: int, keyframe_bytes: int, interval: int) -> bool:
     """Whether to store a keyframe after a step ``gap`` steps past the last keyframe
-    (``keyframe_bytes`` long), the steps since then weighing ``bytes_since`` (about what they add
+    (``keyframe_bytes``: what a keyframe costs, the writer's mean since the last whole one), the steps since then weighing ``bytes_since`` (about what they add
     to the file): at ``interval`` steps (the run's ``keyframe_interval``) always; from
     ``MIN_KEYFRAME_GAP`` steps once ``bytes_since`` reaches ``KEYFRAME_COST_RATIO`` keyframes or
     ``MAX_REPLAY_BYTES``, whichever is less. Keyframes so stay at most about
