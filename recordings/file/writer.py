@@ -82,7 +82,8 @@ class RecordingWriter:
     take the main file's permissions) is created with ``file_mode`` (default ``0o600``, owner
     only; the process umask can only narrow it). ``store_text=False`` stores no text: no
     ``prompt_text``, no ``token_text_json``, no ``stop`` strings in ``sampling_json``; token ids
-    and lengths only (``run_info['text_stored']`` is then False).
+    and lengths only (``run_info['text_stored']`` is then False). ``page_size``: SQLite's page, in
+    bytes (default :data:`PAGE_SIZE`; a power of two from 512 to 65,536).
 
     ``write_*`` only enqueue; the writer thread converts and commits. If the writer thread fails,
     the next ``write_*``/``flush``/``close`` raises :class:`RecordingError` (the cause chained) and
@@ -95,7 +96,7 @@ class RecordingWriter:
                  keyframe_interval: int = 128, flush_interval_s: float = 0.2,
                  *, overwrite: bool = False, max_queue_items: int = MAX_QUEUE_ITEMS,
                  store_prompt_token_ids: bool = True, file_mode: int = 0o600,
-                 store_text: bool = True) -> None:
+                 store_text: bool = True, page_size: int = PAGE_SIZE) -> None:
         if keyframe_interval < 1:
             raise ValueError(f"keyframe_interval must be >= 1, got {keyframe_interval}")
         if flush_interval_s <= 0:
@@ -106,6 +107,9 @@ class RecordingWriter:
                    if not isinstance(config.get(k), int)]
         if missing:
             raise ValueError(f"run_info['config'] needs integer {', '.join(missing)}")
+        if page_size not in {512 << i for i in range(8)}:
+            raise ValueError(f"page_size must be a power of two from 512 to 65536 bytes, got {page_size}")
+        self._page_size = page_size
         if not 0 <= file_mode <= 0o777:
             raise ValueError(f"file_mode must be permission bits 0o000..0o777, got {file_mode:#o}")
         self._prepare_path(overwrite)
@@ -320,7 +324,7 @@ class RecordingWriter:
     def _open(self) -> sqlite_utils.Database:
         db = sqlite_utils.Database(str(self.path), execute_plugins=False)
         try:
-            db.execute(f"PRAGMA page_size = {PAGE_SIZE}")    # the file is new: before its first page
+            db.execute(f"PRAGMA page_size = {self._page_size}")   # the file is new: before its first page
             db.enable_wal()
             db.execute("PRAGMA synchronous = NORMAL")
             migrate(db, self.path)
