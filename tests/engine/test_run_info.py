@@ -23,7 +23,7 @@ def dumped(obj) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.dictionaries(KEYS, JSON, max_size=8))
 def test_any_stored_object_comes_back_the_same_text(data):
     with warnings.catch_warnings(record=True) as caught:
