@@ -134,11 +134,11 @@ def summarize(reader: Reader) -> RunSummary:
     """Recompute the run's metrics from the rows of ``reader``'s recording.
 
     Raises :class:`recordings.errors.RecordingError` if the file cannot be read or holds values of the
-    wrong type.
+    wrong type, or numbers no run produces (an infinite counter: ``OverflowError``).
     """
     try:
         return _summarize(reader)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise RecordingError(f"{reader.path}: corrupt recording (metrics): "
                              f"{type(exc).__name__}: {exc}") from exc
 
