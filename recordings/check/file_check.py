@@ -48,7 +48,7 @@ def check_file(reader, *, max_problems: int = 100,
     problems = integrity_problems(reader, max_problems)
     if version >= 2:
         problems += schema_problems(reader, version) + row_problems(reader, max_problems)
-    problems += check_recording(reader, max_problems=max_problems, on_step=on_step)
+    problems += check_recording(reader, max_problems=max_problems, on_step=on_step, fast=not problems)
     if version >= 2:
         problems += metric_problems(reader, max_problems)
     return problems + incomplete_problems(reader)

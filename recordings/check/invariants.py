@@ -203,7 +203,7 @@ class StateChecker:
         # Each table's positions are exactly 0..n-1: every holding lands in its own cell of the
         # tables laid end to end (O(holdings), no sort); a block named twice repeats a position.
         pos = st.block_pos[blocks]
-        inside = pos < counts[rows]
+        inside = (pos >= 0) & (pos < counts[rows])
         cell = (np.cumsum(counts) - counts)[rows] + pos
         if not inside.all() or np.any(np.bincount(cell[inside], minlength=len(rows)) != 1):
             self._explain_tables(ids, rows, blocks, pos, bad)
@@ -314,7 +314,7 @@ def _status_name(code: int) -> str:
 
 # --- recordings ---------------------------------------------------------------------------------
 def check_recording(reader, *, max_problems: int = 100,
-                    on_step: Callable[[int], None] | None = None) -> list[Problem]:
+                    on_step: Callable[[int], None] | None = None, fast: bool | None = None) -> list[Problem]:
     """Replay every step of the recording open in ``reader`` (a ``recordings.file.reader.Reader``) and check
     G1-G4 on each state and G6 on the last one if every recorded request finished.
 
@@ -322,17 +322,66 @@ def check_recording(reader, *, max_problems: int = 100,
     replay does, with the limits of the run's stored config. Stops after ``max_problems``
     problems (the last one then says so). A record the state cannot take (it names a request
     that is not live, an unknown block) ends the check with a ``record`` problem at its step.
-    ``on_step(step)`` (a progress bar, say) is called after each step is checked.
+    ``on_step(step)`` (a progress bar, say) is called after each step is checked, once per step.
+    A schema-4 file is checked on the fast path of ``recordings.check.stream_check`` (every
+    invariant on every step, incrementally), which hands the steps from its last checkpoint
+    before the first step it cannot call clean to the reference path below (``StateTimeline``
+    replay + :class:`StateChecker` on every state): the problems are the reference's either way.
+    ``fast=False`` runs the reference path alone; ``fast=None`` (default) the fast path when SQLite's
+    ``quick_check`` finds the file's pages intact (a damaged page read by one path and not the
+    other would make them differ), ``fast=True`` without asking (the caller checked the file).
     Raises :class:`recordings.errors.RecordingError` if the file cannot be read.
     """
     config = reader.run_info().get("config") or {}
     missing = [k for k in ("num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens") if config.get(k) is None]
     if missing:
         return [Problem(-1, "record", f"the run's config lacks {', '.join(missing)}: nothing to check against")]
-    checker = StateChecker(config)
+    seen = [-1]
+
+    def once(step: int) -> None:          # a re-check from a checkpoint reports no step twice
+        if step > seen[0]:
+            seen[0] = step
+            on_step(step)
+    progress = None if on_step is None else once
+    if fast is None:
+        fast = _intact(reader)
+    if not fast or getattr(reader, "_version", 0) < 4 or type(reader).records is not _reader_type().records:
+        return _reference_check(reader, StateChecker(config), replayed_states(reader), max_problems, progress)
+    from recordings.check import stream_check
+
+    step, snap, clean = stream_check.replay_fast(reader, config, progress)
+    if snap is None:
+        return _reference_check(reader, StateChecker(config), replayed_states(reader), max_problems, progress)
+    layout = (int(config["num_gpu_blocks"]), reader.state_at(-1).block_size, snap["knobs"][0])
+    state = stream_check.engine_state(snap, step, layout, lambda seqs: _ids_of(reader, seqs))
+    if clean:
+        if _all_finished(reader):
+            return StateChecker(config).check_drained(state, reader.records(step, step + 1)[0])
+        return []
+    checker = _seeded_checker(reader, config, state, snap, step)
+    return _reference_check(reader, checker, replayed_states(reader, state), max_problems, progress)
+
+
+def _intact(reader) -> bool:
+    """Whether SQLite's ``quick_check`` finds every page of the file sound."""
+    from recordings.errors import RecordingError
+    try:
+        return reader.execute("PRAGMA quick_check(1)") == [("ok",)]
+    except RecordingError:
+        return False
+
+
+def _reader_type():
+    from recordings.file.reader import Reader
+    return Reader
+
+
+def _reference_check(reader, checker: StateChecker, states, max_problems: int,
+                     on_step: Callable[[int], None] | None) -> list[Problem]:
+    """Check each (state, record) of ``states`` with ``checker``; G6 on the last one."""
     problems: list[Problem] = []
     last: tuple[EngineState, StepRecord] | None = None
-    for item in replayed_states(reader):
+    for item in states:
         if isinstance(item, Problem):
             problems.append(item)
             return problems
@@ -349,9 +398,39 @@ def check_recording(reader, *, max_problems: int = 100,
     return problems
 
 
-def replayed_states(reader) -> Iterator[tuple[EngineState, StepRecord] | Problem]:
+def _ids_of(reader, seqs: np.ndarray) -> list[str]:
+    """The request ids of the arrival numbers ``seqs``. Raises ``KeyError`` for a missing one."""
+    if not len(seqs):
+        return []
+    names = dict(reader.execute("SELECT seq, request_id FROM requests WHERE seq BETWEEN ? AND ?",
+                                (int(seqs.min()), int(seqs.max()))))
+    return [names[s] for s in seqs.tolist()]
+
+
+def _seeded_checker(reader, config, state: EngineState, snap: dict, step: int) -> StateChecker:
+    """A :class:`StateChecker` as it is after checking the steps up to ``step`` of a clean run
+    whose state then is ``state``: the requests finished so far, the live ones, every block's
+    holders (owner first, then the further holders in the order they came) and the live knobs."""
+    checker = StateChecker(config)
+    checker.max_num_seqs, checker.max_num_batched_tokens = snap["knobs"]
+    kinds = ", ".join(f"'{k}'" for k in FINISH_EVENT_KINDS)
+    checker._finished = {rid for (rid,) in reader.execute(
+        "SELECT request_id FROM requests WHERE seq IN (SELECT seq FROM transitions WHERE step <= ? AND "
+        f"substr(status, 1, 8) = 'FINISHED' UNION SELECT seq FROM events WHERE step <= ? AND kind IN ({kinds}))",
+        (step, step))}
+    checker._live = set(state.request_ids)
+    ids = dict(zip(state.columns["seq"].tolist(), state.request_ids))
+    owner = snap["owner"]
+    extra = snap["extra_by_block"]
+    checker._holders = {b: [ids[s]] + [ids[x] for x in extra.get(b, ())]
+                        for b, s in zip(np.flatnonzero(owner >= 0).tolist(), owner[owner >= 0].tolist())}
+    return checker
+
+
+def replayed_states(reader, start: EngineState | None = None) -> Iterator[tuple[EngineState, StepRecord] | Problem]:
     """(state after step k, record of step k) for every step in order, or a final ``Problem``
-    where the records cannot be replayed."""
+    where the records cannot be replayed; from ``start`` (a state of a step of this file) when
+    given, else from the first keyframe."""
     from engine.state.timeline import StateTimeline
     from recordings.errors import RecordingError
     from recordings.file.v1_reader import V1Reader
@@ -361,8 +440,8 @@ def replayed_states(reader) -> Iterator[tuple[EngineState, StepRecord] | Problem
         for k in range(latest + 1):
             yield reader.state_at(k), reader.records(k, k + 1)[0]
         return
-    timeline = StateTimeline.from_state(reader.state_at(-1))
-    for lo in range(0, latest + 1, CHUNK_STEPS):
+    timeline = StateTimeline.from_state(reader.state_at(-1) if start is None else start)
+    for lo in range(timeline.step + 1, latest + 1, CHUNK_STEPS):
         try:
             records = reader.records(lo, lo + CHUNK_STEPS)
         except RecordingError:           # find the step whose rows do not decode
