@@ -62,7 +62,7 @@ class Problem:
         return f"step {self.step}: {self.invariant}: {self.message}"
 
 
-def _names(items) -> str:
+def name_list(items) -> str:
     items = list(items)
     shown = ", ".join(str(x) for x in items[:MAX_NAMED])
     return shown + (f" and {len(items) - MAX_NAMED} more" if len(items) > MAX_NAMED else "")
@@ -120,7 +120,7 @@ class StateChecker:
         """G6 on a run's last state, once every request finished: nothing live, every block free."""
         out = []
         if len(st):
-            out.append(Problem(rec.step, "G6", f"unfinished requests at the end: {_names(st.request_ids)}"))
+            out.append(Problem(rec.step, "G6", f"unfinished requests at the end: {name_list(st.request_ids)}"))
         if np.count_nonzero(st.cpu_owner >= 0):
             out.append(Problem(rec.step, "G6", f"{np.count_nonzero(st.cpu_owner >= 0)} CPU swap blocks "
                                                "still held at the end"))
@@ -141,20 +141,20 @@ class StateChecker:
             if ev.kind in _POOL_KINDS:
                 held = [b for b in ev.block_ids if holders.get(b)]
                 if held:
-                    bad("G1", f"blocks taken out of use while held: {_names(held)}")
+                    bad("G1", f"blocks taken out of use while held: {name_list(held)}")
                 continue
             if ev.kind == BlockEventKind.ALLOCATED:
-                taken = [f"block {b} to {rid} while {_names(holders[b])} holds it" for b in ev.block_ids
+                taken = [f"block {b} to {rid} while {name_list(holders[b])} holds it" for b in ev.block_ids
                          if holders.get(b)]
                 if taken:
-                    bad("G1", f"allocated {_names(taken)}")
+                    bad("G1", f"allocated {name_list(taken)}")
             if ev.kind in (BlockEventKind.ALLOCATED, BlockEventKind.HIT, BlockEventKind.FORKED):
                 for b in ev.block_ids:
                     holders.setdefault(b, []).append(rid)
             elif ev.kind == BlockEventKind.FREED:
                 strays = [b for b in ev.block_ids if rid not in holders.get(b, ())]
                 if strays:
-                    bad("G1", f"{rid} freed blocks it does not hold: {_names(strays)}")
+                    bad("G1", f"{rid} freed blocks it does not hold: {name_list(strays)}")
                 for b in ev.block_ids:
                     if rid in holders.get(b, ()):
                         holders[b].remove(rid)
@@ -169,24 +169,24 @@ class StateChecker:
         held = np.flatnonzero(owner >= 0)
         rows, ok = _rows_of(seq, owner[held])
         if not ok.all():
-            bad("G1", f"blocks {_names(held[~ok].tolist())} are held by requests that are not live")
+            bad("G1", f"blocks {name_list(held[~ok].tolist())} are held by requests that are not live")
         in_range = (sh_block >= 0) & (sh_block < total)
         if not in_range.all():
-            bad("G1", f"shared holdings name blocks {_names(sh_block[~in_range].tolist())} outside "
+            bad("G1", f"shared holdings name blocks {name_list(sh_block[~in_range].tolist())} outside "
                       f"0..{total - 1}")
         sh_seq, sh_block = sh_seq[in_range], sh_block[in_range]
         sh_rows, sh_ok = _rows_of(seq, sh_seq)
         if not sh_ok.all():
-            bad("G1", f"blocks {_names(sh_block[~sh_ok].tolist())} are shared with requests that are not live")
+            bad("G1", f"blocks {name_list(sh_block[~sh_ok].tolist())} are shared with requests that are not live")
         hashed = 0
         if len(sh_block):
             orphan = sh_block[owner[sh_block] < 0]
             if len(orphan):
-                bad("G2", f"blocks {_names(orphan.tolist())} are shared but have no owner")
+                bad("G2", f"blocks {name_list(orphan.tolist())} are shared but have no owner")
             unhashed = st.block_hash[sh_block] == 0
             strays = [b for b in sh_block[unhashed].tolist() if not _group_shared(st, b)]
             if strays:
-                bad("G2", f"blocks {_names(strays)} are shared but cache no prefix nor a group's prompt")
+                bad("G2", f"blocks {name_list(strays)} are shared but cache no prefix nor a group's prompt")
             hashed = int(np.count_nonzero(~unhashed))
         cached_free = int(np.count_nonzero(st.cached_free_mask()))
         if not self.enable_prefix_caching and (hashed or cached_free):
@@ -198,7 +198,7 @@ class StateChecker:
         counts = np.bincount(rows, minlength=len(ids)) if len(ids) else np.zeros(0, np.int64)
         wrong = np.flatnonzero(counts != st.columns["num_blocks"])
         if len(wrong):
-            bad("G1", "block tables differ from the block counts: " + _names(
+            bad("G1", "block tables differ from the block counts: " + name_list(
                 f"{ids[r]} holds {counts[r]}, counts {st.columns['num_blocks'][r]}" for r in wrong.tolist()))
         # Each table's positions are exactly 0..n-1: every holding lands in its own cell of the
         # tables laid end to end (O(holdings), no sort); a block named twice repeats a position.
@@ -222,11 +222,11 @@ class StateChecker:
         r, b, p = rows[order], blocks[order], pos[order]
         twice = np.unique(r[1:][(r[1:] == r[:-1]) & (b[1:] == b[:-1])])
         if len(twice):
-            bad("G2", f"block tables name a block twice: {_names(ids[i] for i in twice.tolist())}")
+            bad("G2", f"block tables name a block twice: {name_list(ids[i] for i in twice.tolist())}")
         expected = np.arange(len(r)) - np.searchsorted(r, r)
         gaps = np.setdiff1d(np.unique(r[p != expected]), twice)
         if len(gaps):
-            bad("G1", f"block tables with gaps or repeated positions: {_names(ids[i] for i in gaps.tolist())}")
+            bad("G1", f"block tables with gaps or repeated positions: {name_list(ids[i] for i in gaps.tolist())}")
 
     # --- G1 on the CPU swap pool ---------------------------------------------------------------
     def _check_cpu_pool(self, st: EngineState, bad) -> None:
@@ -237,8 +237,8 @@ class StateChecker:
         ids = dict(zip(seq.tolist(), st.request_ids))
         swapped -= {q for q in swapped - holders if parent_id_of(ids[q]) != ids[q]}
         if holders - swapped or swapped - holders:
-            bad("G1", f"CPU swap blocks held by {_names(sorted(holders - swapped))} (not swapped out); "
-                      f"swapped out without CPU blocks: {_names(sorted(swapped - holders))}")
+            bad("G1", f"CPU swap blocks held by {name_list(sorted(holders - swapped))} (not swapped out); "
+                      f"swapped out without CPU blocks: {name_list(sorted(swapped - holders))}")
 
     # --- G3: queues -----------------------------------------------------------------------------
     def _check_queues(self, st: EngineState, rec: StepRecord, bad) -> None:
@@ -249,7 +249,7 @@ class StateChecker:
         status = st.columns["status"]
         outside = np.flatnonzero(~np.isin(status, _LIVE_CODES))
         if len(outside):
-            bad("G3", "live requests in no queue: " + _names(
+            bad("G3", "live requests in no queue: " + name_list(
                 f"{ids[i]} ({_status_name(int(status[i]))})" for i in outside.tolist()))
         counts = (len(st.queue_rows("waiting")), len(st.queue_rows("running")), len(st.queue_rows("paused")))
         if counts != (rec.num_waiting, rec.num_running, rec.num_paused):
@@ -262,16 +262,16 @@ class StateChecker:
             bad("record", f"{len(recent)} recently finished requests kept, at most {NUM_RECENTLY_FINISHED}")
         odd = [v.request_id for v in recent if not v.is_finished or v.slot is not None]
         if odd:
-            bad("G3", f"finished requests still with a slot or unfinished status: {_names(odd)}")
+            bad("G3", f"finished requests still with a slot or unfinished status: {name_list(odd)}")
         unknown = {v.request_id for v in recent} - self._finished
         if unknown:
-            bad("G3", f"finished without a finishing transition or event: {_names(sorted(unknown))}")
+            bad("G3", f"finished without a finishing transition or event: {name_list(sorted(unknown))}")
         back = self._finished & live
         if back:
-            bad("G3", f"finished requests are live again: {_names(sorted(back))}")
+            bad("G3", f"finished requests are live again: {name_list(sorted(back))}")
         gone = self._live - live - self._finished
         if gone:
-            bad("G3", f"left the live requests without finishing: {_names(sorted(gone))}")
+            bad("G3", f"left the live requests without finishing: {name_list(sorted(gone))}")
         self._live = live
 
     # --- G4: limits -----------------------------------------------------------------------------
@@ -282,7 +282,7 @@ class StateChecker:
             bad("G4", f"{len(slots)} running > max_num_seqs {cap}")
         if len(np.unique(slots)) != len(slots) or np.any((slots < 0) | (slots >= cap)):
             bad("G4", f"running requests' slots are not distinct slots in 0..{cap - 1}: "
-                      f"{_names(sorted(slots.tolist()))}")
+                      f"{name_list(sorted(slots.tolist()))}")
         if len(rec.scheduled) > cap:
             bad("G4", f"{len(rec.scheduled)} requests scheduled > max_num_seqs {cap}")
         if rec.total_num_scheduled_tokens > self.max_num_batched_tokens:
