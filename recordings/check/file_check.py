@@ -40,24 +40,32 @@ _BATCH_ARRAYS = ("batch_seq_json", "batch_slot_json", "batch_num_computed_json",
 
 
 def check_file(reader, *, max_problems: int = 100,
-               on_step: Callable[[int], None] | None = None) -> list[Problem]:
+               on_step: Callable[[int], None] | None = None, quick_every: int | None = None) -> list[Problem]:
     """Every problem of the recording open in ``reader`` (a ``recordings.file.reader.Reader``), in the order
     of the module doc; ``[]`` when it is clean. At most ``max_problems`` invariant problems (see
     :func:`recordings.check.invariants.check_recording`, which also calls ``on_step``) and as many of
-    each other kind. Raises :class:`recordings.errors.RecordingError` if the file cannot be read."""
+    each other kind. ``quick_every`` N: ``check --quick``: SQLite's ``quick_check`` for the
+    integrity check (every page, not the indexes' agreement with their tables) and the invariants
+    on every N-th keyframe interval only (:mod:`recordings.check.sampled`); the other checks
+    whole. Raises :class:`recordings.errors.RecordingError` if the file cannot be read."""
     version = int(reader.execute("PRAGMA user_version")[0][0])
-    problems = integrity_problems(reader, max_problems)
+    problems = integrity_problems(reader, max_problems, quick=quick_every is not None)
     if version >= 2:
         problems += schema_problems(reader, version) + row_problems(reader, max_problems)
-    problems += check_recording(reader, max_problems=max_problems, on_step=on_step, fast=not problems)
+    if quick_every is None:
+        problems += check_recording(reader, max_problems=max_problems, on_step=on_step, fast=not problems)
+    else:
+        from recordings.check.sampled import sampled_check
+        problems += sampled_check(reader, every=quick_every, max_problems=max_problems, on_step=on_step)[0]
     if version >= 2:
         problems += metric_problems(reader, max_problems)
     return problems + incomplete_problems(reader)
 
 
-def integrity_problems(reader, max_problems: int = 100) -> list[Problem]:
-    """SQLite's own check of the file: one ``integrity`` problem per message it gives."""
-    rows = reader.execute(f"PRAGMA integrity_check({int(max_problems)})")
+def integrity_problems(reader, max_problems: int = 100, quick: bool = False) -> list[Problem]:
+    """SQLite's own check of the file (``integrity_check``; ``quick``: ``quick_check``, which skips
+    comparing the indexes with their tables): one ``integrity`` problem per message it gives."""
+    rows = reader.execute(f"PRAGMA {'quick_check' if quick else 'integrity_check'}({int(max_problems)})")
     return [Problem(-1, "integrity", str(m)) for (m,) in rows if m != "ok"]
 
 

@@ -355,10 +355,10 @@ def check_recording(reader, *, max_problems: int = 100,
     layout = (int(config["num_gpu_blocks"]), reader.state_at(-1).block_size, snap["knobs"][0])
     state = stream_check.engine_state(snap, step, layout, lambda seqs: _ids_of(reader, seqs))
     if clean:
-        if _all_finished(reader):
+        if all_finished(reader):
             return StateChecker(config).check_drained(state, reader.records(step, step + 1)[0])
         return []
-    checker = _seeded_checker(reader, config, state, snap, step)
+    checker = seeded_checker(reader, config, state, snap["knobs"], snap["extra_by_block"])
     return _reference_check(reader, checker, replayed_states(reader, state), max_problems, progress)
 
 
@@ -393,7 +393,7 @@ def _reference_check(reader, checker: StateChecker, states, max_problems: int,
             problems = problems[:max_problems]
             problems.append(Problem(item[1].step, "record", f"stopped after {max_problems} problems"))
             return problems
-    if last is not None and _all_finished(reader):
+    if last is not None and all_finished(reader):
         problems += checker.check_drained(*last)
     return problems
 
@@ -407,12 +407,24 @@ def _ids_of(reader, seqs: np.ndarray) -> list[str]:
     return [names[s] for s in seqs.tolist()]
 
 
-def _seeded_checker(reader, config, state: EngineState, snap: dict, step: int) -> StateChecker:
-    """A :class:`StateChecker` as it is after checking the steps up to ``step`` of a clean run
-    whose state then is ``state``: the requests finished so far, the live ones, every block's
-    holders (owner first, then the further holders in the order they came) and the live knobs."""
+def seeded_checker(reader, config, state: EngineState, knobs: tuple[int, int] | None = None,
+                   extra_by_block: dict[int, list[int]] | None = None) -> StateChecker:
+    """A :class:`StateChecker` as it is after checking the steps up to ``state.step`` of a clean
+    run whose state then is ``state`` (a state of the recording open in ``reader``): the requests
+    finished so far (from the file's transitions and events), the live ones, every block's holders
+    (owner first, then the further holders: in the order they came when ``extra_by_block`` gives
+    it, else by arrival) and the live knobs (``knobs``: (max_num_seqs, max_num_batched_tokens), else
+    the config's changed by the knob changes recorded up to then)."""
+    step = state.step
     checker = StateChecker(config)
-    checker.max_num_seqs, checker.max_num_batched_tokens = snap["knobs"]
+    if knobs is None:
+        for (text,) in reader.execute("SELECT knobs_json FROM steps WHERE step <= ? AND knobs_json IS NOT NULL "
+                                      "ORDER BY step", (step,)):
+            for name, value in codec_knobs(text):
+                if name in ("max_num_seqs", "max_num_batched_tokens"):
+                    setattr(checker, name, int(value))
+    else:
+        checker.max_num_seqs, checker.max_num_batched_tokens = knobs
     kinds = ", ".join(f"'{k}'" for k in FINISH_EVENT_KINDS)
     checker._finished = {rid for (rid,) in reader.execute(
         "SELECT request_id FROM requests WHERE seq IN (SELECT seq FROM transitions WHERE step <= ? AND "
@@ -420,22 +432,32 @@ def _seeded_checker(reader, config, state: EngineState, snap: dict, step: int) -
         (step, step))}
     checker._live = set(state.request_ids)
     ids = dict(zip(state.columns["seq"].tolist(), state.request_ids))
-    owner = snap["owner"]
-    extra = snap["extra_by_block"]
-    checker._holders = {b: [ids[s]] + [ids[x] for x in extra.get(b, ())]
+    if extra_by_block is None:
+        extra_by_block = {}
+        for q, b in zip(state.shared_seq.tolist(), state.shared_block.tolist()):
+            extra_by_block.setdefault(b, []).append(q)
+    owner = state.block_owner
+    checker._holders = {b: [ids[s]] + [ids[x] for x in extra_by_block.get(b, ())]
                         for b, s in zip(np.flatnonzero(owner >= 0).tolist(), owner[owner >= 0].tolist())}
     return checker
 
 
-def replayed_states(reader, start: EngineState | None = None) -> Iterator[tuple[EngineState, StepRecord] | Problem]:
+def codec_knobs(text: str | None):
+    """A step's knob changes from its ``knobs_json``."""
+    from recordings.file.codec import knobs_from_json
+    return knobs_from_json(text)
+
+
+def replayed_states(reader, start: EngineState | None = None,
+                    stop: int | None = None) -> Iterator[tuple[EngineState, StepRecord] | Problem]:
     """(state after step k, record of step k) for every step in order, or a final ``Problem``
     where the records cannot be replayed; from ``start`` (a state of a step of this file) when
-    given, else from the first keyframe."""
+    given, else from the first keyframe; up to the step before ``stop`` when given."""
     from engine.state.timeline import StateTimeline
     from recordings.errors import RecordingError
     from recordings.file.v1_reader import V1Reader
 
-    latest = reader.latest_step()
+    latest = reader.latest_step() if stop is None else min(reader.latest_step(), stop - 1)
     if isinstance(reader, V1Reader):        # v1 stored states, not replayable deltas
         for k in range(latest + 1):
             yield reader.state_at(k), reader.records(k, k + 1)[0]
@@ -443,7 +465,7 @@ def replayed_states(reader, start: EngineState | None = None) -> Iterator[tuple[
     timeline = StateTimeline.from_state(reader.state_at(-1) if start is None else start)
     for lo in range(timeline.step + 1, latest + 1, CHUNK_STEPS):
         try:
-            records = reader.records(lo, lo + CHUNK_STEPS)
+            records = reader.records(lo, min(lo + CHUNK_STEPS, latest + 1))
         except RecordingError:           # find the step whose rows do not decode
             records = []
             for k in range(lo, min(lo + CHUNK_STEPS, latest + 1)):
@@ -469,7 +491,7 @@ def replayed_states(reader, start: EngineState | None = None) -> Iterator[tuple[
             yield state, rec
 
 
-def _all_finished(reader) -> bool:
+def all_finished(reader) -> bool:
     """Whether the recording holds requests and every one of them finished (then G6 applies)."""
     (num, unfinished), = reader.execute(
         "SELECT count(*), coalesce(sum(coalesce(status, '') NOT LIKE 'FINISHED%'), 0) FROM requests")
