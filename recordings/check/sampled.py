@@ -39,7 +39,7 @@ def sampled_check(reader, *, every: int = QUICK_EVERY, max_problems: int = 100,
     ``reader``, and those intervals. ``on_step(k)`` after each checked step. A file of another
     schema than 4 or with too few keyframes is checked in full. Raises
     :class:`recordings.errors.RecordingError` if the file cannot be read."""
-    config = reader.run_info().get("config") or {}
+    config = reader.run_info().config
     intervals = sampled_intervals(reader, every)
     if getattr(reader, "_version", 0) < 4 or any(config.get(k) is None for k in (
             "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens")) or len(intervals) <= 1:

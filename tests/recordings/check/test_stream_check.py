@@ -53,7 +53,7 @@ def both(path: Path, max_problems: int = 40):
 def test_clean_runs_are_checked_on_the_fast_path_to_their_end(runs):
     for (kind, seed), path in runs.items():
         with open_reader(path) as reader:
-            step, _, clean = stream_check.replay_fast(reader, reader.run_info()["config"])
+            step, _, clean = stream_check.replay_fast(reader, reader.run_info().config)
             assert clean and step == reader.latest_step(), (kind, seed, step)
         assert both(path) == [[], []], (kind, seed)
 
