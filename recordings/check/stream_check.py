@@ -22,8 +22,8 @@ whose swapped requests hold no CPU blocks), the check goes back to its last chec
 state of a clean step at most ``CHECKPOINT_STEPS`` earlier, kept as arrays) and runs
 :func:`recordings.check.invariants.check_recording` 's reference path (``StateTimeline`` replay +
 ``StateChecker``) from there to the end, so the problems and their messages are the
-reference's. Memory: the live state, the block arrays and a few bytes per request of the run
-(its finishing step; O(requests), not O(steps)).
+reference's. Memory: the block arrays and ~40 bytes per request of the run (its status, slot,
+block count, holdings, position hash, CPU blocks: O(requests), not O(steps)).
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ import numpy as np
 
 from engine.outputs import RequestView
 from engine.state.state import COLUMNS, NUM_RECENTLY_FINISHED, RESERVED, STATUS_CODE, EngineState
-from engine.vocab import BlockEventKind, EventKind, RequestStatus
+from engine.vocab import EventKind, RequestStatus
 from recordings.file import codec
 from recordings.file.compact import BLOCK_ARRAYS, BLOCK_EVENT_CODES, NO_REQUEST, Batch
 from recordings.file.packing import unpack
