@@ -19,7 +19,7 @@ from engine.config import EngineConfig
 from engine.runner.model_runner import ModelRunner
 from engine.request import SamplingParams
 from engine.vocab import RequestStatus
-from tests.support.engine_harness import Arrival, distinct_prompt, run_workload
+from tests.support.engine_driver import Arrival, distinct_prompt, run_workload
 from tests.support.engine_cases import arrivals_and_actions, case, engine_config
 
 VOCAB = 512

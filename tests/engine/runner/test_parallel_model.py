@@ -15,7 +15,7 @@ from engine.config import EngineConfig
 from engine.runner.model_runner import ModelRunner
 from engine.request import SamplingParams
 from engine.model.tiny_model import tiny_llama
-from tests.support.engine_harness import Arrival, assert_outputs_match, distinct_prompt, run_workload, solo_arrivals
+from tests.support.engine_driver import Arrival, assert_outputs_match, distinct_prompt, run_workload, solo_arrivals
 
 
 @pytest.fixture(scope="module")

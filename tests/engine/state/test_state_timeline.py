@@ -21,7 +21,7 @@ from engine.outputs import Arrival, BlockEvent, StepRecord, Transition
 from engine.request import SamplingParams
 from engine.state.state import EngineState
 from engine.state.timeline import StateTimeline
-from tests.support.engine_harness import ACTIONS, action_call, distinct_prompt
+from tests.support.engine_driver import ACTIONS, action_call, distinct_prompt
 from tests.support.fake_runner import FakeRunner
 
 

@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from tests.support.engine_runs import run_engine
+from tests.support.engine_driver import run_engine
 from tests.support.export_runs import check_trace_format, sim_demo
 from recordings.file.open_reader import open_reader
 from recordings.export.perfetto import export_perfetto
