@@ -121,9 +121,9 @@ def apply_action(engine: LLMEngine, act: Action) -> bool:
 @dataclass
 class EngineRun:
     """One engine driven step by step: ``records[k]`` is step k, ``states[k]`` the engine's state
-    right after it (when kept), ``prompts`` every request as added, ``finished`` the requests the
-    engine handed to ``on_finished``, in finishing order (each also goes to the
-    ``finish_listeners``). ``writer`` records the run to ``path`` when one was given."""
+    right after it (when kept), ``prompts`` every request as added, ``finished`` the requests that
+    finished, in finishing order (``LLMEngine.collect_finished``; ``engine.on_finished`` stays
+    free for a checker). ``writer records the run to ``path`` when one was given."""
 
     config: EngineConfig
     engine: LLMEngine
@@ -137,7 +137,6 @@ class EngineRun:
     prompts: dict[str, list[int]] = field(default_factory=dict)
     finished: dict[str, Request] = field(default_factory=dict)
     prefixes: list[list[int]] = field(default_factory=list)       # shared prompt prefixes (run_engine)
-    finish_listeners: list[Callable[[Request], None]] = field(default_factory=list)
 
     @classmethod
     def start(cls, config: EngineConfig, *, runner=None, next_token_fn=hash_next_token, fail_steps=(),
@@ -163,15 +162,8 @@ class EngineRun:
             if writer is not None:
                 writer.close()
             raise
-        run = cls(config, engine, runner, info, engine.state(), writer,
-                  None if record_to is None else Path(record_to))
-        engine.on_finished = run._on_finished
-        return run
-
-    def _on_finished(self, req: Request) -> None:
-        self.finished[req.request_id] = req
-        for listener in self.finish_listeners:
-            listener(req)
+        return cls(config, engine, runner, info, engine.state(), writer,
+                   None if record_to is None else Path(record_to), finished=engine.collect_finished())
 
     @property
     def final(self) -> EngineState:
@@ -270,7 +262,6 @@ def _drive(run: EngineRun, arrivals: Sequence[Arrival], actions: Sequence[Action
            max_steps: int, resume_paused_at_end: bool) -> RunResult:
     engine = run.engine
     checker = InvariantChecker(engine, run.runner)
-    run.finish_listeners.append(checker.on_finished)
     by_step: dict[int, list] = defaultdict(list)
     for a in arrivals:
         by_step[a.arrive_step].append(a)

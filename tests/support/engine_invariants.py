@@ -2,7 +2,7 @@
 engine that :mod:`tests.support.engine_driver` drives, and again on a recording of the run.
 
 :class:`InvariantChecker` sees the engine before and after each step, each admission and each user
-action, and the requests the driver hands it as they finish; it also rebuilds the state from the
+action, and the requests the engine hands to ``on_finished``; it also rebuilds the state from the
 step records alone (a :class:`StateTimeline` fed only the records, as a replay does) and the block
 tables from the records' block events, and checks both against the engine's truth. Paused requests
 are held by the user: G5 (liveness) is required of waiting and running requests only.
@@ -89,8 +89,7 @@ def assert_state_matches_scheduler(engine: LLMEngine, st: EngineState) -> None:
 
 class InvariantChecker:
     """Checks G1-G6 around every step of one engine (raises ``AssertionError``), collects the
-    requests the engine hands to ``on_finished`` (the driver passes each one to
-    :meth:`on_finished`) and replays the step records."""
+    requests the engine hands to ``on_finished`` and replays the step records."""
 
     def __init__(self, engine: LLMEngine, runner) -> None:
         self.e = engine
@@ -116,6 +115,8 @@ class InvariantChecker:
         c = engine.config
         self.replay = StateTimeline(engine.num_gpu_blocks, c.block_size, c.max_num_seqs, c.num_cpu_blocks)
         assert engine.timeline.snapshot() == self.replay.snapshot()
+        assert engine.on_finished is None
+        engine.on_finished = self.on_finished
 
     @property
     def c(self) -> EngineConfig:
