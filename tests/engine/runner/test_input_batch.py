@@ -24,6 +24,8 @@ from tests.engine.sched.test_scheduler_invariants import workloads
 
 import torch
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")      # torch: tiny ops, a busy 2-core machine
+
 
 def per_token_slots(query_lens, context_lens, tables, block_size) -> list[int]:
     """The slot mapping as the runner built it before: one Python step per token."""

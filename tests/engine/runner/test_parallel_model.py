@@ -19,11 +19,8 @@ from tests.support.engine_driver import Arrival, assert_outputs_match, distinct_
 
 
 @pytest.fixture(scope="module")
-def model():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield tiny_llama(seed=0)
-    torch.set_num_threads(n)
+def model(one_torch_thread):
+    return tiny_llama(seed=0)
 
 
 def run(model, config: EngineConfig, arrivals):

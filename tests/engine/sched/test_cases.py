@@ -445,17 +445,12 @@ def test_recompute_keeps_output_split(case_runs):
 
 
 @pytest.fixture(scope="module")
-def tiny_model():
+def tiny_model(one_torch_thread):
     """The tiny random fp32 Llama (``engine.model.tiny_model``), with torch on one thread (the tiny
     matmuls are many times slower with two on a busy 2-core machine)."""
-    import torch
-
     from engine.model.tiny_model import tiny_llama
 
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield tiny_llama(seed=0)
-    torch.set_num_threads(n)
+    return tiny_llama(seed=0)
 
 
 def run_on_model(model, config: EngineConfig, arrivals, **kw) -> RunResult:
