@@ -55,7 +55,8 @@ class FakeSource:
                                    max_model_len=max_model_len, clock="virtual", **config)
         self.shared_prefix = shared_prefix
         self.run = EngineRun.start(self.config, next_token_fn=next_token_fn, fail_steps=fail_steps,
-                                   tokenizer=tokenizer, record_to=record_to, run_info=self.run_info(),
+                                   tokenizer=tokenizer, record_to=record_to,
+                                   run_info=None if record_to is None else self.run_info(),
                                    writer_kwargs={"keyframe_interval": 8})
         self.engine, self.runner, self.writer = self.run.engine, self.run.runner, self.run.writer
         self.history: list[StepRecord] = self.run.records
