@@ -137,16 +137,20 @@ class EngineRun:
     prompts: dict[str, list[int]] = field(default_factory=dict)
     finished: dict[str, Request] = field(default_factory=dict)
     prefixes: list[list[int]] = field(default_factory=list)       # shared prompt prefixes (run_engine)
+    keep_requests: bool = True                                    # fill prompts and finished
 
     @classmethod
     def start(cls, config: EngineConfig, *, runner=None, next_token_fn=hash_next_token, fail_steps=(),
               tokenizer=None, eos_token_id: int | None = None, record_to: str | Path | None = None,
-              run_info: dict[str, Any] | None = None, writer_kwargs: dict | None = None) -> EngineRun:
+              run_info: dict[str, Any] | None = None, writer_kwargs: dict | None = None,
+              keep_requests: bool = True) -> EngineRun:
         """An engine on ``config`` with ``runner`` (default: a :class:`FakeRunner` over
         ``config.num_gpu_blocks`` blocks with ``next_token_fn`` and ``fail_steps``), recorded to
         the new file ``record_to`` if given (``run_info``, default the config and model "fake";
-        ``writer_kwargs`` go to :class:`RecordingWriter`). Raises ``ValueError`` when
-        ``config.num_gpu_blocks`` is not set (it sizes the cache)."""
+        ``writer_kwargs`` go to :class:`RecordingWriter`). ``keep_requests=False``: ``prompts``
+        and ``finished`` stay empty (long runs whose memory must follow the live requests, as the
+        UI bench's). Raises ``ValueError`` when ``config.num_gpu_blocks`` is not set (it sizes
+        the cache)."""
         blocks = config.num_gpu_blocks
         if blocks is None:
             raise ValueError("config.num_gpu_blocks is None: the driven engine needs a fixed cache size")
@@ -163,7 +167,8 @@ class EngineRun:
                 writer.close()
             raise
         return cls(config, engine, runner, info, engine.state(), writer,
-                   None if record_to is None else Path(record_to), finished=engine.collect_finished())
+                   None if record_to is None else Path(record_to),
+                   finished=engine.collect_finished() if keep_requests else {}, keep_requests=keep_requests)
 
     @property
     def final(self) -> EngineState:
@@ -178,7 +183,8 @@ class EngineRun:
             arrival_time: float | None = None) -> str:
         """Add a request (engine clock ``arrival_time``; None = now); returns its id."""
         rid = self.engine.add_request(list(prompt), params, request_id=request_id, arrival_time=arrival_time)
-        self.prompts[rid] = list(prompt)
+        if self.keep_requests:
+            self.prompts[rid] = list(prompt)
         return rid
 
     def act(self, act: Action) -> bool:

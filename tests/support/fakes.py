@@ -2,7 +2,8 @@
 
 ``FakeSource`` runs ``engine.engine.LLMEngine`` with the fake runner through the tests' engine
 driver (``engine_driver.EngineRun``; no model; virtual clock, so arrivals are counted in steps)
-and keeps every step's record and state in memory: a ``StepSource`` the window cannot tell from a live engine or a recording.
+and keeps every step's record and state in memory: a ``StepSource`` the window cannot tell from
+a live engine or a recording.
 ``FakeControl`` is an ``EngineControl`` over the same engine that also logs its calls;
 ``big_source()`` builds the production-sized state of the UI benchmark (16k blocks, 256 running,
 10k waiting).
@@ -57,7 +58,7 @@ class FakeSource:
         self.run = EngineRun.start(self.config, next_token_fn=next_token_fn, fail_steps=fail_steps,
                                    tokenizer=tokenizer, record_to=record_to,
                                    run_info=None if record_to is None else self.run_info(),
-                                   writer_kwargs={"keyframe_interval": 8})
+                                   writer_kwargs={"keyframe_interval": 8}, keep_requests=False)
         self.engine, self.runner, self.writer = self.run.engine, self.run.runner, self.run.writer
         self.history: list[StepRecord] = self.run.records
         self.keep_states = keep_states
