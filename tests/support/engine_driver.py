@@ -25,7 +25,7 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import pytest
 
@@ -33,6 +33,7 @@ from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.outputs import NewToken, StepRecord
 from engine.request import Request, SamplingParams
+from engine.run_info import RunInfo
 from engine.sequence_group import sequence_ids, sequence_params
 from engine.state.state import EngineState
 from engine.vocab import RequestStatus
@@ -128,7 +129,7 @@ class EngineRun:
     config: EngineConfig
     engine: LLMEngine
     runner: Any
-    run_info: dict[str, Any]
+    run_info: RunInfo | Mapping[str, Any]
     initial: EngineState
     writer: RecordingWriter | None = None
     path: Path | None = None
@@ -142,7 +143,7 @@ class EngineRun:
     @classmethod
     def start(cls, config: EngineConfig, *, runner=None, next_token_fn=hash_next_token, fail_steps=(),
               tokenizer=None, eos_token_id: int | None = None, record_to: str | Path | None = None,
-              run_info: dict[str, Any] | None = None, writer_kwargs: dict | None = None,
+              run_info: RunInfo | Mapping[str, Any] | None = None, writer_kwargs: dict | None = None,
               keep_requests: bool = True) -> EngineRun:
         """An engine on ``config`` with ``runner`` (default: a :class:`FakeRunner` over
         ``config.num_gpu_blocks`` blocks with ``next_token_fn`` and ``fail_steps``), recorded to
@@ -360,7 +361,7 @@ def run_engine(path=None, seed: int = 0, *, num_requests: int = 14, fail_steps=(
     rng = random.Random(seed)
     config, info = make_config(seed, **config_kwargs)
     run = EngineRun.start(config, fail_steps=fail_steps, tokenizer=TOKENIZER, record_to=path,
-                          run_info={**info, **(run_info or {})}, writer_kwargs=writer_kwargs)
+                          run_info=RunInfo.from_json({**info, **(run_info or {})}), writer_kwargs=writer_kwargs)
     run.prefixes = [[rng.randrange(1, 1000) for _ in range(max_prompt)] for _ in range(num_prefixes)]
     # arrivals in steps (virtual clock) or seconds (wall: a step takes about a millisecond here)
     unit = 1.0 if config.clock == "virtual" else 0.002

@@ -15,6 +15,7 @@ from __future__ import annotations
 from engine.config import EngineConfig  # noqa: E402
 from engine.outputs import StepRecord  # noqa: E402
 from engine.request import SamplingParams  # noqa: E402
+from engine.run_info import RunInfo  # noqa: E402
 from engine.state.source import check_knobs, current_knobs  # noqa: E402
 from engine.state.state import EngineState  # noqa: E402
 from tests.support.engine_driver import EngineRun  # noqa: E402
@@ -93,9 +94,9 @@ class FakeSource:
         self.run.close()
 
     # --- StepSource ----------------------------------------------------------------------
-    def run_info(self) -> dict:
-        return {"model": "fake/SmolLM2-135M", "device": "cpu", "dtype": "float32", "trace": None,
-                "started_at": "2025-01-01T00:00:00", "config": self.config.to_dict()}
+    def run_info(self) -> RunInfo:
+        return RunInfo(model="fake/SmolLM2-135M", device="cpu", dtype="float32",
+                       started_at="2025-01-01T00:00:00", config=self.config.to_dict())
 
     def latest_step(self) -> int:
         return len(self.history) - 1
