@@ -69,11 +69,11 @@ class SlotRuns:
             cell = row[valid] * width + slot[valid]
             valid = np.sort(valid[np.unique(cell, return_index=True)[1]])   # the first entry wins
             entry[row[valid] + 1, slot[valid]] = valid
-        held = entry >= 0
-        owner = np.where(held, chunk.request[np.maximum(entry, 0)], -1)
+        owner = np.full((n + 1, width), -1, np.int64)     # who held each slot
+        at = (row[valid] + 1, slot[valid])
+        owner[at] = chunk.request[valid]
         owner[0] = self._prev
         tokens = np.zeros((3, n + 1, width), np.int64)     # cumulative tokens, prefill tokens, prefill steps
-        at = (row[valid] + 1, slot[valid])
         prefill = chunk.is_prefill[valid]
         tokens[0][at] = chunk.num_tokens[valid]
         tokens[1][at] = np.where(prefill, chunk.num_tokens[valid], 0)

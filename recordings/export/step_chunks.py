@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -129,9 +129,9 @@ class StepChunk:
         return np.sort(keys[:, 0] * (len(self.step) + 1) + keys[:, 1])
 
 
-def chunks(reader, progress: Progress | None = None, chunk_steps: int = CHUNK_STEPS) -> Iterator[StepChunk]:
-    """The recording's steps in chunks: :func:`column_chunks` where the file allows it (schema
-    4), else :func:`replayed_chunks`."""
+def chunks(reader, progress: Progress | None = None, chunk_steps: int | None = None) -> Iterator[StepChunk]:
+    """The recording's steps in chunks of ``chunk_steps`` (default :data:`CHUNK_STEPS`):
+    :func:`column_chunks` where the file allows it (schema 4), else :func:`replayed_chunks`."""
     if has_columns(reader):
         return column_chunks(reader, progress, chunk_steps)
     return replayed_chunks(reader, progress, chunk_steps)
@@ -146,10 +146,11 @@ def has_columns(reader) -> bool:
 
 # --- the reference: the full replay ------------------------------------------------------------
 def replayed_chunks(reader, progress: Progress | None = None,
-                    chunk_steps: int = CHUNK_STEPS) -> Iterator[StepChunk]:
+                    chunk_steps: int | None = None) -> Iterator[StepChunk]:
     """Chunks of ``chunk_steps`` steps from the full replay (:func:`recordings.export.replay.replay`:
     each step's record and the state after it). Any readable recording. Raises
     ``RecordingError`` as the replay does."""
+    chunk_steps = chunk_steps or CHUNK_STEPS
     numbers: dict[str, int] = {}
     pairs: list = []
     for pair in replay(reader):
@@ -200,12 +201,13 @@ def _chunk_of(pairs: list, numbers: dict[str, int]) -> StepChunk:
 
 # --- schema 4: columns ---------------------------------------------------------------------------
 def column_chunks(reader, progress: Progress | None = None,
-                  chunk_steps: int = CHUNK_STEPS) -> Iterator[StepChunk]:
+                  chunk_steps: int | None = None) -> Iterator[StepChunk]:
     """Chunks of ``chunk_steps`` steps of a schema-4 file (see the module doc), equal to
     :func:`replayed_chunks` of it. Raises ``RecordingError`` naming the step where a row does not
     decode, a step is missing or the changes cannot be applied."""
+    chunk_steps = chunk_steps or CHUNK_STEPS
     latest = reader.latest_step()
-    state = _StateValues(reader.state_at(-1))
+    state = _StateValues(reader)
     for lo in range(0, latest + 1, chunk_steps):
         hi = min(lo + chunk_steps, latest + 1)
         try:
@@ -259,15 +261,15 @@ def _column_chunk(reader, lo: int, hi: int, state: "_StateValues") -> StepChunk:
     for step, seq, status, slot, nc, npre, err in reader.execute(
             f"SELECT {', '.join(codec.TRANSITION_COLUMNS)} FROM transitions WHERE step >= ? AND step < ? "
             "ORDER BY step, ord", (lo, hi)):
-        transitions[step - lo].append(Transition(id_of(seq), word(RequestStatus, status), slot, nc, npre, err))
+        transitions[step - lo].append((seq, Transition(id_of(seq), word(RequestStatus, status), slot, nc,
+                                                       npre, err)))
     blocks = dict(reader.execute("SELECT step, data FROM block_events WHERE step >= ? AND step < ?", (lo, hi)))
     first = np.zeros(n + 1, np.int64)
     np.cumsum(sizes, out=first[1:])
     cached, swapped = np.zeros(n, np.int64), np.zeros(n, np.int64)
     for k in range(n):
-        cached[k], swapped[k] = state.advance(
-            [a for _, a in arrivals[k]], compact.block_events_from_blob(blocks.get(lo + k), id_of),
-            transitions[k], request[first[k]:first[k + 1]])
+        cached[k], swapped[k] = state.advance(lo + k, [a for _, a in arrivals[k]], blocks.get(lo + k),
+                                              transitions[k], request[first[k]:first[k + 1]], id_of)
     preempted = cols[len(_STEP_SCALARS) + 1]
     return StepChunk(
         **scalars,
@@ -281,14 +283,21 @@ def _column_chunk(reader, lo: int, hi: int, state: "_StateValues") -> StepChunk:
 
 class _StateValues:
     """The cached-free block count and the number of swapped requests after each step, kept by
-    applying only what changes them: arrivals, block events and transitions go to a
-    :class:`StateTimeline` (block owners and prefix hashes, as the replay keeps them); a request
-    is swapped from a transition to ``swapped`` until it is scheduled again or a transition
-    says otherwise (the statuses the timeline gives)."""
+    applying only what changes them. A block is cached-free once a ``cached`` block event gave
+    it a prefix hash and no request holds it: until the first such event the count is 0 and
+    nothing is kept; from then on the arrivals, block events and transitions go to a
+    :class:`StateTimeline` (block owners and prefix hashes, as the replay keeps them), started
+    from ``reader.state_at`` the step before. A request is swapped from a transition to
+    ``swapped`` until it is scheduled again or a transition says otherwise (the statuses the
+    timeline gives)."""
 
-    def __init__(self, initial) -> None:
-        self.timeline = StateTimeline.from_state(initial)
+    def __init__(self, reader) -> None:
+        initial = reader.state_at(-1)
+        self.reader = reader
+        self.timeline: StateTimeline | None = None
         self.cached = int(np.count_nonzero(initial.cached_free_mask()))
+        if initial.block_hash.any():
+            self.timeline = StateTimeline.from_state(initial)
         rows = initial.queue_rows("swapped")
         self.swapped: set[int] = set(initial.columns["seq"][rows].tolist())
 
@@ -296,19 +305,24 @@ class _StateValues:
         tl = self.timeline
         return int(np.count_nonzero((tl.block_owner[ids] < 0) & (tl.block_hash[ids] != 0)))
 
-    def advance(self, arrivals: list[Arrival], block_events: tuple, transitions: list[Transition],
-                batch_seqs: np.ndarray) -> tuple[int, int]:
-        """Apply one step's changes; (cached-free blocks, swapped requests) after it."""
+    def advance(self, step: int, arrivals: list[Arrival], block_blob: bytes | None,
+                transitions: list[tuple[int, Transition]], batch_seqs: np.ndarray,
+                id_of: Callable[[int], str]) -> tuple[int, int]:
+        """Apply step ``step``'s changes (``transitions`` as (request number, transition));
+        (cached-free blocks, swapped requests) after it."""
         if self.swapped and len(batch_seqs):
             self.swapped.difference_update(batch_seqs.tolist())      # scheduled: running
-        touched = np.unique(np.fromiter((b for ev in block_events for b in ev.block_ids), np.int64)) \
-            if block_events else None
-        before = self._cached_among(touched) if touched is not None else 0
-        seqs = [self.timeline.seq_of(t.request_id) for t in transitions]    # finished ones leave
-        self.timeline.apply_changes(arrivals, block_events, transitions)
-        if touched is not None:
-            self.cached += self._cached_among(touched) - before
-        for t, seq in zip(transitions, seqs):
+        if self.timeline is None and block_blob is not None and compact.blocks_by_request(block_blob, "cached"):
+            self.timeline = StateTimeline.from_state(self.reader.state_at(step - 1))
+        if self.timeline is not None:
+            block_events = compact.block_events_from_blob(block_blob, id_of)
+            touched = np.unique(np.fromiter((b for ev in block_events for b in ev.block_ids), np.int64)) \
+                if block_events else None
+            before = self._cached_among(touched) if touched is not None else 0
+            self.timeline.apply_changes(arrivals, block_events, [t for _, t in transitions])
+            if touched is not None:
+                self.cached += self._cached_among(touched) - before
+        for seq, t in transitions:
             if t.status == RequestStatus.SWAPPED:
                 self.swapped.add(seq)
             else:

@@ -29,6 +29,7 @@ class TraceFile:
         self._other = dict(other_data)
         self._out: IO[str] | None = None
         self._first = True
+        self._encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
     def __enter__(self) -> "TraceFile":
         self._out = self.path.open("w", encoding="utf-8")
@@ -42,7 +43,7 @@ class TraceFile:
         if not self._first:
             self._out.write(",\n")
         self._first = False
-        self._out.write(json.dumps(event, separators=(",", ":"), allow_nan=False))
+        self._out.write(self._encode(event))
         self.counts[(self.process_names.get(event["pid"], str(event["pid"])), event["ph"])] += 1
 
     def __exit__(self, exc_type, exc, tb) -> None:
