@@ -35,7 +35,7 @@ def summary_dict(reader) -> dict[str, Any]:
     run = summarize(reader)
     admission, thrash, hits = summarize_admission(reader), summarize_thrash(reader), summarize_prefix_hits(reader)
     roof = summarize_roofline(reader)
-    info = reader.run_info()
+    info = reader.run_info().to_json()       # the stored keys, as stored
     out = {
         "recording": str(reader.path),
         **completeness(reader).to_json(),
