@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     from recordings.file.open_reader import open_reader
     with open_reader(recording) as reader:
         num_steps = reader.latest_step() + 1
-        slots = (reader.run_info().get("config") or {}).get("max_num_seqs")
+        slots = reader.run_info().config.get("max_num_seqs")
     print(f"recording {recording}: {num_steps:,} steps, {slots} slots, {recording.stat().st_size / 1e6:,.0f} MB")
     work = Path(args.out or tempfile.mkdtemp(prefix="bench_export_"))
     work.mkdir(parents=True, exist_ok=True)
