@@ -89,3 +89,11 @@ def test_a_missing_step_is_named(recording, tmp_path):
     from recordings.errors import RecordingError
     with open_reader(broken) as reader, pytest.raises(RecordingError, match="step 3 is missing"):
         list(column_chunks(reader))
+
+
+def test_each_event_is_written_as_json_dumps_writes_it(recording, tmp_path):
+    import json
+    lines = _trace(recording, tmp_path / "t.json", column_chunks).decode().splitlines()
+    events = [line.rstrip(",") for line in lines[1:-1]]
+    assert len(events) > 10
+    assert all(json.dumps(json.loads(e), separators=(",", ":"), allow_nan=False) == e for e in events)
