@@ -34,6 +34,7 @@ from recordings.file import codec, compact
 from recordings.export.replay import Progress, replay
 
 CHUNK_STEPS = 512       # steps per chunk
+FULL_COUNT_BLOCKS = 1 << 17   # pools up to this many blocks: cached-free blocks counted over all of them
 
 _STEP_SCALARS = ("step", "start_ns", "end_ns", "clock", "token_time", "num_waiting", "num_running",
                  "num_paused", "num_free_blocks", "num_total_blocks")
@@ -315,12 +316,15 @@ class _StateValues:
         if self.timeline is None and block_blob is not None and compact.blocks_by_request(block_blob, "cached"):
             self.timeline = StateTimeline.from_state(self.reader.state_at(step - 1))
         if self.timeline is not None:
+            tl = self.timeline
             block_events = compact.block_events_from_blob(block_blob, id_of)
-            touched = np.unique(np.fromiter((b for ev in block_events for b in ev.block_ids), np.int64)) \
-                if block_events else None
-            before = self._cached_among(touched) if touched is not None else 0
-            self.timeline.apply_changes(arrivals, block_events, [t for _, t in transitions])
-            if touched is not None:
+            if len(tl.block_owner) <= FULL_COUNT_BLOCKS:       # two passes over the pool: cheap
+                tl.apply_changes(arrivals, block_events, [t for _, t in transitions])
+                self.cached = int(np.count_nonzero((tl.block_owner < 0) & (tl.block_hash != 0)))
+            else:                                               # count again where events were
+                touched = np.unique(np.fromiter((b for ev in block_events for b in ev.block_ids), np.int64))
+                before = self._cached_among(touched)
+                tl.apply_changes(arrivals, block_events, [t for _, t in transitions])
                 self.cached += self._cached_among(touched) - before
         for seq, t in transitions:
             if t.status == RequestStatus.SWAPPED:

@@ -12,6 +12,7 @@ import functools
 import numpy as np
 import pytest
 
+from recordings.export import step_chunks
 from recordings.export.perfetto import export_perfetto
 from recordings.export.step_chunks import StepChunk, column_chunks, has_columns, replayed_chunks
 from recordings.file.open_reader import open_reader
@@ -65,7 +66,9 @@ def test_every_entry_one_by_one_writes_the_same(recording, tmp_path, monkeypatch
     assert sum(p for p, _ in seen) < sum(e for _, e in seen)        # the fast path skips entries
 
 
-def test_the_swapped_and_cached_free_counts_follow_the_state(tmp_path):
+@pytest.mark.parametrize("full_count_blocks", [0, 1 << 17])     # count where events were / all blocks
+def test_the_swapped_and_cached_free_counts_follow_the_state(tmp_path, monkeypatch, full_count_blocks):
+    monkeypatch.setattr(step_chunks, "FULL_COUNT_BLOCKS", full_count_blocks)
     rec = sim_demo(tmp_path / "swap.sqlite", 60, "--preemption-mode", "swap", "--num-cpu-blocks", "64",
                    "--enable-prefix-caching")
     with open_reader(rec) as reader:
