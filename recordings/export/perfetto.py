@@ -17,7 +17,11 @@ Opens in https://ui.perfetto.dev and chrome://tracing. Three processes (``pid``)
 ``ts`` and ``dur`` are microseconds on the run's engine clock (:mod:`recordings.export.timebase`:
 wall or simulated seconds, or ``us_per_step`` per virtual step); ``otherData`` says which.
 Process and thread names and orders are ``M`` metadata events. The file is written as the
-steps stream by (:class:`recordings.export.trace_file.TraceFile`).
+steps stream by (:class:`recordings.export.trace_file.TraceFile`), read in chunks of columns
+(:mod:`recordings.export.step_chunks`): per chunk the batch entries are handled column-wise and
+only those that start or end a slot run or change a request's phase or slot become events, so
+a 100,000-step, 256-slot recording exports at several thousand steps a second of CPU
+(``bench/bench_export.py``).
 """
 from __future__ import annotations
 
