@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -63,7 +63,8 @@ class PerfettoExport:
 
 
 def export_perfetto(reader, path: str | Path, *, us_per_step: float = US_PER_STEP,
-                    progress: Progress | None = None, source=None) -> PerfettoExport:
+                    progress: Progress | None = None,
+                    source: Callable[..., Iterable[StepChunk]] | None = None) -> PerfettoExport:
     """Write the recording open in ``reader`` (a ``recordings.file.reader.Reader``) to ``path`` as
     trace-event JSON (see the module doc). ``us_per_step``: microseconds per step under the
     virtual clock. ``progress(n)`` is called as each ``n`` steps are done. ``source(reader,
@@ -125,6 +126,9 @@ class _StepWriter:
         self._tokens_idle = True                 # the tokens counter reads 0
 
     def add(self, c: StepChunk) -> None:
+        """Write the events of chunk ``c``'s steps, in step order and within a step in the order
+        the engine made them (arrivals, events before the batch, the batch, events in it, the
+        step and its counters)."""
         self.runs.begin(c)
         n = len(c)
         first = c.batch_start
