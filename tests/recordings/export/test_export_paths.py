@@ -16,7 +16,7 @@ from recordings.export import step_chunks
 from recordings.export.perfetto import export_perfetto
 from recordings.export.step_chunks import StepChunk, column_chunks, has_columns, replayed_chunks
 from recordings.file.open_reader import open_reader
-from tests.support.engine_runs import SMALL_SEED, run_engine
+from tests.support.engine_driver import SMALL_SEED, run_engine
 from tests.support.export_runs import sim_demo
 
 RUNS = {
