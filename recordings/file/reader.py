@@ -294,6 +294,13 @@ class Reader:
         """Every recorded request id, in arrival order."""
         return [r[0] for r in self._rows("SELECT request_id FROM requests ORDER BY seq")]
 
+    def request_ids_of(self, seqs: Sequence[int] | np.ndarray) -> list[str]:
+        """The request ids of the arrival numbers ``seqs`` (``requests.seq``, as the schema-4
+        tables and blobs store requests), through the reader's window cache. Raises
+        :class:`RecordingError` for a number no request has."""
+        with self._lock, self._reading("request ids"):
+            return self._ids_of_seqs(np.asarray(seqs, np.int64).reshape(-1))
+
     def is_complete(self) -> bool:
         """True once the writer closed the file cleanly (False while writing or after a crash)."""
         return self._rows("SELECT closed_at FROM runs")[0][0] is not None

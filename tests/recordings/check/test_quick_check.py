@@ -11,7 +11,7 @@ import pytest
 from app.commands.check import run_check
 from recordings.check.sampled import sampled_check, sampled_intervals
 from recordings.file.open_reader import open_reader
-from tests.support.engine_runs import SMALL_SEED, run_engine
+from tests.support.engine_driver import SMALL_SEED, run_engine
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from recordings.file import compact
 from recordings.file.open_reader import open_reader
 from tests.support.block_event_rows import block_events, replace_block_event
 from tests.support.damaged_files import overwrite_page, page_size, truncated
-from tests.support.engine_runs import run_engine
+from tests.support.engine_driver import run_engine
 
 KINDS = {"plain": {}, "caching": dict(num_prefixes=3, enable_prefix_caching=True),
          "swap": dict(preemption_mode="swap", num_cpu_blocks=64)}

@@ -15,7 +15,7 @@ from recordings.file import codec
 from recordings.file.open_reader import open_reader
 from recordings.file import writer
 from recordings.file.writer import HASH_BASE_EVERY
-from tests.support.engine_runs import run_engine
+from tests.support.engine_driver import run_engine
 
 
 def _random_map(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:

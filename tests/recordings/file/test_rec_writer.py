@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.engine_runs import SMALL_SEED, feed, run_engine, without_wall_times
+from tests.support.engine_driver import SMALL_SEED, feed, run_engine, without_wall_times
 from recordings.file.open_reader import open_reader
 from recordings.errors import RecordingError
 from recordings.file.writer import RecordingWriter
