@@ -1,7 +1,8 @@
 """The simulated executor: the engine's ``Runner`` with no model (after Vidur, Agrawal et al.,
 MLSys 2024). The real scheduler and KV manager run; each step returns synthetic tokens and the
 cost model's predicted duration in ``ModelRunnerOutput.step_duration_s``, by which the engine's
-``sim`` clock advances. Deterministic: same steps in, same tokens and durations out.
+``sim`` clock advances. Deterministic: same steps in, same tokens and durations out
+(:func:`synthetic_token`: a few tokens keyed by the request, then a constant filler).
 """
 from __future__ import annotations
 
@@ -20,15 +21,31 @@ def request_key(seed: int, request_id: str) -> int:
     return int.from_bytes(digest, "little")
 
 
+def num_key_tokens(vocab_size: int) -> int:
+    """How many of a request's first output tokens carry its 64-bit :func:`request_key`: enough
+    ``log2(vocab_size)``-bit tokens for 64 bits (4 for a 128,256-token vocabulary). Raises
+    ``ValueError`` for a vocabulary of fewer than 2 tokens."""
+    if vocab_size < 2:
+        raise ValueError(f"vocab_size must be at least 2, got {vocab_size}")
+    return -(-64 // (vocab_size.bit_length() - 1))
+
+
 def synthetic_token(seed: int, request_id: str, index: int, vocab_size: int, eos_token_id: int | None = None,
                     key: int | None = None) -> int:
-    """Token ``index`` of ``request_id``'s output: splitmix64 of its :func:`request_key` (pass
-    ``key`` to skip recomputing it) and ``index``, mod ``vocab_size``; never ``eos_token_id`` (so
-    output lengths follow the trace)."""
-    z = ((request_key(seed, request_id) if key is None else key) + (index + 1) * 0x9E3779B97F4A7C15) & _M64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
-    token = (z ^ (z >> 31)) % vocab_size
+    """Token ``index`` of ``request_id``'s output. The first :func:`num_key_tokens` are
+    splitmix64 of its :func:`request_key` (pass ``key`` to skip recomputing it) and ``index``, mod
+    ``vocab_size``: they tell two requests' outputs apart, so equal prompts never share an output
+    block's prefix hash (no prefix-cache hit between different requests that random tokens would
+    not give too). Every later token is the filler id 0: a decode step's tokens are then all equal
+    and its recorded batch compresses to a few bytes (random ids cost ~2 bytes each). Never
+    ``eos_token_id`` (the next id instead), so output lengths follow the trace."""
+    if index >= num_key_tokens(vocab_size):
+        token = 0
+    else:
+        z = ((request_key(seed, request_id) if key is None else key) + (index + 1) * 0x9E3779B97F4A7C15) & _M64
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+        token = (z ^ (z >> 31)) % vocab_size
     if token == eos_token_id:
         token = (token + 1) % vocab_size
     return token

@@ -7,9 +7,10 @@ import pytest
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.outputs import NewRequestData, ScheduledRequest, SchedulerOutput
+from engine.kv.prefix_explain import prefix_match
 from engine.request import SamplingParams
 from engine.sim.cost_model import CostModel, CostParams
-from engine.sim.executor import SimExecutor, synthetic_token
+from engine.sim.executor import SimExecutor, num_key_tokens, synthetic_token
 from engine.sim.hardware import DEVICES
 from engine.sim.model_shapes import get_model_shape
 
@@ -51,6 +52,52 @@ def test_never_the_eos_token():
     hits = [i for i in range(2000) if synthetic_token(0, "r", i, 7) == 3]
     assert hits                                       # without an EOS id, 3 comes up
     assert all(synthetic_token(0, "r", i, 7, eos_token_id=3) != 3 for i in range(2000))
+
+
+def test_tokens_key_the_request_first_then_repeat_a_filler():
+    vocab = 128256
+    n = num_key_tokens(vocab)
+    assert n == 4                                     # 4 x 17 bits >= 64
+    ids = [f"r{i}" for i in range(3000)]
+    heads = {tuple(synthetic_token(5, rid, i, vocab) for i in range(n)) for rid in ids}
+    assert len(heads) == len(ids)                     # no two requests start their output alike
+    assert [synthetic_token(5, "r7", i, vocab) for i in range(n)] == \
+        [synthetic_token(5, "r7", i, vocab) for i in range(n)]
+    tails = {synthetic_token(5, rid, i, vocab) for rid in ids[:50] for i in range(n, n + 40)}
+    assert tails == {0}                               # then one filler id: decode steps compress
+    assert synthetic_token(5, "r7", n + 3, vocab, eos_token_id=0) == 1   # never EOS, filler too
+    assert num_key_tokens(7) == 32 and num_key_tokens(2) == 64
+    with pytest.raises(ValueError, match="vocab_size"):
+        num_key_tokens(1)
+
+
+def test_equal_prompts_share_no_output_blocks():
+    """Two requests with the same prompt run together: their outputs differ from the first token
+    on, so a later prompt holding one's output after the other's first token hits the shared
+    prompt's blocks only (with equal outputs it would hit all 40 tokens), while one holding a
+    request's own output hits all of it."""
+    config = EngineConfig(block_size=4, num_gpu_blocks=64, max_model_len=96, max_num_seqs=2,
+                          max_num_batched_tokens=64, clock="sim", enable_prefix_caching=True)
+    eng = LLMEngine(config, SimExecutor(MODEL), config.num_gpu_blocks)
+    prompt = list(range(100, 117))                    # 17 tokens: 4 whole blocks to look up
+    out: dict[str, list[int]] = {"a": [], "x": []}
+    hits: dict[str, str] = {}
+
+    def run() -> None:
+        while eng.has_unfinished:
+            rec = eng.step()
+            for t in rec.new_tokens:
+                out.setdefault(t.request_id, []).append(t.token_id)
+            hits.update({e.request_id: e.detail for e in rec.events if e.kind == "prefix_cache"})
+    for rid in out:
+        eng.add_request(prompt, SamplingParams(max_tokens=24, ignore_eos=True), request_id=rid)
+    run()
+    eng.add_request(prompt + out["x"], SamplingParams(max_tokens=2, ignore_eos=True), request_id="own")
+    eng.add_request(prompt + out["a"][:1] + out["x"][1:], SamplingParams(max_tokens=2, ignore_eos=True),
+                    request_id="mixed")
+    run()
+    assert prefix_match(hits["own"]).num_matched_tokens == 40     # x's prompt + 23 computed outputs
+    assert prefix_match(hits["mixed"]).num_matched_tokens == 16   # the shared prompt only
 
 
 def _engine_run(seed: int) -> tuple[list, dict]:
