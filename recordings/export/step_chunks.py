@@ -31,6 +31,7 @@ from engine.state.timeline import StateTimeline
 from engine.vocab import EventKind, RequestStatus, word
 from recordings.errors import RecordingError
 from recordings.file import codec, compact
+from recordings.file.event_details import load_detail
 from recordings.export.replay import Progress, replay
 
 CHUNK_STEPS = 512       # steps per chunk
@@ -257,7 +258,8 @@ def _column_chunk(reader, lo: int, hi: int, state: "_StateValues") -> StepChunk:
     events: list[list] = [[] for _ in range(n)]
     for step, seq, kind, detail in reader.execute(
             "SELECT step, seq, kind, detail FROM events WHERE step >= ? AND step < ? ORDER BY step, ord", (lo, hi)):
-        events[step - lo].append((seq, RequestEvent(id_of(seq), word(EventKind, kind), detail or "")))
+        events[step - lo].append((seq, RequestEvent(id_of(seq), word(EventKind, kind),
+                                                              load_detail(kind, detail or ""))))
     transitions: list[list] = [[] for _ in range(n)]
     for step, seq, status, slot, nc, npre, err in reader.execute(
             f"SELECT {', '.join(codec.TRANSITION_COLUMNS)} FROM transitions WHERE step >= ? AND step < ? "

@@ -31,6 +31,7 @@ from engine.request import SamplingParams
 from engine.state.state import COLUMNS, EngineState
 from engine.vocab import BlockEventKind, EventKind, NotAdmittedReason, RequestStatus, word
 from recordings.file import compact
+from recordings.file.event_details import load_detail, store_detail
 
 SeqOf = Callable[[str], int]
 IdOf = Callable[[int], str]
@@ -155,7 +156,7 @@ def step_rows(record: StepRecord, seq_of: SeqOf,
     return {
         "steps": [steps_row],
         "events": [{"step": step, "ord": i, "seq": seq_of(e.request_id), "kind": e.kind,
-                    "detail": e.detail} for i, e in enumerate(record.events)],
+                    "detail": store_detail(e.kind, e.detail)} for i, e in enumerate(record.events)],
         "block_events": [] if blocks is None else [{"step": step, "data": blocks}],
         "transitions": [{"step": step, "ord": i, "seq": seq_of(t.request_id), "status": t.status,
                          "slot": t.slot, "num_computed_tokens": t.num_computed_tokens,
@@ -196,7 +197,7 @@ def record_from_v4_row(row: Sequence[Any], arrivals: Sequence[Arrival], events: 
     return StepRecord(
         step=step, start_ns=start_ns, end_ns=end_ns, clock=clock, token_time=token_time,
         arrivals=tuple(arrivals), scheduled=scheduled, new_tokens=tokens,
-        events=tuple(RequestEvent(id_of(seq), word(EventKind, kind), detail or "")
+        events=tuple(RequestEvent(id_of(seq), word(EventKind, kind), load_detail(kind, detail or ""))
                      for _, seq, kind, detail in events),
         block_events=compact.block_events_from_blob(block_blob, id_of),
         transitions=tuple(Transition(id_of(seq), word(RequestStatus, status), slot, nc, npre, err)

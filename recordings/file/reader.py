@@ -28,6 +28,7 @@ from recordings.errors import RecordingError
 from recordings.file import codec
 from recordings.file.opening import file_version, missing_wal, open_readonly
 from recordings.file.compact import Batch
+from recordings.file.event_details import load_detail
 from recordings.file.keyframe_bases import KeyframeBases
 from recordings.file.schema import READABLE_OLD_VERSIONS, latest_version
 from recordings.file.scrub_back import ScrubBack
@@ -273,7 +274,10 @@ class Reader:
 
     def request_timeline(self, request_id: str) -> list[TimelineEvent]:
         """Every lifecycle event of ``request_id`` in order ([] if unknown)."""
-        return [TimelineEvent(*r) for r in self._rows(self._TIMELINE_SQL, (request_id,))]
+        rows = self._rows(self._TIMELINE_SQL, (request_id,))
+        with self._reading(f"request {request_id}'s events"):
+            return [TimelineEvent(step, kind, load_detail(kind, detail or ""), clock, end_ns)
+                    for step, kind, detail, clock, end_ns in rows]
 
     def request_info(self, request_id: str) -> RequestInfo | None:
         """The request's arrival, prompt, sampling and outcome, or ``None`` if unknown."""
