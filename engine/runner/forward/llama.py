@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from engine.runner.attention.registry import attend
 from engine.runner.forward.layers import add_rms_norm, apply_rope, rms_norm, rope_table
+from engine.runner.forward.triton_layers import add_rms_norm_triton, apply_rope_triton, fused_kernels_selected
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")   # cos/sin depend on the position alone
@@ -110,14 +111,16 @@ class LlamaForward:
     device, in its dtype; see :func:`unsupported_reason`).
 
     :meth:`hidden_states` runs the decoder over one step's flat token batch and
-    :meth:`compute_logits` the LM head (tied or not). Raises :class:`UnsupportedModel` for a model
-    it cannot run. Memory: the RoPE table (``max_position_embeddings * head_dim`` values in the
+    :meth:`compute_logits` the LM head (tied or not). The residual add + RMSNorm and the RoPE run
+    as one Triton kernel each (:mod:`engine.runner.forward.triton_layers`) when ``fused_kernels``
+    (default: on CUDA when triton imports, see ``fused_kernels_selected``), else as torch ops
+    (:mod:`engine.runner.forward.layers`). Raises :class:`UnsupportedModel` for a model it cannot run. Memory: the RoPE table (``max_position_embeddings * head_dim`` values in the
     model's dtype); the weights are shared with ``model`` (see :func:`fuse_linears`).
     """
 
     name = "batchscope"
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, fused_kernels: bool | None = None) -> None:
         reason = unsupported_reason(model)
         if reason is not None:
             raise UnsupportedModel(f"the batchscope forward cannot run this model: {reason}")
@@ -135,6 +138,20 @@ class LlamaForward:
         self.lm_head = model.lm_head.weight.detach()
         self.rope = rope_table(model.model.rotary_emb, cfg.max_position_embeddings, first.dtype, first.device)
         self.layers = [self._layer(layer) for layer in model.model.layers]
+        self.fused_kernels = fused_kernels_selected(first.device) if fused_kernels is None else fused_kernels
+        if self.fused_kernels:
+            self._warm_up()
+
+    def _warm_up(self) -> None:
+        """Compile the fused kernels' variants now (with and without a residual, RoPE over the
+        query and key heads) on a two-token batch laid out as a step lays it out, so no timed step
+        compiles (their constants depend on the model only)."""
+        h, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
+        x = torch.zeros(2, self.hidden_size, dtype=self.embed.dtype, device=self.embed.device)
+        self._add_norm(*self._add_norm(x, None, self.norm), self.norm)
+        qkv = torch.zeros(2, (h + 2 * hkv) * d, dtype=x.dtype, device=x.device)
+        apply_rope_triton(qkv[:, :(h + hkv) * d].view(2, h + hkv, d), self.rope,
+                          torch.zeros(2, dtype=torch.long, device=x.device))
 
     @staticmethod
     def _layer(layer: torch.nn.Module) -> _Layer:
@@ -156,19 +173,27 @@ class LlamaForward:
         the step's attention metadata (``PagedAttentionMetadata``, or ``StaticDecodeMetadata`` for a
         padded decode batch), whose KV caches receive every layer's new K/V. No host sync."""
         h = F.embedding(input_ids, self.embed)
-        cos_sin = self.rope.index_select(0, positions)
+        rope = positions if self.fused_kernels else self.rope.index_select(0, positions)
         residual = None
         for i, layer in enumerate(self.layers):
-            if residual is None:
-                x, residual = rms_norm(h, layer.input_norm, self.eps), h
-            else:
-                x, residual = add_rms_norm(h, residual, layer.input_norm, self.eps)
-            h = self._attention(x, cos_sin, meta, i, layer)
-            x, residual = add_rms_norm(h, residual, layer.post_norm, self.eps)
+            x, residual = self._add_norm(h, residual, layer.input_norm)
+            h = self._attention(x, rope, meta, i, layer)
+            x, residual = self._add_norm(h, residual, layer.post_norm)
             h = self._mlp(x, layer)
-        return add_rms_norm(h, residual, self.norm, self.eps)[0]
+        return self._add_norm(h, residual, self.norm)[0]
 
-    def _attention(self, x: torch.Tensor, cos_sin: torch.Tensor, meta, layer_idx: int, layer: _Layer) -> torch.Tensor:
+    def _add_norm(self, x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(RMSNorm(x + residual), x + residual)``; ``residual`` None (the first layer): of ``x``."""
+        if self.fused_kernels:
+            return add_rms_norm_triton(x, residual, weight, self.eps)
+        if residual is None:
+            return rms_norm(x, weight, self.eps), x
+        return add_rms_norm(x, residual, weight, self.eps)
+
+    def _attention(self, x: torch.Tensor, rope: torch.Tensor, meta, layer_idx: int, layer: _Layer) -> torch.Tensor:
+        """``rope``: the step's positions (int64 ``[T]``) with the fused kernels, else their rows
+        of the cos/sin table (``[T, head_dim]``)."""
         t = x.shape[0]
         h, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
         qkv = F.linear(x, layer.qkv, layer.qkv_bias)                       # [T, (H + 2 Hkv) D]
@@ -176,7 +201,7 @@ class LlamaForward:
         if layer.q_norm is not None:                                        # Qwen3: per-head RMSNorm
             qk = torch.cat((rms_norm(qk[:, :h], layer.q_norm, self.eps),
                             rms_norm(qk[:, h:], layer.k_norm, self.eps)), dim=1)
-        qk = apply_rope(qk, cos_sin)                                        # [T, H + Hkv, D]
+        qk = apply_rope_triton(qk, self.rope, rope) if self.fused_kernels else apply_rope(qk, rope)   # [T, H + Hkv, D]
         v = qkv[:, (h + hkv) * d:].view(t, hkv, d)
         out = attend(qk[:, :h].transpose(0, 1)[None], qk[:, h:].transpose(0, 1)[None],
                      v.transpose(0, 1)[None], meta, layer_idx, self.scale)  # [1, T, H, D]
