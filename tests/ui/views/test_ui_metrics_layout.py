@@ -2,13 +2,14 @@
 three ticks (0, half, top) so they do not overlap on short plots."""
 from __future__ import annotations
 
+from engine.run_info import RunInfo
 from ui.views.metrics_plots import MetricsPlots
 
 
 def test_both_columns_fit_a_narrow_panel(qtbot, source):
     w = MetricsPlots()
     qtbot.addWidget(w)
-    w.set_run_info({"simulated": True})            # the longest titles
+    w.set_run_info(RunInfo(simulated=True))            # the longest titles
     w.set_records(source.records(0, 31), 30, 39)
     w.resize(400, 300)
     w.show()
