@@ -78,7 +78,7 @@ def row_px(num_slots: int) -> int:
 class _WheelRows(QObject):
     """Turns wheel events over the rows into scrolling them (while they scroll)."""
 
-    def __init__(self, timeline: "SlotTimeline") -> None:
+    def __init__(self, timeline: SlotTimeline) -> None:
         super().__init__(timeline)
         self.timeline = timeline
 
