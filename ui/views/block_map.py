@@ -210,6 +210,8 @@ class KVBlockMap(QWidget):
                            f"({100.0 * state.kv_cache_usage:.0f}%)  ·  block size "
                            f"{state.block_size} tokens")
         self.num_reserved = int(np.count_nonzero(state.block_owner == RESERVED))
+        if self.layout_choice == "auto":
+            self._check_layout_button()         # "auto" resolves with the cache's size
         self._show_pools()
         self._redraw()
 

@@ -120,3 +120,13 @@ def test_physical_a_new_block_repaints_only_its_cell(qtbot, busy_state):
     cell[y:y + w.px, x:x + w.px] = True
     np.testing.assert_array_equal(w.image[~cell], before[~cell])
     assert (w.image[cell] != before[cell]).any()
+
+
+def test_auto_layout_checks_the_button_of_the_layout_it_draws(qtbot):
+    from ui.views.block_map import AUTO_REQUEST_BLOCKS, KVBlockMap
+    w = KVBlockMap(layout="auto")
+    qtbot.addWidget(w)
+    assert w.layout_buttons["physical"].isChecked()                  # no state: physical
+    w.set_state(EngineState(0, 0.0, AUTO_REQUEST_BLOCKS, 16, 4))
+    assert w.layout_name == "request" and w.runs is not None
+    assert w.layout_buttons["request"].isChecked() and not w.layout_buttons["physical"].isChecked()

@@ -31,3 +31,18 @@ def test_value_axes_label_zero_half_and_top(qtbot, source):
         top = major[-1][0]
         assert abs(major[1][0] - top / 2) < 1e-9
         assert plot.getViewBox().viewRange()[1][1] >= top
+
+
+def test_every_title_is_whole_in_the_windows_metrics_panel(qtbot, source):
+    """At the width the main window gives the panel (~500 px at 1600), no title is cut: each
+    title's text (its widest line) fits the width its label gets."""
+    w = MetricsPlots()
+    qtbot.addWidget(w)
+    w.set_run_info({"simulated": True})            # the longest titles
+    w.set_records(source.records(0, 31), 30, 39)
+    w.resize(500, 420)
+    w.show()
+    qtbot.waitExposed(w)
+    for key, p in w.plots.items():
+        text = p.titleLabel.item
+        assert text.document().idealWidth() <= p.titleLabel.geometry().width() + 1, key
