@@ -154,7 +154,11 @@ class SlotTimeline(QWidget):
         head, self.title, self.title_numbers = title_row(
             "Batch slots", "  ·  8888 slots  ·  steps 88888888–88888888")
         head.addStretch(1)
-        head.addWidget(QLabel(self._legend_html()))
+        legend = QLabel(self._legend_html())
+        legend.setToolTip("prefill chunk: the request's colour, lighter, in stripes (a lighter "
+                          "cell when rows are 1-2 pixels); decode: its colour; idle: dark; "
+                          "dashed line: the step shown")
+        head.addWidget(legend)
         self.compact_button = QToolButton()
         self.compact_button.setText("compact")
         self.compact_button.setCheckable(True)
@@ -209,8 +213,9 @@ class SlotTimeline(QWidget):
     def _legend_html() -> str:
         c = (78, 121, 167)
         sw = "<span style='color:{}'>&#9632;</span>"
-        return (f"<span style='color:{css(MUTED)}'>{sw.format(css(lighten(c, 0.5)))} prefill chunk"
-                f" (lighter, striped) &nbsp; {sw.format(css(c))} decode &nbsp; {sw.format(css(IDLE))} idle"
+        # short: the title row also holds the title, the numbers and two buttons
+        return (f"<span style='color:{css(MUTED)}'>{sw.format(css(lighten(c, 0.5)))} prefill"
+                f" (striped) &nbsp; {sw.format(css(c))} decode &nbsp; {sw.format(css(IDLE))} idle"
                 " &nbsp; ┆ shown step</span>")
 
     def _set_slot_ticks(self) -> None:
