@@ -1,8 +1,8 @@
 """KV-cache block map: one cell per physical block of the paged cache, zoomable.
 
 The whole map is ONE packed-colour image on a long-lived ``PackedImageItem`` in a
-``pg.ViewBox``, painted from the state's arrays with numpy (``ui.views.block_image``): no Python per
-block per frame. A block is ``px`` x ``px`` image pixels, ``px`` the most whole device pixels
+``pg.ViewBox``, painted from the state's arrays with numpy (``ui.views.block_image``; by request
+per segment of alike cells, ``ui.views.run_image``): no Python per block per frame. A block is ``px`` x ``px`` image pixels, ``px`` the most whole device pixels
 a block can have and the whole cache fit the view (up to 12; a 1-pixel gap between cells from 3
 pixels on), and the fitted view shows one image pixel per device pixel (or a whole number of
 them when the image is scaled up): a map scaled by a fraction aliases its gaps into moiré
