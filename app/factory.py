@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
+from engine.run_info import RunInfo
 
 if TYPE_CHECKING:
     import torch
@@ -48,7 +49,7 @@ class BuiltEngine:
 
     engine: LLMEngine
     config: EngineConfig          # resolved: device, dtype, num_gpu_blocks, max_model_len filled in
-    run_info: dict[str, Any]
+    run_info: RunInfo
     tokenizer: Any
     vocab_size: int
 
@@ -117,8 +118,8 @@ def slo_step_time(config: EngineConfig, model_config: dict, name: str, peaks: "D
 
 
 def provenance(config: EngineConfig, model, device: "torch.device", *, model_info: dict,
-               trace: dict | None = None, peaks: "DevicePeaks | None" = None) -> dict[str, Any]:
-    """The recording's ``run_info`` of a model run: the config, ``model_info`` (name, path, weight
+               trace: dict | None = None, peaks: "DevicePeaks | None" = None) -> RunInfo:
+    """The :class:`engine.run_info.RunInfo` (the recording's provenance) of a model run: the config, ``model_info`` (name, path, weight
     hash, architecture...) plus the model's parameter count, the device and its name, torch's CPU
     threads (``torch_threads``), dtype,
     library versions, seed, ``trace`` and the start time (UTC, ISO 8601). With the device's
@@ -149,7 +150,7 @@ def provenance(config: EngineConfig, model, device: "torch.device", *, model_inf
             info["roofline"] = roofline_info(shape, peaks)
         except ValueError as e:                  # not a Llama-family config: the cost model has no shape
             info["roofline"] = {"error": str(e)}
-    return info
+    return RunInfo.from_json(info)
 
 
 def build_sim_engine(config, *, recorder_factory=None, trace: dict | None = None) -> BuiltEngine:
@@ -169,7 +170,7 @@ def build_sim_engine(config, *, recorder_factory=None, trace: dict | None = None
     config = config.replace(device=f"sim:{peaks.name}", dtype=config.sim_dtype())
     config = config.replace(num_gpu_blocks=config.num_gpu_blocks or sim_num_blocks(config, shape, peaks))
     runner = SimExecutor(cost, seed=config.seed, block_size=config.block_size)
-    run_info = {
+    run_info = RunInfo.from_json({
         "config": config.to_dict(),
         "executor": "sim",
         "simulated": True,
@@ -184,7 +185,7 @@ def build_sim_engine(config, *, recorder_factory=None, trace: dict | None = None
         "seed": config.seed,
         "trace": trace,
         "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-    }
+    })
     recorder = recorder_factory(run_info) if recorder_factory else None
     engine = LLMEngine(config, runner, config.num_gpu_blocks, tokenizer=None, eos_token_id=None, recorder=recorder)
     return BuiltEngine(engine, config, run_info, None, shape.vocab_size)

@@ -170,8 +170,8 @@ class LLM:
         if record is not None:
             from recordings.file.writer import RecordingWriter
 
-            info = {**self.run_info, "source": "app.llm.LLM.generate",
-                    "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+            info = self.run_info.replace(source="app.llm.LLM.generate",
+                                         started_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
             writer = RecordingWriter(record, info, overwrite=overwrite)
             engine = LLMEngine(self.config, self._runner, self.config.num_gpu_blocks,
                                tokenizer=self.tokenizer, eos_token_id=self._eos_token_id, recorder=writer)
@@ -281,7 +281,7 @@ class LLM:
         if not isinstance(prompt, str):
             return list(prompt)
         if self.tokenizer is None:
-            raise ValueError(f"this model ({self.run_info['model']['name']}) has no tokenizer: pass "
+            raise ValueError(f"this model ({self.run_info.model_name}) has no tokenizer: pass "
                              f"prompts as lists of token ids in [0, {self.vocab_size})")
         return list(self.tokenizer.encode(prompt))
 

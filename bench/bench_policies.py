@@ -75,6 +75,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 import numpy as np  # noqa: E402
 
 from app.cli import main as batchscope  # noqa: E402
+from engine.run_info import RunInfo  # noqa: E402
 from recordings.file.open_reader import open_reader
 from recordings.metrics.run_metrics import RunSummary, summarize  # noqa: E402
 from recordings.metrics.run_metrics import BatchingSummary, summarize_batching  # noqa: E402
@@ -101,7 +102,7 @@ class Measured:
     path: Path
     summary: RunSummary
     batching: BatchingSummary
-    run_info: dict
+    run_info: RunInfo
     queued_share: float          # steps that ended with a waiting queue / all steps
     loads: tuple[float, float]   # 1-minute load average before and after the run
     wall_s: float                # how long the run took here
@@ -243,15 +244,15 @@ def table_b(args) -> None:
     if args.mooncake_limit:
         common += ["--limit", str(args.mooncake_limit)]
     off = record(args.out, "mooncake_off", common)
-    blocks = off.run_info["config"]["num_gpu_blocks"]
+    blocks = off.run_info.config["num_gpu_blocks"]
     runs = [("off", off), ("on", record(args.out, "mooncake_on", [*common, "--enable-prefix-caching"])),
             ("on, 10x blocks", record(args.out, "mooncake_on_10x",
                                       [*common, "--enable-prefix-caching", "--num-gpu-blocks", str(10 * blocks)]))]
-    sharing = off.run_info["trace"]["prefix_sharing"]
+    sharing = off.run_info.trace["prefix_sharing"]
     rows = []
     for label, m in runs:
         s, b = m.summary, m.batching
-        rows.append((label, f"{m.run_info['config']['num_gpu_blocks']:,}",
+        rows.append((label, f"{m.run_info.config['num_gpu_blocks']:,}",
                      "-" if s.prefix_cache_hit_rate is None else f"{s.prefix_cache_hit_rate:.1%}",
                      f"{sharing['workload_ideal_hit_rate']:.1%}", f"{b.num_prefill_tokens:,}",
                      f"{off.batching.num_prefill_tokens - b.num_prefill_tokens:,}"

@@ -43,7 +43,7 @@ class LiveRun:
         self.waiting = waiting
         run_info = self.fake.run_info()
         if recording is not None:        # as app.commands.window: the recorder before the first request
-            run_info["recording"] = str(recording)
+            run_info = run_info.replace(recording=str(recording))
             self.engine.recorder = RecordingWriter(recording, run_info)
         self.num_added = 0
         for i in range(running):

@@ -318,7 +318,7 @@ def make_seek_file(path: str | os.PathLike, num_steps: int, config, seed: int = 
         try:
             with open_reader(p) as r:
                 if r.latest_step() == num_steps - 1 and r.is_complete() \
-                        and r.run_info().get("workload", {}).get("seed") == seed:
+                        and (r.run_info().workload or {}).get("seed") == seed:
                     return False, f"reused {p} ({num_steps:,} steps, {p.stat().st_size / 1e6:,.0f} MB)"
         except RecordingError:
             pass

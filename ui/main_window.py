@@ -20,7 +20,7 @@ that lists its unfinished requests.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Mapping
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine.run_info import RunInfo
 from engine.state.source import EngineControl, RecordingSource, StepSource
 from engine.state.state import EngineState
 from recordings.check.invariants import Problem
@@ -230,7 +231,7 @@ class MainWindow(QMainWindow):
         for name in ("inject", "knobs"):
             self.actions[name].setEnabled(control is not None)
         self.status["mode"].setText("<b>LIVE</b>" if control is not None else "<b>REPLAY</b>")
-        self._run_info: dict | None = None
+        self._run_info: RunInfo | None = None
         self.time_unit = ""                  # "s" or "steps", from the run's clock
         self.policy = ""                     # the run's scheduling policy, from its config
         self.refresh(force=True)
@@ -238,31 +239,30 @@ class MainWindow(QMainWindow):
     def _show_run_info(self) -> None:
         """Model, device and dtype in the status bar, the config as its tooltip. A live engine
         fills its run info only once the model is loaded, so this repeats until it has one."""
-        info = self.source.run_info() or {}
+        info = self.source.run_info()
         if info == self._run_info:
             return
         self._run_info = info
-        model = info.get("model")
-        name = str(model.get("name") or model.get("path") or "") if isinstance(model, dict) else model
-        self.status["run"].setText(" · ".join(str(v) for v in (name, info.get("device"),
-                                                               info.get("dtype")) if v))
-        details = {**(model if isinstance(model, dict) else {}), **(info.get("config") or {})}
+        model = info.model
+        name = str(model.get("name") or model.get("path") or "") if isinstance(model, Mapping) else model
+        self.status["run"].setText(" · ".join(str(v) for v in (name, info.device, info.dtype) if v))
+        details = {**(model if isinstance(model, Mapping) else {}), **info.config}
         self.status["run"].setToolTip(as_rich("\n".join(f"{k} = {v}" for k, v in details.items())))
-        clock = (info.get("config") or {}).get("clock")
+        clock = info.config.get("clock")
         self.time_unit = {"wall": "s", "virtual": "steps", "sim": "sim s"}.get(clock, "")
         self.metrics.set_run_info(info)
-        if info.get("simulated"):      # a simulated executor's run: say so wherever it shows
+        if info.simulated:      # a simulated executor's run: say so wherever it shows
             self.status["mode"].setText(f"{self.status['mode'].text()} · <b>SIMULATED</b>")
             self.status["mode"].setToolTip("step times from the roofline cost model, tokens "
-                                           f"synthetic ({info.get('device', 'sim')}); no model ran")
+                                           f"synthetic ({info.device or 'sim'}); no model ran")
         self.queues.set_time_unit(self.time_unit)
-        self.policy = (info.get("config") or {}).get("policy", "fcfs")
+        self.policy = info.config.get("policy", "fcfs")
         self.queues.set_policy(self.policy)
         self.inspector.time_unit = self.time_unit
         self.inspector.set_text_note(
-            "a simulated run has no text: its sampled tokens are synthetic ids" if info.get("simulated") else None)
+            "a simulated run has no text: its sampled tokens are synthetic ids" if info.simulated else None)
         mode = "live" if self.control is not None else "replay"
-        if info.get("simulated"):
+        if info.simulated:
             mode = f"simulated {mode}"
         end = self.run_end.summary() if self.run_end is not None else ""
         self.setWindowTitle(f"{self.base_title} — {name or 'run'} ({mode})" + (f" — {end}" if end else ""))
@@ -316,7 +316,7 @@ class MainWindow(QMainWindow):
     def refresh(self, force: bool = False) -> None:
         """Pull the source and redraw what changed (called by the 30 Hz timer)."""
         try:
-            if not (self._run_info or {}).get("model"):
+            if self._run_info is None or not self._run_info.model:
                 self._show_run_info()
             latest = self.source.latest_step()
             k = latest if self.following else max(-1, min(self.shown_step, latest))

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.run_info import RunInfo
 from engine.sim.cost_model import CostModel, CostParams
 from engine.sim.fitting import fit_cost_params, predict, relative_errors, roofline_terms
 from engine.sim.hardware import CPU, DEVICES, DevicePeaks, get_device
@@ -38,9 +39,9 @@ def measured_steps(reader) -> tuple[list, np.ndarray]:
     return steps, np.asarray(times)
 
 
-def model_spec_of(info: dict) -> str:
+def model_spec_of(info: RunInfo) -> str:
     """The recording's model as a sim model spec: its name if known, else its config folder."""
-    model = info.get("model") or {}
+    model = info.model or {}
     name = str(model.get("name") or "default")
     try:
         get_model_shape(name)
@@ -49,21 +50,21 @@ def model_spec_of(info: dict) -> str:
         return str(model.get("path") or name)
 
 
-def device_name_of(info: dict) -> str:
+def device_name_of(info: RunInfo) -> str:
     """``cpu``, or the GPU of ``engine.sim.hardware.DEVICES`` named in the recording's ``device_name``."""
-    if str(info.get("device", "")).startswith("cpu"):
+    if str(info.device or "").startswith("cpu"):
         return "cpu"
-    text = str(info.get("device_name", "")).lower()
+    text = str(info.device_name or "").lower()
     for name in DEVICES:
         if name in text:
             return name
-    raise ValueError(f"cannot tell the sim device of {info.get('device_name')!r}; pass --sim-device")
+    raise ValueError(f"cannot tell the sim device of {info.device_name!r}; pass --sim-device")
 
 
-def fit_peaks(info: dict, sim_device: str | None) -> tuple[DevicePeaks, str]:
+def fit_peaks(info: RunInfo, sim_device: str | None) -> tuple[DevicePeaks, str]:
     """The device peaks the fit's efficiencies are relative to, and where they come from.
 
-    On a CPU, the peaks the recording holds (``run_info["roofline"]``, measured at the start of
+    On a CPU, the peaks the recording holds (``run_info.roofline``, measured at the start of
     the run, on the machine and under the load the steps ran with) when it has them, else this
     CPU's measured now (a recording made before BatchScope measured them; another machine or
     load than the run's). A GPU's are its datasheet's (``--sim-device`` or the recording's
@@ -72,7 +73,7 @@ def fit_peaks(info: dict, sim_device: str | None) -> tuple[DevicePeaks, str]:
     name = (sim_device or device_name_of(info)).strip().lower()
     if name != CPU:
         return get_device(name), f"{name}'s datasheet, as --executor sim uses them"
-    recorded = recorded_peaks(info) if str(info.get("device", "")).startswith(CPU) else None
+    recorded = recorded_peaks(info) if str(info.device or "").startswith(CPU) else None
     if recorded is not None:
         peaks = DevicePeaks(CPU, recorded.peak_flops, recorded.mem_bandwidth, recorded.memory_bytes,
                             "this CPU", recorded.host_bandwidth)
@@ -96,7 +97,7 @@ def run_fit(args: argparse.Namespace) -> int:
     try:
         reader = open_reader(args.recording)
         info = real_run_info(reader, args.recording)
-        dtype = str(info.get("dtype", "float32"))
+        dtype = str(info.dtype or "float32")
         shape = get_model_shape(args.sim_model or model_spec_of(info))
         shape = shape.with_dtype(dtype) if dtype in DTYPE_BYTES else shape
         device, source = fit_peaks(info, args.sim_device)
@@ -139,10 +140,10 @@ def run_fit(args: argparse.Namespace) -> int:
     return 0
 
 
-def real_run_info(reader, path) -> dict:
+def real_run_info(reader, path) -> RunInfo:
     """The run info of the recording at ``path``; raises ``ValueError`` for a simulated one (its
     step times are the cost model's own, nothing to fit or check against)."""
     info = reader.run_info()
-    if info.get("executor") == "sim":
+    if info.executor == "sim":
         raise ValueError(f"{path} is a simulated recording; fit and --check need real runs")
     return info

@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from tqdm import tqdm
@@ -19,6 +20,7 @@ from app.usage import check_usage
 from app.workload_setup import add_workload, load_workload, read_trace
 from app.commands.suggest import replay_command
 from engine.plural import plural
+from engine.run_info import RunInfo
 from engine.vocab import Clock, RequestStatus
 
 
@@ -61,12 +63,12 @@ def run_headless(args: argparse.Namespace) -> int:
         wl = load_workload(args, trace, built.tokenizer, built.vocab_size)
         if config.num_gpu_blocks is None:         # no --num-gpu-blocks: size the cache for the workload
             built = fit_kv_to_workload(built, wl.requests)
-        built.run_info["trace"] = wl.trace_info
+        built.run_info = built.run_info.replace(trace=wl.trace_info)
         synthetic = built.tokenizer is None
         if synthetic:
-            built.run_info["prompt_token_ids"] = (
+            built.run_info = built.run_info.replace(prompt_token_ids=(
                 f"not stored: synthetic ids drawn from numpy default_rng({args.seed}) per request "
-                "(rebuilt by the same trace, seed and scaling)")
+                "(rebuilt by the same trace, seed and scaling)"))
         writer = RecordingWriter(out, built.run_info, store_prompt_token_ids=not synthetic,
                                  **writer_privacy_kwargs(args))
     except EmptyWorkload as e:                  # every row refused by this engine: bad input
@@ -174,7 +176,7 @@ def fit_kv_to_workload(built, requests: list):
     engine = LLMEngine(config, old.runner, need, tokenizer=old.tokenizer, eos_token_id=old.eos_token_id,
                        recorder=old.recorder)
     return dataclasses.replace(built, engine=engine, config=config,
-                               run_info={**built.run_info, "config": config.to_dict()})
+                               run_info=built.run_info.replace(config=config.to_dict()))
 
 
 class InvariantViolation(Exception):
@@ -310,16 +312,16 @@ def _span(values: list[int]) -> str:
     return str(lo) if lo == hi else f"{lo}–{hi}"
 
 
-def describe_run(info: dict) -> list[str]:
+def describe_run(info: RunInfo) -> list[str]:
     """Lines about a recording's provenance: model, device, trace and how it was scaled."""
-    cfg = info.get("config", {})
-    model = info.get("model") or {}
-    if not isinstance(model, dict):              # a bare name (recordings written by tests, scripts)
+    cfg = info.config
+    model = info.model or {}
+    if not isinstance(model, Mapping):              # a bare name (recordings written by tests, scripts)
         model = {"name": model}
-    lines = [f"model: {model.get('name', '?')} on {info.get('device', '?')} ({info.get('dtype', '?')}); "
+    lines = [f"model: {model.get('name', '?')} on {info.device or '?'} ({info.dtype or '?'}); "
              f"max_num_seqs {cfg.get('max_num_seqs')}, max_num_batched_tokens {cfg.get('max_num_batched_tokens')}, "
              f"{cfg.get('num_gpu_blocks')} KV blocks of {cfg.get('block_size')} tokens, clock {cfg.get('clock')}"]
-    trace = info.get("trace") or {}
+    trace = info.trace or {}
     if trace:
         lines.append(f"trace: {trace.get('name')} ({trace.get('num_rows')} requests, "
                      f"{trace.get('num_malformed_rows', 0)} malformed rows skipped)")
@@ -358,7 +360,7 @@ def print_report(reader, slo=None, stopped_by: str | None = None) -> None:
     lines = [*completeness(reader).format_lines(stopped_by), *summary_lines(reader, slo),
              *(rejection_report(rejected, total).splitlines() if rejected else ()),
              *describe_run(reader.run_info())]
-    if reader.run_info().get("text_stored") is False:
+    if reader.run_info().text_stored is False:
         lines.append("text: not stored (recorded with --no-text: token ids and lengths only)")
     for line in lines:                  # no terminal escapes, no RTL tricks
         print(visible(line))

@@ -47,8 +47,7 @@ def make_live(args: argparse.Namespace):
     def build():
         built = build_engine(config, recorder_factory=None)
         wl = load_workload(args, trace, built.tokenizer, built.vocab_size)
-        built.run_info["trace"] = wl.trace_info
-        built.run_info["recording"] = str(record)
+        built.run_info = built.run_info.replace(trace=wl.trace_info, recording=str(record))
         built.engine.recorder = RecordingWriter(record, built.run_info, **writer_privacy_kwargs(args))
         holder["workload"] = wl
         return built

@@ -31,6 +31,7 @@ from app.live import step_ring
 from engine.state.cache import BackFill, StateCache, replay
 from app.live.step_ring import PackedStep, step_of
 from engine.outputs import StepRecord
+from engine.run_info import RunInfo
 from engine.state.state import EngineState
 from recordings.info import timeline_events
 
@@ -42,7 +43,7 @@ NEAR_STEPS = 32             # a cached state this close before a step is replaye
 class LiveSource:
     """``publish``/``publish_record`` are called on the engine thread, the getters on the UI
     thread; a lock guards the hand-over. ``open_reader(path)`` opens the recording named by
-    ``run_info['recording']`` (``recordings.file.reader.Reader``) once it is needed.
+    ``run_info().recording`` (``recordings.file.reader.Reader``) once it is needed.
     """
 
     def __init__(self, initial: EngineState | None = None,
@@ -50,19 +51,19 @@ class LiveSource:
         self._lock = threading.Lock()
         self._ring: deque[PackedStep] = deque(maxlen=RING_STEPS)
         self._latest = initial or EngineState(-1, 0.0, 0, 16, 1)
-        self._run_info: dict[str, Any] = {}
+        self._run_info = RunInfo()           # empty until the engine is built
         self._open_reader = open_reader
         self._reader = None
         self._last_publish = 0.0
         self.states = StateCache()        # exact past states near the shown step (bounded)
         self._fill = BackFill()
 
-    def reset(self, initial: EngineState, run_info: dict[str, Any]) -> None:
+    def reset(self, initial: EngineState, run_info: RunInfo) -> None:
         """Start over for a new engine (called once the engine is built)."""
         with self._lock:
             self._ring.clear()
             self._latest = initial
-            self._run_info = dict(run_info)
+            self._run_info = run_info
             self._reader = None
             self.states.clear()
             self._fill.reset()
@@ -92,9 +93,9 @@ class LiveSource:
             self._ring.append(packed)
 
     # --- StepSource ---------------------------------------------------------------------
-    def run_info(self) -> dict[str, Any]:
+    def run_info(self) -> RunInfo:
         with self._lock:
-            return dict(self._run_info)
+            return self._run_info
 
     def latest_step(self) -> int:
         """The step of the newest published state."""
@@ -238,7 +239,7 @@ class LiveSource:
     def _history(self):
         """The reader on the recording being written, opened on first use (None if none)."""
         if self._reader is None and self._open_reader is not None:
-            path = self._run_info.get("recording")
+            path = self._run_info.recording
             if path and Path(path).exists():
                 try:
                     self._reader = self._open_reader(Path(path))

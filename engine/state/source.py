@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 from engine.outputs import StepRecord
+from engine.run_info import RunInfo
 from engine.state.state import EngineState
 
 # the knobs a live engine changes between steps (``LLMEngine.set_knobs``), vLLM's names
@@ -51,9 +52,9 @@ def current_knobs(engine) -> dict[str, int]:
 class StepSource(Protocol):
     """Read-only access to a run, live or recorded."""
 
-    def run_info(self) -> dict[str, Any]:
-        """Provenance and config: keys include ``config`` (EngineConfig.to_dict()), ``model``,
-        ``device``, ``dtype``, ``trace``, ``started_at``."""
+    def run_info(self) -> RunInfo:
+        """Provenance and config (``engine.run_info.RunInfo``: ``config``, ``model``, ``device``,
+        ``dtype``, ``trace``, ``started_at``...); an empty ``RunInfo()`` while a live model loads."""
 
     def latest_step(self) -> int:
         """Index of the last completed step, -1 before the first."""

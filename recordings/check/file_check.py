@@ -205,7 +205,7 @@ def incomplete_problems(reader) -> list[Problem]:
     if reader.is_complete():
         return []
     last = reader.latest_step()
-    salvaged = reader.run_info().get("salvaged")
+    salvaged = reader.run_info().salvaged
     if isinstance(salvaged, dict):
         return [Problem(last, "incomplete",
                         f"salvaged from a damaged recording ({salvaged.get('source')!s}, "

@@ -72,7 +72,7 @@ class StateChecker:
     """Checks the states of one run in step order.
 
     ``config`` is the run's config as a dict (``EngineConfig.to_dict()`` or a recording's
-    ``run_info()['config']``) with ``num_gpu_blocks`` resolved; it needs ``num_gpu_blocks``,
+    ``run_info().config``) with ``num_gpu_blocks`` resolved; it needs ``num_gpu_blocks``,
     ``max_num_seqs`` and ``max_num_batched_tokens`` (``KeyError`` otherwise) and reads
     ``enable_prefix_caching`` (default False). The checker remembers which requests finished and
     which were live (O(requests of the run) ids), so feed it every step, in order, from the first.
@@ -325,7 +325,7 @@ def check_recording(reader, *, max_problems: int = 100,
     ``on_step(step)`` (a progress bar, say) is called after each step is checked.
     Raises :class:`recordings.errors.RecordingError` if the file cannot be read.
     """
-    config = reader.run_info().get("config") or {}
+    config = reader.run_info().config
     missing = [k for k in ("num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens") if config.get(k) is None]
     if missing:
         return [Problem(-1, "record", f"the run's config lacks {', '.join(missing)}: nothing to check against")]

@@ -100,7 +100,7 @@ def headline(reader: Reader, name: str, slo: Slo | None = None) -> Headline:
     dur = s.wall_duration_s
     return Headline(
         name=name, path=str(reader.path), clock=s.clock, time_unit=s.time_unit,
-        simulated=bool(reader.run_info().get("simulated")), num_requests=s.num_requests,
+        simulated=bool(reader.run_info().simulated), num_requests=s.num_requests,
         num_served=served, num_rejected=int(rejected), duration_s=dur, output_tokens_per_s=s.output_tokens_per_s,
         requests_per_s=served / dur if dur > 0 else None, ttft_p50=s.ttft.p50, ttft_p99=s.ttft.p99,
         tpot_p50=b.tpot.p50, tpot_p99=b.tpot.p99,
@@ -164,7 +164,7 @@ class Comparison:
 
 def run_name(path: str | Path, reader: Reader) -> str:
     """A short name for a run: the recording's file name, and its policy unless the name has it."""
-    policy = str(reader.run_info().get("config", {}).get("policy", "?"))
+    policy = str(reader.run_info().config.get("policy", "?"))
     stem = Path(path).stem
     return stem if policy in stem else f"{stem} ({policy})"
 

@@ -42,7 +42,7 @@ def workload_fingerprint(reader: Reader) -> WorkloadFingerprint:
     rows = reader.execute("SELECT request_id, arrival_time, num_prompt_tokens, max_tokens FROM requests "
                           "ORDER BY seq")
     arrival = np.array([r[1] for r in rows], np.float64)
-    clock = str(reader.run_info().get("config", {}).get("clock", "virtual"))
+    clock = str(reader.run_info().config.get("clock", "virtual"))
     return WorkloadFingerprint(clock, tuple(str(r[0]) for r in rows),
                                arrival - (arrival.min() if len(arrival) else 0.0),
                                np.array([r[2] for r in rows], np.int64), np.array([r[3] for r in rows], np.int64))

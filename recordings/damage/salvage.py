@@ -38,6 +38,7 @@ from typing import Callable
 
 import sqlite_utils
 
+from engine.run_info import RunInfo
 from recordings.file import codec
 from recordings.damage.analysis import damage_analysis
 from recordings.damage.rebuild_requests import RebuiltRequests, rebuild_requests
@@ -239,11 +240,10 @@ def _keep_until(work: Path, last: int, report: DamageReport) -> tuple[int, int, 
             db.execute(f"UPDATE requests SET {', '.join(f'{c} = NULL' for c in OUTCOME_COLUMNS)} "
                        "WHERE finish_step > ?", (last,))
             (run_id, info_json), = db.execute("SELECT run_id, run_info_json FROM runs").fetchall()
-            info = json.loads(info_json)
             n = report.last_step + 1
-            info["salvaged"] = {"source": str(report.path), "last_step": last,
-                                "num_steps_in_source": n, "damage": report.lines()}
-            db["runs"].update(run_id, {"run_info_json": json.dumps(info)})
+            info = RunInfo.from_json(json.loads(info_json), where=str(report.path)).replace(salvaged={
+                "source": str(report.path), "last_step": last, "num_steps_in_source": n, "damage": report.lines()})
+            db["runs"].update(run_id, {"run_info_json": json.dumps(info.to_json())})
             if last + 1 < n:
                 db["runs"].update(run_id, {"closed_at": None})
             kept = db.execute("SELECT count(*) FROM requests").fetchone()[0]

@@ -68,13 +68,13 @@ def export_perfetto(reader, path: str | Path, *, us_per_step: float = US_PER_STE
     cannot be written (no partial file is left)."""
     info = reader.run_info()
     tb = time_base(info, us_per_step)
-    config = info.get("config") or {}
+    config = info.config
     max_num_seqs = int(config.get("max_num_seqs") or 1)
     other = {"source": "BatchScope recording", "recording": Path(reader.path).name,
              "clock": tb.clock, "time_axis": tb.description,
-             **completeness(reader).to_json(), "model": _name(info.get("model")),
-             "device": info.get("device"), "config": config,
-             "trace": (info.get("trace") or {}).get("name")}
+             **completeness(reader).to_json(), "model": _name(info.model),
+             "device": info.device, "config": config,
+             "trace": (info.trace or {}).get("name")}
     with TraceFile(path, other, PROCESS_NAMES) as out:
         _metadata(out, max_num_seqs, tb)
         writer = _StepWriter(out, tb, max_num_seqs)

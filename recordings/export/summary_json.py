@@ -27,7 +27,7 @@ def summary_dict(reader) -> dict[str, Any]:
 
     run = summarize(reader)
     roof = summarize_roofline(reader)
-    info = reader.run_info()
+    info = reader.run_info().to_json()       # the stored keys, as stored
     out = {
         "recording": str(reader.path),
         **completeness(reader).to_json(),

@@ -8,7 +8,7 @@ seconds under ``sim`` (see docs/recording.md). Exports need one physical unit: s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from engine.run_info import RunInfo
 from engine.vocab import Clock, values
 
 US_PER_STEP = 1000.0    # virtual clock: one step is drawn as 1 ms unless told otherwise
@@ -45,13 +45,13 @@ class TimeBase:
         return "wall clock: seconds since the run started (paused time not counted)"
 
 
-def time_base(run_info: Mapping[str, Any], us_per_step: float = US_PER_STEP) -> TimeBase:
-    """The time base of a recording from its ``run_info`` (``config['clock']``; a recording
+def time_base(run_info: RunInfo, us_per_step: float = US_PER_STEP) -> TimeBase:
+    """The time base of a recording from its ``run_info`` (``run_info.config['clock']``; a recording
     without one is virtual, as ``recordings.metrics.run_metrics`` reads it). Raises ``ValueError`` for
     ``us_per_step`` <= 0 or an unknown clock."""
     if not us_per_step > 0:
         raise ValueError(f"microseconds per virtual step must be > 0, got {us_per_step}")
-    clock = str((run_info.get("config") or {}).get("clock", "virtual"))
+    clock = str(run_info.config.get("clock", "virtual"))
     if clock not in CLOCKS:
         raise ValueError(f"unknown clock {clock!r} in the recording (known: {', '.join(CLOCKS)})")
     return TimeBase(clock, us_per_step if clock == Clock.VIRTUAL else 1e6)

@@ -22,6 +22,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from engine.outputs import StepRecord
+from engine.run_info import RunInfo
 from engine.state.state import COLUMNS, EngineState
 from engine.state.timeline import StateTimeline
 from recordings.errors import RecordingError
@@ -87,16 +88,16 @@ class Reader:
         self._scrub = ScrubBack()                      # states below a scrub back (bounded)
         try:
             with self._reading("run info"):
-                self._run_info = json.loads(self._rows("SELECT run_info_json FROM runs")[0][0])
-                if not isinstance(self._run_info, dict):
-                    raise TypeError(f"run_info_json is a {type(self._run_info).__name__}, not an object")
+                self._run_info = RunInfo.from_json(json.loads(self._rows("SELECT run_info_json FROM runs")[0][0]),
+                                                   where=str(self.path))
         except BaseException:
             self.close()                  # a failed open leaves no connection behind
             raise
 
     # --- StepSource ----------------------------------------------------------------------------
-    def run_info(self) -> dict[str, Any]:
-        """The ``run_info`` dict the writer was given (a copy; tuples came back as lists)."""
+    def run_info(self) -> RunInfo:
+        """The :class:`engine.run_info.RunInfo` the writer was given (a copy; tuples came back as
+        lists; a stored value of the wrong type is in its ``extra``, with a ``RunInfoWarning`` at open)."""
         return copy.deepcopy(self._run_info)
 
     def latest_step(self) -> int:

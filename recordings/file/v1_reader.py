@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from engine.outputs import BatchEntry, NewToken, RequestEvent, RequestView, StepRecord
+from engine.run_info import RunInfo
 from engine.state.state import COLUMNS, NUM_RECENTLY_FINISHED, STATUS_CODE, EngineState
 from recordings.errors import RecordingError
 from recordings.file.opening import open_readonly
@@ -65,8 +66,9 @@ class V1Reader(Reader):
         self._views: OrderedDict[int, tuple[dict[str, dict], EngineState]] = OrderedDict()
         self._order: dict[str, tuple[int, int]] | None = None  # id -> (seq, finish step)
         with self._reading("run info"):
-            self._run_info = json.loads(self._rows("SELECT run_info_json FROM runs")[0][0])
-        self._virtual = self._run_info.get("config", {}).get("clock", "virtual") != "wall"
+            self._run_info = RunInfo.from_json(json.loads(self._rows("SELECT run_info_json FROM runs")[0][0]),
+                                               where=str(self.path))
+        self._virtual = self._run_info.config.get("clock", "virtual") != "wall"
 
     # --- state ---------------------------------------------------------------------------------
     def state_at(self, step: int) -> EngineState:

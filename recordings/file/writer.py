@@ -38,6 +38,7 @@ from typing import Any, Iterable, Mapping
 import sqlite_utils
 
 from engine.outputs import StepRecord
+from engine.run_info import RunInfo
 from engine.state.timeline import StateTimeline
 from recordings.file import codec
 from recordings.errors import RecordingError
@@ -58,8 +59,9 @@ _LIVE_WRITERS: "weakref.WeakSet[RecordingWriter]" = weakref.WeakSet()
 class RecordingWriter:
     """Write one run to the recording file ``path``.
 
-    ``run_info`` is stored as JSON (keys that JSON cannot hold are stored as their ``str``); its
-    ``config`` dict must hold ``num_gpu_blocks`` (the resolved number), ``block_size`` and
+    ``run_info`` (an :class:`engine.run_info.RunInfo`, or its JSON form: a dict read with
+    ``RunInfo.from_json``) is stored as ``RunInfo.to_json()`` (values that JSON cannot hold are
+    stored as their ``str``); its ``config`` must hold ``num_gpu_blocks`` (the resolved number), ``block_size`` and
     ``max_num_seqs``, from which the writer starts its own state timeline for keyframes (at most
     ``keyframe_interval`` steps apart). An existing non-empty ``path`` is refused unless
     ``overwrite`` (then it is replaced). At most ``max_queue_items`` items wait for the writer
@@ -71,7 +73,7 @@ class RecordingWriter:
     take the main file's permissions) is created with ``file_mode`` (default ``0o600``, owner
     only; the process umask can only narrow it). ``store_text=False`` stores no text: no
     ``prompt_text``, no ``token_text_json``, no ``stop`` strings in ``sampling_json``; token ids
-    and lengths only (``run_info['text_stored']`` is then False).
+    and lengths only (``run_info.text_stored`` is then False).
 
     ``write_*`` only enqueue; the writer thread converts and commits. If the writer thread fails,
     the next ``write_*``/``flush``/``close`` raises :class:`RecordingError` (the cause chained) and
@@ -80,7 +82,7 @@ class RecordingWriter:
     cannot be created, ``ValueError`` for bad arguments.
     """
 
-    def __init__(self, path: str | os.PathLike, run_info: Mapping[str, Any],
+    def __init__(self, path: str | os.PathLike, run_info: RunInfo | Mapping[str, Any],
                  keyframe_interval: int = 128, flush_interval_s: float = 0.2,
                  *, overwrite: bool = False, max_queue_items: int = MAX_QUEUE_ITEMS,
                  store_prompt_token_ids: bool = True, file_mode: int = 0o600,
@@ -90,7 +92,9 @@ class RecordingWriter:
         if flush_interval_s <= 0:
             raise ValueError(f"flush_interval_s must be > 0, got {flush_interval_s}")
         self.path = Path(path)
-        config = run_info.get("config") or {}
+        if not isinstance(run_info, RunInfo):
+            run_info = RunInfo.from_json(run_info, where=str(self.path))
+        config = run_info.config
         missing = [k for k in ("num_gpu_blocks", "block_size", "max_num_seqs")
                    if not isinstance(config.get(k), int)]
         if missing:
@@ -99,7 +103,7 @@ class RecordingWriter:
             raise ValueError(f"file_mode must be permission bits 0o000..0o777, got {file_mode:#o}")
         self._prepare_path(overwrite)
         self._create_file(file_mode)
-        self._run_info = dict(run_info) if store_text else dict(run_info, text_stored=False)
+        self._run_info = run_info if store_text else run_info.replace(text_stored=False)
         self._store_text = store_text
         self._keyframe_interval = keyframe_interval
         self._flush_interval_s = flush_interval_s
@@ -309,20 +313,18 @@ class RecordingWriter:
             db.enable_wal()
             db.execute("PRAGMA synchronous = NORMAL")
             migrate(db, self.path)
-            info, config = self._run_info, self._run_info["config"]
-            model = info.get("model", config.get("model"))
-            if isinstance(model, Mapping):
-                model = model.get("name")
+            info, config = self._run_info, self._run_info.config
+            model = info.model_name if info.model is not None else config.get("model")
             with db.atomic():
                 db["runs"].insert({
                     "run_id": 1, "model": _text(model),
-                    "dtype": _text(info.get("dtype", config.get("dtype"))),
-                    "device": _text(info.get("device", config.get("device"))),
-                    "seed": info.get("seed", config.get("seed")),
+                    "dtype": _text(info.dtype if info.dtype is not None else config.get("dtype")),
+                    "device": _text(info.device if info.device is not None else config.get("device")),
+                    "seed": info.seed if info.seed is not None else config.get("seed"),
                     "clock": _text(config.get("clock")),
-                    "started_at": _text(info.get("started_at")) or _now_iso(),
+                    "started_at": _text(info.started_at) or _now_iso(),
                     "keyframe_interval": self._keyframe_interval,
-                    "run_info_json": codec.dumps(info),
+                    "run_info_json": codec.dumps(info.to_json()),
                 })
                 blob, finished = codec.state_blob(self._timeline.snapshot())
                 db["keyframes"].insert({"step": -1, "state_npz": blob, "finished_json": finished})

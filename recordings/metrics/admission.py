@@ -60,7 +60,7 @@ class AdmissionSummary:
 def summarize_admission(reader: Reader) -> AdmissionSummary:
     """The :class:`AdmissionSummary` of ``reader``'s run (no rejections for a run recorded before
     admission control: its config lacks the knobs)."""
-    config = reader.run_info().get("config", {})
+    config = reader.run_info().config
     clock = str(config.get("clock", "virtual"))
     counts: Counter = Counter()
     predicted, waited = [], []

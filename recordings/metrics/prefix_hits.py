@@ -59,12 +59,12 @@ def summarize_prefix_hits(reader: Reader) -> PrefixHitSplit | None:
     """The :class:`PrefixHitSplit` of ``reader``'s run; None when prefix caching was off or the
     file predates the prefix-cache counters (schema < 3)."""
     info = reader.run_info()
-    if not info.get("config", {}).get("enable_prefix_caching") or reader.execute("PRAGMA user_version")[0][0] < 3:
+    if not info.config.get("enable_prefix_caching") or reader.execute("PRAGMA user_version")[0][0] < 3:
         return None
-    block_size = int(info["config"].get("block_size", 16))
+    block_size = int(info.config.get("block_size", 16))
     (hits,), = reader.execute("SELECT coalesce(sum(prefix_cache_hits), 0) FROM steps")
     (prompt,), = reader.execute("SELECT coalesce(sum(num_prompt_tokens), 0) FROM requests")
     again = sum(hit for _, _, back, hit in recompute_rows(reader) if back is not None)
-    sharing = ((info.get("trace") or {}).get("prefix_sharing") or {})
+    sharing = ((info.trace or {}).get("prefix_sharing") or {})
     return PrefixHitSplit(int(prompt), int(hits), min(int(again) * block_size, int(hits)),
                           sharing.get("workload_ideal_hit_rate"))

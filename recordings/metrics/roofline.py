@@ -34,6 +34,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from engine.run_info import RunInfo
 from engine.sim.cost_model import CostModel, CostParams, StepWork
 from engine.sim.hardware import DevicePeaks
 from engine.sim.model_shapes import ModelShape, get_model_shape
@@ -46,7 +47,7 @@ CHUNK_STEPS = 512         # steps read per query when a whole run is summed (a c
 
 
 def roofline_info(shape: ModelShape, peaks: DevicePeaks, how: str = MEASURED) -> dict[str, Any]:
-    """The provenance entry ``run_info["roofline"]`` of a run of ``shape`` (its dtype's
+    """The provenance entry ``RunInfo.roofline`` of a run of ``shape`` (its dtype's
     ``bytes_per_param``) on a device of ``peaks``; ``how`` says where the peaks came from."""
     return {"model": shape.to_dict(), "device": peaks.to_dict(), "peaks": how}
 
@@ -83,12 +84,12 @@ def _cost(model: Mapping, device: Mapping) -> CostModel:
                      CostParams.floor())
 
 
-def recorded_peaks(run_info: Mapping[str, Any]) -> DevicePeaks | None:
-    """The device peaks a run recorded in its provenance (``run_info["roofline"]["device"]``:
+def recorded_peaks(run_info: RunInfo) -> DevicePeaks | None:
+    """The device peaks a run recorded in its provenance (``run_info.roofline["device"]``:
     measured at the start of a model run or of the bench), or None when it has none (recorded
     before BatchScope measured them, or a simulated run). Raises ``ValueError`` for a malformed
     entry."""
-    r = run_info.get("roofline")
+    r = run_info.roofline
     if not isinstance(r, Mapping) or not isinstance(r.get("device"), Mapping):
         return None
     try:
@@ -101,30 +102,29 @@ def _describe(peaks: DevicePeaks) -> str:
     return f"{peaks.peak_flops / 1e12:.3g} TFLOP/s, {peaks.mem_bandwidth / 1e9:,.4g} GB/s"
 
 
-def roofline_of(run_info: Mapping[str, Any]) -> Roofline:
+def roofline_of(run_info: RunInfo) -> Roofline:
     """The :class:`Roofline` of a run from its provenance (see the module doc for the order)."""
     try:
-        if isinstance(run_info.get("roofline"), Mapping):
-            r = run_info["roofline"]
+        if isinstance(run_info.roofline, Mapping):
+            r = run_info.roofline
             if "error" in r:
                 return Roofline(None, False, f"the cost model has no shape for this model: {r['error']}")
             cost = _cost(r["model"], r["device"])
             return Roofline(cost, False, f"{r.get('peaks') or MEASURED} ({_describe(cost.device)}), "
                                          f"{cost.shape.name} shape")
-        if run_info.get("simulated") and isinstance(run_info.get("sim"), Mapping):
-            clock = (run_info.get("config") or {}).get("clock", "sim")
+        if run_info.simulated and isinstance(run_info.sim, Mapping):
+            clock = run_info.config.get("clock", "sim")
             if clock != Clock.SIM:
                 return Roofline(None, True, f"a simulated run on the {clock} clock: its steps' times "
                                             f"are not the cost model's durations (use --clock sim)")
-            cost = _cost(run_info["sim"]["model"], run_info["sim"]["device"])
+            cost = _cost(run_info.sim["model"], run_info.sim["device"])
             return Roofline(cost, True, f"simulated: the cost model's assumed efficiency on "
                                         f"{cost.device.name} ({_describe(cost.device)}), not a measurement")
-        bench = run_info.get("bench")
+        bench = run_info.bench
         if isinstance(bench, Mapping) and isinstance(bench.get("peaks"), Mapping):
-            model = run_info.get("model") or {}
-            name = str(model.get("name") or "").removeprefix("random ")
+            name = str(run_info.model_name or "").removeprefix("random ")
             try:
-                shape = get_model_shape(name).with_dtype(str(run_info.get("dtype")))
+                shape = get_model_shape(name).with_dtype(str(run_info.dtype))
             except ValueError:
                 return Roofline(None, False, f"the bench recorded its peaks but not the shape of "
                                              f"model {name or '?'!r} (recorded before BatchScope stored it)")

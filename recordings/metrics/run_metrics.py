@@ -134,18 +134,18 @@ def summarize(reader: Reader) -> RunSummary:
     """Recompute the run's metrics from the rows of ``reader``'s recording.
 
     Raises :class:`recordings.errors.RecordingError` if the file cannot be read or holds values of the
-    wrong type.
+    wrong type, or numbers no run produces (an infinite counter: ``OverflowError``).
     """
     try:
         return _summarize(reader)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise RecordingError(f"{reader.path}: corrupt recording (metrics): "
                              f"{type(exc).__name__}: {exc}") from exc
 
 
 def _summarize(reader: Reader) -> RunSummary:
 
-    clock = str(reader.run_info().get("config", {}).get("clock", "virtual"))
+    clock = str(reader.run_info().config.get("clock", "virtual"))
     (num_steps, first_ns, last_ns, num_preemptions, peak_kv), = reader.execute(
         "SELECT count(*), min(start_ns), max(end_ns), coalesce(sum(num_preemptions), 0), "
         "coalesce(max(kv_cache_usage), 0.0) FROM steps")
@@ -211,10 +211,10 @@ def _preemptions(reader: Reader, who: str) -> dict:
         f"SELECT {_REASON} AS reason, count(*) FROM events WHERE kind = 'preempted' "
         "GROUP BY reason ORDER BY reason")}
     if who == "seq" and reader.execute("PRAGMA user_version")[0][0] >= 4:
-        block_size = int(reader.run_info().get("config", {}).get("block_size", 16))
+        block_size = int(reader.run_info().config.get("block_size", 16))
         dropped, recomputed = _recomputed(reader, block_size)
     elif who == "seq":
-        block_size = int(reader.run_info().get("config", {}).get("block_size", 16))
+        block_size = int(reader.run_info().config.get("block_size", 16))
         (dropped, recomputed), = reader.execute(
             f"SELECT coalesce(sum(dropped), 0), coalesce(sum(CASE WHEN back IS NULL THEN 0 "
             f"ELSE max(dropped - hit * ?, 0) END), 0) FROM ({DROPPED_SQL})", (block_size,))
@@ -319,7 +319,7 @@ def summarize_batching(reader: Reader) -> BatchingSummary:
     """Slot occupancy, TPOT and prefill tokens of the run in ``reader`` (see
     :class:`BatchingSummary`). Raises :class:`recordings.errors.RecordingError` if the file cannot be
     read or its config lacks ``max_num_seqs``."""
-    config = reader.run_info().get("config", {})
+    config = reader.run_info().config
     max_num_seqs = config.get("max_num_seqs")
     if not max_num_seqs:
         raise RecordingError(f"{reader.path}: the run's config has no max_num_seqs")

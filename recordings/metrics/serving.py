@@ -167,7 +167,7 @@ def summarize_serving(reader: Reader, slo: Slo | None = None) -> ServingSummary 
 
 
 def _summarize(reader: Reader, slo: Slo | None) -> ServingSummary:
-    clock = str(reader.run_info().get("config", {}).get("clock", "virtual"))
+    clock = str(reader.run_info().config.get("clock", "virtual"))
     unit = UNITS.get(clock, "s")
     requests = reader.execute("SELECT seq, arrival_time, status FROM requests")
     arrival = {seq: t for seq, t, _ in requests}

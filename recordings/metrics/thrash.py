@@ -55,7 +55,7 @@ def summarize_thrash(reader: Reader, top: int = 3) -> ThrashSummary:
         return ThrashSummary(Percentiles.of([]), Percentiles.of([]), num_computed_tokens=int(computed))
     counts = Counter(dict(reader.execute(
         "SELECT seq, count(*) FROM events WHERE kind = 'preempted' GROUP BY seq")))
-    block_size = int(reader.run_info().get("config", {}).get("block_size", 16))
+    block_size = int(reader.run_info().config.get("block_size", 16))
     again: Counter = Counter()
     for seq, dropped, back, hit in recompute_rows(reader):
         if back is not None:

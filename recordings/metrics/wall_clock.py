@@ -67,7 +67,7 @@ def paused_seconds(reader, clock: str) -> float:
 def wall_clock(reader) -> WallClock:
     """:class:`WallClock` of the recording ``reader``. Raises :class:`recordings.errors.RecordingError`
     if the file cannot be read."""
-    clock = str(reader.run_info().get("config", {}).get("clock", "virtual"))
+    clock = str(reader.run_info().config.get("clock", "virtual"))
     (first_ns, last_ns), = reader.execute("SELECT min(start_ns), max(end_ns) FROM steps")
     span = 0.0 if first_ns is None else (last_ns - first_ns) / 1e9
     ttft = itl = None

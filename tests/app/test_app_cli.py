@@ -70,7 +70,7 @@ def test_run_replays_a_trace_records_it_and_prints_a_summary(tiny_model, tmp_pat
     ids = reader.request_ids()
     assert len(ids) == 24 and all(reader.request_info(r).is_finished for r in ids)
     assert summarize(reader).num_requests == 24
-    assert reader.run_info()["trace"]["num_rows"] == 24
+    assert reader.run_info().trace["num_rows"] == 24
     # the recorded run is reproducible: same workload, virtual clock -> same schedule
     rec2 = tmp_path / "run2.sqlite"
     out2 = run_cli("run", "--model", str(tiny_model), "--trace", str(DEMO_TRACE), "--limit", "24",

@@ -13,7 +13,7 @@ SIM = ("run", "--trace", str(DEMO_TRACE), "--limit", "30", "--time-scale", "0.05
 
 
 def workload_blocks(reader: Reader) -> int:
-    cfg = reader.run_info()["config"]
+    cfg = reader.run_info().config
     bs = cfg["block_size"]
     sizes = sorted((-(-(p + m) // bs) for p, m in reader.execute(
         "SELECT num_prompt_tokens, max_tokens FROM requests") if p + m <= cfg["max_model_len"]),
@@ -28,7 +28,7 @@ def test_the_default_pool_fits_the_workload(tmp_path, capsys):
     assert "KV cache sized for the workload" in err
     assert "max_num_seqs x max_model_len would give" in err          # an A100 holds more: the cap binds
     with open_reader(out) as reader:
-        cfg = reader.run_info()["config"]
+        cfg = reader.run_info().config
         assert cfg["num_gpu_blocks"] == workload_blocks(reader)
         peak = reader.execute("SELECT max(kv_cache_usage) FROM steps")[0][0]
         assert peak > 0.2                                  # not a few cells lit in a huge map
@@ -45,6 +45,6 @@ def test_a_chosen_pool_or_prefix_caching_keeps_its_size(tmp_path, capsys):
     cached = tmp_path / "cached.sqlite"
     assert main([*SIM, "--enable-prefix-caching", "--record", str(cached)]) == 0
     assert "sized for the workload" not in capsys.readouterr().err
-    assert open_reader(chosen).run_info()["config"]["num_gpu_blocks"] == 200
+    assert open_reader(chosen).run_info().config["num_gpu_blocks"] == 200
     with open_reader(cached) as reader:
-        assert reader.run_info()["config"]["num_gpu_blocks"] > workload_blocks(reader)
+        assert reader.run_info().config["num_gpu_blocks"] > workload_blocks(reader)

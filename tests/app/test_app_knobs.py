@@ -68,7 +68,7 @@ def test_static_policy_runs_the_baseline_with_idle_slots(tmp_path, capsys):
         path = tmp_path / f"{policy}.sqlite"
         assert main([*SIM_RUN, "--policy", policy, "--check-invariants", "--record", str(path)]) == 0
         with open_reader(path) as reader:
-            assert reader.run_info()["config"]["policy"] == policy
+            assert reader.run_info().config["policy"] == policy
             waits = reader.execute("SELECT count(*) FROM steps WHERE waiting_reason = ?",
                                    (NotAdmittedReason.STATIC_BATCH,))[0][0]
             assert (waits > 0) == (policy == "static"), (policy, waits)

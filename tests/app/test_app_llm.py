@@ -87,7 +87,7 @@ def test_record_writes_a_recording_that_opens(llm, tmp_path):
         records = reader.records(0, reader.latest_step() + 1)
         assert records[0].step == 0 and len(reader.state_at(reader.latest_step())) == 0
         assert max(len(r.scheduled) for r in records) == 3             # the batch was full
-        assert reader.run_info()["config"]["num_gpu_blocks"] == 12
+        assert reader.run_info().config["num_gpu_blocks"] == 12
     tokens = {}
     for rec in records:
         for t in rec.new_tokens:
@@ -170,7 +170,7 @@ def test_simulated_executor(tmp_path):
     outs = llm.generate([[1, 2, 3], [4, 5]], GREEDY, use_tqdm=False, record=tmp_path / "sim.sqlite")
     assert [len(o.token_ids) for o in outs] == [6, 6]
     assert llm.config.clock == "sim" and outs[0].metrics.time_to_first_token > 0
-    assert open_reader(tmp_path / "sim.sqlite").run_info()["executor"] == "sim"
+    assert open_reader(tmp_path / "sim.sqlite").run_info().executor == "sim"
 
 
 def test_one_engine_serves_every_call_with_prefix_reuse_and_caller_ids(tiny_model):

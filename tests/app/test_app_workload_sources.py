@@ -23,7 +23,7 @@ def test_sharegpt_lengths_with_poisson_arrivals(tmp_path, capsys):
     arrivals = [t for (t,) in reader.execute("SELECT arrival_time FROM requests ORDER BY seq")]
     gaps = np.random.default_rng(2).exponential(1 / 4, 39)         # vLLM's generator, written out
     assert arrivals == pytest.approx([0.0, *np.cumsum(gaps)])
-    trace = reader.run_info()["trace"]
+    trace = reader.run_info().trace
     assert trace["format"] == "length-table:sharegpt" and trace["request_rate"] == 4.0
     assert any("Poisson process at 4 requests/s" in n and "seed 2" in n for n in trace["scaling"])
     assert any("ShareGPT" in n and "Sarathi-Serve" in n for n in trace["scaling"])
@@ -48,7 +48,7 @@ def test_request_rate_replaces_a_trace_timestamps_and_keeps_hash_ids(tmp_path, c
     assert "hash_ids: kept with each row's lengths through the Poisson resampling" in err
     reader = open_reader(out)
     assert reader.execute("SELECT max(arrival_time) FROM requests") == [(0.0,)]
-    sharing = reader.run_info()["trace"]["prefix_sharing"]
+    sharing = reader.run_info().trace["prefix_sharing"]
     assert sharing["num_hash_ids"] == 36 and sharing["num_hash_ids_unused"] == 0
 
 

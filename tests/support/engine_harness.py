@@ -843,7 +843,7 @@ def assert_recording_matches(result: RunResult) -> None:
     n = len(result.records)
     with open_reader(result.recording) as reader:
         assert reader.is_complete() and reader.latest_step() == n - 1
-        config = reader.run_info()["config"]
+        config = reader.run_info().config
         # the config the run started with; the live knob changes it recorded give the live one
         knobs = {k: v for rec in result.records for k, v in rec.knobs if k in config}
         assert config | knobs == result.engine.config.to_dict()

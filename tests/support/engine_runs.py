@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 
+from engine.run_info import RunInfo  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
 from engine.engine import LLMEngine  # noqa: E402
 from engine.outputs import StepRecord  # noqa: E402
@@ -45,7 +46,7 @@ class Run:
     """One engine run: ``records[k]`` is step k, ``states[k]`` the engine's state after it."""
 
     config: EngineConfig
-    run_info: dict[str, Any]
+    run_info: RunInfo
     initial: EngineState
     engine: LLMEngine
     records: list[StepRecord] = field(default_factory=list)
@@ -91,7 +92,7 @@ def run_engine(path=None, seed: int = 0, *, num_requests: int = 14, fail_steps=(
     entries added to the recorded provenance."""
     rng = random.Random(seed)
     config, info = make_config(seed, **config_kwargs)
-    run_info = {**info, **(run_info or {})}
+    run_info = RunInfo.from_json({**info, **(run_info or {})})
     writer = None if path is None else RecordingWriter(path, run_info, **(writer_kwargs or {}))
     blocks = config.num_gpu_blocks
     engine = LLMEngine(config, FakeRunner(blocks, config.block_size, fail_steps=fail_steps,

@@ -15,6 +15,7 @@ from engine.config import EngineConfig  # noqa: E402
 from engine.engine import LLMEngine  # noqa: E402
 from engine.outputs import StepRecord  # noqa: E402
 from engine.request import SamplingParams  # noqa: E402
+from engine.run_info import RunInfo  # noqa: E402
 from engine.state.source import check_knobs, current_knobs  # noqa: E402
 from engine.state.state import EngineState  # noqa: E402
 from tests.support.fake_runner import VOCAB_SIZE, FakeRunner, ToyTokenizer, hash_next_token  # noqa: E402
@@ -98,9 +99,9 @@ class FakeSource:
             self.writer.close()
 
     # --- StepSource ----------------------------------------------------------------------
-    def run_info(self) -> dict:
-        return {"model": "fake/SmolLM2-135M", "device": "cpu", "dtype": "float32", "trace": None,
-                "started_at": "2025-01-01T00:00:00", "config": self.config.to_dict()}
+    def run_info(self) -> RunInfo:
+        return RunInfo(model="fake/SmolLM2-135M", device="cpu", dtype="float32",
+                       started_at="2025-01-01T00:00:00", config=self.config.to_dict())
 
     def latest_step(self) -> int:
         return len(self.history) - 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from engine.run_info import RunInfo  # noqa: E402
 from tests.support.engine_runs import SMALL_SEED, run_engine  # noqa: E402
 
 from engine.sim.cost_model import CostModel, CostParams  # noqa: E402
@@ -66,14 +67,14 @@ def test_without_peaks_the_plot_says_why_instead_of_a_blank(qtbot, recordings):
     assert note.startswith("No roofline efficiency:") and "names no device peaks and model shape" in note
     assert "not shown" in w.plots["efficiency"].titleLabel.text
     assert "names no device peaks" in w.plots["efficiency"].toolTip()
-    w.set_run_info({"roofline": roofline_info(SHAPE, PEAKS)})   # a live run's info once the model loaded
+    w.set_run_info(RunInfo(roofline=roofline_info(SHAPE, PEAKS)))   # a live run's info once the model loaded
     assert not w.efficiency_note.isVisible()
 
 
 def test_a_simulated_run_is_labelled_as_such(qtbot):
     w = MetricsPlots()
     qtbot.addWidget(w)
-    w.set_run_info({"simulated": True, "sim": {"model": SHAPE.to_dict(), "device": PEAKS.to_dict()}})
+    w.set_run_info(RunInfo(simulated=True, sim={"model": SHAPE.to_dict(), "device": PEAKS.to_dict()}))
     assert w.simulated and w.roofline.simulated
     assert "simulated" in w.plots["efficiency"].titleLabel.text
 

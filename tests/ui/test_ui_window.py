@@ -5,6 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
+from engine.run_info import RunInfo
 from tests.support.fakes import FakeControl, FakeSource, settle, show
 from tests.support.screenshot import grab_window
 from ui import MainWindow
@@ -215,7 +216,7 @@ class LateSource(FakeSource):
         self.loaded = False
 
     def run_info(self):
-        return super().run_info() if self.loaded else {}
+        return super().run_info() if self.loaded else RunInfo()
 
 
 def test_live_source_that_loads_late_and_changes_between_steps(qtbot):

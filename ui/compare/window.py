@@ -87,7 +87,7 @@ class RunPane(QWidget):
         self.source, self.name, self.window = source, name, window
         self.cache = RecordCache(source)
         self.latest = source.latest_step()
-        clock = (source.run_info().get("config") or {}).get("clock")
+        clock = source.run_info().config.get("clock")
         self.unit = UNITS.get(clock, "")
         self.shown = None
         title = QLabel(f"<span style='color:{css(color)}'>&#9632;</span> <b>{html.escape(name)}</b>")
@@ -136,7 +136,7 @@ class CompareWindow(QMainWindow):
         self.sources, self.names = list(sources), list(names)
         self.colors = [RUN_COLORS[i % len(RUN_COLORS)] for i in range(len(self.sources))]
         self.columns = [run_columns(s) for s in self.sources]
-        clock = (self.sources[0].run_info().get("config") or {}).get("clock")
+        clock = self.sources[0].run_info().config.get("clock")
         self.unit = UNITS.get(clock, "")
         self.tick = 0
         apply_theme(self)

@@ -28,7 +28,7 @@ MAX_SLO_MS = 10_000_000.0
 def recording_path(source) -> Path | None:
     """The file behind a step source: a ``Reader``'s ``path``, or the ``recording`` a live
     run's info names; None when there is none (a source that records nothing)."""
-    path = source.path if isinstance(source, RecordingSource) else (source.run_info() or {}).get("recording")
+    path = source.path if isinstance(source, RecordingSource) else source.run_info().recording
     return Path(path) if path else None
 
 

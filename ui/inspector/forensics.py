@@ -56,7 +56,7 @@ class RequestForensics:
                step if pending > 0 else None)
         if key != self._key or not self.config:
             self._key = key
-            self.config = (source.run_info() or {}).get("config") or {}
+            self.config = dict(source.run_info().config)
             self._set_rows(self.config.get("policy", "fcfs"), bool(self.config.get("enable_prefix_caching")))
             self.history = load_history(source, view.request_id, step, state.block_size)
             self.values["prefix cache"].setText(prefix_text(self.history, view))

@@ -83,7 +83,7 @@ class RequestInspector(QWidget):
 
     def set_source(self, source: StepSource, control: EngineControl | None = None) -> None:
         self.source = source
-        self._no_text = (source.run_info() or {}).get("text_stored") is False     # recorded with --no-text
+        self._no_text = source.run_info().text_stored is False     # recorded with --no-text
         self.set_text_note(None)
         self.set_control(control)
         self.set_selected(None)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import functools
 
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import pyqtgraph as pg
@@ -39,6 +39,7 @@ from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from engine.outputs import StepRecord
+from engine.run_info import RunInfo
 from recordings.metrics.roofline import Roofline, roofline_of
 from ui.style.colors import MUTED, PALETTE, TEXT, css
 from ui.style.numbers import number_text
@@ -249,7 +250,7 @@ class MetricsPlots(QWidget):
         self.window = window
         self.metrics: dict[str, np.ndarray] = step_metrics(())
         self.simulated = False
-        self.roofline: Roofline = roofline_of({})
+        self.roofline: Roofline = roofline_of(RunInfo())
         self._memo = StepMemo(metric_row)
         self.layout_widget = pg.GraphicsLayoutWidget(border=False)
         self.layout_widget.setBackground(PLOT_BG)
@@ -399,11 +400,11 @@ class MetricsPlots(QWidget):
                                           "handed over the previous step (0 while the writer keeps up); "
                                           "wall time even in a simulated run.")
 
-    def set_run_info(self, info: Mapping[str, Any]) -> None:
+    def set_run_info(self, info: RunInfo) -> None:
         """Take the run's provenance (``StepSource.run_info()``): simulated or not, and the shape
         and device peaks roofline efficiency is computed against (``recordings.metrics.roofline.roofline_of``).
         Call it when the run info changes (a live run has it once its model is loaded)."""
-        self.set_simulated(bool(info.get("simulated")))
+        self.set_simulated(bool(info.simulated))
         roofline = roofline_of(info)
         if (roofline.note, roofline.simulated) != (self.roofline.note, self.roofline.simulated):
             self.roofline = roofline

@@ -51,7 +51,7 @@ def random_model(name: str, device: torch.device, dtype: torch.dtype) -> LlamaFo
 def random_engine(name: str, config: EngineConfig, device: torch.device, dtype: torch.dtype) -> BuiltEngine:
     """An engine on :func:`random_model` ``(name)`` with ``config``'s knobs (``num_gpu_blocks``
     None: sized from free memory, ``engine.runner.kv_sizing``). No tokenizer: prompts are token ids.
-    The provenance (``run_info``) says the weights are random."""
+    The provenance (``RunInfo``) says the weights are random."""
     model = random_model(name, device, dtype)
     max_len = min(config.max_model_len, MAX_POSITION_EMBEDDINGS)
     config = config.replace(device=str(device), dtype=str(dtype).removeprefix("torch."), max_model_len=max_len,

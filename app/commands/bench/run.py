@@ -65,14 +65,14 @@ def _bench(args: argparse.Namespace) -> int:
         print(f"  - {line}", file=sys.stderr)
     runner = built.engine.runner
     model_config = runner.model.config.to_dict()
-    cost = CostModel(ModelShape.from_config(model_config, built.run_info["model"]["name"]).with_dtype(built.config.dtype),
+    cost = CostModel(ModelShape.from_config(model_config, built.run_info.model_name).with_dtype(built.config.dtype),
                      peaks)
     _warm_up(built, requests)
     writer = None
     if args.record:
         from recordings.file.writer import RecordingWriter
-        info = {**built.run_info, "trace": trace_info, "bench": {"peaks": peaks.to_dict()},
-                "roofline": roofline_info(cost.shape, peaks)}
+        info = built.run_info.replace(trace=trace_info, bench={"peaks": peaks.to_dict()},
+                                      roofline=roofline_info(cost.shape, peaks))
         writer = RecordingWriter(args.record, info, store_prompt_token_ids=False)
     eng = LLMEngine(built.config, runner, built.config.num_gpu_blocks, tokenizer=built.tokenizer,
                     eos_token_id=built.engine.eos_token_id, recorder=writer)
@@ -91,7 +91,7 @@ def _bench(args: argparse.Namespace) -> int:
         writer.close()
     figures = bench_figures(records, cost, duration, num_requests=len(requests),
                             num_prompt_tokens=sum(r.num_prompt_tokens for r in requests))
-    print(f"model: {built.run_info['model']['name']} on {device} ({built.config.dtype}); "
+    print(f"model: {built.run_info.model_name} on {device} ({built.config.dtype}); "
           f"max_num_seqs {built.config.max_num_seqs}, max_num_batched_tokens {built.config.max_num_batched_tokens}, "
           f"{built.config.num_gpu_blocks:,} KV blocks of {built.config.block_size}; workload {trace_info['name']}; "
           f"recording {'to ' + args.record if args.record else 'off'}")
@@ -106,7 +106,7 @@ def _bench(args: argparse.Namespace) -> int:
               f"{p['num_steps']} steps; measured / predicted time {duration / p['duration_s']:.2f}")
     if args.json:
         out = {"figures": figures.to_dict(), "peaks": peaks.to_dict(), "config": built.config.to_dict(),
-               "model": built.run_info["model"], "workload": trace_info, "recording": args.record,
+               "model": built.run_info.model, "workload": trace_info, "recording": args.record,
                "recorder_error": eng.recorder_error, "kernel_compiles_during_run": compiles,
                "prediction": prediction}
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")

@@ -34,7 +34,7 @@ def anchor_requests(vocab_size: int, num_requests: int = ANCHOR_NUM_REQUESTS) ->
 
 
 def anchor_info(requests: list[WorkloadRequest]) -> dict:
-    """The workload's provenance for a recording (``run_info['trace']``)."""
+    """The workload's provenance for a recording (``RunInfo.trace``)."""
     return {"name": "anchor", "format": "anchor (../shared/bench/README.md)", "num_rows": len(requests),
             "num_malformed_rows": 0, "seed": 0,
             "scaling": [f"first {len(requests)} of the anchor's {ANCHOR_NUM_REQUESTS} requests, all at t=0, EOS off"],

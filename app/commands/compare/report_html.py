@@ -109,7 +109,7 @@ def metrics_plots(paths: list[Path], names: list[str]):
 
     readers = [open_reader(p) for p in paths]
     runs = [run_columns(r) for r in readers]
-    unit = UNITS.get((readers[0].run_info().get("config") or {}).get("clock"), "s")
+    unit = UNITS.get(readers[0].run_info().config.get("clock"), "s")
     top = max((float(run["token_time"][-1]) for run in runs if len(run["step"])), default=1.0)
     w = CompareMetrics()
     w.set_runs([run_series(run, "time", top) for run in runs], RUN_COLORS[:len(runs)],
@@ -182,13 +182,12 @@ def _runs(c: Comparison) -> list[dict]:
     for h in c.headlines:
         with open_reader(h.path) as r:
             info = r.run_info()
-        cfg = info.get("config") or {}
-        model = info.get("model")
-        name = model.get("name") if isinstance(model, dict) else model
+        cfg = info.config
+        name = info.model_name
         knobs = ", ".join(f"{k}={cfg.get(k)}" for k in (
             "policy", "max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks", "block_size",
             "enable_chunked_prefill", "enable_prefix_caching", "preemption_mode") if k in cfg)
-        runs.append({"name": h.name, "path": h.path, "model": f"{name} on {info.get('device')}", "knobs": knobs})
+        runs.append({"name": h.name, "path": h.path, "model": f"{name} on {info.device}", "knobs": knobs})
     return runs
 
 

@@ -122,7 +122,7 @@ def test_figures_match_the_recordings_summary(recorded_run):
     assert fig["ttft_p50_s"] == pytest.approx(s.ttft.p50, rel=1e-9)
     assert fig["ttft_p99_s"] == pytest.approx(s.ttft.p99, rel=1e-9)
     assert fig["output_tokens_per_s"] == pytest.approx(fig["num_output_tokens"] / fig["duration_s"])
-    assert open_reader(rec).run_info()["trace"]["name"] == "anchor"
+    assert open_reader(rec).run_info().trace["name"] == "anchor"
 
 
 def test_recording_off_schedules_the_same_steps(recorded_run, tmp_path, capsys):

@@ -38,7 +38,7 @@ def fit(path, tmp_path, capsys, *flags) -> tuple[str, CostParams]:
 
 
 def test_fit_uses_the_peaks_the_recording_holds(real, tmp_path, monkeypatch, capsys):
-    recorded = open_reader(real).run_info()["roofline"]["device"]
+    recorded = open_reader(real).run_info().roofline["device"]
     monkeypatch.setattr(hardware, "measure_cpu", _no_measuring)
     printed, params = fit(real, tmp_path, capsys)
     assert "peaks: the recording's, measured at the run's start" in printed

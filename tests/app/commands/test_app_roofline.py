@@ -28,9 +28,9 @@ def test_a_model_run_records_its_measured_peaks_and_its_shape(tiny_model, tmp_pa
                  "--record", str(rec)]) == 0
     info = open_reader(rec).run_info()
     config = json.loads((tiny_model / "config.json").read_text())
-    shape = ModelShape.from_config(config, info["model"]["name"]).with_dtype("float32")
-    assert info["roofline"]["model"] == shape.to_dict()
-    assert info["roofline"]["device"] == measure_cpu().to_dict()     # this process's CPU measurement
+    shape = ModelShape.from_config(config, info.model["name"]).with_dtype("float32")
+    assert info.roofline["model"] == shape.to_dict()
+    assert info.roofline["device"] == measure_cpu().to_dict()     # this process's CPU measurement
     roofline = roofline_of(info)
     assert roofline.cost.shape == shape and not roofline.simulated
     capsys.readouterr()
@@ -50,7 +50,7 @@ def test_a_simulated_runs_efficiency_is_its_cost_models_and_says_so(tmp_path):
     eff = step_floors(roofline, cols) / step_seconds(cols, simulated=True)
     # the simulator's step = overheads + sum of max(compute / flops_eff, memory / bw_eff): the same
     # floor over it never reaches the larger efficiency factor
-    params = CostParams.from_dict(info["sim"]["cost"])
+    params = CostParams.from_dict(info.sim["cost"])
     busy = np.diff(cols["batch_start"]) > 0
     assert busy.sum() > 10 and (eff[busy] > 0).all() and (eff < max(params.flops_efficiency, params.bw_efficiency)).all()
     sim = CostModel(roofline.cost.shape, roofline.cost.device, params)
@@ -95,4 +95,4 @@ def test_threads_sets_torchs_cpu_threads_and_the_recording_says_so(tiny_model, t
         assert torch.get_num_threads() == want
     finally:
         torch.set_num_threads(before)
-    assert open_reader(rec).run_info()["torch_threads"] == want
+    assert open_reader(rec).run_info().torch_threads == want

@@ -24,12 +24,12 @@ def test_sim_run_is_recorded_as_simulated_and_is_deterministic(tmp_path, capsys)
     assert main([*SIM_RUN, "--record", str(a)]) == 0
     assert main([*SIM_RUN, "--record", str(b)]) == 0
     info = open_reader(a).run_info()
-    assert info["executor"] == "sim" and info["simulated"] is True and info["device"] == "sim:a100"
-    assert info["config"]["clock"] == "sim" and info["sim"]["model"]["name"] == "llama-3.2-1b"
-    assert info["sim"]["cost"] == CostParams().to_dict()
+    assert info.executor == "sim" and info.simulated is True and info.device == "sim:a100"
+    assert info.config["clock"] == "sim" and info.sim["model"]["name"] == "llama-3.2-1b"
+    assert info.sim["cost"] == CostParams().to_dict()
     # synthetic prompt ids are not stored (the provenance says how to rebuild them); lengths are
     reader = open_reader(a)
-    assert "not stored: synthetic ids" in info["prompt_token_ids"]
+    assert "not stored: synthetic ids" in info.prompt_token_ids
     assert reader.execute("SELECT count(*) FROM requests WHERE prompt_token_ids IS NOT NULL") == [(0,)]
     assert reader.execute("SELECT min(num_prompt_tokens) FROM requests")[0][0] >= 1
     rows = _rows(a)
@@ -52,7 +52,7 @@ def test_fit_on_a_real_recording_then_simulate_with_it(tiny_model, tmp_path, cap
     assert main(["run", "--trace", str(DEMO_TRACE), "--limit", "8", "--executor", "sim", "--sim-model",
                  str(tiny_model), "--sim-device", "cpu", "--sim-cost", str(fit), "--record", str(sim)]) == 0
     info = open_reader(sim).run_info()
-    assert info["sim"]["cost"] == params.to_dict() and info["sim"]["device"]["peak_flops"] == params.peak_flops
+    assert info.sim["cost"] == params.to_dict() and info.sim["device"]["peak_flops"] == params.peak_flops
     assert main(["fit", str(sim), "-o", str(tmp_path / "again.json")]) == 1
     assert "simulated recording" in capsys.readouterr().err
     assert main(["fit", str(real), "-o", str(tmp_path / "again.json"), "--check", str(sim)]) == 1

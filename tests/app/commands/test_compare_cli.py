@@ -29,7 +29,7 @@ def sim_pair(tmp_path_factory):
 def test_compare_runs_each_policy_and_prints_the_ratios(sim_pair, capsys):
     paths = sorted(sim_pair.glob("*.sqlite"))
     assert [p.name for p in paths] == ["1-static.sqlite", "2-fcfs.sqlite"]
-    assert [open_reader(p).run_info()["config"]["policy"] for p in paths] == ["static", "fcfs"]
+    assert [open_reader(p).run_info().config["policy"] for p in paths] == ["static", "fcfs"]
     assert "requests" in (sim_pair / "1-static.txt").read_text()       # each run's own summary
     assert main(["compare", *map(str, paths), "--no-window", "--top", "3"]) == 0
     out = capsys.readouterr().out
@@ -44,13 +44,13 @@ def test_a_preset_sizes_every_run_and_a_given_flag_wins(tmp_path, capsys):
                  "--max-num-seqs", "8", "--policies", "static,fcfs", "--out", str(out), "--no-window"]) == 0
     infos = [open_reader(p).run_info() for p in sorted(out.glob("*.sqlite"))]
     sim = PRESETS["sim"].values
-    assert [i["config"]["policy"] for i in infos] == ["static", "fcfs"]
+    assert [i.config["policy"] for i in infos] == ["static", "fcfs"]
     for info in infos:
-        c = info["config"]
+        c = info.config
         assert c["max_num_seqs"] == 8                                   # given on the command line
         assert (c["max_model_len"], c["max_num_batched_tokens"]) == (sim["max_model_len"],
                                                                     sim["max_num_batched_tokens"])
-        assert info["executor"] == "sim" and info["trace"]["num_rows"] == 12
+        assert info.executor == "sim" and info.trace["num_rows"] == 12
     assert "Jain's index" in capsys.readouterr().out
 
 
@@ -58,7 +58,7 @@ def test_configs_override_knobs_per_run(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["compare", *SIM, "--configs", "policy=fcfs;policy=fcfs,max_num_seqs=2,enable_prefix_caching=1",
                  "--out", str(out), "--no-window"]) == 0
-    cfgs = [open_reader(p).run_info()["config"] for p in sorted(out.glob("*.sqlite"))]
+    cfgs = [open_reader(p).run_info().config for p in sorted(out.glob("*.sqlite"))]
     assert [(c["max_num_seqs"], c["enable_prefix_caching"]) for c in cfgs] == [(4, False), (2, True)]
     assert "policy=fcfs,max_num_seqs=2,enable_prefix_caching=1" in capsys.readouterr().out
 
@@ -117,7 +117,7 @@ def test_compare_on_the_cpu_model_opens_the_window(tiny_model, tmp_path, capsys,
     def fake_exec(app):
         from ui.compare.window import CompareWindow
         w = next(w for w in app.topLevelWidgets() if isinstance(w, CompareWindow) and w.isVisible())
-        shown["panes"] = [p.source.run_info()["config"]["policy"] for p in w.panes]
+        shown["panes"] = [p.source.run_info().config["policy"] for p in w.panes]
         shown["steps"] = [p.latest for p in w.panes]
         w.close()
         return 0

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 
+from engine.run_info import RunInfo  # noqa: E402
 from app.live import source as live_source  # noqa: E402
 from app.live.source import LiveSource  # noqa: E402
 from app.live.step_ring import step_of  # noqa: E402
@@ -27,7 +28,7 @@ def run(tmp_path, monkeypatch):
     config = EngineConfig(block_size=4, num_gpu_blocks=24, max_model_len=64, max_num_seqs=4,
                           max_num_batched_tokens=16, check_invariants=True)
     path = tmp_path / "live.sqlite"
-    run_info = {"config": config.to_dict(), "model": {"name": "fake"}, "recording": str(path)}
+    run_info = RunInfo(config=config.to_dict(), model={"name": "fake"}, recording=str(path))
     writer = RecordingWriter(path, run_info, flush_interval_s=0.01)
     tokenizer = ToyTokenizer({i: chr(97 + i % 26) for i in range(1000)})
     engine = LLMEngine(config, FakeRunner(24, 4), 24, tokenizer=tokenizer, recorder=writer)

@@ -37,7 +37,7 @@ def sources(tmp_path):
     v1 = tmp_path / "v1.sqlite"
     shutil.copy(FIXTURES / "v1_small.sqlite", v1)
     live = LiveSource(fake.state_at(-1), open_reader=Reader)
-    live.reset(fake.state_at(-1), {**fake.run_info(), "recording": str(rec)})
+    live.reset(fake.state_at(-1), fake.run_info().replace(recording=str(rec)))
     for record in fake.records(0, 12):
         live.publish(fake.state_at(record.step), record)
     readers = [open_reader(rec), open_reader(v1)]

@@ -9,6 +9,7 @@ import random
 import pytest
 
 
+from engine.run_info import RunInfo  # noqa: E402
 from app.live import source as live_source  # noqa: E402
 from app.live.source import LiveSource  # noqa: E402
 from engine.state.cache import BackFill, StateCache, replay, state_nbytes  # noqa: E402
@@ -28,7 +29,7 @@ def _live_run(tmp_path, ring_steps: int, publish_every: int, num_requests: int =
     config = EngineConfig(block_size=4, num_gpu_blocks=48, max_model_len=64, max_num_seqs=6,
                           max_num_batched_tokens=24, check_invariants=True)
     path = tmp_path / "live.sqlite"
-    run_info = {"config": config.to_dict(), "model": {"name": "fake"}, "recording": str(path)}
+    run_info = RunInfo(config=config.to_dict(), model={"name": "fake"}, recording=str(path))
     writer = RecordingWriter(path, run_info, flush_interval_s=0.01)
     engine = LLMEngine(config, FakeRunner(48, 4), 48, recorder=writer)
     source = LiveSource(open_reader=Reader)

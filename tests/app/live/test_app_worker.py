@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 
+from engine.run_info import RunInfo  # noqa: E402
 from app.live.bridge import EngineWorker  # noqa: E402
 from app.factory import BuiltEngine  # noqa: E402
 from app.live.source import LiveSource  # noqa: E402
@@ -30,7 +31,7 @@ def start(path: Path, *, paused: bool, num_requests: int = 6, max_tokens: int = 
     done: dict = {}
 
     def build() -> BuiltEngine:
-        run_info = {"config": CONFIG.to_dict(), "model": {"name": "fake"}, "recording": str(path)}
+        run_info = RunInfo(config=CONFIG.to_dict(), model={"name": "fake"}, recording=str(path))
         writer = RecordingWriter(path, run_info, flush_interval_s=0.01)
         engine = LLMEngine(CONFIG, FakeRunner(32, 4), 32, recorder=writer)
         done.update(finished=engine.collect_finished())

@@ -95,7 +95,7 @@ def test_limits_come_from_the_runs_config(clean):
     """G4 against the stored config: lower its token budget and exactly the steps above it fail."""
     with open_reader(clean) as reader:
         tokens = {r.step: r.total_num_scheduled_tokens for r in reader.records(0, reader.latest_step() + 1)}
-        info = reader.run_info()
+        info = reader.run_info().to_json()
     limit = sorted(set(tokens.values()))[-2]         # below the busiest steps only
     info["config"]["max_num_batched_tokens"] = limit
     with sqlite3.connect(clean) as db:
@@ -142,7 +142,7 @@ def test_block_tables_named_twice_or_with_gaps_name_the_request(tmp_path):
     st, rec = run.states[k], run.records[k]
 
     def checked(**arrays) -> list:
-        checker = StateChecker(run.run_info["config"])
+        checker = StateChecker(run.run_info.config)
         for s, r in zip(run.states[:k], run.records[:k]):
             assert checker.check_step(s, r) == []
         fields = dict(block_owner=st.block_owner, block_pos=st.block_pos, block_hash=st.block_hash,

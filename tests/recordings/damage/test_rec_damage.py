@@ -76,7 +76,7 @@ def test_salvage_keeps_every_readable_step_and_round_trips(original, tmp_path, t
     assert out.latest_step() == k
     for step in range(-1, k + 1):
         assert out.state_at(step) == ref.state_at(step), step
-    assert out.run_info()["salvaged"]["last_step"] == k and not out.is_complete()
+    assert out.run_info().salvaged["last_step"] == k and not out.is_complete()
     problems = check_file(out)
     assert [p.invariant for p in problems] == ["incomplete"] and "salvaged" in problems[0].message
     assert any(line.startswith(f"dropped steps {k + 1}..") for line in result.lines())

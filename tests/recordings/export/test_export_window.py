@@ -21,7 +21,7 @@ def window_runs(path, qtbot) -> set[tuple[int, str, int, int]]:
 
     with open_reader(path) as reader:
         latest = reader.latest_step()
-        max_num_seqs = reader.run_info()["config"]["max_num_seqs"]
+        max_num_seqs = reader.run_info().config["max_num_seqs"]
         steps = fetch_summaries(reader, 0, latest + 1)      # the window's RecordCache reads these
     view = SlotTimeline(max_num_seqs, window=4 * (latest + 1) + 128)   # one span: the whole run
     qtbot.addWidget(view)

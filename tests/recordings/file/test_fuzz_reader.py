@@ -82,3 +82,15 @@ def test_truncated_and_bit_flipped_files(clean, tmp_path_factory, data):
     path = tmp_path_factory.mktemp("bits") / "fuzzed.sqlite"
     path.write_bytes(bytes(raw))
     use_everything(path)
+
+
+@pytest.mark.parametrize("column", ["prefix_cache_queries", "prefix_cache_hits", "num_scheduled_tokens"])
+def test_an_infinite_counter_is_a_recording_error(clean, tmp_path, column):
+    """Found by the fuzz test above: ``int(inf)`` in the summary escaped as an OverflowError."""
+    path = tmp_path / "inf.sqlite"
+    shutil.copy(clean, path)
+    conn = sqlite3.connect(path)
+    conn.execute(f"UPDATE steps SET {column} = ? WHERE rowid = (SELECT min(rowid) FROM steps)", (float("inf"),))
+    conn.commit()
+    conn.close()
+    use_everything(path)

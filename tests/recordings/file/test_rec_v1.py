@@ -40,7 +40,7 @@ def test_the_v1_fixture_opens_through_reader(v1_path):
     assert isinstance(reader, V1Reader) and isinstance(reader, Reader)
     assert reader.latest_step() == 32
     assert reader.is_complete()
-    assert reader.run_info()["config"]["num_gpu_blocks"] == 14
+    assert reader.run_info().config["num_gpu_blocks"] == 14
     assert reader.request_ids() == ["r0", "r1", "r2", "too-long", *(f"r{i}" for i in range(3, 12))]
 
 

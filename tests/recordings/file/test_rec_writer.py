@@ -91,7 +91,7 @@ def test_refuses_to_overwrite_an_existing_file(tmp_path, small_run):
 
 
 def test_bad_arguments(tmp_path, small_run):
-    info = dict(small_run.run_info, config={"block_size": 16})
+    info = small_run.run_info.replace(config={"block_size": 16})
     with pytest.raises(ValueError, match="num_gpu_blocks"):
         RecordingWriter(tmp_path / "a.sqlite", info)
     with pytest.raises(ValueError, match="keyframe_interval"):
@@ -101,12 +101,12 @@ def test_bad_arguments(tmp_path, small_run):
 
 
 def test_run_info_keeps_what_json_cannot_hold_as_text(tmp_path, small_run):
-    info = dict(small_run.run_info, weights=Path("/models/x.safetensors"), dims=(1, 2))
+    info = {**small_run.run_info.to_json(), "weights": Path("/models/x.safetensors"), "dims": (1, 2)}
     path = tmp_path / "run.sqlite"
     with RecordingWriter(path, info):
         pass
     got = open_reader(path).run_info()
-    assert got["weights"] == "/models/x.safetensors" and got["dims"] == [1, 2]
+    assert got.extra["weights"] == "/models/x.safetensors" and got.extra["dims"] == [1, 2]
     row = open_reader(path).execute("SELECT model, device, dtype, seed, clock FROM runs")
     assert row == [("fake", "cpu", "none", SMALL_SEED, "virtual")]
 

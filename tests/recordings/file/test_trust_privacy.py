@@ -57,7 +57,7 @@ def test_no_text_stores_ids_and_lengths_but_no_text(tmp_path):
     assert SECRET.encode() in with_text.read_bytes()          # the control: text is stored by default
     assert SECRET.encode() not in without.read_bytes()
     with open_reader(with_text) as a, open_reader(without) as b:
-        assert b.run_info()["text_stored"] is False and "text_stored" not in a.run_info()
+        assert b.run_info().text_stored is False and "text_stored" not in a.run_info().to_json()
         assert b.execute("SELECT count(*) FROM requests WHERE prompt_text IS NOT NULL") == [(0,)]
         assert b.execute("SELECT count(*) FROM steps WHERE token_text_json IS NOT NULL") == [(0,)]
         assert a.execute("SELECT count(*) FROM steps WHERE token_text_json IS NOT NULL")[0][0] > 0

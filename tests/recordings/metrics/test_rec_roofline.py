@@ -2,6 +2,7 @@
 step's recorded tokens and context lengths) over its measured time, the run's totals in
 ``batchscope summary``, and the reason given when the provenance lacks peaks or a shape."""
 from __future__ import annotations
+from engine.run_info import RunInfo
 from tests.support.paths import FIXTURES
 
 
@@ -100,7 +101,7 @@ def test_simulated_runs_are_labelled_as_the_simulators_assumption():
     info = {"simulated": True, "sim": {"model": get_model_shape("llama-3.2-1b").to_dict(),
                                        "device": DevicePeaks("h200", 989.4e12, 4.8e12, 141 * 10**9).to_dict(),
                                        "cost": CostParams().to_dict()}}
-    r = roofline_of(info)
+    r = roofline_of(RunInfo.from_json(info))
     assert r.simulated and r.cost.shape.name == "llama-3.2-1b" and r.cost.params == CostParams.floor()
     assert "simulated" in r.note and "not a measurement" in r.note
 
@@ -108,9 +109,9 @@ def test_simulated_runs_are_labelled_as_the_simulators_assumption():
 def test_bench_recordings_made_before_the_shape_was_stored_use_a_known_models_shape():
     peaks = PEAKS.to_dict()
     old = {"bench": {"peaks": peaks}, "model": {"name": "random llama-3.2-1b"}, "dtype": "bfloat16"}
-    r = roofline_of(old)
+    r = roofline_of(RunInfo.from_json(old))
     assert r.cost.shape == get_model_shape("llama-3.2-1b").with_dtype("bfloat16") and r.cost.device == PEAKS
-    tiny = roofline_of({**old, "model": {"name": "random tiny"}})
+    tiny = roofline_of(RunInfo.from_json({**old, "model": {"name": "random tiny"}}))
     assert tiny.cost is None and "'tiny'" in tiny.note
 
 
@@ -121,7 +122,7 @@ def test_bench_recordings_made_before_the_shape_was_stored_use_a_known_models_sh
     ({"model": "fake"}, "names no device peaks"),
 ])
 def test_unusable_provenance_gives_a_reason_not_a_number(info, reason):
-    r = roofline_of(info)
+    r = roofline_of(RunInfo.from_json(info))
     assert r.cost is None and reason in r.note
     with pytest.raises(ValueError, match="no roofline"):
         r.floors_s(np.ones(1, int), np.zeros(1, int), np.array([0, 1]), np.ones(1, int))

@@ -164,7 +164,7 @@ def test_run_summary_prints_the_ideal_hit_rate(handmade, tmp_path, capsys):
     out = capsys.readouterr().out
     assert ("ideal prefix-cache hit rate (infinite cache, arrival order): 50.0% of the trace's "
             "512-token hash blocks; 62.1% of this workload's prompt tokens in 16-token blocks") in out
-    sharing = open_reader(rec).run_info()["trace"]["prefix_sharing"]
+    sharing = open_reader(rec).run_info().trace["prefix_sharing"]
     assert sharing["trace_ideal_hit_rate"] == HANDMADE_IDEAL and sharing["hash_block_tokens"] == 48
     # 62.1%: lengths 122, 103, 56, 9, 122; hits 96 + 48 + 112 (r0 cached 112 tokens) of 412
     assert sharing["workload_ideal_hit_rate"] == (96 + 48 + 112) / (122 + 103 + 56 + 9 + 122)

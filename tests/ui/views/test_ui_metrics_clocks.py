@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from engine.run_info import RunInfo
 from ui.views.metrics_plots import MetricsPlots
 
 
@@ -29,12 +30,12 @@ def test_recorder_wait_and_step_time_do_not_share_an_axis(qtbot, source):
 def test_a_simulated_run_labels_step_time_simulated_and_the_recorder_wait_wall(qtbot, source):
     w = MetricsPlots()
     qtbot.addWidget(w)
-    w.set_run_info({"simulated": True})
+    w.set_run_info(RunInfo(simulated=True))
     w.set_records(source.records(0, 31), 30, 39)
     assert "simulated" in w.plots["time"].titleLabel.text
     assert "sim" in w.plots["time"].getAxis("left").labelText
     assert "simulated" not in w.plots["recorder"].titleLabel.text
     assert "wall" in w.plots["recorder"].titleLabel.text and "wall" in w.plots["recorder"].getAxis("left").labelText
-    w.set_run_info({})                                                    # another run: wall again
+    w.set_run_info(RunInfo())                                                    # another run: wall again
     assert "simulated" not in w.plots["time"].titleLabel.text
     assert "wall" in w.plots["time"].getAxis("left").labelText

@@ -2,6 +2,7 @@
 three ticks (0, half, top) so they do not overlap on short plots."""
 from __future__ import annotations
 
+from engine.run_info import RunInfo
 from ui.views.metrics_plots import MetricsPlots
 
 
@@ -9,7 +10,7 @@ def shown_panel(qtbot, source, width: int, height: int) -> MetricsPlots:
     """The panel with a simulated run's (the longest) titles and 30 steps, shown at that size."""
     w = MetricsPlots()
     qtbot.addWidget(w)
-    w.set_run_info({"simulated": True})            # the longest titles
+    w.set_run_info(RunInfo(simulated=True))            # the longest titles
     w.set_records(source.records(0, 31), 30, 39)
     w.resize(width, height)
     w.show()
