@@ -36,7 +36,8 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QObject, QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QFont
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QScrollBar, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (QGraphicsItem, QHBoxLayout, QLabel, QScrollBar, QToolButton,
+                               QVBoxLayout, QWidget)
 
 from engine.outputs import BatchEntry, StepRecord
 from ui.style.colors import (BACKGROUND, IDLE, MUTED, color_index, css, dim, lighten,
@@ -124,6 +125,7 @@ class SlotTimeline(QWidget):
         self.shown_step = -1
         self.first_step, self.span = 0, window
         self.labels: list[pg.TextItem] = []
+        self._label_looks: list[tuple | None] = []     # (text, colour, x, y) of each label
         self.selected: str | None = None
         self.by_step: dict[int, StepSummary] = {}      # the drawn steps
         self._keys: dict[str, int] = {}                # request id -> small int key
@@ -259,14 +261,16 @@ class SlotTimeline(QWidget):
             self._shown_at = None
         self.scrolling, self.row_px, self.visible_rows = scrolling, rp, visible
         bar = self.scroll_bar
-        bar.blockSignals(True)
-        bar.setRange(0, max(0, n - visible) if scrolling else 0)
-        bar.setPageStep(visible)
+        top = max(0, n - visible) if scrolling else 0
+        if (bar.maximum(), bar.pageStep()) != (top, visible):     # (a frame: mostly the same)
+            bar.blockSignals(True)
+            bar.setRange(0, top)
+            bar.setPageStep(visible)
+            bar.blockSignals(False)
+            self._set_slot_ticks()
         self.first_row = bar.value() if scrolling else 0
-        bar.blockSignals(False)
         if bar.isVisible() != scrolling:
             bar.setVisible(scrolling)
-        self._set_slot_ticks()
         return changed
 
     def _scrolled(self, value: int) -> None:
@@ -404,17 +408,18 @@ class SlotTimeline(QWidget):
         """Paint the image from the grid: every column, or only ``columns`` of it."""
         if self._lay_out_rows() or self.image is None:
             columns = None
-        labelled = any(t.isVisible() for t in self.labels)
         if columns is None:
             self.image = self._pixels(slice(None))
             self.item.set_packed(self.image)
         elif columns:
             self.image[:, columns] = self._pixels(columns)      # in place
-        self._show()
+        labelled = any(t.isVisible() for t in self.labels)
+        moved = self._show()
         if columns:
             # repaint only those columns, unless request ids are written on the cells (a few
-            # dozen slots at most): labels that move leave their old place to the image below
-            if labelled or any(t.isVisible() for t in self.labels):
+            # dozen rows): a text item fits its transform to the view while it paints, and
+            # leaves pixels of its old place that only a repaint of the image below clears
+            if moved or labelled:
                 self.item.update()
             else:
                 self.item.columns_changed(min(columns), max(columns))
@@ -438,10 +443,11 @@ class SlotTimeline(QWidget):
         img[:, 1:rp - 1:2, :] = solid[:, None, :]
         return img.reshape(s * rp, w)
 
-    def _show(self) -> None:
-        """Put the image's place, the axes' ranges, the marker and the labels on screen. The
-        view is in window columns (x = step - ``first_step``): it moves only when the window's
-        size changes (while the run is short); a page relabels the step axis."""
+    def _show(self) -> bool:
+        """Put the image's place, the axes' ranges, the marker and the labels on screen; True
+        when a label moved, changed or came or went. The view is in window columns (x = step -
+        ``first_step``): it moves only when the window's size changes (while the run is short);
+        a page relabels the step axis."""
         s, w, x0 = len(self.shown_slots), self.span, self.first_step
         top, rows = self.first_row, self.visible_rows
         if self._shown_at != (w, s, top, rows):
@@ -456,7 +462,7 @@ class SlotTimeline(QWidget):
         self.marker.setValue(self.shown_step - x0)
         self.marker.setVisible(self.shown_step >= 0)
         self._paint_strip()
-        self._place_labels(self._grid[2][self.shown_slots[top:top + rows]], top)
+        return self._place_labels(self._grid[2][self.shown_slots[top:top + rows]], top)
 
     def _paint_strip(self) -> None:
         """The occupancy strip: per step column, the share of all slots that decoded (solid,
@@ -474,10 +480,11 @@ class SlotTimeline(QWidget):
         self.strip_image = img.astype(np.uint32)
         self.strip_item.set_packed(self.strip_image)
 
-    def _place_labels(self, key: np.ndarray, top: int = 0) -> None:
+    def _place_labels(self, key: np.ndarray, top: int = 0) -> bool:
         """Write the request id at the start of every run of cells wide enough to hold it, in
         the rows on screen (``key``: theirs, the first being row ``top``), when rows are tall
-        enough to read (:data:`LABEL_ROW_PX`: a few dozen rows)."""
+        enough to read (:data:`LABEL_ROW_PX`: a few dozen rows). Only labels that changed are
+        touched (a text item's every change repaints it); True when any did."""
         vb = self.plot.getPlotItem().getViewBox()
         px_per_step = max(vb.width(), 1.0) / max(self.span, 1)
         min_run = max(1, int(np.ceil(LABEL_PX / px_per_step)))
@@ -495,15 +502,27 @@ class SlotTimeline(QWidget):
             font.setPointSize(8)
             font.setBold(True)
             t.setFont(font)
+            # the text as a pixmap: the image's repaint under it does not lay the text out again
+            t.textItem.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
             self.plot.getPlotItem().addItem(t)
             self.labels.append(t)
-        for t, (slot, col, rid) in zip(self.labels, runs):
-            t.setText(rid)
-            t.setColor("#101114" if self.selected in (None, rid) else "#a0a4ab")
-            t.setPos(col - 0.5 + 2 / px_per_step, slot - 0.5 / self.row_px)
-            t.setVisible(True)
+            self._label_looks.append(None)
+        changed = False
+        for i, (t, (slot, col, rid)) in enumerate(zip(self.labels, runs)):
+            look = (rid, "#101114" if self.selected in (None, rid) else "#a0a4ab",
+                    col - 0.5 + 2 / px_per_step, slot - 0.5 / self.row_px)
+            if self._label_looks[i] != look or not t.isVisible():
+                changed = True
+                self._label_looks[i] = look
+                t.setText(look[0])
+                t.setColor(look[1])
+                t.setPos(look[2], look[3])
+                t.setVisible(True)
         for t in self.labels[len(runs):]:
-            t.setVisible(False)
+            if t.isVisible():
+                changed = True
+                t.setVisible(False)
+        return changed
 
     # --- lookups (hover, click, tests) -----------------------------------------------------
     def pixel_of(self, slot: int, step: int) -> tuple[int, int]:
