@@ -23,7 +23,8 @@ one pixel.
 
 When even the shown slots leave a row fewer than :data:`MIN_ROW_PX` screen pixels (256 slots all
 busy in a 350-pixel view), the rows SCROLL, as a trace viewer's tracks do (Perfetto): each row is
-:data:`SCROLL_ROW_PX` screen pixels, tall enough for the prefill stripes and the request ids, a
+:data:`SCROLL_ROW_PX` screen pixels, tall enough for the prefill stripes (request ids are
+written on rows of :data:`LABEL_ROW_PX`, a few dozen slots; hover names them everywhere), a
 scroll bar beside the rows says which of them are on screen, the mouse wheel over the rows moves
 them, and the occupancy strip above stays the overview of all slots. The "fit" button squeezes
 every row into the view instead (a glance at the whole pool, rows of a pixel or two).
@@ -56,7 +57,9 @@ AXIS_PX = 46               # width of the slot axis (and the strip's, so their c
 AUTO_COMPACT_SLOTS = 32    # compact=None: compact from this many slots when most are idle
 STRIP_PX = 24              # image rows of the occupancy strip
 MIN_ROW_PX = 5             # screen pixels a fitted row needs; thinner rows scroll instead ...
-SCROLL_ROW_PX = 14         # ... at this many screen (and image) pixels a row: ids and stripes
+SCROLL_ROW_PX = 8          # ... at this many screen (and image) pixels a row: prefill stripes
+                           # (ids on 14-pixel rows cost 3-7 ms a frame at 256 busy slots: every
+                           # frame repainted the whole view under the moving text items)
 LABEL_ROW_PX = 14          # a row this tall on screen gets request ids written on its cells
 WHEEL_ROWS = 3             # rows a wheel notch scrolls
 STRIP_DECODE = (122, 162, 204)     # the occupancy strip's decode share ...
