@@ -151,6 +151,13 @@ def add_check_parser(sub) -> None:
     chk.add_argument("recording", help="a recording (.sqlite)")
     chk.add_argument("--max-problems", type=int, default=100,
                      help="stop after this many problems (default: %(default)s)")
+    chk.add_argument("--quick", action="store_true",
+                     help="sample: the invariants only on every 32nd keyframe interval (128 steps by "
+                          "default) and the last, each replayed from its keyframe (a violation that "
+                          "begins and ends in a skipped interval is not found); SQLite's quick_check "
+                          "instead of integrity_check (pages, not index contents); schema, rows, "
+                          "metrics and cut short on the whole file. It prints which steps it checked. "
+                          "Default: complete, every step")
 
 
 def add_summary_parser(sub) -> None:
@@ -263,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_recover(args)
     if command == "check":
         from app.commands.check import run_check
-        return run_check(args.recording, max_problems=args.max_problems)
+        return run_check(args.recording, max_problems=args.max_problems, quick=args.quick)
     if command == "replay" and args.check_invariants:
         from app.commands.check import warn_before_replay
         warn_before_replay(args.recording)          # the window opens on a bad file too

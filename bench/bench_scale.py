@@ -33,7 +33,7 @@ Before each timed part it waits until the 1-minute load average is <= ``--max-lo
 
 ``--azure TRACE`` prints the second table: ``batchscope run --executor sim`` (llama-3.1-8b on h100,
 time-scale 0.1, 256 seqs, 16,384 blocks, 8,192 tokens/step, max_model_len 16,384) under
-``/usr/bin/time -v``: wall time, steps, file size, kB/step, cold seeks, peak RSS (and RSS over
+``/usr/bin/time -v`` (``--enable-prefix-caching``: with prefix caching on): wall time, steps, file size, kB/step, cold seeks, peak RSS (and RSS over
 time), then UI frames while playing the recording back offscreen (2,000 consecutive steps from the
 longest waiting queue, then 50 random jumps).
 """
@@ -431,6 +431,8 @@ def azure_table(args) -> int:
            "llama-3.1-8b", "--sim-device", "h100", "--trace", args.azure, "--time-scale", "0.1",
            "--max-num-seqs", "256", "--num-gpu-blocks", "16384", "--max-num-batched-tokens", "8192",
            "--max-model-len", "16384", "--record", str(out)]
+    if args.enable_prefix_caching:
+        cmd.append("--enable-prefix-caching")
     load = section("Azure replay: " + " ".join(["/usr/bin/time", "-v", *cmd]), args.max_load)
     err_path = out.with_suffix(".stderr.txt")
     t0 = time.perf_counter()
@@ -495,7 +497,8 @@ def azure_table(args) -> int:
          f"{pct(play.jump_cpu, 95):.1f} ms CPU)", "<= 16 ms p95"),
     ]
     print(f"\n## issue 5, table 2: {Path(args.azure).name} replayed with --executor sim (llama-3.1-8b, h100), "
-          f"time-scale 0.1, max_num_seqs 256, 16,384 blocks, 8,192 tokens/step; {os.cpu_count()} CPUs, "
+          f"time-scale 0.1, max_num_seqs 256, 16,384 blocks, 8,192 tokens/step"
+          f"{', prefix caching on' if args.enable_prefix_caching else ''}; {os.cpu_count()} CPUs, "
           f"load {min(loads):.2f}-{max(loads):.2f}")
     print(md_table(("what", "now", "target"), rows))
     return 0
@@ -523,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="wait (up to 10 min) until the 1-min load average is at most this before each "
                          "timed part (default 2.5; 0 = do not wait)")
     ap.add_argument("--enable-prefix-caching", action="store_true",
-                    help="with --engine-only: the engine with prefix caching on")
+                    help="with --engine-only or --azure: the engine with prefix caching on")
     ap.add_argument("--shared-prefix-len", type=int, default=0,
                     help="with --engine-only: prompts start with one of 8 shared prefixes of this many tokens")
     ap.add_argument("--azure", metavar="TRACE", default=None,

@@ -23,7 +23,9 @@ class RequestInfo:
     """A request's row: arrival (``arrival_time`` on the engine clock), prompt, sampling dict,
     and outcome (``None`` until the request finished: status, finish_reason, finish_step,
     num_output_tokens, ttft and mean_itl on the engine clock, num_preemptions, error).
-    ``prompt_token_ids``/``sampling`` are ``None`` when the engine never announced the request."""
+    ``prompt_token_ids``/``sampling`` are ``None`` when the engine never announced the request;
+    ``sampling`` leaves out the keys at ``engine.request.SamplingParams``' defaults in files of
+    schema 5 and later (``recordings.file.codec.stored_sampling``)."""
 
     request_id: str
     arrival_step: int

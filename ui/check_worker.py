@@ -144,6 +144,7 @@ def main(argv: list[str]) -> int:
                 if step % every == 0:
                     _emit(progress=[step + 1, num_steps])
             problems = check_file(reader, max_problems=max_problems, on_step=on_step)
+            _emit(progress=[num_steps, num_steps])      # every step checked: 100%
     except Exception as e:  # noqa: BLE001 - any failure is the check's result, shown
         _emit(error=f"{type(e).__name__}: {e}")
         _emit_damage(path)

@@ -28,10 +28,11 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+import numpy as np
 import sqlite_utils
 
 from recordings.metrics.stats import STEPS_PER_QUERY
-from recordings.check.invariants import FINISH_EVENT_KINDS, Problem, check_recording
+from recordings.check.invariants import FINISH_EVENT_KINDS, Problem, name_list, check_recording
 from recordings.file.schema import READABLE_OLD_VERSIONS, latest_version, migrate
 
 REL_TOLERANCE = 1e-9        # float outcomes (TTFT, mean ITL) agree within this relative error
@@ -39,24 +40,32 @@ _BATCH_ARRAYS = ("batch_seq_json", "batch_slot_json", "batch_num_computed_json",
 
 
 def check_file(reader, *, max_problems: int = 100,
-               on_step: Callable[[int], None] | None = None) -> list[Problem]:
+               on_step: Callable[[int], None] | None = None, quick_every: int | None = None) -> list[Problem]:
     """Every problem of the recording open in ``reader`` (a ``recordings.file.reader.Reader``), in the order
     of the module doc; ``[]`` when it is clean. At most ``max_problems`` invariant problems (see
     :func:`recordings.check.invariants.check_recording`, which also calls ``on_step``) and as many of
-    each other kind. Raises :class:`recordings.errors.RecordingError` if the file cannot be read."""
+    each other kind. ``quick_every`` N: ``check --quick``: SQLite's ``quick_check`` for the
+    integrity check (every page, not the indexes' agreement with their tables) and the invariants
+    on every N-th keyframe interval only (:mod:`recordings.check.sampled`); the other checks
+    whole. Raises :class:`recordings.errors.RecordingError` if the file cannot be read."""
     version = int(reader.execute("PRAGMA user_version")[0][0])
-    problems = integrity_problems(reader, max_problems)
+    problems = integrity_problems(reader, max_problems, quick=quick_every is not None)
     if version >= 2:
         problems += schema_problems(reader, version) + row_problems(reader, max_problems)
-    problems += check_recording(reader, max_problems=max_problems, on_step=on_step)
+    if quick_every is None:
+        problems += check_recording(reader, max_problems=max_problems, on_step=on_step, fast=not problems)
+    else:
+        from recordings.check.sampled import sampled_check
+        problems += sampled_check(reader, every=quick_every, max_problems=max_problems, on_step=on_step)[0]
     if version >= 2:
         problems += metric_problems(reader, max_problems)
     return problems + incomplete_problems(reader)
 
 
-def integrity_problems(reader, max_problems: int = 100) -> list[Problem]:
-    """SQLite's own check of the file: one ``integrity`` problem per message it gives."""
-    rows = reader.execute(f"PRAGMA integrity_check({int(max_problems)})")
+def integrity_problems(reader, max_problems: int = 100, quick: bool = False) -> list[Problem]:
+    """SQLite's own check of the file (``integrity_check``; ``quick``: ``quick_check``, which skips
+    comparing the indexes with their tables): one ``integrity`` problem per message it gives."""
+    rows = reader.execute(f"PRAGMA {'quick_check' if quick else 'integrity_check'}({int(max_problems)})")
     return [Problem(-1, "integrity", str(m)) for (m,) in rows if m != "ok"]
 
 
@@ -170,23 +179,38 @@ def metric_problems(reader, max_problems: int = 100) -> list[Problem]:
 
 def _token_spans(reader, out: list[Problem], max_problems: int) -> dict[int, tuple[int, float, float]]:
     """Per request ``seq``: (tokens, first token's time, last token's time) of a schema-4 file, in
-    one streamed pass over the batch blobs; a ``rows`` problem into ``out`` for each step whose
-    blob does not hold ``num_scheduled_requests`` entries."""
-    count: dict[int, int] = {}
-    first: dict[int, float] = {}
-    last: dict[int, float] = {}
+    one streamed pass over the batch blobs (numpy per range of steps, O(requests) arrays); a
+    ``rows`` problem into ``out`` for each step whose blob does not hold
+    ``num_scheduled_requests`` entries."""
+    count, first, last = np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
     (top,), = reader.execute("SELECT max(step) FROM steps")
     for lo in range(0, (top if top is not None else -1) + 1, STEPS_PER_QUERY):
+        seqs, times = [], []
         for (step, n, t), batch in reader.batches(lo, lo + STEPS_PER_QUERY,
                                                   ("step", "num_scheduled_requests", "token_time")):
             if len(batch.seq) != n and len(out) < max_problems:
                 out.append(Problem(step, "rows", f"the batch blob holds {len(batch.seq)} entries, "
                                                  f"not num_scheduled_requests {n}"))
-            for seq in batch.seq[batch.token_id >= 0].tolist():
-                count[seq] = count.get(seq, 0) + 1
-                first[seq] = min(first.get(seq, t), t)
-                last[seq] = max(last.get(seq, t), t)
-    return {seq: (n, first[seq], last[seq]) for seq, n in count.items()}
+            sampled = batch.seq[batch.token_id >= 0]
+            seqs.append(sampled)
+            times.append(np.full(len(sampled), np.nan if t is None else t, np.float64))
+        seq, time = np.concatenate(seqs or [np.zeros(0, np.int64)]), np.concatenate(times or [np.zeros(0)])
+        odd = (seq < 0) | (seq >= 1 << 32)
+        if odd.any():
+            if len(out) < max_problems:
+                out.append(Problem(lo, "rows", f"the batches of steps {lo}..{lo + STEPS_PER_QUERY - 1} name "
+                                               f"request numbers outside 0..2^32: {name_list(seq[odd].tolist())}"))
+            seq, time = seq[~odd], time[~odd]
+        if len(seq) and seq.max() >= len(count):
+            size = int(seq.max()) + 1
+            count = np.concatenate([count, np.zeros(size - len(count), np.int64)])
+            first = np.concatenate([first, np.full(size - len(first), np.inf)])
+            last = np.concatenate([last, np.full(size - len(last), -np.inf)])
+        count += np.bincount(seq, minlength=len(count))
+        np.minimum.at(first, seq, time)
+        np.maximum.at(last, seq, time)
+    return {seq: (n, f, g) for seq, n, f, g in zip(np.flatnonzero(count).tolist(), count[count > 0].tolist(),
+                                                     first[count > 0].tolist(), last[count > 0].tolist())}
 
 
 def _same(a, b) -> bool:

@@ -62,7 +62,7 @@ class Problem:
         return f"step {self.step}: {self.invariant}: {self.message}"
 
 
-def _names(items) -> str:
+def name_list(items) -> str:
     items = list(items)
     shown = ", ".join(str(x) for x in items[:MAX_NAMED])
     return shown + (f" and {len(items) - MAX_NAMED} more" if len(items) > MAX_NAMED else "")
@@ -120,7 +120,7 @@ class StateChecker:
         """G6 on a run's last state, once every request finished: nothing live, every block free."""
         out = []
         if len(st):
-            out.append(Problem(rec.step, "G6", f"unfinished requests at the end: {_names(st.request_ids)}"))
+            out.append(Problem(rec.step, "G6", f"unfinished requests at the end: {name_list(st.request_ids)}"))
         if np.count_nonzero(st.cpu_owner >= 0):
             out.append(Problem(rec.step, "G6", f"{np.count_nonzero(st.cpu_owner >= 0)} CPU swap blocks "
                                                "still held at the end"))
@@ -141,20 +141,20 @@ class StateChecker:
             if ev.kind in _POOL_KINDS:
                 held = [b for b in ev.block_ids if holders.get(b)]
                 if held:
-                    bad("G1", f"blocks taken out of use while held: {_names(held)}")
+                    bad("G1", f"blocks taken out of use while held: {name_list(held)}")
                 continue
             if ev.kind == BlockEventKind.ALLOCATED:
-                taken = [f"block {b} to {rid} while {_names(holders[b])} holds it" for b in ev.block_ids
+                taken = [f"block {b} to {rid} while {name_list(holders[b])} holds it" for b in ev.block_ids
                          if holders.get(b)]
                 if taken:
-                    bad("G1", f"allocated {_names(taken)}")
+                    bad("G1", f"allocated {name_list(taken)}")
             if ev.kind in (BlockEventKind.ALLOCATED, BlockEventKind.HIT, BlockEventKind.FORKED):
                 for b in ev.block_ids:
                     holders.setdefault(b, []).append(rid)
             elif ev.kind == BlockEventKind.FREED:
                 strays = [b for b in ev.block_ids if rid not in holders.get(b, ())]
                 if strays:
-                    bad("G1", f"{rid} freed blocks it does not hold: {_names(strays)}")
+                    bad("G1", f"{rid} freed blocks it does not hold: {name_list(strays)}")
                 for b in ev.block_ids:
                     if rid in holders.get(b, ()):
                         holders[b].remove(rid)
@@ -169,24 +169,24 @@ class StateChecker:
         held = np.flatnonzero(owner >= 0)
         rows, ok = _rows_of(seq, owner[held])
         if not ok.all():
-            bad("G1", f"blocks {_names(held[~ok].tolist())} are held by requests that are not live")
+            bad("G1", f"blocks {name_list(held[~ok].tolist())} are held by requests that are not live")
         in_range = (sh_block >= 0) & (sh_block < total)
         if not in_range.all():
-            bad("G1", f"shared holdings name blocks {_names(sh_block[~in_range].tolist())} outside "
+            bad("G1", f"shared holdings name blocks {name_list(sh_block[~in_range].tolist())} outside "
                       f"0..{total - 1}")
         sh_seq, sh_block = sh_seq[in_range], sh_block[in_range]
         sh_rows, sh_ok = _rows_of(seq, sh_seq)
         if not sh_ok.all():
-            bad("G1", f"blocks {_names(sh_block[~sh_ok].tolist())} are shared with requests that are not live")
+            bad("G1", f"blocks {name_list(sh_block[~sh_ok].tolist())} are shared with requests that are not live")
         hashed = 0
         if len(sh_block):
             orphan = sh_block[owner[sh_block] < 0]
             if len(orphan):
-                bad("G2", f"blocks {_names(orphan.tolist())} are shared but have no owner")
+                bad("G2", f"blocks {name_list(orphan.tolist())} are shared but have no owner")
             unhashed = st.block_hash[sh_block] == 0
             strays = [b for b in sh_block[unhashed].tolist() if not _group_shared(st, b)]
             if strays:
-                bad("G2", f"blocks {_names(strays)} are shared but cache no prefix nor a group's prompt")
+                bad("G2", f"blocks {name_list(strays)} are shared but cache no prefix nor a group's prompt")
             hashed = int(np.count_nonzero(~unhashed))
         cached_free = int(np.count_nonzero(st.cached_free_mask()))
         if not self.enable_prefix_caching and (hashed or cached_free):
@@ -198,12 +198,12 @@ class StateChecker:
         counts = np.bincount(rows, minlength=len(ids)) if len(ids) else np.zeros(0, np.int64)
         wrong = np.flatnonzero(counts != st.columns["num_blocks"])
         if len(wrong):
-            bad("G1", "block tables differ from the block counts: " + _names(
+            bad("G1", "block tables differ from the block counts: " + name_list(
                 f"{ids[r]} holds {counts[r]}, counts {st.columns['num_blocks'][r]}" for r in wrong.tolist()))
         # Each table's positions are exactly 0..n-1: every holding lands in its own cell of the
         # tables laid end to end (O(holdings), no sort); a block named twice repeats a position.
         pos = st.block_pos[blocks]
-        inside = pos < counts[rows]
+        inside = (pos >= 0) & (pos < counts[rows])
         cell = (np.cumsum(counts) - counts)[rows] + pos
         if not inside.all() or np.any(np.bincount(cell[inside], minlength=len(rows)) != 1):
             self._explain_tables(ids, rows, blocks, pos, bad)
@@ -222,11 +222,11 @@ class StateChecker:
         r, b, p = rows[order], blocks[order], pos[order]
         twice = np.unique(r[1:][(r[1:] == r[:-1]) & (b[1:] == b[:-1])])
         if len(twice):
-            bad("G2", f"block tables name a block twice: {_names(ids[i] for i in twice.tolist())}")
+            bad("G2", f"block tables name a block twice: {name_list(ids[i] for i in twice.tolist())}")
         expected = np.arange(len(r)) - np.searchsorted(r, r)
         gaps = np.setdiff1d(np.unique(r[p != expected]), twice)
         if len(gaps):
-            bad("G1", f"block tables with gaps or repeated positions: {_names(ids[i] for i in gaps.tolist())}")
+            bad("G1", f"block tables with gaps or repeated positions: {name_list(ids[i] for i in gaps.tolist())}")
 
     # --- G1 on the CPU swap pool ---------------------------------------------------------------
     def _check_cpu_pool(self, st: EngineState, bad) -> None:
@@ -237,8 +237,8 @@ class StateChecker:
         ids = dict(zip(seq.tolist(), st.request_ids))
         swapped -= {q for q in swapped - holders if parent_id_of(ids[q]) != ids[q]}
         if holders - swapped or swapped - holders:
-            bad("G1", f"CPU swap blocks held by {_names(sorted(holders - swapped))} (not swapped out); "
-                      f"swapped out without CPU blocks: {_names(sorted(swapped - holders))}")
+            bad("G1", f"CPU swap blocks held by {name_list(sorted(holders - swapped))} (not swapped out); "
+                      f"swapped out without CPU blocks: {name_list(sorted(swapped - holders))}")
 
     # --- G3: queues -----------------------------------------------------------------------------
     def _check_queues(self, st: EngineState, rec: StepRecord, bad) -> None:
@@ -249,7 +249,7 @@ class StateChecker:
         status = st.columns["status"]
         outside = np.flatnonzero(~np.isin(status, _LIVE_CODES))
         if len(outside):
-            bad("G3", "live requests in no queue: " + _names(
+            bad("G3", "live requests in no queue: " + name_list(
                 f"{ids[i]} ({_status_name(int(status[i]))})" for i in outside.tolist()))
         counts = (len(st.queue_rows("waiting")), len(st.queue_rows("running")), len(st.queue_rows("paused")))
         if counts != (rec.num_waiting, rec.num_running, rec.num_paused):
@@ -262,16 +262,16 @@ class StateChecker:
             bad("record", f"{len(recent)} recently finished requests kept, at most {NUM_RECENTLY_FINISHED}")
         odd = [v.request_id for v in recent if not v.is_finished or v.slot is not None]
         if odd:
-            bad("G3", f"finished requests still with a slot or unfinished status: {_names(odd)}")
+            bad("G3", f"finished requests still with a slot or unfinished status: {name_list(odd)}")
         unknown = {v.request_id for v in recent} - self._finished
         if unknown:
-            bad("G3", f"finished without a finishing transition or event: {_names(sorted(unknown))}")
+            bad("G3", f"finished without a finishing transition or event: {name_list(sorted(unknown))}")
         back = self._finished & live
         if back:
-            bad("G3", f"finished requests are live again: {_names(sorted(back))}")
+            bad("G3", f"finished requests are live again: {name_list(sorted(back))}")
         gone = self._live - live - self._finished
         if gone:
-            bad("G3", f"left the live requests without finishing: {_names(sorted(gone))}")
+            bad("G3", f"left the live requests without finishing: {name_list(sorted(gone))}")
         self._live = live
 
     # --- G4: limits -----------------------------------------------------------------------------
@@ -282,7 +282,7 @@ class StateChecker:
             bad("G4", f"{len(slots)} running > max_num_seqs {cap}")
         if len(np.unique(slots)) != len(slots) or np.any((slots < 0) | (slots >= cap)):
             bad("G4", f"running requests' slots are not distinct slots in 0..{cap - 1}: "
-                      f"{_names(sorted(slots.tolist()))}")
+                      f"{name_list(sorted(slots.tolist()))}")
         if len(rec.scheduled) > cap:
             bad("G4", f"{len(rec.scheduled)} requests scheduled > max_num_seqs {cap}")
         if rec.total_num_scheduled_tokens > self.max_num_batched_tokens:
@@ -314,7 +314,7 @@ def _status_name(code: int) -> str:
 
 # --- recordings ---------------------------------------------------------------------------------
 def check_recording(reader, *, max_problems: int = 100,
-                    on_step: Callable[[int], None] | None = None) -> list[Problem]:
+                    on_step: Callable[[int], None] | None = None, fast: bool | None = None) -> list[Problem]:
     """Replay every step of the recording open in ``reader`` (a ``recordings.file.reader.Reader``) and check
     G1-G4 on each state and G6 on the last one if every recorded request finished.
 
@@ -322,17 +322,66 @@ def check_recording(reader, *, max_problems: int = 100,
     replay does, with the limits of the run's stored config. Stops after ``max_problems``
     problems (the last one then says so). A record the state cannot take (it names a request
     that is not live, an unknown block) ends the check with a ``record`` problem at its step.
-    ``on_step(step)`` (a progress bar, say) is called after each step is checked.
+    ``on_step(step)`` (a progress bar, say) is called after each step is checked, once per step.
+    A schema-4 file is checked on the fast path of ``recordings.check.stream_check`` (every
+    invariant on every step, incrementally), which hands the steps from its last checkpoint
+    before the first step it cannot call clean to the reference path below (``StateTimeline``
+    replay + :class:`StateChecker` on every state): the problems are the reference's either way.
+    ``fast=False`` runs the reference path alone; ``fast=None`` (default) the fast path when SQLite's
+    ``quick_check`` finds the file's pages intact (a damaged page read by one path and not the
+    other would make them differ), ``fast=True`` without asking (the caller checked the file).
     Raises :class:`recordings.errors.RecordingError` if the file cannot be read.
     """
     config = reader.run_info().config
     missing = [k for k in ("num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens") if config.get(k) is None]
     if missing:
         return [Problem(-1, "record", f"the run's config lacks {', '.join(missing)}: nothing to check against")]
-    checker = StateChecker(config)
+    seen = [-1]
+
+    def once(step: int) -> None:          # a re-check from a checkpoint reports no step twice
+        if step > seen[0]:
+            seen[0] = step
+            on_step(step)
+    progress = None if on_step is None else once
+    if fast is None:
+        fast = _intact(reader)
+    if not fast or getattr(reader, "_version", 0) < 4 or type(reader).records is not _reader_type().records:
+        return _reference_check(reader, StateChecker(config), replayed_states(reader), max_problems, progress)
+    from recordings.check import stream_check
+
+    step, snap, clean = stream_check.replay_fast(reader, config, progress)
+    if snap is None:
+        return _reference_check(reader, StateChecker(config), replayed_states(reader), max_problems, progress)
+    layout = (int(config["num_gpu_blocks"]), reader.state_at(-1).block_size, snap["knobs"][0])
+    state = stream_check.engine_state(snap, step, layout, lambda seqs: _ids_of(reader, seqs))
+    if clean:
+        if all_finished(reader):
+            return StateChecker(config).check_drained(state, reader.records(step, step + 1)[0])
+        return []
+    checker = seeded_checker(reader, config, state, snap["knobs"], snap["extra_by_block"])
+    return _reference_check(reader, checker, replayed_states(reader, state), max_problems, progress)
+
+
+def _intact(reader) -> bool:
+    """Whether SQLite's ``quick_check`` finds every page of the file sound."""
+    from recordings.errors import RecordingError
+    try:
+        return reader.execute("PRAGMA quick_check(1)") == [("ok",)]
+    except RecordingError:
+        return False
+
+
+def _reader_type():
+    from recordings.file.reader import Reader
+    return Reader
+
+
+def _reference_check(reader, checker: StateChecker, states, max_problems: int,
+                     on_step: Callable[[int], None] | None) -> list[Problem]:
+    """Check each (state, record) of ``states`` with ``checker``; G6 on the last one."""
     problems: list[Problem] = []
     last: tuple[EngineState, StepRecord] | None = None
-    for item in replayed_states(reader):
+    for item in states:
         if isinstance(item, Problem):
             problems.append(item)
             return problems
@@ -344,27 +393,79 @@ def check_recording(reader, *, max_problems: int = 100,
             problems = problems[:max_problems]
             problems.append(Problem(item[1].step, "record", f"stopped after {max_problems} problems"))
             return problems
-    if last is not None and _all_finished(reader):
+    if last is not None and all_finished(reader):
         problems += checker.check_drained(*last)
     return problems
 
 
-def replayed_states(reader) -> Iterator[tuple[EngineState, StepRecord] | Problem]:
+def _ids_of(reader, seqs: np.ndarray) -> list[str]:
+    """The request ids of the arrival numbers ``seqs``. Raises ``KeyError`` for a missing one."""
+    if not len(seqs):
+        return []
+    names = dict(reader.execute("SELECT seq, request_id FROM requests WHERE seq BETWEEN ? AND ?",
+                                (int(seqs.min()), int(seqs.max()))))
+    return [names[s] for s in seqs.tolist()]
+
+
+def seeded_checker(reader, config, state: EngineState, knobs: tuple[int, int] | None = None,
+                   extra_by_block: dict[int, list[int]] | None = None) -> StateChecker:
+    """A :class:`StateChecker` as it is after checking the steps up to ``state.step`` of a clean
+    run whose state then is ``state`` (a state of the recording open in ``reader``): the requests
+    finished so far (from the file's transitions and events), the live ones, every block's holders
+    (owner first, then the further holders: in the order they came when ``extra_by_block`` gives
+    it, else by arrival) and the live knobs (``knobs``: (max_num_seqs, max_num_batched_tokens), else
+    the config's changed by the knob changes recorded up to then)."""
+    step = state.step
+    checker = StateChecker(config)
+    if knobs is None:
+        for (text,) in reader.execute("SELECT knobs_json FROM steps WHERE step <= ? AND knobs_json IS NOT NULL "
+                                      "ORDER BY step", (step,)):
+            for name, value in codec_knobs(text):
+                if name in ("max_num_seqs", "max_num_batched_tokens"):
+                    setattr(checker, name, int(value))
+    else:
+        checker.max_num_seqs, checker.max_num_batched_tokens = knobs
+    kinds = ", ".join(f"'{k}'" for k in FINISH_EVENT_KINDS)
+    checker._finished = {rid for (rid,) in reader.execute(
+        "SELECT request_id FROM requests WHERE seq IN (SELECT seq FROM transitions WHERE step <= ? AND "
+        f"substr(status, 1, 8) = 'FINISHED' UNION SELECT seq FROM events WHERE step <= ? AND kind IN ({kinds}))",
+        (step, step))}
+    checker._live = set(state.request_ids)
+    ids = dict(zip(state.columns["seq"].tolist(), state.request_ids))
+    if extra_by_block is None:
+        extra_by_block = {}
+        for q, b in zip(state.shared_seq.tolist(), state.shared_block.tolist()):
+            extra_by_block.setdefault(b, []).append(q)
+    owner = state.block_owner
+    checker._holders = {b: [ids[s]] + [ids[x] for x in extra_by_block.get(b, ())]
+                        for b, s in zip(np.flatnonzero(owner >= 0).tolist(), owner[owner >= 0].tolist())}
+    return checker
+
+
+def codec_knobs(text: str | None):
+    """A step's knob changes from its ``knobs_json``."""
+    from recordings.file.codec import knobs_from_json
+    return knobs_from_json(text)
+
+
+def replayed_states(reader, start: EngineState | None = None,
+                    stop: int | None = None) -> Iterator[tuple[EngineState, StepRecord] | Problem]:
     """(state after step k, record of step k) for every step in order, or a final ``Problem``
-    where the records cannot be replayed."""
+    where the records cannot be replayed; from ``start`` (a state of a step of this file) when
+    given, else from the first keyframe; up to the step before ``stop`` when given."""
     from engine.state.timeline import StateTimeline
     from recordings.errors import RecordingError
     from recordings.file.v1_reader import V1Reader
 
-    latest = reader.latest_step()
+    latest = reader.latest_step() if stop is None else min(reader.latest_step(), stop - 1)
     if isinstance(reader, V1Reader):        # v1 stored states, not replayable deltas
         for k in range(latest + 1):
             yield reader.state_at(k), reader.records(k, k + 1)[0]
         return
-    timeline = StateTimeline.from_state(reader.state_at(-1))
-    for lo in range(0, latest + 1, CHUNK_STEPS):
+    timeline = StateTimeline.from_state(reader.state_at(-1) if start is None else start)
+    for lo in range(timeline.step + 1, latest + 1, CHUNK_STEPS):
         try:
-            records = reader.records(lo, lo + CHUNK_STEPS)
+            records = reader.records(lo, min(lo + CHUNK_STEPS, latest + 1))
         except RecordingError:           # find the step whose rows do not decode
             records = []
             for k in range(lo, min(lo + CHUNK_STEPS, latest + 1)):
@@ -390,7 +491,7 @@ def replayed_states(reader) -> Iterator[tuple[EngineState, StepRecord] | Problem
             yield state, rec
 
 
-def _all_finished(reader) -> bool:
+def all_finished(reader) -> bool:
     """Whether the recording holds requests and every one of them finished (then G6 applies)."""
     (num, unfinished), = reader.execute(
         "SELECT count(*), coalesce(sum(coalesce(status, '') NOT LIKE 'FINISHED%'), 0) FROM requests")

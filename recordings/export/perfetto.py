@@ -17,23 +17,26 @@ Opens in https://ui.perfetto.dev and chrome://tracing. Three processes (``pid``)
 ``ts`` and ``dur`` are microseconds on the run's engine clock (:mod:`recordings.export.timebase`:
 wall or simulated seconds, or ``us_per_step`` per virtual step); ``otherData`` says which.
 Process and thread names and orders are ``M`` metadata events. The file is written as the
-steps stream by (:class:`recordings.export.trace_file.TraceFile`).
+steps stream by (:class:`recordings.export.trace_file.TraceFile`), read in chunks of columns
+(:mod:`recordings.export.step_chunks`): per chunk the batch entries are handled column-wise and
+only those that start or end a slot run or change a request's phase or slot become events, so
+a 100,000-step, 256-slot recording exports at several thousand steps a second of CPU
+(``bench/bench_export.py``).
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from engine.outputs import StepRecord
-from engine.state.state import EngineState
 from recordings.file.completeness import completeness
 from recordings.export.lifecycles import Lifecycles
-from recordings.export.replay import Progress, replay
+from recordings.export.replay import Progress
 from recordings.export.slot_runs import SlotRun, SlotRuns
+from recordings.export.step_chunks import StepChunk, chunks
 from recordings.export.timebase import US_PER_STEP, TimeBase, time_base
 from recordings.export.trace_file import TraceFile
 from engine.vocab import EventKind
@@ -60,10 +63,13 @@ class PerfettoExport:
 
 
 def export_perfetto(reader, path: str | Path, *, us_per_step: float = US_PER_STEP,
-                    progress: Progress | None = None) -> PerfettoExport:
+                    progress: Progress | None = None,
+                    source: Callable[..., Iterable[StepChunk]] | None = None) -> PerfettoExport:
     """Write the recording open in ``reader`` (a ``recordings.file.reader.Reader``) to ``path`` as
     trace-event JSON (see the module doc). ``us_per_step``: microseconds per step under the
-    virtual clock. ``progress(1)`` is called per step. Raises ``RecordingError`` for an
+    virtual clock. ``progress(n)`` is called as each ``n`` steps are done. ``source(reader,
+    progress)`` gives the steps in chunks (default :func:`recordings.export.step_chunks.chunks`:
+    column-wise where the file allows, else the full replay). Raises ``RecordingError`` for an
     unreadable recording, ``ValueError`` for a bad ``us_per_step``, ``OSError`` if ``path``
     cannot be written (no partial file is left)."""
     info = reader.run_info()
@@ -79,9 +85,9 @@ def export_perfetto(reader, path: str | Path, *, us_per_step: float = US_PER_STE
         _metadata(out, max_num_seqs, tb)
         writer = _StepWriter(out, tb, max_num_seqs)
         num_steps = 0
-        for state, record in replay(reader, progress):
-            writer.add(state, record)
-            num_steps += 1
+        for chunk in (source or chunks)(reader, progress):
+            writer.add(chunk)
+            num_steps += len(chunk)
         writer.close()
     return PerfettoExport(Path(path), tb, dict(sorted(out.counts.items())), num_steps)
 
@@ -108,7 +114,9 @@ def _metadata(out: TraceFile, max_num_seqs: int, tb: TimeBase) -> None:
 
 
 class _StepWriter:
-    """Turns each (state, record) into events; holds only live requests and open slot runs."""
+    """Turns each chunk of steps into events; holds only live requests and open slot runs. The
+    batch entries are handled column-wise: only those that change a request's phase or slot
+    (:meth:`StepChunk.changed_entries`) and the slot runs that start or end are Python work."""
 
     def __init__(self, out: TraceFile, tb: TimeBase, max_num_seqs: int) -> None:
         self.out, self.tb = out, tb
@@ -117,41 +125,61 @@ class _StepWriter:
         self._prev_end: float | None = None      # token_time of the previous step
         self._tokens_idle = True                 # the tokens counter reads 0
 
-    def add(self, state: EngineState, rec: StepRecord) -> None:
-        t0, t1 = rec.clock, rec.token_time
-        if self._prev_end is not None and t0 > self._prev_end and not self._tokens_idle:
-            self._counter("tokens", self._prev_end, {"prefill": 0, "decode": 0})   # idle gap
-            self._tokens_idle = True
-        for a in rec.arrivals:
-            self.lives.arrive(a.request_id, min(a.arrival_time, t0),
-                              {"arrival_step": a.arrival_step, "num_prompt_tokens": a.num_prompt_tokens,
-                               "max_tokens": a.max_tokens, "priority": a.priority})
-        for ev in rec.events:
-            if ev.kind in BEFORE_BATCH:
-                self._lifecycle_event(ev.request_id, ev.kind, ev.detail, t0)
-        prefill = decode = 0
-        for e in rec.scheduled:
-            self.lives.phase(e.request_id, "prefill" if e.is_prefill else "decode", t0)
-            if e.is_prefill:
-                prefill += e.num_tokens
-            else:
-                decode += e.num_tokens
-        self.runs.add(rec)
-        for ev in rec.events:
-            if ev.kind in AFTER_BATCH and ev.request_id in self.lives:
-                self.lives.finish(ev.request_id, t1, {"event": ev.kind, "detail": ev.detail})
-                self.runs.forget(ev.request_id)
-        self._step_slice(rec, prefill, decode)
-        self._counter("tokens", t0, {"prefill": prefill, "decode": decode})
-        self._tokens_idle = prefill == decode == 0
-        cached = int(np.count_nonzero(state.cached_free_mask()))
-        self._counter("KV blocks", t1, {"used": rec.num_total_blocks - rec.num_free_blocks,
-                                        "cached_free": cached,
-                                        "free": rec.num_free_blocks - cached})
-        self._counter("queues", t1, {"waiting": rec.num_waiting, "running": rec.num_running,
-                                     "swapped": len(state.queue_rows("swapped")),
-                                     "paused": rec.num_paused})
-        self._prev_end = t1
+    def add(self, c: StepChunk) -> None:
+        """Write the events of chunk ``c``'s steps, in step order and within a step in the order
+        the engine made them (arrivals, events before the batch, the batch, events in it, the
+        step and its counters)."""
+        self.runs.begin(c)
+        n = len(c)
+        first = c.batch_start
+        prefill_sum = np.zeros(len(c.request) + 1, np.int64)
+        np.cumsum(np.where(c.is_prefill, c.num_tokens, 0), out=prefill_sum[1:])
+        all_sum = np.zeros(len(c.request) + 1, np.int64)
+        np.cumsum(c.num_tokens, out=all_sum[1:])
+        prefill = (prefill_sum[first[1:]] - prefill_sum[first[:-1]]).tolist()
+        decode = ((all_sum[first[1:]] - all_sum[first[:-1]]) - np.asarray(prefill, np.int64)).tolist()
+        phased = c.changed_entries(c.is_prefill)
+        phased = np.split(phased, np.searchsorted(c.entry_row[phased], np.arange(1, n)))
+        names, request, is_prefill = c.names, c.request, c.is_prefill
+        clock, token_time, step = c.clock.tolist(), c.token_time.tolist(), c.step.tolist()
+        size = np.diff(first).tolist()
+        used = (c.num_total_blocks - c.num_free_blocks).tolist()
+        cached, free = c.cached_free.tolist(), (c.num_free_blocks - c.cached_free).tolist()
+        waiting, running, paused = c.num_waiting.tolist(), c.num_running.tolist(), c.num_paused.tolist()
+        swapped, new_tokens, preemptions = c.swapped.tolist(), c.num_new_tokens.tolist(), c.num_preemptions.tolist()
+        wall = (c.end_ns - c.start_ns).tolist()
+        for k in range(n):
+            t0, t1 = clock[k], token_time[k]
+            if self._prev_end is not None and t0 > self._prev_end and not self._tokens_idle:
+                self._counter("tokens", self._prev_end, {"prefill": 0, "decode": 0})   # idle gap
+                self._tokens_idle = True
+            for _, a in c.arrivals[k]:
+                self.lives.arrive(a.request_id, min(a.arrival_time, t0),
+                                  {"arrival_step": a.arrival_step, "num_prompt_tokens": a.num_prompt_tokens,
+                                   "max_tokens": a.max_tokens, "priority": a.priority})
+            for _, ev in c.events[k]:
+                if ev.kind in BEFORE_BATCH:
+                    self._lifecycle_event(ev.request_id, ev.kind, ev.detail, t0)
+            for i in phased[k].tolist():
+                self.lives.phase(names[int(request[i])], "prefill" if is_prefill[i] else "decode", t0)
+            self.runs.step(k)
+            for _, ev in c.events[k]:
+                if ev.kind in AFTER_BATCH and ev.request_id in self.lives:
+                    self.lives.finish(ev.request_id, t1, {"event": ev.kind, "detail": ev.detail})
+                    self.runs.forget(ev.request_id)
+            p, d = prefill[k], decode[k]
+            self._step_slice(step[k], t0, t1, {"step": step[k], "num_scheduled_requests": size[k],
+                                               "num_prefill_tokens": p, "num_decode_tokens": d,
+                                               "num_new_tokens": new_tokens[k],
+                                               "num_preemptions": preemptions[k], "wall_ns": wall[k]},
+                             c.error[k])
+            self._counter("tokens", t0, {"prefill": p, "decode": d})
+            self._tokens_idle = p == d == 0
+            self._counter("KV blocks", t1, {"used": used[k], "cached_free": cached[k], "free": free[k]})
+            self._counter("queues", t1, {"waiting": waiting[k], "running": running[k],
+                                         "swapped": swapped[k], "paused": paused[k]})
+            self._prev_end = t1
+        self.runs.end()
 
     def _lifecycle_event(self, request_id: str, kind: str, detail: str, t: float) -> None:
         if kind == EventKind.PREEMPTED:
@@ -184,18 +212,13 @@ class _StepWriter:
                                 "num_prefill_tokens": run.num_prefill_tokens,
                                 "num_prefill_steps": run.num_prefill_steps}})
 
-    def _step_slice(self, rec: StepRecord, prefill: int, decode: int) -> None:
-        ts = self.tb.us(rec.clock)
-        args: dict[str, Any] = {"step": rec.step, "num_scheduled_requests": len(rec.scheduled),
-                                "num_prefill_tokens": prefill, "num_decode_tokens": decode,
-                                "num_new_tokens": len(rec.new_tokens),
-                                "num_preemptions": len(rec.preempted_ids),
-                                "wall_ns": rec.end_ns - rec.start_ns}
-        if rec.error:
-            args["error"] = rec.error
-        self.out.emit({"ph": "X", "cat": "step", "name": f"step {rec.step}", "pid": ENGINE_PID,
+    def _step_slice(self, step: int, t0: float, t1: float, args: dict[str, Any], error: str | None) -> None:
+        ts = self.tb.us(t0)
+        if error:
+            args["error"] = error
+        self.out.emit({"ph": "X", "cat": "step", "name": f"step {step}", "pid": ENGINE_PID,
                        "tid": STEPS_TID, "ts": ts,
-                       "dur": max(0.0, round(self.tb.us(rec.token_time) - ts, 3)), "args": args})
+                       "dur": max(0.0, round(self.tb.us(t1) - ts, 3)), "args": args})
 
     def _counter(self, name: str, t: float, values: dict[str, int]) -> None:
         self.out.emit({"ph": "C", "name": name, "pid": ENGINE_PID, "tid": 0, "ts": self.tb.us(t),

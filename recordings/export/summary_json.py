@@ -4,7 +4,11 @@
 :func:`recordings.metrics.run_metrics.summarize_batching` (``BatchingSummary``) as plain dicts (every field,
 so fields added to those classes appear here too; percentiles as ``{p50, p90, p99,
 num_samples}``), their derived rates, the roofline efficiency (``recordings.metrics.roofline``: the run's
-and its per-step percentiles, with the basis or why there is none), whether the recording is
+and its per-step percentiles, with the basis or why there is none), the sections ``summary``
+prints for admission control (``recordings.metrics.admission``: the rules and the rejections by
+reason), thrash (``recordings.metrics.thrash``: preemptions and recomputed tokens per request, the
+most preempted, the share of computed tokens recomputed) and prefix-cache hits by source
+(``recordings.metrics.prefix_hits``; None when prefix caching was off), whether the recording is
 complete (``recordings.file.completeness``: ``complete`` is true only for a run closed by its
 writer with every request finished), and the run's provenance (model, device, clock and engine config, trace and its scaling).
 """
@@ -23,9 +27,13 @@ def summary_dict(reader) -> dict[str, Any]:
     from recordings.metrics.run_metrics import summarize
     from recordings.metrics.run_metrics import summarize_batching
     from recordings.metrics.roofline import summarize_roofline
+    from recordings.metrics.admission import summarize_admission
+    from recordings.metrics.prefix_hits import summarize_prefix_hits
+    from recordings.metrics.thrash import summarize_thrash
     from recordings.file.completeness import completeness
 
     run = summarize(reader)
+    admission, thrash, hits = summarize_admission(reader), summarize_thrash(reader), summarize_prefix_hits(reader)
     roof = summarize_roofline(reader)
     info = reader.run_info().to_json()       # the stored keys, as stored
     out = {
@@ -34,6 +42,15 @@ def summary_dict(reader) -> dict[str, Any]:
         "summary": dataclasses.asdict(run) | {"num_finished": run.num_finished,
                                               "prefix_cache_hit_rate": run.prefix_cache_hit_rate},
         "batching": dataclasses.asdict(summarize_batching(reader)),
+        "admission": dataclasses.asdict(admission) | {"is_on": admission.is_on,
+                                                       "total_rejected": admission.total_rejected},
+        "thrash": dataclasses.asdict(thrash) | {
+            "recomputed_share": thrash.recomputed_share,
+            "top": [{"request_id": rid, "num_preemptions": n, "num_recomputed_tokens": tokens}
+                    for rid, n, tokens in thrash.top]},
+        "prefix_hits": None if hits is None else dataclasses.asdict(hits) | {
+            "num_shared_hit_tokens": hits.num_shared_hit_tokens, "shared_rate": hits.shared_rate,
+            "readmission_rate": hits.readmission_rate},
         "roofline": {"efficiency": roof.efficiency, "floor_s": roof.floor_s, "step_s": roof.step_s,
                      "run_s": roof.run_s, "per_step": dataclasses.asdict(roof.per_step),
                      "num_above_peak": roof.num_above_peak,

@@ -70,7 +70,7 @@ def export_csv(reader, out: str | Path, progress: Callable[[int], object] | None
     select = [f"r.{c}" for c in header]
     join = ""
     if "sampling_json" in has:
-        select.append("json_extract(r.sampling_json, '$.priority')")
+        select.append("coalesce(json_extract(r.sampling_json, '$.priority'), 0)")   # schema 5 omits 0
         header.append("priority")
     if "token_time" in step_has:
         select.append("s.token_time - r.arrival_time")

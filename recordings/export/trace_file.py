@@ -9,9 +9,23 @@ phase for the export's report.
 from __future__ import annotations
 
 import json
+import json.encoder
 from collections import Counter
 from pathlib import Path
-from typing import IO, Any, Mapping
+from typing import IO, Any, Callable, Mapping
+
+
+def _compact_encoder() -> Callable[[Any], str]:
+    """``json.dumps(value, separators=(",", ":"), allow_nan=False)`` as one reusable function:
+    the ``json`` module's own C encoder made once, not per event (``json.dumps`` makes it anew
+    on every call), with the same string escaping and float formatting; the pure-Python encoder
+    where CPython's C part is missing. Raises ``ValueError`` for NaN or infinity."""
+    make = json.encoder.c_make_encoder
+    if make is None:
+        return json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+    default = json.JSONEncoder().default          # raises TypeError for what JSON cannot hold
+    encoder = make(None, default, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, False)
+    return lambda value: "".join(encoder(value, 0))
 
 
 class TraceFile:
@@ -29,6 +43,7 @@ class TraceFile:
         self._other = dict(other_data)
         self._out: IO[str] | None = None
         self._first = True
+        self._encode = _compact_encoder()
 
     def __enter__(self) -> "TraceFile":
         self._out = self.path.open("w", encoding="utf-8")
@@ -42,7 +57,7 @@ class TraceFile:
         if not self._first:
             self._out.write(",\n")
         self._first = False
-        self._out.write(json.dumps(event, separators=(",", ":"), allow_nan=False))
+        self._out.write(self._encode(event))
         self.counts[(self.process_names.get(event["pid"], str(event["pid"])), event["ph"])] += 1
 
     def __exit__(self, exc_type, exc, tb) -> None:

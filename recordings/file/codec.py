@@ -17,6 +17,7 @@ version-2 file.
 """
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import zipfile
@@ -26,6 +27,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from engine.outputs import Arrival, BatchEntry, BlockEvent, NewToken, RequestEvent, RequestView, StepRecord, Transition
+from engine.request import SamplingParams
 from engine.state.state import COLUMNS, EngineState
 from engine.vocab import BlockEventKind, EventKind, NotAdmittedReason, RequestStatus, word
 from recordings.file import compact
@@ -81,7 +83,22 @@ def request_row(seq: int, request_id: str, arrival_step: int, arrival_time: floa
             "max_tokens": sampling.get("max_tokens"),
             "prompt_token_ids": token_blob(prompt_token_ids) if store_prompt else None,
             "prompt_text": prompt_text,
-            "sampling_json": dumps(dict(sampling))}
+            "sampling_json": dumps(stored_sampling(sampling))}
+
+
+# SamplingParams' fields at their defaults (a sequence as a list, as JSON gives it back)
+_SAMPLING_DEFAULTS = {f.name: list(f.default) if isinstance(f.default, tuple) else f.default
+                      for f in dataclasses.fields(SamplingParams)
+                      if f.default is not dataclasses.MISSING}
+
+
+def stored_sampling(sampling: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``requests.sampling_json`` stores of a request's sampling dict (schema 5): every key
+    but those at ``engine.request.SamplingParams``' default (``max_tokens`` always stays). A
+    conversation trace's requests differ only in ``max_tokens``: 20 bytes instead of ~220."""
+    return {k: v for k, v in sampling.items()
+            if k == "max_tokens" or k not in _SAMPLING_DEFAULTS
+            or (list(v) if isinstance(v, tuple) else v) != _SAMPLING_DEFAULTS[k]}
 
 
 def outcome_row(view: RequestView, step: int) -> dict[str, Any]:
@@ -275,37 +292,81 @@ StaticOf = Callable[[np.ndarray], tuple[tuple[str, ...], dict[str, np.ndarray]]]
 
 
 HashesOf = Callable[[int, int], np.ndarray]   # (base keyframe step, step) -> block_hash at step
+BlockMap = tuple[int, np.ndarray, np.ndarray]   # (keyframe step, block_owner, block_pos)
+MapOf = Callable[[int], BlockMap]               # keyframe step -> its block map
 
 
-def state_blob(state: EngineState, hash_base: int | None = None) -> tuple[bytes, str]:
-    """A keyframe of ``state``: (compressed ``.npz`` of its arrays and scalars, JSON of its
-    recently finished views). Request ids and the static columns (:data:`STATIC_COLUMNS`) are
+def state_blob(state: EngineState, hash_base: int | None = None,
+               map_base: BlockMap | None = None) -> tuple[bytes, str]:
+    """A keyframe of ``state``: (compressed ``.npz`` of its arrays and scalars, None), the
+    ``keyframes`` row's ``state_npz`` and ``finished_json``: schema 5 keeps the JSON of the
+    recently finished views (:func:`finished_json`) in the ``.npz`` as UTF-8 bytes
+    (``finished_json``), deflated with the rest, and leaves the column NULL. Request ids and the static columns (:data:`STATIC_COLUMNS`) are
     not repeated in every keyframe: the ``requests`` table has them, by ``seq`` (stored as
     differences, which compress to almost nothing). With ``hash_base`` (schema 4: the step of an
     earlier keyframe that holds its ``block_hash``) the prefix hashes (8 random bytes a cached
     block, most of a keyframe under prefix caching) are left out and stored as that step
     (``hash_base``): they are the base's, changed by the ``cached`` / ``evicted`` /
-    ``reserved`` / ``unreserved`` block events of the steps after it (:func:`apply_hash_events`)."""
+    ``reserved`` / ``unreserved`` block events of the steps after it (:func:`apply_hash_events`).
+    With ``map_base`` (schema 5: the step, ``block_owner`` and ``block_pos`` of the previous
+    keyframe, the same number of blocks) the block map is stored as its changes since that
+    keyframe (:func:`map_changes`): most blocks keep their holder between two keyframes, and a
+    fragmented cache's map does not compress (~42 kB at 16,384 blocks)."""
     buf = io.BytesIO()
     seq = state.columns["seq"]
     hashes = {"block_hash": state.block_hash} if hash_base is None else \
         {"hash_base": np.array([hash_base], np.int64)}
+    block_map = {"block_owner": _narrow(state.block_owner), "block_pos": _narrow(state.block_pos)} \
+        if map_base is None else map_changes(map_base, state.block_owner, state.block_pos)
     np.savez_compressed(
         buf, scalars=np.array([state.step, state.num_total_blocks, state.block_size,
                                state.max_num_seqs, state.next_seq], np.int64),
         clock=np.array([state.clock], np.float64),
-        seq_delta=_narrow(np.diff(seq, prepend=0)),
-        block_owner=_narrow(state.block_owner), block_pos=_narrow(state.block_pos),
-        **hashes, shared_seq=_narrow(state.shared_seq),
+        seq_delta=_narrow(np.diff(seq, prepend=0)), **block_map, **hashes,
+        finished_json=np.frombuffer(finished_json(state.recently_finished).encode(), np.uint8), shared_seq=_narrow(state.shared_seq),
         shared_block=_narrow(state.shared_block), cpu_owner=_narrow(state.cpu_owner),
         **{f"col_{k}": _narrow(v) for k, v in state.columns.items()
            if k != "seq" and k not in STATIC_COLUMNS})
-    finished = [[v.request_id, v.status, v.arrival_step, v.arrival_time, v.num_prompt_tokens,
-                 v.num_output_tokens, v.num_computed_tokens, v.max_tokens, v.slot,
-                 v.num_preemptions, v.ttft, v.mean_itl, v.finish_reason, v.error,
-                 v.num_recomputed_tokens]             # (older files end at error: read as 0)
-                for v in state.recently_finished]
-    return buf.getvalue(), strict_dumps(finished)
+    return buf.getvalue(), None
+
+
+def finished_json(views: Sequence[RequestView]) -> str:
+    """The JSON of a keyframe's recently finished views: one array per view, in
+    :class:`RequestView`'s field order (schema 4 stored it in ``keyframes.finished_json``,
+    schema 5 in the keyframe's ``.npz``, where it is deflated: ~8 kB -> ~2.7 kB)."""
+    return strict_dumps([[v.request_id, v.status, v.arrival_step, v.arrival_time, v.num_prompt_tokens,
+                          v.num_output_tokens, v.num_computed_tokens, v.max_tokens, v.slot,
+                          v.num_preemptions, v.ttft, v.mean_itl, v.finish_reason, v.error,
+                          v.num_recomputed_tokens]      # (older files end at error: read as 0)
+                         for v in views])
+
+
+def map_changes(base: BlockMap, block_owner: np.ndarray, block_pos: np.ndarray) -> dict[str, np.ndarray]:
+    """The keyframe arrays of a block map stored as its changes since the keyframe ``base``
+    (step, ``block_owner``, ``block_pos``): ``map_base`` (that step), ``map_changed`` (the blocks
+    whose owner or position differ, ascending, as differences: the first from 0) and their new
+    ``map_owner`` / ``map_pos``. Raises ``ValueError`` when the maps are of different sizes."""
+    step, owner, pos = base
+    if len(owner) != len(block_owner) or len(pos) != len(block_pos):
+        raise ValueError(f"a block map of {len(block_owner)} blocks against a base of {len(owner)}")
+    changed = np.flatnonzero((owner != block_owner) | (pos != block_pos))
+    return {"map_base": np.array([step], np.int64), "map_changed": _narrow(np.diff(changed, prepend=0)),
+            "map_owner": _narrow(block_owner[changed]), "map_pos": _narrow(block_pos[changed])}
+
+
+def apply_map_changes(base: BlockMap, z) -> tuple[np.ndarray, np.ndarray]:
+    """``block_owner`` and ``block_pos`` (int64) of a keyframe ``z`` (an opened ``.npz``) stored as
+    :func:`map_changes` against ``base``, its ``map_base``. Raises ``ValueError`` for changes
+    that do not fit the base."""
+    _, owner, pos = base
+    changed = np.cumsum(z["map_changed"].astype(np.int64))
+    new_owner, new_pos = z["map_owner"], z["map_pos"]
+    if len(new_owner) != len(changed) or len(new_pos) != len(changed) or \
+            (len(changed) and (changed[0] < 0 or changed[-1] >= len(owner))):
+        raise ValueError("block-map changes that do not fit their base")
+    owner, pos = owner.copy(), pos.copy()
+    owner[changed], pos[changed] = new_owner, new_pos
+    return owner, pos
 
 
 def _narrow(a: np.ndarray) -> np.ndarray:
@@ -323,11 +384,13 @@ def _column(z, name: str, n: int) -> np.ndarray:
     return z[key] if key in z.files else np.zeros(n, COLUMNS[name])
 
 
-def state_from_blob(blob: bytes, finished_json: str, static_of: StaticOf,
-                    hashes_of: HashesOf | None = None) -> EngineState:
-    """The :class:`EngineState` a :func:`state_blob` keyframe holds; ``static_of(seqs)`` gives
+def state_from_blob(blob: bytes, finished: str | None, static_of: StaticOf,
+                    hashes_of: HashesOf | None = None, map_of: MapOf | None = None) -> EngineState:
+    """The :class:`EngineState` a :func:`state_blob` keyframe holds (``finished``: its
+    ``finished_json`` column; NULL: the ``.npz`` holds the views); ``static_of(seqs)`` gives
     the request ids and static columns of those arrival numbers (from the ``requests`` table),
-    ``hashes_of(base, step)`` the block hashes of a keyframe stored with a ``hash_base``.
+    ``hashes_of(base, step)`` the block hashes of a keyframe stored with a ``hash_base``,
+    ``map_of(step)`` the block map of the keyframe a ``map_base`` names.
     Keyframes that carry them themselves (written earlier in this schema's life) are read as
     they are. Raises ``ValueError`` / ``KeyError`` for a damaged keyframe (never unpickles)."""
     try:
@@ -347,14 +410,29 @@ def state_from_blob(blob: bytes, finished_json: str, static_of: StaticOf,
                 if hashes_of is None:
                     raise ValueError("a keyframe whose block hashes are an earlier keyframe's")
                 extra["block_hash"] = hashes_of(int(z["hash_base"][0]), step)
+            owner, pos = block_map_of(z, map_of)
             return EngineState(
                 step, float(z["clock"][0]), nb, bs, mns, next_seq=next_seq,
                 request_ids=ids, columns=columns,
-                block_owner=z["block_owner"].astype(np.int64),
-                block_pos=z["block_pos"].astype(np.int64),
-                recently_finished=tuple(RequestView(*v) for v in json.loads(finished_json)),
+                block_owner=owner, block_pos=pos, recently_finished=tuple(RequestView(*v) for v in json.loads(
+                    z["finished_json"].tobytes() if finished is None else finished)),
                 # prefix caching and swap (keyframes written before them have none of these)
                 **extra)
     except (zipfile.BadZipFile, zlib.error, EOFError, RuntimeError, OverflowError) as exc:
         # a damaged zip or deflate stream (bad header, unknown method, "encrypted" flag...)
         raise ValueError(f"damaged keyframe: {type(exc).__name__}: {exc}") from exc
+
+
+def block_map_of(z, map_of: MapOf | None) -> tuple[np.ndarray, np.ndarray]:
+    """``block_owner`` and ``block_pos`` (int64) of the keyframe ``z`` (an opened ``.npz``): its
+    own, or its ``map_base``'s (``map_of(step)``) changed by its :func:`map_changes`. Raises
+    ``ValueError`` when it names a base and ``map_of`` is None or gives another step."""
+    if "map_base" not in z.files:
+        return z["block_owner"].astype(np.int64), z["block_pos"].astype(np.int64)
+    if map_of is None:
+        raise ValueError("a keyframe whose block map is stored against an earlier keyframe's")
+    step = int(z["map_base"][0])
+    base = map_of(step)
+    if base[0] != step:
+        raise ValueError(f"a keyframe's block-map base, keyframe {step}, is missing")
+    return apply_map_changes(base, z)

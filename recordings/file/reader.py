@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import io
 import json
 import os
 import sqlite3
@@ -26,9 +25,10 @@ from engine.run_info import RunInfo
 from engine.state.state import COLUMNS, EngineState
 from engine.state.timeline import StateTimeline
 from recordings.errors import RecordingError
-from recordings.file import codec, compact
+from recordings.file import codec
 from recordings.file.opening import file_version, missing_wal, open_readonly
 from recordings.file.compact import Batch
+from recordings.file.keyframe_bases import KeyframeBases
 from recordings.file.schema import READABLE_OLD_VERSIONS, latest_version
 from recordings.file.scrub_back import ScrubBack
 from recordings.file.step_batches import (BATCH_FIELDS, V4_BATCH_FIELDS, batch_columns, columns_from_rows,
@@ -53,7 +53,7 @@ def _select(columns, version: int) -> str:
     return ", ".join(f"{codec.V2_DEFAULTS[c]} AS {c}" if c in codec.V2_DEFAULTS else c for c in columns)
 CURSOR_REACH = 64   # a forward seek within this many steps continues the last replay
 _ARRIVAL_SQL = ("SELECT request_id, arrival_step, arrival_time, num_prompt_tokens, max_tokens, "
-                "json_extract(sampling_json, '$.priority') "
+                "coalesce(json_extract(sampling_json, '$.priority'), 0) "
                 "FROM requests WHERE arrival_step >= ? AND arrival_step <= ? ORDER BY seq")
 
 
@@ -142,7 +142,8 @@ class Reader:
             rows = self._rows("SELECT state_npz, finished_json FROM keyframes WHERE step = ?", (int(step),))
             if not rows:
                 raise RecordingError(f"{self.path}: no keyframe at step {step}")
-            return codec.state_from_blob(rows[0][0], rows[0][1], self._static_of, self._hashes_of)
+            return codec.state_from_blob(rows[0][0], rows[0][1], self._static_of,
+                                         self._bases.hashes_of, self._bases.map_of)
 
     def _state_at(self, target: int, keep=lambda s: False) -> EngineState:
         """The state after ``target`` (a recorded step or -1); a replay up to it hands the
@@ -293,6 +294,13 @@ class Reader:
         """Every recorded request id, in arrival order."""
         return [r[0] for r in self._rows("SELECT request_id FROM requests ORDER BY seq")]
 
+    def request_ids_of(self, seqs: Sequence[int] | np.ndarray) -> list[str]:
+        """The request ids of the arrival numbers ``seqs`` (``requests.seq``, as the schema-4
+        tables and blobs store requests), through the reader's window cache. Raises
+        :class:`RecordingError` for a number no request has."""
+        with self._lock, self._reading("request ids"):
+            return self._ids_of_seqs(np.asarray(seqs, np.int64).reshape(-1))
+
     def is_complete(self) -> bool:
         """True once the writer closed the file cleanly (False while writing or after a crash)."""
         return self._rows("SELECT closed_at FROM runs")[0][0] is not None
@@ -416,28 +424,10 @@ class Reader:
             return self._cache[max(cached)]
         blob, finished = self._rows("SELECT state_npz, finished_json FROM keyframes "
                                     "WHERE step = ?", (keyframe,))[0]
-        state = codec.state_from_blob(blob, finished, self._static_of, self._hashes_of)
+        state = codec.state_from_blob(blob, finished, self._static_of, self._bases.hashes_of,
+                                      self._bases.map_of)
         self._remember(state)
         return state
-
-    def _hashes_of(self, base: int, step: int) -> np.ndarray:
-        """The block hashes after ``step`` of a keyframe stored without them (schema 4): those
-        of the keyframe at ``base``, changed by the block events of the steps after it
-        (``recordings.file.compact.apply_hash_events``). The base's hashes are kept for the next
-        keyframe of the same base."""
-        if self._hash_base is None or self._hash_base[0] != base:
-            rows = self._rows("SELECT state_npz FROM keyframes WHERE step = ?", (int(base),))
-            if not rows or not base < step:
-                raise ValueError(f"keyframe {step}: its hash base, keyframe {base}, is missing")
-            with np.load(io.BytesIO(rows[0][0]), allow_pickle=False) as z:
-                if "block_hash" not in z.files:
-                    raise ValueError(f"keyframe {step}: its hash base {base} holds no hashes")
-                self._hash_base = (base, z["block_hash"].astype(np.int64))
-        hashes = self._hash_base[1].copy()
-        for (blob,) in self._rows("SELECT data FROM block_events WHERE step > ? AND step <= ? "
-                                  "ORDER BY step", (int(base), int(step))):
-            compact.apply_hash_events(hashes, blob)
-        return hashes
 
     def _remember(self, state: EngineState) -> None:
         self._cache[state.step] = state
@@ -450,7 +440,7 @@ class Reader:
         self._ids: dict[int, str] = {}
         self._num_prompt: dict[int, int] = {}
         self._static: tuple | None = None              # the last keyframe's (seqs, ids, static)
-        self._hash_base: tuple[int, np.ndarray] | None = None   # (step, block_hash) of a hash base
+        self._bases = KeyframeBases(self._rows)    # what keyframes stored against earlier ones need
         indexes = {name for (name,) in self._rows(
             "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'requests'")}
         # the covering index of arrival number -> id and static facts (files of this release)

@@ -10,8 +10,9 @@ virtual clock, seconds under the wall or sim clock), ``*_json`` columns hold JSO
 
 Version 2 stores what changed, not what is: see docs/recording.md for every table and view.
 Version 3 only adds columns (prefix-cache counters, block hashes, the waiting reason).
-Version 4 (this code writes it) stores each step's batch, tokens and block events as compact
-binary blobs instead of JSON arrays. The reader opens version-2 and -3 files as they are
+Version 4 stores each step's batch, tokens and block events as compact binary blobs instead of
+JSON arrays. Version 5 (this code writes it) stores most keyframes' block maps as changes since
+the keyframe before. The reader opens version-2, -3 and -4 files as they are
 (``READABLE_OLD_VERSIONS``; on a version-2 file the columns version 3 added read as their
 defaults). Version-1 files are never upgraded in place (their per-step
 rows are a different model); :class:`recordings.file.reader.Reader` opens them read-only through
@@ -211,6 +212,14 @@ def _v4_compact(db: sqlite_utils.Database) -> None:
     db.execute("CREATE TABLE block_events (step INTEGER PRIMARY KEY, data BLOB NOT NULL)")
 
 
+def _v5_keyframe_maps(db: sqlite_utils.Database) -> None:
+    """Version 5: no table changes. A keyframe may store its block map as the blocks changed
+    since the keyframe before it (``map_base``, ``map_changed``, ``map_owner``, ``map_pos`` in
+    ``keyframes.state_npz`` instead of ``block_owner`` / ``block_pos``; docs/recording.md), which
+    a schema-4 reader would not decode, and new files have 16 kB pages. Version-4 files open as
+    they are (every keyframe of theirs holds its whole map)."""
+
+
 # (version, migration); versions are 1, 2, 3 ... in order. Never edit a released migration:
 # append a new one.
 MIGRATIONS: list[tuple[int, Callable[[sqlite_utils.Database], None]]] = [
@@ -218,8 +227,9 @@ MIGRATIONS: list[tuple[int, Callable[[sqlite_utils.Database], None]]] = [
     (2, _v2_tables),
     (3, _v3_columns),
     (4, _v4_compact),
+    (5, _v5_keyframe_maps),
 ]
-READABLE_OLD_VERSIONS = (2, 3)   # the previous schemas the reader still opens as they are (no upgrade)
+READABLE_OLD_VERSIONS = (2, 3, 4)   # the previous schemas the reader still opens as they are (no upgrade)
 
 
 def prefill_tokens_sql(version: int) -> str:

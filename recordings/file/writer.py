@@ -2,22 +2,26 @@
 
 The engine thread only puts objects on a bounded queue; when the writer falls behind, the engine
 waits (nothing is dropped) and records how long in the next step's ``recorder_wait_ns``. One writer
-thread turns them into schema-4 rows and commits them in batches (every ``flush_interval_s`` or
+thread turns them into schema-5 rows and commits them in batches (every ``flush_interval_s`` or
 every ``BATCH_ITEMS`` items), with WAL on so readers can open the file while it grows. A step's rows
 always share the transaction of its ``steps`` row, so a killed process leaves a file that holds
 every committed step whole and nothing of the others.
 
 Keyframes: the writer keeps its own :class:`engine.state.timeline.StateTimeline` (the one
 implementation of state + record) and stores a snapshot when :func:`keyframe_due` says so: once
-the bytes of the steps written since the last keyframe reach ``KEYFRAME_COST_RATIO`` times that
-keyframe's size, or ``MAX_REPLAY_BYTES`` if less (at least ``MIN_KEYFRAME_GAP`` steps apart), and
-at the latest every ``keyframe_interval`` steps. A seek loads one keyframe and replays the steps
+the bytes of the steps written since the last keyframe reach ``KEYFRAME_COST_RATIO`` times what a
+keyframe costs (the mean size of those since the last whole one), or ``MAX_REPLAY_BYTES`` if
+less (at least ``MIN_KEYFRAME_GAP`` steps apart), and at the latest every ``keyframe_interval``
+steps. A seek loads one keyframe and replays the steps
 after it, whose cost grows with their bytes, so the byte cap bounds a seek's replay; the ratio
 keeps keyframes at most about 1 / (ratio + 1) of the file however big the state is (a waiting
 queue of 10k requests makes a keyframe several times a decode step's rows). Under prefix
 caching one keyframe in ``HASH_BASE_EVERY`` holds the blocks' prefix hashes (8 random bytes a
 cached block: most of a keyframe's bytes); the others name it as their ``hash_base`` and the
-reader replays the hash tags of the block events since (``codec.state_blob``).
+reader replays the hash tags of the block events since (``codec.state_blob``). Likewise one
+keyframe in ``HASH_BASE_EVERY`` holds the whole block map (owner and position of every block:
+~42 kB at 16,384 fragmented blocks); the others hold only the blocks that changed since the
+keyframe before them (schema 5, ``codec.map_changes``).
 """
 from __future__ import annotations
 
@@ -35,6 +39,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+import numpy as np
 import sqlite_utils
 
 from engine.outputs import StepRecord
@@ -48,11 +53,17 @@ from recordings.file.schema import migrate
 BATCH_ITEMS = 256       # commit at the latest after this many queued items
 MAX_QUEUE_ITEMS = 4096  # the engine waits when this many items are queued
 MIN_KEYFRAME_GAP = 32   # steps between two keyframes at least
-KEYFRAME_COST_RATIO = 6   # a keyframe once the steps since the last one weigh this many of it ...
+KEYFRAME_COST_RATIO = 12  # a keyframe once the steps since the last one weigh this many of it ...
 MAX_REPLAY_BYTES = 160_000  # ... or this many bytes if less (a seek replays at most about this;
 #   schema 4's binary steps are ~2.5x smaller than the JSON ones this was 384 kB for, for the same
 #   replay work: ~64 steps of 256 running requests)
-HASH_BASE_EVERY = 8     # every this many keyframes one holds the prefix hashes, the others refer to it
+PAGE_SIZE = 16384       # SQLite page of a new recording (bytes). SQLite's default 4,096 holds only
+#   two ~1.5 kB steps rows of 256 running requests and wastes a quarter of the steps table; a bigger
+#   page leaves at most one row's room unused in 16 kB (about 5%)
+HASH_BASE_EVERY = 8     # every this many keyframes one holds the prefix hashes and the whole block
+#   map, the others refer to it (hashes) and to the keyframe before them (block map)
+MIN_MAP_CHANGE_BLOCKS = 1024   # a smaller pool's keyframes hold their whole block map (changes
+#   would save less than their four arrays cost)
 _LIVE_WRITERS: "weakref.WeakSet[RecordingWriter]" = weakref.WeakSet()
 
 
@@ -73,7 +84,8 @@ class RecordingWriter:
     take the main file's permissions) is created with ``file_mode`` (default ``0o600``, owner
     only; the process umask can only narrow it). ``store_text=False`` stores no text: no
     ``prompt_text``, no ``token_text_json``, no ``stop`` strings in ``sampling_json``; token ids
-    and lengths only (``run_info.text_stored`` is then False).
+    and lengths only (``run_info.text_stored`` is then False). ``page_size``: SQLite's page, in
+    bytes (default :data:`PAGE_SIZE`; a power of two from 512 to 65,536).
 
     ``write_*`` only enqueue; the writer thread converts and commits. If the writer thread fails,
     the next ``write_*``/``flush``/``close`` raises :class:`RecordingError` (the cause chained) and
@@ -86,7 +98,7 @@ class RecordingWriter:
                  keyframe_interval: int = 128, flush_interval_s: float = 0.2,
                  *, overwrite: bool = False, max_queue_items: int = MAX_QUEUE_ITEMS,
                  store_prompt_token_ids: bool = True, file_mode: int = 0o600,
-                 store_text: bool = True) -> None:
+                 store_text: bool = True, page_size: int = PAGE_SIZE) -> None:
         if keyframe_interval < 1:
             raise ValueError(f"keyframe_interval must be >= 1, got {keyframe_interval}")
         if flush_interval_s <= 0:
@@ -99,6 +111,9 @@ class RecordingWriter:
                    if not isinstance(config.get(k), int)]
         if missing:
             raise ValueError(f"run_info['config'] needs integer {', '.join(missing)}")
+        if page_size not in {512 << i for i in range(8)}:
+            raise ValueError(f"page_size must be a power of two from 512 to 65536 bytes, got {page_size}")
+        self._page_size = page_size
         if not 0 <= file_mode <= 0o777:
             raise ValueError(f"file_mode must be permission bits 0o000..0o777, got {file_mode:#o}")
         self._prepare_path(overwrite)
@@ -120,7 +135,10 @@ class RecordingWriter:
         self._next_seq = 0
         self._recorded = RecordedIds(self.path, self._seq)   # for the engine's duplicate-id check
         self._last_keyframe = (-1, 0)        # (step, bytes)
-        self._hash_base = (-1, 0)            # (step, keyframes since) of the last keyframe with hashes
+        self._hash_base = -1                 # the step of the last keyframe that holds its hashes
+        self._since_whole = 0                # keyframes since the last that holds its whole state
+        self._cycle_bytes = 0                # the bytes of the keyframes since then, it included
+        self._last_map: codec.BlockMap = (-1, np.zeros(0, np.int64), np.zeros(0, np.int64))
         self._bytes_since_keyframe = 0
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True,
@@ -310,6 +328,7 @@ class RecordingWriter:
     def _open(self) -> sqlite_utils.Database:
         db = sqlite_utils.Database(str(self.path), execute_plugins=False)
         try:
+            db.execute(f"PRAGMA page_size = {self._page_size}")   # the file is new: before its first page
             db.enable_wal()
             db.execute("PRAGMA synchronous = NORMAL")
             migrate(db, self.path)
@@ -326,9 +345,11 @@ class RecordingWriter:
                     "keyframe_interval": self._keyframe_interval,
                     "run_info_json": codec.dumps(info.to_json()),
                 })
-                blob, finished = codec.state_blob(self._timeline.snapshot())
+                state = self._timeline.snapshot()
+                blob, finished = codec.state_blob(state)
                 db["keyframes"].insert({"step": -1, "state_npz": blob, "finished_json": finished})
                 self._last_keyframe = (-1, len(blob))
+                self._last_map = (-1, state.block_owner, state.block_pos)
         except BaseException:
             db.close()
             raise
@@ -391,16 +412,22 @@ class RecordingWriter:
         if keyframe_due(record.step - kf_step, self._bytes_since_keyframe, kf_bytes,
                         self._keyframe_interval):
             state = self._timeline.snapshot()
-            base, since = self._hash_base
-            if since + 1 >= HASH_BASE_EVERY or not state.block_hash.any():
-                blob, finished = codec.state_blob(state)
-                self._hash_base = (record.step, 0)
-            else:
-                blob, finished = codec.state_blob(state, hash_base=base)
-                self._hash_base = (base, since + 1)
+            whole = self._since_whole + 1 >= HASH_BASE_EVERY
+            whole_map = whole or len(state.block_owner) < MIN_MAP_CHANGE_BLOCKS or \
+                len(self._last_map[1]) != len(state.block_owner)
+            hash_base = None if whole or not state.block_hash.any() else self._hash_base
+            blob, finished = codec.state_blob(state, hash_base=hash_base,
+                                              map_base=None if whole_map else self._last_map)
+            self._since_whole = 0 if whole else self._since_whole + 1
+            if hash_base is None:
+                self._hash_base = record.step
             rows["keyframes"].append({"step": record.step, "state_npz": blob,
                                       "finished_json": finished})
-            self._last_keyframe = (record.step, len(blob))
+            # what a keyframe costs: the mean of those since the last whole one (a seek loads one
+            # whole and up to HASH_BASE_EVERY - 1 changes), not the last one's changes alone
+            self._cycle_bytes = len(blob) + (0 if whole else self._cycle_bytes)
+            self._last_keyframe = (record.step, self._cycle_bytes // (self._since_whole + 1))
+            self._last_map = (record.step, state.block_owner, state.block_pos)
             self._bytes_since_keyframe = 0
 
     def _finish(self, db: sqlite_utils.Database) -> None:
@@ -422,7 +449,7 @@ class RecordingWriter:
 
 def keyframe_due(gap: int, bytes_since: int, keyframe_bytes: int, interval: int) -> bool:
     """Whether to store a keyframe after a step ``gap`` steps past the last keyframe
-    (``keyframe_bytes`` long), the steps since then weighing ``bytes_since`` (about what they add
+    (``keyframe_bytes``: what a keyframe costs, the writer's mean since the last whole one), the steps since then weighing ``bytes_since`` (about what they add
     to the file): at ``interval`` steps (the run's ``keyframe_interval``) always; from
     ``MIN_KEYFRAME_GAP`` steps once ``bytes_since`` reaches ``KEYFRAME_COST_RATIO`` keyframes or
     ``MAX_REPLAY_BYTES``, whichever is less. Keyframes so stay at most about

@@ -42,7 +42,7 @@ def test_suggested_command_lines_are_shell_quoted(tmp_path, name):
 
 
 def test_recover_prints_a_quoted_replay_command(tmp_path, capsys):
-    from tests.support.engine_harness import Arrival, run_workload
+    from tests.support.engine_driver import Arrival, run_workload
     from engine.config import EngineConfig
     from engine.request import SamplingParams
 

@@ -135,7 +135,7 @@ def test_a_closed_pipe_ends_the_command_quietly(tmp_path):
     import os
 
     rec = tmp_path / "r.sqlite"
-    from tests.support.engine_runs import run_engine
+    from tests.support.engine_driver import run_engine
 
     run_engine(rec, seed=2, num_requests=6, fail_steps=())
     read, write = os.pipe()

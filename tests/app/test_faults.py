@@ -125,7 +125,10 @@ def check_incomplete(path, capsys):
 def test_sqlite_full_stops_the_recording_not_the_engine(tmp_path, monkeypatch, capsys):
     disk_full_after(monkeypatch, 10)
     path = tmp_path / "full.sqlite"
-    engine, finished, closed_error = serve(path, num_requests=40)
+    # 4 kB pages (not the writer's 16 kB): the capped file's last pages fill within a few steps;
+    # a pause between steps: the writer commits as it goes (at once, it would cap a finished file)
+    engine, finished, closed_error = serve(path, num_requests=40, writer_kwargs={"page_size": 4096},
+                                           pause_s=0.005)
     assert len(finished) == 40 and all(r.num_output_tokens == 12 for r in finished.values())
     assert "database or disk is full" in engine.recorder_error
     assert closed_error is None or "database or disk is full" in closed_error

@@ -10,6 +10,8 @@ from engine.request import SamplingParams
 from engine.runner.sampler import Sampler
 from tests.support.fake_runner import ToyTokenizer
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")      # torch: tiny ops, a busy 2-core machine
+
 
 class ByteTokenizer:
     """Token id = one UTF-8 byte; a character split across tokens decodes to U+FFFD until complete."""

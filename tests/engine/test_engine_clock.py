@@ -8,7 +8,7 @@ import pytest
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.request import SamplingParams
-from tests.support.engine_harness import without_wall_times
+from tests.support.engine_driver import without_wall_times
 from tests.support.fake_runner import NullRunner
 
 CONFIG = EngineConfig(block_size=4, num_gpu_blocks=64, max_model_len=128, max_num_seqs=4,

@@ -1,5 +1,5 @@
 """Parallel sampling through ``LLMEngine`` and the fake paged runner, with G1-G6 checked every
-step (``engine_harness``): each sequence's output equals a run of its own (greedy: the
+step (``engine_invariants``): each sequence's output equals a run of its own (greedy: the
 single-sequence output; seeded: a solo run with ``seed + k``) under preemption, swapping and
 prefix caching; the recording replays the live state step by step; the prompt's id aborts and
 pauses the whole group."""
@@ -11,8 +11,9 @@ from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.request import SamplingParams
 from engine.vocab import RequestStatus
-from tests.support.engine_harness import (Action, Arrival, assert_outputs_match, assert_recording_matches,
-                            distinct_prompt, reference_outputs, run_workload, solo_arrivals)
+from tests.support.engine_driver import (Action, Arrival, assert_outputs_match, distinct_prompt,
+                                         reference_outputs, run_workload, solo_arrivals)
+from tests.support.engine_invariants import assert_recording_matches
 from tests.support.fake_runner import FakeRunner, reference_output
 from engine.vocab import BlockEventKind
 from tests.support.block_event_rows import block_events, replace_block_event

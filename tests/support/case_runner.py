@@ -3,7 +3,7 @@ through the real scheduler with every check the cases README asks for, so that h
 variants (``tests/data/cases/scheduler-case-variants.json``) and generated ones
 (``test_case_fuzz.py``) share one path:
 
-- G1-G6 after every step, from the engine and from the step records (``engine_harness``);
+- G1-G6 after every step, from the engine and from the step records (``engine_invariants``);
 - G7: outputs equal the reference run (10x blocks, no prefix cache; a parallel-sampling prompt's
   sequences as separate requests);
 - "again from the recording": the run is recorded, read back step by step and re-checked
@@ -15,7 +15,7 @@ A case is a dict: ``config`` (``EngineConfig`` knobs, vLLM names), ``requests`` 
 ``arrive_step``, ``prompt_len`` or a ``prompt`` phrase of ``engine_cases.case_prompts``,
 ``max_tokens``, optional ``priority``, ``n``, ``seed``, ``abort_step`` / ``pause_step`` /
 ``resume_step``), optional ``actions`` (``{"step", "kind", "id", "value"}`` of
-``engine_harness.ACTIONS`` / ``VALUE_ACTIONS``) and ``expect`` (plain language) with ``checks``.
+``engine_driver.ACTIONS`` / ``VALUE_ACTIONS``) and ``expect`` (plain language) with ``checks``.
 """
 from __future__ import annotations
 
@@ -26,8 +26,9 @@ from engine.config import EngineConfig
 from engine.request import SamplingParams
 from engine.vocab import RequestStatus
 from tests.support.engine_cases import case_prompts, engine_config
-from tests.support.engine_harness import (Action, Arrival, RunResult, assert_outputs_match, assert_recording_matches,
-                            reference_outputs, run_workload, solo_arrivals)
+from tests.support.engine_driver import (Action, Arrival, RunResult, assert_outputs_match, reference_outputs,
+                                         run_workload, solo_arrivals)
+from tests.support.engine_invariants import assert_recording_matches
 
 REQUEST_ACTIONS = ("pause", "resume", "abort")
 
@@ -56,7 +57,7 @@ def build_workload(case: dict) -> tuple[EngineConfig, list[Arrival], list[Action
 def run_case(case: dict, tmp_path: Path, *, record: bool = True, make_runner=None) -> RunResult:
     """Run ``case`` with every check (see the module docstring); returns the run.
     ``make_runner(config)`` gives the runner of the run and of its reference run (default: the
-    fake runner of ``engine_harness``; e.g. ``ModelRunner.from_config`` on a real model)."""
+    fake runner of ``engine_driver``; e.g. ``ModelRunner.from_config`` on a real model)."""
     config, arrivals, actions = build_workload(case)
     path = tmp_path / f"{case.get('id', 'case')}.sqlite" if record else None
     if path is not None and path.exists():

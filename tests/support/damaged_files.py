@@ -14,12 +14,13 @@ from recordings.errors import RecordingError
 
 
 def damage_base_run(path: Path) -> Path:
-    """A closed recording of ~300 steps of the real engine (fake runner) over ~110 pages, to
-    damage in tests; returns ``path``."""
-    from tests.support.engine_runs import run_engine
+    """A closed recording of ~300 steps of the real engine (fake runner) over ~110 pages of 4 kB
+    (SQLite's default, smaller than the writer's: a damaged page then loses a few steps, not
+    most of them), to damage in tests; returns ``path``."""
+    from tests.support.engine_driver import run_engine
 
     run_engine(path, seed=3, num_requests=120, fail_steps=(), max_prompt=64, max_output=48,
-               arrivals_per_step=1.0, writer_kwargs={"keyframe_interval": 16})
+               arrivals_per_step=1.0, writer_kwargs={"keyframe_interval": 16, "page_size": 4096})
     return path
 
 

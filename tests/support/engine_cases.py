@@ -12,7 +12,7 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.request import SamplingParams
-from tests.support.engine_harness import Action, Arrival, distinct_prompt
+from tests.support.engine_driver import Action, Arrival, distinct_prompt
 
 REPO = REPO
 CASES_FILE = REPO / "tests" / "data" / "cases" / "scheduler-cases.json"     # shipped with the tests

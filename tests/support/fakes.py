@@ -1,8 +1,9 @@
 """In-memory sources for UI tests and the UI benchmark, built on the REAL engine.
 
-``FakeSource`` runs ``engine.engine.LLMEngine`` with the fake runner of ``tests/engine``
-(no model; virtual clock, so arrivals are counted in steps) and keeps every step's record and
-state in memory: a ``StepSource`` the window cannot tell from a live engine or a recording.
+``FakeSource`` runs ``engine.engine.LLMEngine`` with the fake runner through the tests' engine
+driver (``engine_driver.EngineRun``; no model; virtual clock, so arrivals are counted in steps)
+and keeps every step's record and state in memory: a ``StepSource`` the window cannot tell from
+a live engine or a recording.
 ``FakeControl`` is an ``EngineControl`` over the same engine that also logs its calls;
 ``big_source()`` builds the production-sized state of the UI benchmark (16k blocks, 256 running,
 10k waiting).
@@ -12,13 +13,13 @@ from __future__ import annotations
 
 
 from engine.config import EngineConfig  # noqa: E402
-from engine.engine import LLMEngine  # noqa: E402
 from engine.outputs import StepRecord  # noqa: E402
 from engine.request import SamplingParams  # noqa: E402
 from engine.run_info import RunInfo  # noqa: E402
 from engine.state.source import check_knobs, current_knobs  # noqa: E402
 from engine.state.state import EngineState  # noqa: E402
-from tests.support.fake_runner import VOCAB_SIZE, FakeRunner, ToyTokenizer, hash_next_token  # noqa: E402
+from tests.support.engine_driver import EngineRun  # noqa: E402
+from tests.support.fake_runner import VOCAB_SIZE, ToyTokenizer, hash_next_token  # noqa: E402
 from recordings.file.step_batches import batch_columns  # noqa: E402
 from recordings.info import TimelineEvent, timeline_events  # noqa: E402
 
@@ -55,19 +56,16 @@ class FakeSource:
                                    max_num_seqs=max_num_seqs, max_num_batched_tokens=budget,
                                    max_model_len=max_model_len, clock="virtual", **config)
         self.shared_prefix = shared_prefix
-        self.runner = FakeRunner(num_blocks, block_size, next_token_fn, fail_steps=fail_steps,
-                                 num_cpu_blocks=self.config.num_cpu_blocks)
-        self.writer = None
-        if record_to is not None:
-            from recordings.file.writer import RecordingWriter
-            self.writer = RecordingWriter(record_to, self.run_info(), keyframe_interval=8)
-        self.engine = LLMEngine(self.config, self.runner, num_blocks, tokenizer=tokenizer,
-                                recorder=self.writer)
+        self.run = EngineRun.start(self.config, next_token_fn=next_token_fn, fail_steps=fail_steps,
+                                   tokenizer=tokenizer, record_to=record_to,
+                                   run_info=None if record_to is None else self.run_info(),
+                                   writer_kwargs={"keyframe_interval": 8}, keep_requests=False)
+        self.engine, self.runner, self.writer = self.run.engine, self.run.runner, self.run.writer
+        self.history: list[StepRecord] = self.run.records
         self.keep_states = keep_states
         self.num_added = 0
         for prompt, max_tokens, at, *priority in workload:
             self.add(prompt, max_tokens, float(at), *priority)
-        self.history: list[StepRecord] = []
         self.states: list[EngineState] = [self.engine.state()]
         self._text: dict[str, list[tuple[int, str]]] = {}
         self.advance(num_steps)
@@ -76,17 +74,15 @@ class FakeSource:
             priority: int = 0) -> str:
         """Add ``req-<n>`` (n = requests added so far); arrival on the virtual clock."""
         rid = f"req-{self.num_added}"
-        self.engine.add_request(prompt_ids(num_prompt_tokens, self.num_added, self.shared_prefix),
-                                SamplingParams(max_tokens=max_tokens, ignore_eos=True,
-                                               priority=priority),
-                                request_id=rid, arrival_time=arrival_time)
+        self.run.add(prompt_ids(num_prompt_tokens, self.num_added, self.shared_prefix),
+                     SamplingParams(max_tokens=max_tokens, ignore_eos=True, priority=priority),
+                     request_id=rid, arrival_time=arrival_time)
         self.num_added += 1
         return rid
 
     def advance(self, n: int = 1) -> None:
         for _ in range(n):
-            rec = self.engine.step()
-            self.history.append(rec)
+            rec = self.run.step(keep_state=False)
             for t in rec.new_tokens:
                 if t.text:
                     self._text.setdefault(t.request_id, []).append((rec.step, t.text))
@@ -95,8 +91,7 @@ class FakeSource:
 
     def close(self) -> None:
         """Close the recording (with ``record_to``)."""
-        if self.writer is not None:
-            self.writer.close()
+        self.run.close()
 
     # --- StepSource ----------------------------------------------------------------------
     def run_info(self) -> RunInfo:

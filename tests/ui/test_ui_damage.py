@@ -9,7 +9,7 @@ import pytest
 
 
 from tests.support.damaged_files import middle_leaf, overwrite_page, truncated  # noqa: E402
-from tests.support.engine_runs import run_engine  # noqa: E402
+from tests.support.engine_driver import run_engine  # noqa: E402
 from tests.support.fakes import shown_window  # noqa: E402
 
 from app.commands.recover import open_recording  # noqa: E402

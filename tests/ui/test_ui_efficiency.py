@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from engine.run_info import RunInfo  # noqa: E402
-from tests.support.engine_runs import SMALL_SEED, run_engine  # noqa: E402
+from tests.support.engine_driver import SMALL_SEED, run_engine  # noqa: E402
 
 from engine.sim.cost_model import CostModel, CostParams  # noqa: E402
 from engine.sim.hardware import DevicePeaks  # noqa: E402

@@ -12,7 +12,7 @@ import pytest
 
 ROOT = REPO
 
-from tests.support.engine_runs import run_engine  # noqa: E402
+from tests.support.engine_driver import run_engine  # noqa: E402
 from tests.support.fake_runner import FakeRunner  # noqa: E402
 
 from app.cli import main  # noqa: E402
@@ -107,7 +107,7 @@ def test_a_killed_run_is_summarised_as_incomplete(tmp_path):
     code = f"""
 import os, signal, sys
 sys.path.insert(0, {str(ROOT)!r})
-from tests.support.engine_runs import run_engine
+from tests.support.engine_driver import run_engine
 run = run_engine({str(path)!r}, seed=4, num_requests=10, max_steps=5, fail_steps=(), close=False)
 run.writer.flush()
 os.kill(os.getpid(), signal.SIGKILL)
@@ -231,7 +231,7 @@ def test_closing_the_window_waits_for_the_step_in_progress(capsys):
 def test_summary_groups_a_recordings_rejections_by_reason(tmp_path, capsys):
     """The reasons ``run`` printed are in ``summary`` too, read back from the recording; the
     hint about shrinking requests only comes with a length reason."""
-    from tests.support.engine_runs import make_config
+    from tests.support.engine_driver import make_config
     from tests.support.fake_runner import NullRunner
     from recordings.file.writer import RecordingWriter
 

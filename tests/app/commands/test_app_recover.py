@@ -10,7 +10,7 @@ import pytest
 ROOT = REPO
 
 from tests.support.damaged_files import middle_leaf, overwrite_page  # noqa: E402
-from tests.support.engine_runs import run_engine  # noqa: E402
+from tests.support.engine_driver import run_engine  # noqa: E402
 
 from app.cli import main  # noqa: E402
 from recordings.file.open_reader import open_reader

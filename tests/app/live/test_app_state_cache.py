@@ -30,7 +30,7 @@ def _live_run(tmp_path, ring_steps: int, publish_every: int, num_requests: int =
                           max_num_batched_tokens=24, check_invariants=True)
     path = tmp_path / "live.sqlite"
     run_info = RunInfo(config=config.to_dict(), model={"name": "fake"}, recording=str(path))
-    writer = RecordingWriter(path, run_info, flush_interval_s=0.01)
+    writer = RecordingWriter(path, run_info, flush_interval_s=0.01, keyframe_interval=16)   # keyframes in the ring
     engine = LLMEngine(config, FakeRunner(48, 4), 48, recorder=writer)
     source = LiveSource(open_reader=Reader)
     source.reset(engine.state(), run_info)

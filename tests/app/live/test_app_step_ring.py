@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 
-from tests.support.engine_runs import SMALL_SEED, run_engine  # noqa: E402
+from tests.support.engine_driver import SMALL_SEED, run_engine  # noqa: E402
 from tests.support.fakes import FakeSource, swap_source  # noqa: E402
 
 from app.live import step_ring  # noqa: E402

@@ -7,7 +7,7 @@ from engine.config import EngineConfig
 from engine.kv.prefix_explain import (STOP_ALL, STOP_DIFFERS, STOP_EVICTED, STOP_SHORT, PrefixMatch,
                                    prefix_match)
 from engine.request import SamplingParams
-from tests.support.engine_harness import Arrival, distinct_prompt, run_workload
+from tests.support.engine_driver import Arrival, distinct_prompt, run_workload
 
 
 def matches(result) -> dict[str, list[tuple[int, PrefixMatch]]]:
@@ -63,7 +63,7 @@ def test_a_waiting_request_records_what_its_lookup_finds_each_step_it_is_not_adm
     completes), then A's 2 blocks, each once (only changes are recorded), with the reason it
     was not admitted; at admission the usual prefix_cache event. Recorded, and read back."""
     from recordings.file.open_reader import open_reader
-    from tests.support.engine_harness import assert_recording_matches
+    from tests.support.engine_invariants import assert_recording_matches
 
     base = distinct_prompt(0, 8)
     cfg = EngineConfig(block_size=4, num_gpu_blocks=32, max_model_len=64, max_num_seqs=1,

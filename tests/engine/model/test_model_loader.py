@@ -18,6 +18,8 @@ from engine.model import gguf_convert
 from engine.model.loader import ModelLoadError, ModelSource, load_model, resolve_model, weights_hash
 from engine.model.tiny_model import make_tiny_llama
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")      # torch: tiny ops, a busy 2-core machine
+
 
 def sha256_of(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -10,6 +10,8 @@ from engine.runner.attention import PagedAttentionMetadata
 from engine.runner.attention.reference import paged_attention
 from engine.runner.attention.registry import _paged_attention_forward
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")      # torch: tiny ops, a busy 2-core machine
+
 H, HKV, D, BS, NUM_BLOCKS = 4, 2, 16, 4, 160
 
 

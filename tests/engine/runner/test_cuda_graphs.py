@@ -325,7 +325,7 @@ def test_capture_needs_cuda(model):
 def test_engine_with_cuda_graphs_on_equals_generate():
     """Greedy outputs with chunked prefill and preemption, decode steps on the padded path, equal
     generate() on each request alone."""
-    from tests.support.engine_harness import Arrival, run_workload
+    from tests.support.engine_driver import Arrival, run_workload
 
     rng = random.Random(0)
     arrivals = [Arrival(f"r{i}", rng.choice([0, 0, 1, 3]),
@@ -357,7 +357,7 @@ def test_engine_with_cuda_graphs_on_equals_generate():
 def test_seeded_parallel_sampling_and_preemption_are_unchanged_with_graphs_on(mode):
     """Seeded sampling (per-request generators), parallel sampling's copy-on-write and a group
     preempted under a tight cache (recompute or swap): the same outputs with graphs on as off."""
-    from tests.support.engine_harness import Arrival, distinct_prompt, run_workload
+    from tests.support.engine_driver import Arrival, distinct_prompt, run_workload
 
     swap = {"preemption_mode": "swap", "num_cpu_blocks": 16} if mode == "swap" else {}
     config = EngineConfig(block_size=4, num_gpu_blocks=16, max_num_seqs=4, max_num_batched_tokens=32, **swap)

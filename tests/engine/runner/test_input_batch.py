@@ -18,11 +18,13 @@ from engine.outputs import CachedRequestData, ModelRunnerOutput, NewRequestData,
 from engine.request import Request, SamplingParams
 from engine.runner.sampling_tensors import derived_seed
 from engine.sched.scheduler import Scheduler
-from tests.support.engine_harness import run_workload
+from tests.support.engine_driver import run_workload
 from tests.support.fake_runner import FakeRunner, ToyTokenizer, hash_next_token
 from tests.engine.sched.test_scheduler_invariants import workloads
 
 import torch
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")      # torch: tiny ops, a busy 2-core machine
 
 
 def per_token_slots(query_lens, context_lens, tables, block_size) -> list[int]:

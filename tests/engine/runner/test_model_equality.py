@@ -19,18 +19,13 @@ from engine.config import EngineConfig
 from engine.runner.model_runner import ModelRunner
 from engine.request import SamplingParams
 from engine.vocab import RequestStatus
-from tests.support.engine_harness import Arrival, distinct_prompt, run_workload
+from tests.support.engine_driver import Arrival, distinct_prompt, run_workload
 from tests.support.engine_cases import arrivals_and_actions, case, engine_config
 
 VOCAB = 512
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -15,15 +15,12 @@ from engine.config import EngineConfig
 from engine.runner.model_runner import ModelRunner
 from engine.request import SamplingParams
 from engine.model.tiny_model import tiny_llama
-from tests.support.engine_harness import Arrival, assert_outputs_match, distinct_prompt, run_workload, solo_arrivals
+from tests.support.engine_driver import Arrival, assert_outputs_match, distinct_prompt, run_workload, solo_arrivals
 
 
 @pytest.fixture(scope="module")
-def model():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield tiny_llama(seed=0)
-    torch.set_num_threads(n)
+def model(one_torch_thread):
+    return tiny_llama(seed=0)
 
 
 def run(model, config: EngineConfig, arrivals):

@@ -14,6 +14,8 @@ from engine.runner.penalties import apply_penalties, token_ids_tensor
 from engine.request import SamplingParams
 from engine.runner.sampler import Sampler
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")      # torch: tiny ops, a busy 2-core machine
+
 
 def greedy(logits, prompt, output, **penalties) -> int:
     """The Sampler's greedy token for one row of ``logits`` with these penalties."""

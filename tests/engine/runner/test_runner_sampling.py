@@ -4,6 +4,7 @@ counter, penalties from its own prompt and output; in any row order."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from engine.runner.input_batch import InputBatch
@@ -11,6 +12,8 @@ from engine.outputs import NewRequestData
 from engine.request import SamplingParams
 from engine.runner.sampling import sample_rows
 from engine.runner.sampler import Sampler
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")      # torch: tiny ops, a busy 2-core machine
 
 VOCAB = 64
 PARAMS = {

@@ -16,6 +16,8 @@ from engine.runner.sampler import Sampler, filter_thresholds, top_p_thresholds
 from engine.runner.sampling_rng import counter_uniform, lowbias32
 from engine.runner.sampling_tensors import SamplingTensors
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")      # torch: tiny ops, a busy 2-core machine
+
 CHI2_CRIT_DF7 = 24.32        # chi-square 0.999 quantile, 7 degrees of freedom (8 categories)
 
 

@@ -23,6 +23,8 @@ from engine.runner.attention.reference import paged_attention, write_kv  # noqa:
 from engine.runner.attention.triton_attention import (  # noqa: E402
     SPLIT_BUCKETS, TileConfig, build_plan, choose_num_splits, decode_attention, paged_attention_triton, store_kvcache)
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")      # torch: tiny ops, a busy 2-core machine
+
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 DEVICE = torch.device("cuda" if torch.cuda.is_available() and not INTERPRET else "cpu")
 # Small tiles so that a few dozen tokens span several key tiles and query blocks; tl.dot needs >= 16.

@@ -1,7 +1,7 @@
 """Admission control and the anti-thrash knobs (``engine.sched.admission``, ``EngineConfig``
 ``max_queue_time``, ``admission="slo"``, ``kv_watermark``, ``max_preemptions_per_request``):
 direct scheduler examples, then random workloads through the engine with the global invariants
-checked every step (``engine_harness``, which also checks each timeout and SLO rejection against
+checked every step (``engine_invariants``, which also checks each timeout and SLO rejection against
 its rule) and G7 (served requests' outputs equal a reference run without admission control)."""
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from engine.sched.admission import Rejection, rejection_info
 from engine.vocab import AdmissionRejection, EventKind
 from engine.sched.scheduler import Scheduler
 from tests.engine.sched.test_scheduler import add, make_request, sample_all, tokens
-from tests.support.engine_harness import (Arrival, assert_outputs_match, distinct_prompt, reference_outputs,
-                                          run_workload, solo_arrivals)
+from tests.support.engine_driver import (Arrival, assert_outputs_match, distinct_prompt, reference_outputs,
+                                         run_workload, solo_arrivals)
 from tests.support.fake_runner import FakeRunner
 
 

@@ -23,7 +23,7 @@ from engine.engine import LLMEngine
 from engine.request import SamplingParams
 from engine.vocab import RequestStatus
 from tests.support.engine_cases import CASES
-from tests.support.engine_harness import distinct_prompt
+from tests.support.engine_driver import distinct_prompt
 from tests.support.fake_runner import FakeRunner
 
 VARIANTS_FILE = TESTS / "data" / "cases" / "scheduler-case-variants.json"

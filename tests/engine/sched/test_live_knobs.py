@@ -12,7 +12,7 @@ from engine.sched.preemption import preemption_info
 from engine.request import SamplingParams
 from engine.vocab import RequestStatus
 from engine.state.state import RESERVED
-from tests.support.engine_harness import distinct_prompt
+from tests.support.engine_driver import distinct_prompt
 from tests.support.fake_runner import FakeRunner, reference_output
 from engine.vocab import PreemptionReason
 

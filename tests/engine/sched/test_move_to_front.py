@@ -6,7 +6,7 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.request import SamplingParams
-from tests.support.engine_harness import Action, Arrival, distinct_prompt, run_workload
+from tests.support.engine_driver import Action, Arrival, distinct_prompt, run_workload
 from recordings.file.open_reader import open_reader
 from recordings.check.invariants import check_recording
 from tests.engine.sched.test_policies import run_step

@@ -1,5 +1,5 @@
 """Random workloads through LLMEngine + the fake runner, with the global invariants G1-G6 of
-``../shared/cases/README.md`` checked after every step (see ``engine_harness``) and G7 (outputs
+``../shared/cases/README.md`` checked after every step (see ``engine_invariants``) and G7 (outputs
 equal a reference run with 10x the KV blocks and no prefix cache) at the end. Prefix caching is
 drawn on or off, over prompts that may share prefixes. Some prompts sample ``n`` > 1 sequences
 (parallel sampling), seeded so that the fake runner's sequences differ: the reference runs each
@@ -19,8 +19,9 @@ from engine.config import POLICIES, EngineConfig
 from engine.sched.preemption import preemption_info
 from engine.request import SamplingParams
 from engine.vocab import RequestStatus
-from tests.support.engine_harness import (ACTIONS, VALUE_ACTIONS, Action, Arrival, assert_outputs_match, distinct_prompt,
-                            reference_outputs, run_workload, solo_arrivals, without_wall_times)
+from tests.support.engine_driver import (ACTIONS, VALUE_ACTIONS, Action, Arrival, assert_outputs_match,
+                                         distinct_prompt, reference_outputs, run_workload, solo_arrivals,
+                                         without_wall_times)
 from tests.support.fake_runner import FakeRunner, ToyTokenizer, hash_next_token
 from engine.vocab import PreemptionReason
 

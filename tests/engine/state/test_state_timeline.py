@@ -7,6 +7,7 @@ in short workloads too."""
 from __future__ import annotations
 
 import random
+from collections import defaultdict
 from unittest import mock
 
 import numpy as np
@@ -16,13 +17,11 @@ from hypothesis import strategies as st
 
 import engine.state.timeline as timeline_module
 from engine.config import EngineConfig
-from engine.engine import LLMEngine
 from engine.outputs import Arrival, BlockEvent, StepRecord, Transition
 from engine.request import SamplingParams
 from engine.state.state import EngineState
 from engine.state.timeline import StateTimeline
-from tests.support.engine_harness import ACTIONS, action_call, distinct_prompt
-from tests.support.fake_runner import FakeRunner
+from tests.support.engine_driver import ACTIONS, Action, EngineRun, distinct_prompt
 
 
 @st.composite
@@ -49,31 +48,31 @@ def runs(draw):
 
 
 def run_engine(config, requests, actions, fail_steps, max_steps: int = 600):
-    """Step the engine to the end; returns (engine, initial snapshot, records, states after each
-    step). Arrivals and actions happen just before their step."""
-    runner = FakeRunner(config.num_gpu_blocks, config.block_size, fail_steps=fail_steps)
-    engine = LLMEngine(config, runner, config.num_gpu_blocks)
-    engine.collect_finished()
+    """Step the engine to the end (``engine_driver.EngineRun``); returns (engine, initial
+    snapshot, records, states after each step). Arrivals and actions happen just before their
+    step, arrivals first, each in list order."""
+    run = EngineRun.start(config, fail_steps=fail_steps)
+    engine = run.engine
     initial = engine.timeline.snapshot()
-    records, states = [], []
-    last = max([a for _, a, _, _ in requests] + [s for s, _, _ in actions], default=0)
+    arriving, acting = defaultdict(list), defaultdict(list)
+    for i, (rid, arrive, p, m) in enumerate(requests):
+        arriving[arrive].append((i, rid, p, m))
+    for s, kind, i in actions:
+        acting[s].append(Action(s, kind, requests[i][0]))
+    last = max([*arriving, *acting], default=0)
     for step in range(max_steps):
-        for i, (rid, arrive, p, m) in enumerate(requests):
-            if arrive == step:
-                engine.add_request(list(distinct_prompt(i, p)), SamplingParams(max_tokens=m, ignore_eos=True),
-                                   request_id=rid)
-        for s, kind, i in actions:
-            if s == step:
-                action_call(engine, kind)(requests[i][0])
+        for i, rid, p, m in arriving.get(step, ()):
+            run.add(distinct_prompt(i, p), SamplingParams(max_tokens=m, ignore_eos=True), request_id=rid)
+        for act in acting.get(step, ()):
+            run.act(act)
         if step > last:
             for r in list(engine.scheduler.paused):
                 engine.resume_request(r.request_id)
             if not engine.has_unfinished:
                 break
-        records.append(engine.step())
-        states.append(engine.state())
+        run.step()
     assert not engine.has_unfinished, "did not drain"
-    return engine, initial, records, states
+    return engine, initial, run.records, run.states
 
 
 def assert_round_trip(initial: EngineState, records: list[StepRecord], states: list[EngineState],

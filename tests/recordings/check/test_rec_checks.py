@@ -15,7 +15,7 @@ import pytest
 from app.cli import main
 from engine.state.state import EngineState
 from tests.support.block_event_rows import block_events, replace_block_event
-from tests.support.engine_runs import SMALL_SEED, run_engine
+from tests.support.engine_driver import SMALL_SEED, run_engine
 from recordings.file.open_reader import open_reader
 from recordings.check.invariants import StateChecker, check_recording
 

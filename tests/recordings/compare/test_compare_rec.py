@@ -5,7 +5,7 @@ from tests.support.paths import FIXTURES
 import numpy as np
 import pytest
 
-from tests.support.engine_runs import run_engine
+from tests.support.engine_driver import run_engine
 from recordings.file.open_reader import open_reader
 from recordings.compare.comparison import compare_recordings
 from recordings.compare.fingerprint import WorkloadMismatch, check_same_workload, workload_fingerprint

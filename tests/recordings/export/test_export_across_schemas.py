@@ -1,6 +1,6 @@
-"""Exports do not depend on the schema: the schema-3 fixture (written by BatchScope before
-schema 4) and the same steps written again by today's writer (schema 4) export to the same
-Perfetto trace, CSV tables and JSON summary, byte for byte."""
+"""Exports do not depend on the schema: the schema-3 and schema-4 fixtures (written by
+BatchScope before schema 4 and 5) and the same steps written again by today's writer (schema 5)
+export to the same Perfetto trace, CSV tables and JSON summary, byte for byte."""
 from __future__ import annotations
 
 import shutil
@@ -9,6 +9,7 @@ from recordings.export.perfetto import export_perfetto
 from recordings.export.summary_json import export_json
 from recordings.export.tables import export_csv
 from recordings.file.open_reader import open_reader
+from recordings.file.schema import latest_version
 from recordings.file.writer import RecordingWriter
 from tests.support.paths import FIXTURES
 
@@ -27,7 +28,7 @@ def rewrite(src, dst) -> None:
                                          req.prompt_token_ids, req.prompt_text, req.sampling)
                 writer.write_step(record)
     with open_reader(dst) as reader:
-        assert reader.execute("PRAGMA user_version") == [(4,)]
+        assert reader.execute("PRAGMA user_version") == [(latest_version(),)]
         assert reader.records(0, 10**6) == records
 
 
@@ -40,8 +41,8 @@ def exports(path, out) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
 
 
-def test_schema_3_and_schema_4_files_export_the_same(tmp_path):
-    for name in ("v3_prefix", "v3_swap"):
+def test_older_schemas_and_todays_export_the_same(tmp_path):
+    for name in ("v3_prefix", "v3_swap", "v4_prefix", "v4_swap"):
         old, new, path = (tmp_path / name / f for f in ("old.sqlite", "new.sqlite", "run.sqlite"))
         old.parent.mkdir()
         shutil.copy(FIXTURES / f"{name}.sqlite", old)

@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from tests.support.engine_runs import run_engine
+from tests.support.engine_driver import run_engine
 from tests.support.export_runs import check_trace_format, sim_demo
 from recordings.file.open_reader import open_reader
 from recordings.export.perfetto import export_perfetto
@@ -133,12 +133,12 @@ def test_streams_the_recording_in_chunks_with_the_same_result(recorded, tmp_path
     whole = tmp_path / "whole.json"
     with open_reader(recorded.path) as reader:
         export_perfetto(reader, whole)
-    import recordings.check.invariants
-    monkeypatch.setattr(recordings.check.invariants, "CHUNK_STEPS", 8)
+    import recordings.export.step_chunks
+    monkeypatch.setattr(recordings.export.step_chunks, "CHUNK_STEPS", 8)
     spans = []
     with open_reader(recorded.path) as reader:
-        records = reader.records
-        monkeypatch.setattr(reader, "records", lambda a, b: spans.append(b - a) or records(a, b))
+        batches = reader.batches
+        monkeypatch.setattr(reader, "batches", lambda a, b, *s: spans.append(b - a) or batches(a, b, *s))
         export_perfetto(reader, tmp_path / "chunked.json")
     assert len(spans) == -(-len(recorded.records) // 8) and max(spans) == 8   # never the whole run
     assert (tmp_path / "chunked.json").read_bytes() == whole.read_bytes()

@@ -93,7 +93,7 @@ def test_csv_cells_never_start_a_formula(tmp_path):
 
     from engine.engine import LLMEngine
     from engine.request import SamplingParams
-    from tests.support.engine_runs import make_config
+    from tests.support.engine_driver import make_config
     from tests.support.fake_runner import NullRunner
     from recordings.file.writer import RecordingWriter
 

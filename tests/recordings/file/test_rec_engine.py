@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from tests.support.engine_runs import SMALL_SEED, run_engine
+from tests.support.engine_driver import SMALL_SEED, run_engine
 from recordings.file.open_reader import open_reader
 
 

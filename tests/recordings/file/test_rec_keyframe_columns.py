@@ -26,7 +26,7 @@ def _old_style_blob(state, drop: str) -> bytes:
 def test_keyframe_without_a_later_column_decodes(recorded):
     state = next(s for s in recorded.states if len(s.request_ids) >= 2)
     blob = _old_style_blob(state, drop="priority")
-    _, finished = codec.state_blob(state)
+    finished = codec.finished_json(state.recently_finished)
     back = codec.state_from_blob(blob, finished, static_of=None)
     assert back.request_ids == state.request_ids
     assert back.step == state.step

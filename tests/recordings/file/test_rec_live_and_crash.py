@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.engine_runs import SMALL_SEED, run_engine, without_wall_times
+from tests.support.engine_driver import SMALL_SEED, run_engine, without_wall_times
 from recordings.file.open_reader import open_reader
 
 REPO = REPO
@@ -51,7 +51,7 @@ _CHILD = textwrap.dedent("""
     import logging, os, sys, time
     sys.path[:0] = [{repo!r}, {here!r}]
     logging.disable(logging.CRITICAL)
-    from tests.support.engine_runs import run_engine
+    from tests.support.engine_driver import run_engine
 
     def commit_once(run):
         if len(run.records) == {committed}:
@@ -107,7 +107,7 @@ def test_a_writer_left_open_is_closed_at_interpreter_exit(tmp_path):
         import logging, sys
         sys.path[:0] = [{str(REPO)!r}]
         logging.disable(logging.CRITICAL)
-        from tests.support.engine_runs import run_engine
+        from tests.support.engine_driver import run_engine
         run_engine({str(path)!r}, {SMALL_SEED}, close=False,
                    writer_kwargs=dict(flush_interval_s=600))  # no flush, no close
     """)

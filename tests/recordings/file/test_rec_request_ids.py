@@ -7,7 +7,7 @@ import pytest
 
 from engine.engine import LLMEngine
 from engine.request import SamplingParams
-from tests.support.engine_runs import make_config
+from tests.support.engine_driver import make_config
 from tests.support.fake_runner import NullRunner
 from recordings.file.writer import RecordingWriter
 

@@ -11,12 +11,12 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from engine.state.source import StepSource
 from engine.state.state import NUM_RECENTLY_FINISHED
-from tests.support.engine_runs import Run, run_engine
+from tests.support.engine_driver import EngineRun, run_engine
 from recordings.file.open_reader import open_reader
 from recordings.file import reader as reader_module
 
 
-def assert_replays(run: Run, path, num_random: int | None = None) -> None:
+def assert_replays(run: EngineRun, path, num_random: int | None = None) -> None:
     """Every state and record of ``run`` comes back equal from the recording at ``path``: in step
     order, then in a random order through a tiny cache (``num_random`` steps, default all)."""
     with open_reader(path, cache_size=4) as reader:
@@ -142,7 +142,7 @@ def test_request_text_timeline_and_info(recorded):
         view = final_views[rid]
         assert info.prompt_token_ids == tuple(recorded.prompts[rid])
         assert info.sampling["max_tokens"] == req.sampling_params.max_tokens
-        assert info.sampling["stop"] == list(req.sampling_params.stop)
+        assert info.sampling.get("stop", []) == list(req.sampling_params.stop)    # at its default: left out
         assert info.num_prompt_tokens == view.num_prompt_tokens
         assert (info.status, info.finish_reason, info.num_output_tokens, info.ttft,
                 info.mean_itl, info.num_preemptions, info.error) == (

@@ -14,7 +14,7 @@ from recordings.damage.salvage import salvage
 from recordings.file import codec
 from recordings.file.open_reader import open_reader
 from recordings.metrics.summary_lines import summary_lines
-from tests.support.engine_runs import SMALL_SEED, run_engine
+from tests.support.engine_driver import SMALL_SEED, run_engine
 from tests.support.fakes import FakeSource
 from tests.support.paths import FIXTURES
 

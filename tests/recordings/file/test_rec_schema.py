@@ -22,7 +22,7 @@ V1_FIXTURE = FIXTURES / "v1_small.sqlite"
 
 def test_a_new_file_gets_every_table_the_version_and_the_application_id(tmp_path):
     db = sqlite_utils.Database(tmp_path / "new.sqlite")
-    assert schema.migrate(db, "new.sqlite") == schema.latest_version() == 4
+    assert schema.migrate(db, "new.sqlite") == schema.latest_version() == 5
     assert set(db.table_names()) == TABLES
     assert set(db.view_names()) == set()     # schema 4 stores the batch arrays as blobs
     assert schema.schema_version(db) == schema.latest_version()
@@ -51,7 +51,7 @@ def test_a_version_3_file_keeps_its_views_and_a_new_one_is_made_at_version_3_on_
     db = sqlite_utils.Database(tmp_path / "v3.sqlite")
     assert schema.migrate(db, "v3.sqlite", target=3) == 3
     assert set(db.view_names()) == VIEWS and "block_hashes_json" in db["block_events"].columns_dict
-    assert schema.migrate(db, "v3.sqlite") == 4        # no steps yet: upgraded
+    assert schema.migrate(db, "v3.sqlite") == 5        # no steps yet: upgraded
     assert set(db.view_names()) == set()
 
 

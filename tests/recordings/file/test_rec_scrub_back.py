@@ -4,7 +4,7 @@ first steps back each step is served from states filled ahead (no keyframe decod
 from __future__ import annotations
 
 from engine.state.cache import StateCache, state_nbytes
-from tests.support.engine_runs import run_engine
+from tests.support.engine_driver import run_engine
 from recordings.file.open_reader import open_reader
 from recordings.file import codec
 

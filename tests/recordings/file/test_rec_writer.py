@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.engine_runs import SMALL_SEED, feed, run_engine, without_wall_times
+from tests.support.engine_driver import SMALL_SEED, feed, run_engine, without_wall_times
 from recordings.file.open_reader import open_reader
 from recordings.errors import RecordingError
 from recordings.file.writer import RecordingWriter
 from recordings.file import codec, packing
-from recordings.file.writer import BATCH_ITEMS
+from recordings.file.writer import BATCH_ITEMS, PAGE_SIZE
 
 
 def wait_for(predicate, timeout_s: float = 5.0) -> bool:
@@ -72,6 +72,7 @@ def test_close_is_idempotent_and_leaves_one_complete_file(tmp_path, small_run):
     writer.close()
     assert not Path(f"{path}-wal").exists()
     assert open_reader(path).is_complete()
+    assert open_reader(path).execute("PRAGMA page_size") == [(PAGE_SIZE,)]
     with pytest.raises(RecordingError, match="closed"):
         writer.write_step(small_run.records[0])
     with pytest.raises(RecordingError, match="closed"):
@@ -98,6 +99,8 @@ def test_bad_arguments(tmp_path, small_run):
         RecordingWriter(tmp_path / "a.sqlite", small_run.run_info, keyframe_interval=0)
     with pytest.raises(RecordingError, match="cannot create"):
         RecordingWriter(tmp_path / "missing" / "dir" / "a.sqlite", small_run.run_info)
+    with pytest.raises(ValueError, match="page_size must be a power of two from 512 to 65536 bytes, got 5000"):
+        RecordingWriter(tmp_path / "a.sqlite", small_run.run_info, page_size=5000)
 
 
 def test_run_info_keeps_what_json_cannot_hold_as_text(tmp_path, small_run):

@@ -8,7 +8,7 @@ import stat
 import pytest
 
 from engine.request import SamplingParams
-from tests.support.engine_runs import SMALL_SEED, run_engine
+from tests.support.engine_driver import SMALL_SEED, run_engine
 from recordings.file.reader import Reader
 from recordings.file.open_reader import open_reader
 

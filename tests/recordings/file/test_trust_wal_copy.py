@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 
 from app.commands.check import run_check
-from tests.support.engine_runs import SMALL_SEED, run_engine
+from tests.support.engine_driver import SMALL_SEED, run_engine
 from recordings.file.open_reader import open_reader
 from recordings.errors import RecordingError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.support.engine_runs import run_engine
+from tests.support.engine_driver import run_engine
 from recordings.file.open_reader import open_reader
 from recordings.metrics.run_metrics import summarize_batching
 

@@ -11,7 +11,7 @@ from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.request import SamplingParams
 from engine.vocab import FINISH_REASON_OF
-from tests.support.engine_runs import SMALL_SEED, run_engine
+from tests.support.engine_driver import SMALL_SEED, run_engine
 from tests.support.fake_runner import FakeRunner  # noqa: E402
 from tests.support.preemption_totals import live_preemption_totals  # noqa: E402
 from recordings.file.open_reader import open_reader

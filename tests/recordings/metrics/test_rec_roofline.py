@@ -12,7 +12,7 @@ import pytest
 from engine.sim.cost_model import CostModel, CostParams
 from engine.sim.hardware import DevicePeaks
 from engine.sim.model_shapes import ModelShape, get_model_shape
-from tests.support.engine_runs import SMALL_SEED, run_engine
+from tests.support.engine_driver import SMALL_SEED, run_engine
 from recordings.file.open_reader import open_reader
 from recordings.export.summary_json import summary_dict
 from recordings.metrics.roofline import roofline_info, roofline_of, step_floors, step_seconds, summarize_roofline

@@ -31,6 +31,17 @@ def test_a_clean_complete_recording_checks_clean(qtbot, tmp_path):
     assert w.show_problems() is None and w.show_unfinished() is None
 
 
+def test_the_background_check_shows_progress_up_to_100_percent_then_the_result(qtbot, tmp_path):
+    path = recording(tmp_path, 252)            # progress comes every 2nd step; the last, 251, is odd
+    w = shown_window(qtbot, open_reader(path))
+    shown: list[str] = []
+    w.check.progress.connect(lambda *_: shown.append(w.check_btn.text()))
+    wait_checked(qtbot, w)
+    percents = [int(t.removeprefix("checking… ").rstrip("%")) for t in shown]
+    assert percents and percents == sorted(percents) and percents[-1] == 100, shown
+    assert w.check_btn.text() == "check: clean"
+
+
 def test_a_run_cut_short_is_marked_incomplete_and_lists_its_unfinished_requests(qtbot, tmp_path):
     path = recording(tmp_path, 12)
     reader = open_reader(path)

@@ -7,7 +7,7 @@ import numpy as np
 
 from engine.config import EngineConfig
 from engine.request import SamplingParams
-from tests.support.engine_harness import Arrival, distinct_prompt, run_workload
+from tests.support.engine_driver import Arrival, distinct_prompt, run_workload
 from ui.views.block_image import CACHED_FREE, SHARED
 from ui.style.colors import packed
 from ui.views.block_map import KVBlockMap

@@ -1,69 +1,36 @@
-"""Drive an ``LLMEngine`` through a workload step by step and check the global invariants of
-``../shared/cases/README.md`` (G1-G6) after every step; compare outputs with a reference (G7).
+"""The global invariants of ``../shared/cases/README.md`` (G1-G6), checked around every step of an
+engine that :mod:`tests.support.engine_driver` drives, and again on a recording of the run.
 
-A workload is a list of :class:`Arrival` (added just before step ``arrive_step`` is scheduled, in
-list order, as the cases README defines) and :class:`Action` (abort / pause / resume applied just
-before step ``step``). Paused requests are held by the user: G5 (liveness) is required of waiting
-and running requests only.
+:class:`InvariantChecker` sees the engine before and after each step, each admission and each user
+action, and the requests the engine hands to ``on_finished``; it also rebuilds the state from the
+step records alone (a :class:`StateTimeline` fed only the records, as a replay does) and the block
+tables from the records' block events, and checks both against the engine's truth. Paused requests
+are held by the user: G5 (liveness) is required of waiting and running requests only.
 
-The engine holds live requests only: a finished request leaves ``engine.requests`` and is handed
-once to ``engine.on_finished``, where the harness collects it (``RunResult.requests`` holds every
-request of the run, in arrival order). After every step the harness also rebuilds the state from
-the step records alone (a :class:`StateTimeline` fed only the records, as a replay does) and the
-block tables from the records' block events, and checks both against the engine's truth.
-
-With ``record_to`` a run is also recorded (``recordings.file.writer.RecordingWriter``); then
-:func:`assert_recording_matches` reads the file back and checks that it replays the live run step
-by step and that the state-level invariants hold again on the states read from it.
+:func:`assert_recording_matches` reads a recorded run back and checks that it replays the live run
+step by step and that the state-level invariants hold again on the states read from it.
 """
 from __future__ import annotations
 
-import dataclasses
 from collections import defaultdict
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Sequence
-
-import pytest
 
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.sched.admission import rejection_info
 from engine.sched.preemption import preemption_info
 from engine.outputs import NewToken, StepRecord
-from engine.request import Request, SamplingParams
+from engine.request import Request
 from engine.vocab import AdmissionRejection, EventKind, RequestStatus
-from engine.sequence_group import parent_id_of, sequence_ids, sequence_params
+from engine.sequence_group import parent_id_of, sequence_ids
 from engine.state.state import EngineState
 from engine.state.timeline import StateTimeline
 from recordings.check.invariants import StateChecker
 from recordings.check.file_check import check_file
-from tests.support.fake_runner import FakeRunner, hash_next_token
+from tests.support.fake_runner import FakeRunner
 from tests.support.runner_state import assert_runner_matches_scheduler
 from engine.vocab import BlockEventKind, NotAdmittedReason, PreemptionReason
 
-ACTIONS = ("abort", "pause", "resume", "move_to_front")
-# Actions with a value: a request's new priority (policy "priority"; refused under the others),
-# and the live knob max_num_seqs (request_id unused).
-VALUE_ACTIONS = ("set_priority", "max_num_seqs")
 FINISH_EVENTS = ("finished", "aborted", "failed", "rejected")
-WALL_TIME_FIELDS = ("start_ns", "end_ns", "schedule_ns", "forward_ns", "update_ns", "recorder_wait_ns")
-
-
-@dataclass(frozen=True)
-class Arrival:
-    request_id: str
-    arrive_step: int
-    prompt: tuple[int, ...]
-    params: SamplingParams
-
-
-@dataclass(frozen=True)
-class Action:
-    step: int
-    kind: str            # one of ACTIONS or VALUE_ACTIONS
-    request_id: str
-    value: int = 0       # the VALUE_ACTIONS' value
 
 
 def blocks_for(num_tokens: int, block_size: int) -> int:
@@ -89,54 +56,6 @@ def same_group(request_ids) -> bool:
     parents = {parent_id_of(rid) for rid in request_ids}
     return len(parents) == 1 and all(rid != parent_id_of(rid) for rid in request_ids)
 
-
-def solo_arrivals(arrivals: Sequence[Arrival]) -> list[Arrival]:
-    """Each parallel-sampling prompt (``n`` > 1) as ``n`` separate requests with its sequences'
-    ids and parameters (``engine.sequence_group``): the reference of a group's outputs."""
-    return [Arrival(rid, a.arrive_step, a.prompt, sequence_params(a.params, k) if a.params.n > 1 else a.params)
-            for a in arrivals for k, rid in enumerate(sequence_ids(a.request_id, a.params.n))]
-
-
-def without_wall_times(rec: StepRecord) -> StepRecord:
-    """``rec`` with its wall-clock ``*_ns`` fields zeroed (what two identical runs must share)."""
-    return dataclasses.replace(rec, **{k: 0 for k in WALL_TIME_FIELDS})
-
-
-@dataclass
-class RunResult:
-    engine: LLMEngine
-    runner: object
-    records: list[StepRecord]
-    action_results: list[tuple[Action, bool]]
-    streamed: dict[str, list[NewToken]]
-    rejected: set[str]
-    states: list[EngineState] = field(default_factory=list)   # live state after each step
-    recording: Path | None = None                             # the file, if recorded
-    all_requests: dict[str, Request] = field(default_factory=dict)
-
-    @property
-    def requests(self) -> dict[str, Request]:
-        """Every request of the run (live ones and those handed to ``on_finished``), arrival order."""
-        return self.all_requests
-
-    def outputs(self) -> dict[str, list[int]]:
-        return {rid: list(r.output_token_ids) for rid, r in self.requests.items()}
-
-    def scheduled_steps(self, request_id: str) -> list[int]:
-        return [r.step for r in self.records if any(s.request_id == request_id for s in r.scheduled)]
-
-    def finish_step(self, request_id: str) -> int | None:
-        for r in self.records:
-            if any(e.request_id == request_id and e.kind in FINISH_EVENTS for e in r.events):
-                return r.step
-        return None
-
-    def token_steps(self, request_id: str) -> list[int]:
-        return [r.step for r in self.records for t in r.new_tokens if t.request_id == request_id]
-
-    @property
-    def num_preemptions(self) -> int:
-        return sum(r.num_preemptions for r in self.records)
 
 
 def assert_no_problems(problems) -> None:
@@ -217,13 +136,14 @@ class InvariantChecker:
         self.delivered_now.append(rid)
 
     # --- around admissions and user actions -------------------------------------------------
-    def after_add(self, a: Arrival) -> None:
-        """After ``a`` was added (each of its sequences, with ``n`` > 1)."""
+    def after_add(self, a) -> None:
+        """After arrival ``a`` (an ``engine_driver.Arrival``) was added (each of its sequences,
+        with ``n`` > 1)."""
         self.members[a.request_id] = sequence_ids(a.request_id, a.params.n)
         for rid in self.members[a.request_id]:
             self._after_add(rid, a)
 
-    def _after_add(self, rid: str, a: Arrival) -> None:
+    def _after_add(self, rid: str, a) -> None:
         self.order.append(rid)
         req = self.e.requests.get(rid)
         st = self.e.state()
@@ -252,7 +172,8 @@ class InvariantChecker:
             self.objs[rid] = req
         assert_state_matches_scheduler(self.e, st)
 
-    def after_action(self, act: "Action", ok: bool) -> None:
+    def after_action(self, act, ok: bool) -> None:
+        """After user action ``act`` (an ``engine_driver.Action``), which the engine took if ``ok``."""
         if act.kind == "max_num_seqs":      # preemptions (slots cut) and failures (a group that no
             for ev in self.e.scheduler.events:        # longer fits), recorded with the next step
                 if ev.kind in ("preempted", "failed"):
@@ -725,116 +646,9 @@ class InvariantChecker:
             assert set(released) == set(self.order) - self.rejected
 
 
-def action_call(engine: LLMEngine, kind: str):
-    """The engine's call for action ``kind`` (one of :data:`ACTIONS`), request id -> bool.
-    ``move_to_front`` under a policy other than ``fcfs`` must be refused with a ``ValueError``
-    (asserted) and then changes nothing (False)."""
-    if kind != "move_to_front":
-        return getattr(engine, f"{kind}_request")
-    if engine.config.policy == "fcfs":
-        return engine.move_to_front
-
-    def refused(request_id: str) -> bool:
-        try:
-            engine.move_to_front(request_id)
-        except ValueError as e:
-            assert "policy='fcfs'" in str(e), e
-            return False
-        raise AssertionError(f"move_to_front accepted under policy {engine.config.policy!r}")
-    return refused
-
-
-def run_workload(config: EngineConfig, arrivals: Sequence[Arrival], actions: Sequence[Action] = (), *,
-                 runner=None, tokenizer=None, eos_token_id: int | None = None,
-                 next_token_fn=hash_next_token, max_steps: int = 5000,
-                 resume_paused_at_end: bool = True, record_to: str | Path | None = None,
-                 keyframe_interval: int = 16) -> RunResult:
-    """Run ``arrivals`` and ``actions`` to completion with invariant checks after every step.
-
-    ``config.num_gpu_blocks`` sizes the cache. ``runner`` defaults to a :class:`FakeRunner`.
-    Once no arrival or action is left, paused requests are resumed (if ``resume_paused_at_end``)
-    so the run drains. Raises ``AssertionError`` if it has not drained after ``max_steps`` (G5).
-    ``record_to``: also record the run to this (new) file, closed before returning.
-    """
-    num_blocks = config.num_gpu_blocks
-    assert num_blocks is not None
-    if runner is None:
-        runner = FakeRunner(num_blocks, config.block_size, next_token_fn,
-                            num_cpu_blocks=config.num_cpu_blocks)
-    writer = None
-    if record_to is not None:
-        from recordings.file.writer import RecordingWriter
-
-        writer = RecordingWriter(record_to, {"config": config.to_dict(), "model": "fake"},
-                                 keyframe_interval=keyframe_interval)
-    try:
-        engine = LLMEngine(config, runner, num_blocks, tokenizer=tokenizer, eos_token_id=eos_token_id,
-                           recorder=writer)
-        result = _drive(engine, runner, arrivals, actions, max_steps, resume_paused_at_end)
-    finally:
-        if writer is not None:
-            writer.close()
-    result.recording = None if record_to is None else Path(record_to)
-    return result
-
-
-def _apply(engine: LLMEngine, act: Action) -> bool:
-    """Do a user action between steps; whether the engine took it. ``set_priority`` under a policy
-    other than ``priority`` must be refused with ``ValueError`` naming the policy."""
-    if act.kind == "max_num_seqs":
-        return bool(engine.set_knobs(max_num_seqs=act.value))
-    if act.kind == "set_priority":
-        if engine.config.policy != "priority":
-            with pytest.raises(ValueError, match="policy"):
-                engine.set_priority(act.request_id, act.value)
-            return False
-        return engine.set_priority(act.request_id, act.value)
-    return action_call(engine, act.kind)(act.request_id)
-
-
-def _drive(engine: LLMEngine, runner, arrivals: Sequence[Arrival], actions: Sequence[Action],
-           max_steps: int, resume_paused_at_end: bool) -> RunResult:
-    checker = InvariantChecker(engine, runner)
-    by_step: dict[int, list] = defaultdict(list)
-    for a in arrivals:
-        by_step[a.arrive_step].append(a)
-    for act in actions:
-        by_step[act.step].append(act)
-    last = max(by_step, default=-1)
-    records: list[StepRecord] = []
-    results: list[tuple[Action, bool]] = []
-    step = 0
-    while True:
-        for item in by_step.get(step, []):
-            if isinstance(item, Arrival):
-                engine.add_request(list(item.prompt), item.params, request_id=item.request_id)
-                checker.after_add(item)
-            else:
-                results.append((item, _apply(engine, item)))
-                checker.after_action(item, results[-1][1])
-        if step > last:
-            s = engine.scheduler
-            if s.paused and not s.running and not s.waiting and resume_paused_at_end:
-                for r in list(s.paused):
-                    if r.status is RequestStatus.PAUSED:     # (a group resumes as a whole)
-                        assert engine.resume_request(r.request_id)
-            if not engine.has_unfinished or (s.paused and not s.running and not s.waiting):
-                break
-        assert step < max_steps, f"G5: not drained after {max_steps} steps"
-        checker.before_step()
-        rec = engine.step()
-        assert rec.step == step
-        checker.after_step(rec)
-        records.append(rec)
-        step += 1
-    if not engine.scheduler.paused:
-        checker.at_end()
-    return RunResult(engine, runner, records, results, dict(checker.streamed), checker.rejected,
-                     checker.states, all_requests=checker.all_requests())
-
-
-def assert_recording_matches(result: RunResult) -> None:
-    """The README's "again from the recording": open ``result.recording`` and check that every
+def assert_recording_matches(result) -> None:
+    """The README's "again from the recording": open ``result.recording`` (an
+    ``engine_driver.RunResult`` run with ``record_to``) and check that every
     step's state and record read back equal the live ones, then re-check G1, G3, G4 (and G6 if the
     run drained) on the states read from the file, with the config stored in the file."""
     from recordings.file.open_reader import open_reader
@@ -866,39 +680,10 @@ def assert_recording_matches(result: RunResult) -> None:
         assert_no_problems(check_file(reader))
 
 
-def reference_outputs(config: EngineConfig, arrivals: Sequence[Arrival], **kw) -> dict[str, list[int]]:
-    """The cases README's reference run: the same workload with 10x the KV blocks, no actions,
-    no prefix cache."""
-    ref = run_workload(config.replace(num_gpu_blocks=10 * config.num_gpu_blocks,
-                                      enable_prefix_caching=False), arrivals, **kw)
-    return ref.outputs()
-
-
-def assert_outputs_match(result: RunResult, reference: dict[str, list[int]]) -> None:
-    """G7: every request that finished by length (or stop) has exactly the reference tokens; an
-    aborted or failed request has a prefix of them."""
-    assert result.requests, "no request in the run"
-    for rid, req in result.requests.items():
-        if rid in result.rejected:
-            continue
-        ref = reference[rid]
-        if req.status in (RequestStatus.FINISHED_LENGTH, RequestStatus.FINISHED_STOPPED):
-            assert req.output_token_ids == ref[:len(req.output_token_ids)], f"G7: {rid} differs from reference"
-            if req.status is RequestStatus.FINISHED_LENGTH:
-                assert req.output_token_ids == ref, f"G7: {rid} differs from reference"
-        else:
-            assert req.output_token_ids == ref[:req.num_output_tokens], f"G7: {rid} is not a prefix of reference"
-
-
-def distinct_prompt(index: int, length: int, vocab: int = 1000) -> tuple[int, ...]:
-    """A prompt of ``length`` ids that differs from every other index's prompt from its first token."""
-    return tuple((index * 131 + 17 * j + j * j) % vocab for j in range(length)) if length else ()
-
-
-def replay_states(result: RunResult) -> list[EngineState]:
-    """The state after each step, rebuilt from the step records alone (as a replay does): a
-    :class:`StateTimeline` started empty, fed one record at a time. The last one equals the live
-    engine's state."""
+def replay_states(result) -> list[EngineState]:
+    """The state after each step of ``result`` (an ``engine_driver.RunResult``), rebuilt from the
+    step records alone (as a replay does): a :class:`StateTimeline` started empty, fed one record
+    at a time. The last one equals the live engine's state."""
     e = result.engine
     tl = StateTimeline(e.num_gpu_blocks, e.config.block_size, e.config.max_num_seqs,
                        e.config.num_cpu_blocks)

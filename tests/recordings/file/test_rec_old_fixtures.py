@@ -1,6 +1,7 @@
-"""Schema-3 recordings (written by BatchScope before schema 4: ``fixtures/v3_*.sqlite``, made by
-``fixtures/make_v3_fixture.py``) open and replay exactly as that release's reader gave them
-(``fixtures/v3_*.json``): every state, in order and out of order, and every step record."""
+"""Schema-3 and schema-4 recordings (written by BatchScope before schema 4 and before schema 5:
+``fixtures/v3_*.sqlite``, ``fixtures/v4_*.sqlite``, made by ``fixtures/make_v3_fixture.py``) open
+and replay exactly as that release's reader gave them (``fixtures/v*_*.json``): every state, in
+order and out of order, and every step record."""
 from __future__ import annotations
 
 import json
@@ -9,11 +10,13 @@ import shutil
 
 import pytest
 
+from recordings.file import opening
 from recordings.file.open_reader import open_reader
+from recordings.file.schema import latest_version
 from tests.support.canonical import as_recorded, record_data, state_data
 from tests.support.paths import FIXTURES
 
-NAMES = ("v3_prefix", "v3_swap")
+NAMES = ("v3_prefix", "v3_swap", "v4_prefix", "v4_swap")
 
 
 @pytest.fixture(params=NAMES)
@@ -24,11 +27,12 @@ def fixture(request, tmp_path):
     return path, expected
 
 
-def test_the_fixture_is_of_schema_3(fixture):
+def test_the_fixture_is_of_the_schema_its_name_says(fixture):
     path, expected = fixture
+    version = int(path.name[1])
     with open_reader(path) as reader:
-        assert expected["schema"] == 3
-        assert reader.execute("PRAGMA user_version") == [(3,)]
+        assert expected["schema"] == version
+        assert reader.execute("PRAGMA user_version") == [(version,)]
         assert reader.latest_step() == len(expected["records"]) - 1
 
 
@@ -58,3 +62,19 @@ def test_the_file_is_only_read(fixture):
     with open_reader(path) as reader:
         reader.state_at(reader.latest_step())
     assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("name", ["v4_prefix", "v4_swap"])
+def test_a_schema_4_recording_upgrades_in_place_and_replays_as_before(tmp_path, name):
+    """Schema 5 changed only how new keyframes store their block map: a schema-4 file (whose
+    keyframes all hold theirs) is brought to 5 as it is and reads the same."""
+    path = tmp_path / f"{name}.sqlite"
+    shutil.copy(FIXTURES / f"{name}.sqlite", path)
+    expected = json.loads((FIXTURES / f"{name}.json").read_text())
+    assert opening.upgrade_file(path) == latest_version() == 5
+    with open_reader(path) as reader:
+        assert reader.execute("PRAGMA user_version") == [(5,)]
+        states = expected["states"]
+        for k in (-1, len(states) // 2, len(states) - 2):
+            assert as_recorded(state_data(reader.state_at(k)), states[k + 1]) == states[k + 1]
+        assert [record_data(r) for r in reader.records(0, 10**6)] == expected["records"]
