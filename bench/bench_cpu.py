@@ -2,9 +2,10 @@
 batching, on the CPU workload of ../shared/bench/README.md (first 64 Azure conv requests, lengths
 scaled, random prompt tokens, all at t=0, EOS off), SmolLM2-135M fp32, one process, back to back.
 
-Usage: .venv/bin/python bench/bench_cpu.py [--trace PATH] [--skip-hf] [--record-overhead]
-Prints output tokens/s of each and the ratios (targets: engine >= 3x static, >= 1.5x HF CB), and
-with --record-overhead the engine's steps/s with the recorder on vs off.
+Usage: .venv/bin/python bench/bench_cpu.py [--trace PATH] [--skip-hf] [--record-overhead] [--compare-impls]
+Prints output tokens/s of each and the ratios (targets: engine >= 3x static, >= 1.5x HF CB), with
+--record-overhead the engine's steps/s with the recorder on vs off, and with --compare-impls the
+engine's output tokens/s with its own fused forward vs transformers' forward (``model_impl``).
 """
 from __future__ import annotations
 
@@ -92,6 +93,18 @@ def run_hf(reqs, model_folder: str) -> dict:
     return res
 
 
+def compare_impls(reqs, repeats: int, **knobs) -> dict:
+    """The engine's output tokens/s with its own fused forward and with transformers' forward,
+    ``repeats`` runs each, alternating (single runs on this machine vary by ~10%); the ratio of
+    the medians (> 1: the fused forward is faster)."""
+    runs = {"batchscope": [], "transformers": []}
+    for _ in range(repeats):
+        for impl, tok_s in runs.items():
+            tok_s.append(run_engine(reqs, model_impl=impl, **knobs)["out_tok_per_s"])
+    med = {impl: statistics.median(v) for impl, v in runs.items()}
+    return {"out_tok_per_s": runs, "median": med, "ratio_batchscope_vs_transformers": med["batchscope"] / med["transformers"]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", default=str(DEFAULT_TRACE))
@@ -99,7 +112,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: all cores)")
     ap.add_argument("--record-overhead", action="store_true",
                     help="also time the engine with the recorder on (alternating with off runs)")
-    ap.add_argument("--repeats", type=int, default=3, help="on/off pairs for --record-overhead")
+    ap.add_argument("--repeats", type=int, default=3, help="on/off pairs for --record-overhead and --compare-impls")
+    ap.add_argument("--compare-impls", action="store_true",
+                    help="also time the engine with model_impl batchscope vs transformers (alternating runs)")
     ap.add_argument("--max-num-seqs", type=int, default=64)
     ap.add_argument("--max-num-batched-tokens", type=int, default=512)
     args = ap.parse_args()
@@ -122,6 +137,8 @@ def main() -> None:
         res["recording"] = {"steps_per_s_off": off, "steps_per_s_on": on,
                             "median_off": statistics.median(off), "median_on": statistics.median(on),
                             "slowdown": 1 - statistics.median(on) / statistics.median(off)}
+    if args.compare_impls:
+        res["model_impl"] = compare_impls(reqs, args.repeats, **knobs)
     if not args.skip_hf:
         from engine.model.loader import resolve_model
         res.update(run_hf(reqs, str(resolve_model("default", progress=False).folder)))

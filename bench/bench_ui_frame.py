@@ -17,6 +17,13 @@ its size and bound are printed).
     QT_QPA_PLATFORM=offscreen .venv/bin/python bench/bench_ui_frame.py --recording REC.sqlite \
         [--steps 2000] [--back 0] [--jumps 50] [--seed 0] [--start K] [--breakdown] [--profile OUT.prof] [--sections]
 
+The case of issue 18 (a live run at 200,000 blocks, 7 steps a frame, both layouts), against
+the integrator's checkout in the same run (``--baseline``: the same arguments run there first,
+then here, one after the other on the same machine):
+
+    QT_QPA_PLATFORM=offscreen .venv/bin/python bench/bench_ui_frame.py --blocks 200000 \
+        --steps-per-frame 7 --layouts physical,request --frames 60 --waiting 2000 --baseline ../main
+
 ``--layouts`` runs each live scenario once per block map layout (``physical``, ``request``: by
 request; ``ui.views.block_map``), in the same run, so their frame times compare on the same
 machine and load. Prints wall and CPU time p50 / p95 / p99 / max per scenario (``--steps-per-frame`` new steps a
@@ -451,7 +458,23 @@ def main() -> None:
                     help="per-frame CPU by section (state fetch, back fill, each view's update, "
                     "paint by area), mean over all frames and over the p95 frames "
                     "(bench/frame_sections.py; the paint timing slows events a little)")
+    ap.add_argument("--baseline", help="a checkout of the same project (e.g. main's): run "
+                    "these arguments there first, then here (before and after, one machine)")
     args = ap.parse_args()
+    if args.baseline:
+        import subprocess
+        argv, rest = sys.argv[1:], []
+        while argv:                                  # the arguments but --baseline's
+            a = argv.pop(0)
+            if a == "--baseline":
+                argv.pop(0)
+            elif not a.startswith("--baseline="):
+                rest.append(a)
+        base = Path(args.baseline).resolve()
+        print(f"=== baseline: {base}", flush=True)
+        subprocess.run([sys.executable, str(base / "bench" / "bench_ui_frame.py"), *rest],
+                       cwd=base, check=True)
+        print(f"\n=== this checkout: {ROOT}", flush=True)
     if args.recording:
         bench_recording(args)
     else:

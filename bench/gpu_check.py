@@ -13,14 +13,18 @@ process whose timeout comes from the budget left (a hung stage costs its share, 
 2. ``equality``: fp32 greedy outputs of 16 mixed-length requests through the engine together
    (chunked prefill, recompute preemption) vs transformers ``generate()`` on each alone: eager with
    the Triton attention (the CUDA default), eager with the torch reference, and with CUDA graphs
-   for the decode-only steps (Triton decode kernel). On a CPU: the reference, eager and padded.
+   for the decode-only steps (Triton decode kernel), each with the engine's own fused forward (the
+   default, ``--model-impl auto``) and eager and graphs with transformers' forward too. On a CPU:
+   the reference, eager and padded, both forwards.
 3. ``bench off`` / ``bench on``: ``batchscope bench`` on the anchor workload (random-weight
    Llama-3.2-1B shape, bf16, 512 requests at t=0, EOS off) with the defaults (on CUDA: Triton
-   attention, CUDA graphs), recording off, then on.
+   attention, CUDA graphs, our fused forward), recording off, then on.
 4. ``peer``: ``bench/hf_peer.py``: HF transformers continuous batching at its best setting (CUDA
    graphs on) on the same model and requests, in the same call.
-5. ``bench old``: the bench with the previous defaults (torch reference attention, no graphs),
-   only when the budget still has room.
+5. ``bench transformers``: the bench (recording off) with transformers' forward
+   (``--model-impl transformers``), for the fused forward's speed-up in the same call.
+6. ``bench old``: the bench with the previous defaults (torch reference attention, no graphs,
+   transformers' forward), only when the budget still has room.
 Writes ``gpu_check.json`` (every stage's result) and ``gpu_check.txt`` (one table) into ``--out``
 and prints the table. Exit 0 when the kernels pass, every equality holds and both bench runs ran.
 """
@@ -44,7 +48,7 @@ BUDGET_S = 8 * 60               # the whole check, as lent
 CPU_BUDGET_S = 30 * 60          # --cpu-smoke on a busy 2-core machine
 # stage -> (most seconds it may take, seconds kept for it while earlier stages run), on a GPU
 STAGES = {"kernels": (120, 30), "equality": (120, 30), "bench off": (150, 60), "bench on": (150, 60),
-          "peer": (200, 60), "bench old": (150, 0)}
+          "peer": (200, 60), "bench transformers": (150, 60), "bench old": (150, 0)}
 OLD_DEFAULTS_MIN_S = 100        # run the previous defaults only with this much left
 
 
@@ -90,18 +94,20 @@ def check_equality(device: str, small: bool, num_requests: int = 16) -> dict:
     reqs = [([rng.randint(3, cfg.vocab_size - 1) for _ in range(rng.randint(5, 120))], rng.randint(4, 24))
             for _ in range(num_requests)]
     cuda = device.startswith("cuda")
-    # mode -> (BATCHSCOPE_ATTENTION, CUDA graphs); the default attention is Triton on CUDA
-    modes = {"eager": ("", False), "graphs": ("", True)}
+    # mode -> (BATCHSCOPE_ATTENTION, CUDA graphs, model_impl); the default attention is Triton on
+    # CUDA, the default forward our own (auto)
+    modes = {"eager": ("", False, "auto"), "graphs": ("", True, "auto"),
+             "eager transformers-fwd": ("", False, "transformers"), "graphs transformers-fwd": ("", True, "transformers")}
     skipped = {}
     if cuda and triton_available():
-        modes["eager reference"] = ("reference", False)
+        modes["eager reference"] = ("reference", False, "auto")
     else:
         skipped["Triton"] = "no CUDA" if not cuda else "triton not installed"
     runs = {}
-    for mode, (attention, graphs) in modes.items():
+    for mode, (attention, graphs, impl) in modes.items():
         os.environ["BATCHSCOPE_ATTENTION"] = attention
         ecfg = EngineConfig(num_gpu_blocks=20, block_size=8, max_num_batched_tokens=64, max_num_seqs=16,
-                            clock="virtual", cuda_graphs=graphs)
+                            clock="virtual", cuda_graphs=graphs, model_impl=impl)
         runner = ModelRunner.from_config(model, ecfg)
         enable_cuda_graphs(runner, ecfg, progress=False)
         eng = LLMEngine(ecfg, runner, ecfg.num_gpu_blocks)
@@ -148,14 +154,16 @@ def _child_json(argv: list[str], out: Path, timeout_s: float, env: dict | None =
 
 
 def bench(small: bool, limit: int, device: str, record: Path | None, json_out: Path, timeout_s: float,
-          old_defaults: bool = False, predict: bool = False) -> dict:
+          old_defaults: bool = False, predict: bool = False, model_impl: str | None = None) -> dict:
     """``batchscope bench`` on the anchor workload (the tiny shape and the first ``limit`` requests
     when ``small``), recording to ``record`` or off; ``old_defaults``: the torch reference
-    attention and no CUDA graphs. Returns its --json figures, or ``error``."""
+    attention, no CUDA graphs and transformers' forward; ``model_impl``: ``--model-impl``.
+    Returns its --json figures, or ``error``."""
     argv = ["-m", "app.cli", "bench", "--device", device, "--json", str(json_out)]
     argv += ["--small", "--limit", str(limit)] if small else []
     argv += ["--record", str(record)] if record else ["--no-record"]
-    argv += ["--cuda-graphs", "off"] if old_defaults else []
+    argv += ["--cuda-graphs", "off", "--model-impl", "transformers"] if old_defaults else []
+    argv += ["--model-impl", model_impl] if model_impl else []
     argv += ["--predict"] if predict else []
     return _child_json(argv, json_out, timeout_s, {"BATCHSCOPE_ATTENTION": "reference"} if old_defaults else None)
 
@@ -207,13 +215,16 @@ def equality_line(eq: dict) -> str:
 
 
 def summary_table(eq: dict, tri: dict, off: dict, on: dict, hf: dict, same_workload: bool = True,
-                  old: dict | None = None) -> str:
+                  old: dict | None = None, hf_fwd: dict | None = None) -> str:
     """The final table: one row per system, then the ratios and the checks. ``same_workload``
-    False leaves out the engine / HF ratio; ``old``: the bench with the previous defaults, when it ran."""
+    False leaves out the engine / HF ratio; ``old``: the bench with the previous defaults, when it
+    ran; ``hf_fwd``: the bench with transformers' forward, when it ran."""
     from tabulate import tabulate
 
     rows = [["BatchScope bench, recording off", *bench_cells(off)],
             ["BatchScope bench, recording on", *bench_cells(on)]]
+    if hf_fwd is not None:
+        rows.append(["BatchScope bench, transformers fwd", *bench_cells(hf_fwd)])
     if old is not None:
         rows.append(["BatchScope bench, old defaults", *bench_cells(old)])
     best = None
@@ -236,6 +247,10 @@ def summary_table(eq: dict, tri: dict, off: dict, on: dict, hf: dict, same_workl
     if fig_off and fig_on:
         lines.append(f"recording cost: {1 - fig_on['output_tokens_per_s'] / fig_off['output_tokens_per_s']:.1%} "
                      "of throughput (target < 5%)")
+    fig_fwd = (hf_fwd or {}).get("figures")
+    if fig_off and fig_fwd:
+        lines.append(f"fused / transformers forward: {fig_off['output_tokens_per_s'] / fig_fwd['output_tokens_per_s']:.2f}x "
+                     "output tokens/s (recording off, same call)")
     fig_old = (old or {}).get("figures")
     if fig_off and fig_old:
         lines.append(f"new / old defaults: {fig_off['output_tokens_per_s'] / fig_old['output_tokens_per_s']:.2f}x "
@@ -315,12 +330,16 @@ def main(argv: list[str] | None = None) -> int:
     hf = res["peer"] = peer(args.small, limit, args.peer_variants if gpu else "default", args.out / "peer.json",
                             budget.timeout("peer"))
     print("peer:", hf, flush=True)
+    hf_fwd = res["bench_transformers"] = bench(args.small, limit, args.device, None,
+                                               args.out / "bench_transformers.json",
+                                               budget.timeout("bench transformers"), model_impl="transformers")
+    print("bench, transformers forward:", hf_fwd.get("figures") or hf_fwd, flush=True)
     old = None
     if budget.left() >= OLD_DEFAULTS_MIN_S * budget.scale:
         old = res["bench_old"] = bench(args.small, limit, args.device, None, args.out / "bench_old.json",
                                        budget.timeout("bench old"), old_defaults=True)
         print("bench, old defaults :", old.get("figures") or old, flush=True)
-    table = summary_table(eq, tri, off, on, hf, same_workload=True, old=old)
+    table = summary_table(eq, tri, off, on, hf, same_workload=True, old=old, hf_fwd=hf_fwd)
     res["passed"] = ok = passed(eq, tri, off, on)
     res["seconds"] = args.budget_s - budget.left()
     text = f"{head}\n\n{table}\n\n{'PASSED' if ok else 'FAILED'} in {res['seconds']:.0f} s of {args.budget_s:.0f}\n"

@@ -1,7 +1,8 @@
 """Compile every Triton kernel of the engine for a GPU, without one: ``triton.compile`` with a
 ``GPUTarget`` (Triton's own ahead-of-time path: its MLIR passes, then ``ptxas`` from the Triton
 wheel), at the exact compile-time constants and argument types the launchers of
-:mod:`engine.runner.attention.triton_attention` produce for real model shapes.
+:mod:`engine.runner.attention.triton_attention` and :mod:`engine.runner.forward.triton_layers` (the
+fused forward's residual add + RMSNorm and RoPE) produce for real model shapes.
 
     python bench/kernel_compile.py                       # sm_90 and sm_80, four shapes, bf16 + fp16
     python bench/kernel_compile.py --targets 90 --dtypes bfloat16 --shapes llama-3.2-1b --json out.json
@@ -51,10 +52,12 @@ class _Recorder:
 
 
 def record_launches(num_heads: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype,
-                    block_size: int = BLOCK_SIZE) -> list[tuple]:
+                    block_size: int = BLOCK_SIZE, hidden_size: int | None = None) -> list[tuple]:
     """(jit function, positional args, keyword args) of every launch the engine's attention makes
     for one layer of this shape: the K/V store, the decode kernel at each split count (with its
-    reduction), the prefill kernel. CPU tensors of the right dtypes and layouts stand in."""
+    reduction), the prefill kernel; with ``hidden_size``, the fused forward's kernels too (the
+    residual add + RMSNorm with and without a residual, RoPE over the query and key heads). CPU
+    tensors of the right dtypes and layouts stand in."""
     from engine.runner.attention import triton_attention as ta
     from engine.runner.attention import triton_kernels
 
@@ -79,6 +82,32 @@ def record_launches(num_heads: int, num_kv_heads: int, head_dim: int, dtype: tor
                              ta.prefill_block_q(num_heads // num_kv_heads), 0.125)
     finally:
         ta._kernels, ta._interpreting = saved
+    if hidden_size is not None:
+        calls += _record_forward_launches(num_heads, num_kv_heads, head_dim, dtype, hidden_size)
+    return calls
+
+
+def _record_forward_launches(num_heads: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype,
+                             hidden_size: int) -> list[tuple]:
+    """The launches of :mod:`engine.runner.forward.triton_layers` for one layer of this shape."""
+    from engine.runner.forward import triton_kernels as fk
+    from engine.runner.forward import triton_layers as fl
+
+    calls: list = []
+    stub = SimpleNamespace(**{name: _Recorder(getattr(fk, name), calls) for name in ("add_rms_norm_kernel", "rope_kernel")})
+    saved = fl._kernels
+    fl._kernels = lambda: stub
+    try:
+        t, heads = 4, num_heads + 2 * num_kv_heads
+        x = torch.zeros(t, hidden_size, dtype=dtype)
+        weight = torch.zeros(hidden_size, dtype=dtype)
+        fl.add_rms_norm_triton(x, None, weight, 1e-5)
+        fl.add_rms_norm_triton(x, x, weight, 1e-5)
+        qkv = torch.zeros(t, heads, head_dim, dtype=dtype)            # the forward's strided view of Q and K
+        fl.apply_rope_triton(qkv[:, :num_heads + num_kv_heads], torch.zeros(64, head_dim, dtype=dtype),
+                             torch.zeros(t, dtype=torch.int64))
+    finally:
+        fl._kernels = saved
     return calls
 
 
@@ -123,7 +152,7 @@ def compile_all(shapes=SHAPES, dtypes=DTYPES, targets=TARGETS) -> list[dict]:
         for dtype_name in dtypes:
             dtype = getattr(torch, dtype_name)
             for fn, args, kwargs in record_launches(shape.num_attention_heads, shape.num_key_value_heads,
-                                                    shape.head_dim, dtype):
+                                                    shape.head_dim, dtype, hidden_size=shape.hidden_size):
                 src, options, consts = _source(fn, args, kwargs)
                 for cc in targets:
                     key = (fn.__name__, tuple(sorted(src.signature.items())), repr(sorted(consts.items())),

@@ -3,13 +3,17 @@
     python -m app.cli run --executor sim --sim-model llama-3.1-8b --sim-device h100 \\
         --trace ../shared/traces/azure-llm-2023/AzureLLMInferenceTrace_conv.csv --limit 2500 \\
         --time-scale 0.1 --max-num-seqs 256 --max-num-batched-tokens 8192 --record /tmp/conv26k.sqlite
-    (the same with --limit 6000 --time-scale 0.05 --num-gpu-blocks 200000 --max-model-len 16384
-     for /tmp/conv200k.sqlite)
+    python -m app.cli run --executor sim --sim-model llama-3.1-8b --sim-device h100 \
+        --trace ../shared/traces/mooncake-fast25/synthetic_trace.jsonl --limit 1200 \
+        --time-scale 0.1 --max-num-seqs 256 --max-num-batched-tokens 8192 \
+        --num-gpu-blocks 200000 --max-model-len 131072 --enable-prefix-caching --record /tmp/mc200k.sqlite
     QT_QPA_PLATFORM=offscreen python docs/take_views_screenshots.py /tmp/conv26k.sqlite --name 26k
+    QT_QPA_PLATFORM=offscreen python docs/take_views_screenshots.py /tmp/mc200k.sqlite --name 200k
 
 Opens the recording in a replay window (1600x1000), shows the step of highest KV usage (or
-``--step``), selects its oldest running request and saves the block map in both layouts and
-the slot timeline as ``docs/views-<name>-physical.png``, ``-request.png`` and ``-slots.png``.
+``--step``), selects the running request holding the most blocks and saves the block map in
+both layouts and the slot timeline as ``docs/views-<name>-physical.png``, ``-request.png`` and
+``-slots.png``.
 """
 from __future__ import annotations
 
@@ -45,8 +49,9 @@ def main() -> None:
     win.show_step(step)
     state = reader.state_at(step)
     running = state.queue_rows("running")
-    if len(running):
-        win.select_request(state.request_ids[int(running[0])])
+    if len(running):          # the biggest run: its white frame shows at a pixel a block
+        biggest = running[int(state.columns["num_blocks"][running].argmax())]
+        win.select_request(state.request_ids[int(biggest)])
     for layout in ("physical", "request"):
         win.block_map.set_layout(layout)
         for _ in range(3):

@@ -6,12 +6,13 @@ import math
 import re
 from dataclasses import dataclass
 
-from engine.vocab import Admission, Clock, Policy, PreemptionMode, values
+from engine.vocab import Admission, Clock, ModelImpl, Policy, PreemptionMode, values
 
 POLICIES = values(Policy)
 PREEMPTION_MODES = (PreemptionMode.RECOMPUTE.value, PreemptionMode.SWAP.value)   # the knob; SWAP_FALLBACK is an outcome
 CLOCKS = values(Clock)
 ADMISSION_MODES = values(Admission)
+MODEL_IMPLS = values(ModelImpl)
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
@@ -51,7 +52,10 @@ class EngineConfig:
     ``cuda_graphs`` runs decode-only steps padded to a ladder of batch sizes, from CUDA graphs
     captured at start-up on a GPU (the same padded path eagerly on a CPU; see
     ``engine.runner.cuda_graphs``; vLLM's ``cudagraph_mode`` FULL_DECODE_ONLY); ``None`` (the default):
-    on for a CUDA device, off elsewhere.
+    on for a CUDA device, off elsewhere. ``model_impl`` picks the forward pass (vLLM's
+    ``--model-impl``, ``engine.runner.forward``): ``batchscope`` the engine's own fused Llama-family
+    forward, ``transformers`` transformers' model with our paged attention, ``auto`` ours for a
+    supported architecture, else transformers'.
 
     Admission control and thrash (``engine.sched.admission``; vLLM has neither a queue timeout
     nor an SLO check): ``max_queue_time`` (engine clock units: seconds, steps under the virtual
@@ -109,6 +113,11 @@ class EngineConfig:
               "--max-num-seqs) and replay CUDA graphs captured at start-up, decoding with our Triton kernel "
               "(BATCHSCOPE_ATTENTION=reference: the torch reference); on a CPU the same padded path runs "
               "without graphs, slower (it is there to be tested); auto: on for a CUDA device, off elsewhere")
+    model_impl: ModelImpl = knob(
+        ModelImpl.AUTO, "the model's forward pass: batchscope = the engine's own (merged QKV and gate-up "
+                        "matmuls, compact RMSNorm and RoPE; Llama, Mistral, Qwen2, Qwen3), transformers = "
+                        "transformers' model with our paged attention, auto = batchscope for a supported "
+                        "architecture, else transformers", choices=MODEL_IMPLS)
 
     max_queue_time: float | None = knob(
         None, "reject a request still waiting for its first admission S after its arrival (engine clock: "
@@ -172,6 +181,8 @@ class EngineConfig:
         need(self.admission in ADMISSION_MODES,
              f"admission must be one of {ADMISSION_MODES}, got {self.admission!r}")
         object.__setattr__(self, "admission", Admission(self.admission))
+        need(self.model_impl in MODEL_IMPLS, f"model_impl must be one of {MODEL_IMPLS}, got {self.model_impl!r}")
+        object.__setattr__(self, "model_impl", ModelImpl(self.model_impl))
         need(self.slo_ttft_ms is None or 0 < self.slo_ttft_ms < math.inf,
              f"slo_ttft_ms must be a positive number of milliseconds or None, got {self.slo_ttft_ms}")
         need(self.admission != "slo" or self.slo_ttft_ms is not None,

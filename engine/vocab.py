@@ -152,6 +152,14 @@ class Admission(Word):
     SLO = "slo"              # not one whose predicted TTFT exceeds the SLO (Mooncake's early rejection)
 
 
+class ModelImpl(Word):
+    """``EngineConfig.model_impl``: whose forward pass runs the model (vLLM's ``--model-impl``)."""
+
+    AUTO = "auto"                    # ours for a supported architecture, else transformers'
+    BATCHSCOPE = "batchscope"        # the engine's fused Llama-family forward (engine.runner.forward.llama)
+    TRANSFORMERS = "transformers"    # transformers' model with our paged attention plugged in
+
+
 class AdmissionRejection(Word):
     """Why admission control turned a request away (``Rejection.reason``)."""
 

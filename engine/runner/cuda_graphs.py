@@ -65,7 +65,8 @@ def padded_size(num_reqs: int, sizes: Sequence[int]) -> int:
 
 
 class DecodeGraphs:
-    """Decode-only forward passes of ``model`` over static, padded buffers, replayed from CUDA
+    """Decode-only forward passes of ``forward`` (an ``engine.runner.forward.ModelForward``: the
+    runner's ``forward``) over static, padded buffers, replayed from CUDA
     graphs on a GPU (eager elsewhere, or with ``capture=False``).
 
     ``kv_caches``: the runner's per-layer ``(k_cache, v_cache)``, ``[num_blocks, block_size,
@@ -79,10 +80,10 @@ class DecodeGraphs:
     graphs' shared pool (the largest batch's activations).
     """
 
-    def __init__(self, model: torch.nn.Module, kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+    def __init__(self, forward, kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
                  block_size: int, scratch_block: int, max_num_seqs: int, max_model_len: int, *,
                  backend: str | None = None, capture: bool | None = None, progress: bool = True) -> None:
-        self.model = model
+        self.forward = forward
         device = kv_caches[0][0].device
         self.device = device
         self.sizes = capture_sizes(max_num_seqs)
@@ -104,11 +105,7 @@ class DecodeGraphs:
         self.metas = {b: full.head(b, choose_num_splits(b, hkv, max_model_len, _sm_count(device))
                                    if backend == "triton" else 1) for b in self.sizes}
         dtype = kv_caches[0][0].dtype
-        self.hidden = torch.zeros(n, model.config.hidden_size, dtype=dtype, device=device)
-        # A 4-D attention_mask makes transformers' create_causal_mask return it as it is: it skips
-        # the packed-sequence check on position_ids (a device-to-host sync). Our attention masks
-        # from the block tables and ignores it.
-        self._prepared_mask = torch.zeros(1, 1, 1, 1, dtype=dtype, device=device)
+        self.hidden = torch.zeros(n, forward.hidden_size, dtype=dtype, device=device)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.pool = None
         self.capture_s = 0.0
@@ -188,13 +185,11 @@ class DecodeGraphs:
         return self.hidden[:len(input_ids)]
 
     def _forward(self, b: int) -> None:
-        """The body a graph captures: the model over the first ``b`` static rows, hidden states
-        into the static output buffer."""
+        """The body a graph captures: the forward pass over the first ``b`` static rows, hidden
+        states into the static output buffer."""
         meta = self.metas[b]
         meta.refresh()
-        out = self.model.model(input_ids=self.input_ids[:b].unsqueeze(0), position_ids=self.positions[:b].unsqueeze(0),
-                               attention_mask=self._prepared_mask, use_cache=False, paged_meta=meta)
-        self.hidden[:b].copy_(out.last_hidden_state[0])
+        self.hidden[:b].copy_(self.forward.hidden_states(self.input_ids[:b], self.positions[:b], meta))
 
     @torch.inference_mode()
     def capture(self, progress: bool = True) -> None:
@@ -224,5 +219,5 @@ def enable_cuda_graphs(runner, config, progress: bool = True, backend: str | Non
     on = config.cuda_graphs if config.cuda_graphs is not None else runner.device.type == "cuda"
     if not on:
         return
-    runner.graphs = DecodeGraphs(runner.model, runner.kv_caches, runner.block_size, runner.scratch_block,
+    runner.graphs = DecodeGraphs(runner.forward, runner.kv_caches, runner.block_size, runner.scratch_block,
                                  config.max_num_seqs, config.max_model_len, backend=backend, progress=progress)

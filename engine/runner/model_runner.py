@@ -7,13 +7,15 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from engine.runner.attention import ATTN_IMPLEMENTATION, PagedAttentionMetadata, register_paged_attention
+from engine.runner.attention import PagedAttentionMetadata
 from engine.runner.attention.registry import triton_selected
 from engine.runner.attention.triton_attention import stage_plan, warm_up_kernels
 from engine.runner.input_batch import InputBatch
 from engine.outputs import ModelRunnerOutput, SchedulerOutput
 from engine.runner.buffers import StepUpload
+from engine.runner.forward import build_forward
 from engine.runner.sampling import SamplePlan
+from engine.vocab import ModelImpl
 
 
 def kv_bytes_per_block(config, block_size: int, dtype: torch.dtype) -> int:
@@ -26,8 +28,10 @@ def kv_bytes_per_block(config, block_size: int, dtype: torch.dtype) -> int:
 class ModelRunner:
     """Runs steps of a Llama-family transformers model over a paged KV cache.
 
-    ``model`` must be an eval-mode causal LM on ``device``; its attention implementation is switched
-    to our paged attention. The cache is ``num_hidden_layers`` pairs of tensors
+    ``model`` must be an eval-mode causal LM on ``device``. ``model_impl`` (an
+    :class:`engine.vocab.ModelImpl` value) picks the forward pass over its weights
+    (:func:`engine.runner.forward.build_forward`, kept as ``self.forward``): the engine's own fused
+    Llama-family forward, or transformers' with its attention switched to our paged attention. The cache is ``num_hidden_layers`` pairs of tensors
     ``[num_blocks, block_size, num_kv_heads, head_dim]`` in the model's dtype, allocated once.
     The runner keeps its own per-request state in an :class:`engine.runner.input_batch.InputBatch`
     (sized by ``max_num_seqs``, ``max_model_len``; it grows if live knobs raise them), fed only by
@@ -40,7 +44,7 @@ class ModelRunner:
 
     def __init__(self, model: torch.nn.Module, num_blocks: int, block_size: int, seed: int = 0,
                  num_cpu_blocks: int = 0, *, max_num_seqs: int = 16, max_model_len: int = 2048,
-                 max_num_batched_tokens: int = 256) -> None:
+                 max_num_batched_tokens: int = 256, model_impl: str = ModelImpl.AUTO) -> None:
         self.model = model
         cfg = model.config
         self.device = next(model.parameters()).device
@@ -59,18 +63,13 @@ class ModelRunner:
         self.cpu_caches = [(torch.zeros(cpu_shape, dtype=self.dtype, pin_memory=pin),
                             torch.zeros(cpu_shape, dtype=self.dtype, pin_memory=pin))
                            for _ in range(cfg.num_hidden_layers)] if num_cpu_blocks else []
-        model.set_attn_implementation(register_paged_attention())
-        assert model.config._attn_implementation == ATTN_IMPLEMENTATION
+        self.forward = build_forward(model, model_impl)
         self.input_batch = InputBatch(max_num_seqs, max_model_len, -(-max_model_len // block_size),
                                       block_size, base_seed=seed)
         # every per-step input (token ids, positions, slots, tables, decode groups, sampling
         # parameters) in one preallocated buffer: one host-to-device copy per step
         self.upload = StepUpload(self.device, capacity_bytes=64 * max_num_batched_tokens + (1 << 16))
         self.graphs = None                     # engine.runner.cuda_graphs.DecodeGraphs when enabled
-        # A 4-D attention_mask makes transformers' create_causal_mask return it as it is, skipping its
-        # packed-sequence check on position_ids (an .all(): a device-to-host sync every step). Our
-        # attention masks from the block tables and ignores it.
-        self._placeholder_mask = torch.zeros(1, 1, 1, 1, dtype=self.dtype, device=self.device)
         self._triton = triton_selected(self.device)
         if self._triton:                       # every kernel variant compiled now, none in a timed step
             warm_up_kernels(self.kv_caches, cfg.num_attention_heads, self.scratch_block)
@@ -79,11 +78,11 @@ class ModelRunner:
     def from_config(cls, model: torch.nn.Module, config) -> "ModelRunner":
         """A runner sized by an ``engine.config.EngineConfig`` whose ``num_gpu_blocks`` is
         resolved (``block_size``, ``seed``, ``num_cpu_blocks``, ``max_num_seqs``,
-        ``max_model_len``, ``max_num_batched_tokens``)."""
+        ``max_model_len``, ``max_num_batched_tokens``, ``model_impl``)."""
         return cls(model, config.num_gpu_blocks, config.block_size, seed=config.seed,
                    num_cpu_blocks=config.num_cpu_blocks, max_num_seqs=config.max_num_seqs,
                    max_model_len=config.max_model_len,
-                   max_num_batched_tokens=config.max_num_batched_tokens)
+                   max_num_batched_tokens=config.max_num_batched_tokens, model_impl=config.model_impl)
 
     @torch.inference_mode()
     def execute(self, sched: SchedulerOutput) -> ModelRunnerOutput:
@@ -113,7 +112,7 @@ class ModelRunner:
             hidden = self.graphs.run(inp.input_ids, inp.positions, inp.block_tables)   # decode-only step
             if plan is None:
                 return ModelRunnerOutput()
-            return self._sample(self.model.lm_head(hidden if every_row else hidden[views["logits_idx"]]),
+            return self._sample(self.forward.compute_logits(hidden if every_row else hidden[views["logits_idx"]]),
                                 plan, views)
         up.add("input_ids", inp.input_ids, np.int64)
         up.add("positions", inp.positions, np.int64)
@@ -128,15 +127,10 @@ class ModelRunner:
         meta = staged.build(views, self.kv_caches)
         if tplan is not None:
             tplan.attach(meta, views)
-        input_ids, position_ids = views["input_ids"][None], views["positions"][None]
+        hidden = self.forward.hidden_states(views["input_ids"], views["positions"], meta)   # [T, hidden]
         if plan is None:
-            self.model.model(input_ids=input_ids, position_ids=position_ids, use_cache=False,
-                             attention_mask=self._placeholder_mask, paged_meta=meta)
             return ModelRunnerOutput()
-        logits = self.model(input_ids=input_ids, position_ids=position_ids, use_cache=False,
-                            attention_mask=self._placeholder_mask,
-                            logits_to_keep=0 if every_row else views["logits_idx"],
-                            paged_meta=meta).logits[0]   # [S, vocab]
+        logits = self.forward.compute_logits(hidden if every_row else hidden[views["logits_idx"]])  # [S, vocab]
         return self._sample(logits, plan, views)
 
     def _sample(self, logits: torch.Tensor, plan: SamplePlan, views: dict[str, torch.Tensor]) -> ModelRunnerOutput:

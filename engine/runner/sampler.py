@@ -6,7 +6,9 @@ whatever shares its batch, and there is no Python work per row or per token on t
 
 The draw is inverse-transform sampling (Devroye, "Non-Uniform Random Variate Generation", 1986,
 ch. 2.1): one uniform u per row, the token is the first one whose cumulative (unnormalized)
-probability, in vocabulary order, exceeds u times the row's total. Top-k and top-p only set a
+probability, in vocabulary order, exceeds u times the row's total, found in two levels (the chunk
+of :data:`DRAW_CHUNK` tokens holding it from the chunks' masses, then the token inside that chunk),
+so no cumulative sum runs over the whole vocabulary. Top-k and top-p only set a
 per-row logit threshold (tokens below it get probability 0), so the draw itself is the same
 computation, in the same order, whether or not a batch has filtered rows: a row's token depends
 on its own logits, parameters, seed and counter only.
@@ -25,7 +27,8 @@ from engine.runner.sampling_tensors import SamplingTensors, derived_seed
 _NEG_INF = float("-inf")
 
 
-CPU_TOP_P_CANDIDATES = 1024     # on the CPU, top-p first looks for its nucleus in the top 1,024
+TOP_P_CANDIDATES = 1024         # top-p first looks for its nucleus in the top 1,024 logits (a topk, no sort)
+DRAW_CHUNK = 1024               # tokens per chunk of the two-level inverse-transform draw
 
 
 def filter_thresholds(scaled: torch.Tensor, st: SamplingTensors) -> torch.Tensor | None:
@@ -63,28 +66,36 @@ def top_p_thresholds(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     tokens sorted by probability whose mass reaches ``p`` of the row's total (the most likely
     token always stays), extended to every token tied with its last one.
 
-    The row total is a float64 cumulative sum in vocabulary order and the prefix masses are
-    float64 cumulative sums over the sorted values, so the result does not depend on how many
-    sorted values were looked at: on the CPU (where reading a flag back is free) the nucleus is
-    first searched in the top ``CPU_TOP_P_CANDIDATES`` (a ``topk``, much cheaper than sorting the
-    vocabulary), and only if some row's nucleus is longer, in a full sort; elsewhere one sort.
+    All in float32: the row total is a sum (a reduction, no cumulative sum over the vocabulary),
+    the prefix masses cumulative sums over the sorted candidates. The nucleus is searched in the
+    top ``TOP_P_CANDIDATES`` (a ``topk``, far cheaper than sorting the vocabulary); only the rows
+    whose nucleus is longer (a flat distribution: more than that many tokens to reach ``p``) are
+    sorted in full. Whether any row is longer is read back to the host: one device-to-host sync
+    per call on a GPU. The prefix sums are the same whichever path a row takes, so the result
+    does not depend on the candidate count.
     """
     vocab = logits.shape[1]
     top = logits.amax(dim=-1, keepdim=True)
-    total = (logits - top).exp_().double().cumsum_(dim=-1)[:, -1:]
-    bound = top_p.to(torch.float64).unsqueeze(1) * total
-    k = min(vocab, CPU_TOP_P_CANDIDATES) if logits.device.type == "cpu" else vocab
-    while True:
-        vals = torch.sort(logits, dim=-1, descending=True).values if k == vocab \
-            else torch.topk(logits, k, dim=-1).values                             # [M, k], descending
-        e = (vals - top).exp_().double()
-        inside = e.cumsum(dim=-1) - e < bound                                    # mass strictly above < p
-        if k == vocab or not bool(inside[:, -1].any()):
-            break
-        k = vocab                                                                # a longer nucleus: sort
-    last = (inside.sum(-1) - 1).clamp(min=0)                                     # >= 0: the top stays
-    thr = vals.gather(1, last.unsqueeze(1)).squeeze(1)
+    bound = top_p.unsqueeze(1) * (logits - top).exp_().sum(dim=-1, keepdim=True)
+    vals = torch.topk(logits, min(vocab, TOP_P_CANDIDATES), dim=-1).values       # [M, k], descending
+    thr, longer = _nucleus_threshold(vals, top, bound)
+    if vals.shape[1] < vocab and bool(longer.any()):                              # the one host sync
+        rows = longer.nonzero().squeeze(1)
+        full = torch.sort(logits[rows], dim=-1, descending=True).values
+        thr = thr.index_put((rows,), _nucleus_threshold(full, top[rows], bound[rows])[0])
     return torch.where(top_p < 1, thr, _NEG_INF)
+
+
+def _nucleus_threshold(vals: torch.Tensor, top: torch.Tensor, bound: torch.Tensor
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The nucleus threshold of each row from its descending logits ``vals`` ``[M, k]`` (the top
+    ``k``), the row maximum ``top`` and mass ``bound`` ``[M, 1]`` (p times the unnormalized total):
+    the last value whose strictly-higher mass is below the bound; and whether the nucleus may go on
+    past the ``k`` values (``bool [M]``)."""
+    e = (vals - top).exp_()
+    inside = e.cumsum(dim=-1) - e < bound                                        # mass strictly above < p
+    last = (inside.sum(-1) - 1).clamp(min=0)                                     # >= 0: the top stays
+    return vals.gather(1, last.unsqueeze(1)).squeeze(1), inside[:, -1]
 
 
 def draw(logits: torch.Tensor, st: SamplingTensors) -> torch.Tensor:
@@ -93,8 +104,9 @@ def draw(logits: torch.Tensor, st: SamplingTensors) -> torch.Tensor:
     ``[N, V]`` any float dtype (not modified); ``st``: the same N rows (``st.sampled_rows`` None).
 
     ``softmax(logits / temperature)``, cut by :func:`filter_thresholds`, then inverse-transform
-    sampling with ``u = counter_uniform(seed, counter)``: the first token whose float64 cumulative
-    unnormalized probability, in vocabulary order, exceeds ``u * total``.
+    sampling with ``u = counter_uniform(seed, counter)``: the first token whose cumulative
+    unnormalized probability, in vocabulary order, exceeds ``u * total``, found in two levels
+    (:func:`inverse_transform`).
     """
     temp = st.temperature
     scaled = logits.float() / torch.where(temp > 0, temp, 1.0).unsqueeze(1)    # a new [N, V] tensor
@@ -102,13 +114,39 @@ def draw(logits: torch.Tensor, st: SamplingTensors) -> torch.Tensor:
     if thr is not None:
         scaled.masked_fill_(scaled < thr.unsqueeze(1), _NEG_INF)
     scaled -= scaled.amax(dim=-1, keepdim=True)
-    cum = scaled.exp_().double().cumsum_(dim=-1)                               # unnormalized CDF
+    return inverse_transform(scaled.exp_(), counter_uniform(st.seed, st.counter), DRAW_CHUNK)
+
+
+def inverse_transform(weights: torch.Tensor, u: torch.Tensor, chunk: int = DRAW_CHUNK) -> torch.Tensor:
+    """The first index of each row whose cumulative ``weights`` (float32 ``[N, V]``, unnormalized
+    probabilities >= 0, in vocabulary order) exceeds ``u`` (float64 ``[N]`` in [0, 1)) times the
+    row's total: ``int64 [N]``, -1 for a row whose total is not > 0 (NaN: no finite logit).
+
+    In two levels, so nothing cumulates over ``V`` values: the masses of ``chunk``-token chunks
+    (float32 sums), their cumulative sum (float64, ``V / chunk`` values) picks the chunk holding
+    the target, then the cumulative sum of that chunk's weights (float64, ``chunk`` values) the
+    token inside it. The token drawn always has a nonzero weight."""
+    n, vocab = weights.shape
+    nfull = vocab // chunk
+    mass = weights[:, :nfull * chunk].reshape(n, nfull, chunk).sum(-1)          # [N, V // chunk] float32
+    if vocab % chunk:
+        mass = torch.cat((mass, weights[:, nfull * chunk:].sum(-1, keepdim=True)), dim=1)
+    cum = mass.double().cumsum(dim=-1)                                          # [N, chunks]
     total = cum[:, -1]
-    # u <= 1 - 2**-33, so target < total: the first cum > target is a token of nonzero
-    # probability (cum rises there). NaN rows (no finite logit) give -1.
-    target = counter_uniform(st.seed, st.counter) * total
-    drawn = torch.searchsorted(cum, target.unsqueeze(1), right=True).squeeze(1)
-    return torch.where(total > 0, drawn.clamp_(max=logits.shape[1] - 1), -1)
+    # u <= 1 - 2**-33, so target < total: the first chunk whose cumulative mass exceeds it has a
+    # nonzero mass
+    target = u * total
+    c = torch.searchsorted(cum, target.unsqueeze(1), right=True).clamp_(max=mass.shape[1] - 1)
+    before = torch.nn.functional.pad(cum, (1, 0)).gather(1, c)                   # mass of the chunks before c
+    rest = target.unsqueeze(1) - before                                          # >= 0, inside chunk c
+    cols = c * chunk + torch.arange(chunk, device=weights.device)               # [N, chunk]
+    inside = weights.gather(1, cols.clamp(max=vocab - 1)).masked_fill_(cols >= vocab, 0.0)
+    j = torch.searchsorted(inside.double().cumsum(dim=-1), rest, right=True)
+    # float32 chunk masses vs the float64 sum inside: a target at the chunk's very end may pass
+    # its last weight; it then takes the chunk's last token of nonzero weight
+    last_nonzero = torch.where(inside > 0, torch.arange(chunk, device=weights.device), -1).amax(-1, keepdim=True)
+    drawn = c * chunk + torch.minimum(j, last_nonzero)
+    return torch.where(total > 0, drawn.squeeze(1), -1)
 
 
 class Sampler:

@@ -70,11 +70,18 @@ class BlockGrid:
         band, r = np.divmod(row, self.band)
         return band * self.band * self.columns + col * self.band + r
 
+    def places(self) -> np.ndarray:
+        """int64 [rows * columns]: the grid position at each row-major place, shown or not (a
+        permutation of ``0 .. rows * columns - 1``; positions from ``num_positions`` on show
+        nothing). It depends on ``rows``, ``columns`` and ``band`` only: a view keeps it while
+        the number of cells changes within the same rows."""
+        rows, cols = np.divmod(np.arange(self.rows * self.columns, dtype=np.int64), self.columns)
+        return self.index(rows, cols)
+
     def order(self) -> np.ndarray:
         """int64 [rows * columns]: the grid position shown at each row-major place (-1 where
         none: past the last cell). The identity (then -1s) when ``band`` is 1."""
-        rows, cols = np.divmod(np.arange(self.rows * self.columns, dtype=np.int64), self.columns)
-        p = self.index(rows, cols)
+        p = self.places()
         return np.where(p < self.num_positions, p, -1)
 
     def cell_at(self, x: float, y: float) -> int | None:

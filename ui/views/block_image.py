@@ -143,6 +143,14 @@ def render(palette_index: np.ndarray, fill: np.ndarray, block_size: int, columns
                    framed, marks)
 
 
+def render_cells(palette_index: np.ndarray, level: np.ndarray, px: int,
+                 framed: np.ndarray | None = None, marks: np.ndarray | None = None) -> np.ndarray:
+    """Each cell's ``px`` x ``px`` tile as :func:`render` draws it (painted square, gap, white
+    frame, hatching), uint32 ``(n, px, px)``; ``level``: int [n] painted rows of fill
+    (:func:`fill_rows`), the other arguments as :func:`render`'s."""
+    return _render(palette_index, level, 1, px, framed, marks).reshape(len(palette_index), px, px)
+
+
 def _render(palette_index: np.ndarray, level: np.ndarray, columns: int, px: int,
             framed: np.ndarray | None, marks: np.ndarray | None = None) -> np.ndarray:
     n, inner = len(palette_index), painted_px(px)

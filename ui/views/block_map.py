@@ -1,8 +1,8 @@
 """KV-cache block map: one cell per physical block of the paged cache, zoomable.
 
 The whole map is ONE packed-colour image on a long-lived ``PackedImageItem`` in a
-``pg.ViewBox``, painted from the state's arrays with numpy (``ui.views.block_image``): no Python per
-block per frame. A block is ``px`` x ``px`` image pixels, ``px`` the most whole device pixels
+``pg.ViewBox``, painted from the state's arrays with numpy (``ui.views.block_image``; by request
+per segment of alike cells, ``ui.views.run_image``): no Python per block per frame. A block is ``px`` x ``px`` image pixels, ``px`` the most whole device pixels
 a block can have and the whole cache fit the view (up to 12; a 1-pixel gap between cells from 3
 pixels on), and the fitted view shows one image pixel per device pixel (or a whole number of
 them when the image is scaled up): a map scaled by a fraction aliases its gaps into moiré
@@ -42,14 +42,15 @@ from engine.state.state import RESERVED, EngineState
 from ui.views.block_grid import BlockGrid, band_rows
 from ui.views.block_image import (CACHED_FREE, MARK_CACHED_FREE, MARK_RESERVED, MARK_SHARED,
                             RESERVED_BG, RESERVED_HATCH, SHARED, TINT, BlockImage, block_rgb,
-                            blank_cells, cell_px, dense_image, device_scale, fitted_cell_px,
+                            cell_px, dense_image, device_scale, fitted_cell_px,
                             grid_columns)
 from ui.style.colors import BACKGROUND, FREE, MUTED, color_indices, css, mix, packed
 from ui.views.cpu_pool import CpuPoolLayer
 from ui.views.packed_image import PackedImageItem
 from ui.views.pointer import track_pointer
 from ui.views.request_runs import (REGIONS, RequestRuns, block_at_cell, cell_of_block,
-                                   cells, cells_of_blocks, request_runs)
+                                   cells_of_blocks, request_runs, segments)
+from ui.views.run_image import segment_image
 from ui.style.theme import title_row
 from engine.plural import plural
 from ui.state_lookup import block_fill, block_holders, find_row, owned_blocks
@@ -97,6 +98,7 @@ class KVBlockMap(QWidget):
         self.image = np.zeros((self.px, self.px), np.uint32)
         self._shape: tuple[int, int] = (0, 0)     # (height, width) of both grids, image pixels
         self._order: tuple[BlockGrid, np.ndarray] | None = None   # a banded grid's order()
+        self._places: dict[tuple[int, int, int], np.ndarray] = {}  # (rows, columns, band) -> places()
         self._painter = BlockImage()
         head, self.title, self.title_numbers = title_row(
             "KV cache blocks", "  ·  8,888,888 / 8,888,888 used (100%)  ·  block size 8888 tokens")
@@ -208,6 +210,8 @@ class KVBlockMap(QWidget):
                            f"({100.0 * state.kv_cache_usage:.0f}%)  ·  block size "
                            f"{state.block_size} tokens")
         self.num_reserved = int(np.count_nonzero(state.block_owner == RESERVED))
+        if self.layout_choice == "auto":
+            self._check_layout_button()         # "auto" resolves with the cache's size
         self._show_pools()
         self._redraw()
 
@@ -334,21 +338,40 @@ class KVBlockMap(QWidget):
     def _cells(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
         """The look of every cell in drawing order: ``(palette_index, fill, marks, framed)``
         (as ``ui.views.block_image.render`` takes them): the blocks in id order, or by request
-        (``ui.views.request_runs.cells``, the selection's shared blocks in other runs framed too)."""
-        st = self.state
+        (:meth:`_segments` repeated over their lengths)."""
         if self.runs is None:
             return self.palette_index(), self.fill, self.marks(), self._framed()
-        runs = self.runs
+        *looks, lengths, framed_cells = self._segments()
+        pal, fill, marks, framed = (np.repeat(a, lengths) for a in looks)
+        framed[framed_cells] = True
+        return pal, fill, marks, framed if framed.any() else None
+
+    def _segments(self) -> tuple[np.ndarray, ...]:
+        """The by-request layout's segments (``ui.views.request_runs.segments``: palette, fill,
+        marks, framed, lengths) and the cells framed besides (int64: the selection's shared
+        blocks in other runs)."""
+        st, runs = self.state, self.runs
         colours = color_indices([st.request_ids[r] for r in runs.rows.tolist()])
         row = find_row(st, self.selected)
         at = np.flatnonzero(runs.rows == row) if row is not None else ()
         sel_run = int(at[0]) if len(at) else None
-        pal, fill, marks, framed = cells(runs, colours, st.block_size, sel_run)
+        framed_cells = np.zeros(0, np.int64)
         if row is not None and len(st.shared_seq):
             mine = st.shared_block[st.shared_seq == st.columns["seq"][row]]
             if len(mine):
-                framed[cells_of_blocks(st, runs, self._at, self.fill, mine)] = True
-        return pal, fill, marks, framed if framed.any() else None
+                framed_cells = cells_of_blocks(st, runs, self._at, self.fill, mine)
+        return (*segments(runs, colours, st.block_size, sel_run), framed_cells)
+
+    def _grid_places(self, grid: BlockGrid) -> np.ndarray:
+        """``grid.places()``, kept for the last few grid shapes (the band flips between two
+        values as requests come and go: working it out again took ~10 ms a time at 200k)."""
+        key = (grid.rows, grid.columns, grid.band)
+        places = self._places.get(key)
+        if places is None:
+            if len(self._places) >= 4:
+                self._places.pop(next(iter(self._places)))
+            places = self._places[key] = grid.places()
+        return places
 
     def _grid_order(self, grid: BlockGrid) -> np.ndarray:
         if self._order is None or self._order[0] != grid:
@@ -369,33 +392,33 @@ class KVBlockMap(QWidget):
         shape = (cpu_top + math.ceil(num_cpu / cols) * px, cols * px)
         relayout = grid != self.grid or shape != self._shape
         self.grid, self.columns, self.px, self._shape = grid, cols, px, shape
-        pal, fill, marks, framed = self._cells()
-        bs = st.block_size
-        if grid.per_pixel > 1:
-            self._painter = BlockImage()        # its image is not this one: a full render next time
-            flat = dense_image(block_rgb(pal, fill, bs, marks), max(grid.num_positions, 1),
-                               grid.per_pixel, framed).reshape(-1)
-            order = self._grid_order(grid)
-            image = np.where(order >= 0, flat[np.maximum(order, 0)], packed(BACKGROUND))
-            self.image = image.astype(np.uint32).reshape(grid.rows, cols)
-        elif grid.band == 1:
-            self.image = self._painter.update(pal, fill, bs, cols, px, framed, marks)
-        else:
-            order = self._grid_order(grid)
-            at = np.maximum(order, 0)
-            blank = order < 0
-            pal_g = np.where(blank, -1, pal[at]).astype(np.int16)
-            fill_g = np.where(blank, 0, fill[at])
-            marks_g = None if marks is None else np.where(blank, 0, marks[at]).astype(np.int8)
-            framed_g = None if framed is None else framed[at] & ~blank
-            self.image = self._painter.update(pal_g, fill_g, bs, cols, px, framed_g, marks_g)
-            blank_cells(self.image, blank, cols, px)
+        self.image = self._image(grid)
         self.item.set_packed(self.image)
         self.cpu.update(st, cols, px, cpu_top, self.selected)
         if relayout:
             self.fit()
         else:
             self._place_labels()
+
+    def _image(self, grid: BlockGrid) -> np.ndarray:
+        """The map's packed-colour image for ``grid``: by request, painted per segment
+        (``ui.views.run_image``: a run that grows moves the runs after it, so most cells change
+        place each frame); physical, the cells whose look changed repainted in place
+        (``ui.views.block_image.BlockImage``); area-averaged when blocks outnumber pixels."""
+        bs, cols, px = self.state.block_size, grid.columns, grid.px
+        if grid.per_pixel == 1 and self.runs is not None:
+            *looks, lengths, framed_cells = self._segments()
+            self._painter = BlockImage()        # its image is not this one: a full render next time
+            return segment_image(*looks, lengths, bs, grid, self._grid_places(grid), framed_cells)
+        pal, fill, marks, framed = self._cells()
+        if grid.per_pixel == 1:                 # physical: block b at cell b, band 1
+            return self._painter.update(pal, fill, bs, cols, px, framed, marks)
+        self._painter = BlockImage()
+        flat = dense_image(block_rgb(pal, fill, bs, marks), max(grid.num_positions, 1),
+                           grid.per_pixel, framed).reshape(-1)
+        order = self._grid_order(grid)
+        image = np.where(order >= 0, flat[np.maximum(order, 0)], packed(BACKGROUND))
+        return image.astype(np.uint32).reshape(grid.rows, cols)
 
     def fit(self) -> None:
         """Show the whole cache, CPU pool included (undo the user's zoom), centred, at a whole

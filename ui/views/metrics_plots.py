@@ -51,7 +51,9 @@ TPS_WINDOW = 16     # output tokens/s: tokens over time of this many steps (stat
 TPS_WORDS = f"{TPS_WINDOW}-step mean"
 # (key, title, y label, y units, [(series, colour)])
 PLOTS = (
-    ("throughput", f"Output tokens/s ({TPS_WORDS})", "tokens/s", None, [("output", PALETTE[0])]),
+    # the averaging window on a line of its own: a half-width plot cut it off after the name
+    ("throughput", f"Output tokens/s<br><span style='font-size:8pt; color:{css(MUTED)}'>{TPS_WORDS}</span>",
+     "tokens/s", None, [("output", PALETTE[0])]),
     ("batch", "Batch size", "requests", None, [("scheduled", PALETTE[1])]),
     ("kv", "KV cache usage", "%", None, [("kv", PALETTE[2])]),
     ("queues", "Queues", "requests", None,

@@ -28,17 +28,15 @@ from engine.outputs import StepRecord
 from engine.state.source import EngineControl
 from engine.state.state import EngineState
 from ui.request_menu import request_menu
-from ui.views.queue_view import PAD, CellDelegate, QueueTabs, QueueView, visible_rows  # noqa: F401 (re-exported)
-from ui.views.request_table import PRIORITY_COLUMN, REASON_COLUMN, REASON_TEXTS, RequestTableModel
+from ui.views.queue_view import PAD, SWATCH, CellDelegate, QueueTabs, QueueView, visible_rows  # noqa: F401 (re-exported)
+from ui.views.request_table import (PRIORITY_COLUMN, REASON_COLUMN, REASON_TEXTS, RequestTableModel,
+                                    widest_texts)
 from ui.step_summary import StepSummary
 from ui.style.theme import dark_palette
 from engine.vocab import Policy
 
 QUEUES = ("running", "waiting", "swapped", "paused", "finished")
 _NO_ROWS = np.zeros(0, np.int64)
-# starting widths (user-resizable) in characters of content, or the header's width if wider;
-# ResizeToContents would re-query every row on each frame
-WIDTH_CHARS = (7, 8, 4, 9, 6, 6, 3, 6, 3)
 HELD = "held"              # in a tab's title while the pointer holds its rows still
 HOLD_S = 2.0               # seconds a table's rows hold still after the pointer last moved on it
 
@@ -135,15 +133,17 @@ class QueueTables(QWidget):
         self.tabs.bar.setTabVisible(QUEUES.index("swapped"), False)
 
     def _fit_columns(self) -> None:
-        """Starting widths: :data:`WIDTH_CHARS` of content or the header's text (with its unit),
-        whichever is wider; the reason column then takes what is left."""
+        """Starting widths (user-resizable): the widest text a column's cells hold in the
+        clock's unit (``ui.views.request_table.widest_texts``: TTFT and ITL as ``8,889 sim s``)
+        or the header's text (with its unit), whichever is wider; the reason column then takes
+        what is left. (ResizeToContents would re-query every row on each frame.)"""
         for name, view in self.views.items():
             model = self.models[name]
             fm, hfm = view.fontMetrics(), view.horizontalHeader().fontMetrics()
-            for col, chars in enumerate(WIDTH_CHARS):
-                swatch = 22 if col == 0 else 0
+            for col, text in enumerate(widest_texts(model.time_unit)[:REASON_COLUMN]):
+                swatch = SWATCH + PAD + 2 if col == 0 else 0
                 header = model.headerData(col, Qt.Orientation.Horizontal)
-                view.setColumnWidth(col, max(fm.horizontalAdvance("0" * chars) + 14 + swatch,
+                view.setColumnWidth(col, max(fm.horizontalAdvance(text) + 2 * PAD + 6 + swatch,
                                              hfm.horizontalAdvance(header) + 20))
             view.fit_reason_column()
 

@@ -69,13 +69,14 @@ class RequestRuns:
         return int(np.searchsorted(rs, i, side="right")) - 1
 
 
-def _categories(state: EngineState, fill: np.ndarray) -> np.ndarray:
-    """The part (:data:`SHARED` .. :data:`EMPTY`) of each block, int8 [blocks]; only the held
-    blocks' entries mean anything."""
+def _categories(state: EngineState, fill: np.ndarray, blocks: np.ndarray) -> np.ndarray:
+    """The part (:data:`SHARED` .. :data:`EMPTY`) of each of the held ``blocks`` (int array of
+    block ids), int8 [len(blocks)]."""
     bs = state.block_size
-    cat = np.where(fill >= bs, FULL, np.where(fill > 0, PARTIAL, EMPTY)).astype(np.int8)
+    f = fill[blocks]
+    cat = np.where(f >= bs, FULL, np.where(f > 0, PARTIAL, EMPTY)).astype(np.int8)
     if len(state.shared_block):
-        cat[state.shared_block] = SHARED
+        cat[np.isin(blocks, state.shared_block)] = SHARED
     return cat
 
 
@@ -86,10 +87,12 @@ def request_runs(state: EngineState, holders: np.ndarray, at: np.ndarray,
     each block (:func:`ui.state_lookup.block_fill`). O(blocks) numpy, no sort of the blocks."""
     h = len(holders)
     held = np.flatnonzero(at < h)
-    cat = _categories(state, fill)
-    parts = np.bincount(at[held] * 4 + cat[held], minlength=4 * h).reshape(h, 4).astype(np.int64)
-    partial = held[cat[held] == PARTIAL]
-    partial_fill = np.bincount(at[partial], weights=fill[partial], minlength=h).astype(np.int64)
+    cat = _categories(state, fill, held)
+    at_held = at[held]
+    parts = np.bincount(at_held * 4 + cat, minlength=4 * h).reshape(h, 4).astype(np.int64)
+    partial = cat == PARTIAL
+    partial_fill = np.bincount(at_held[partial], weights=fill[held[partial]],
+                               minlength=h).astype(np.int64)
     slot = state.columns["slot"][holders].astype(np.int64)
     key = np.where(slot >= 0, slot, state.max_num_seqs + np.arange(h))
     order = np.argsort(key, kind="stable")
@@ -104,13 +107,17 @@ def request_runs(state: EngineState, holders: np.ndarray, at: np.ndarray,
                        int(starts[-1] + regions.sum()))
 
 
-def cells(runs: RequestRuns, palette_of_run: np.ndarray, block_size: int,
-          selected_run: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The look of every cell of the layout: ``(palette_index int16, fill int64, marks int8,
-    framed bool)``, each [``num_blocks``], as ``ui.views.block_image.render`` takes them
-    (``palette_of_run``: int16 [h] palette entry of each run's request; ``selected_run``: the
-    run to frame, or None). Shared cells are drawn full and marked shared, cached-free cells
-    marked cached-free, the cells out of use marked reserved."""
+def segments(runs: RequestRuns, palette_of_run: np.ndarray, block_size: int,
+             selected_run: int | None = None
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The layout as SEGMENTS of cells that look alike, ``4 h + 3`` of them (each run's four
+    parts, then the three regions; some empty): ``(palette_index int16, fill int64, marks int8,
+    framed bool, lengths int64)``, each [segments], the first four as
+    ``ui.views.block_image.render`` takes them per cell (``palette_of_run``: int16 [h] palette
+    entry of each run's request; ``selected_run``: the run to frame, or None). Shared cells are
+    drawn full and marked shared, cached-free cells marked cached-free, the cells out of use
+    marked reserved. O(runs): the by-request image is painted from these
+    (``ui.views.run_image``), not from per-block arrays."""
     h = len(runs.rows)
     lengths = np.concatenate([runs.parts.reshape(-1), runs.regions])
     pal = np.concatenate([np.repeat(palette_of_run.astype(np.int16), 4), np.full(3, -1, np.int16)])
@@ -124,8 +131,16 @@ def cells(runs: RequestRuns, palette_of_run: np.ndarray, block_size: int,
     framed = np.zeros(4 * h + 3, bool)
     if selected_run is not None:
         framed[4 * selected_run:4 * selected_run + 4] = True
-    return (np.repeat(pal, lengths), np.repeat(fill, lengths), np.repeat(marks, lengths),
-            np.repeat(framed, lengths))
+    return pal, fill, marks, framed, lengths
+
+
+def cells(runs: RequestRuns, palette_of_run: np.ndarray, block_size: int,
+          selected_run: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The look of every cell of the layout: ``(palette_index int16, fill int64, marks int8,
+    framed bool)``, each [``num_blocks``]: :func:`segments` repeated over their lengths."""
+    *looks, lengths = segments(runs, palette_of_run, block_size, selected_run)
+    pal, fill, marks, framed = (np.repeat(a, lengths) for a in looks)
+    return pal, fill, marks, framed
 
 
 def run_blocks(state: EngineState, runs: RequestRuns, at: np.ndarray, run: int,
@@ -133,7 +148,7 @@ def run_blocks(state: EngineState, runs: RequestRuns, at: np.ndarray, run: int,
     """The block ids of run ``run`` in drawing order (its parts in order, block-table order
     within a part), int64 [run length]."""
     blocks = np.flatnonzero(at == runs.index[run])
-    cat = _categories(state, fill)[blocks]
+    cat = _categories(state, fill, blocks)
     return blocks[np.lexsort((state.block_pos[blocks], cat))]
 
 

@@ -37,6 +37,25 @@ SORT_KEYS = {
     "priority": lambda c: c["priority"], "reason": None}
 
 
+# engine-clock values whose texts are the widest a TTFT / ITL cell holds in practice (up to
+# 8,889 s; ms and µs texts with three digits): the columns' starting widths fit them
+CLOCK_SAMPLES = (8888.8, 88.8, 0.888, 888e-6)
+# the other columns' widest texts in the common case (ids of up to 7 characters, 6-digit counts)
+_WIDE_TEXTS = {"id": "0000000", "state": max((s.value.lower().removeprefix("finished_") for s in RequestStatus),
+                                             key=len),
+               "prompt": "000000", "output": "00000 / 00000", "preempt": "000", "recomp": "000,000",
+               "priority": "000", "reason": ""}
+
+
+def widest_texts(unit: str) -> tuple[str, ...]:
+    """The widest text each column's cells hold in practice, one per :data:`COLUMNS` entry
+    (the reason: '', it takes the room left), the TTFT and ITL ones as :func:`cell_text` writes
+    them in ``unit`` (``"sim s"``: ``8,889 sim s``, ``888 sim ms``): the columns' widths are
+    measured on them, so no formatted value is cut."""
+    clock = max((clock_text(x, unit) for x in CLOCK_SAMPLES), key=len)
+    return tuple(clock if c in ("TTFT", "ITL") else _WIDE_TEXTS[c] for c in COLUMNS)
+
+
 def sort_rows(state: EngineState, rows: np.ndarray, column: int, descending: bool) -> np.ndarray:
     """``rows`` of ``state`` ordered by table column ``column`` (stable; ties and NaN, e.g. no
     TTFT yet, keep arrival order, NaN last); ``rows`` as they are for a column without a key."""

@@ -20,6 +20,14 @@ window, and the "compact" button sets it either way. Above the rows an OCCUPANCY
 overview: per step, the share of all slots that ran decode (solid) and prefill chunks (amber),
 stacked from the bottom, so prefill and decode stay apart at every zoom, even where a row is
 one pixel.
+
+When even the shown slots leave a row fewer than :data:`MIN_ROW_PX` screen pixels (256 slots all
+busy in a 350-pixel view), the rows SCROLL, as a trace viewer's tracks do (Perfetto): each row is
+:data:`SCROLL_ROW_PX` screen pixels, tall enough for the prefill stripes (request ids are
+written on rows of :data:`LABEL_ROW_PX`, a few dozen slots; hover names them everywhere), a
+scroll bar beside the rows says which of them are on screen, the mouse wheel over the rows moves
+them, and the occupancy strip above stays the overview of all slots. The "fit" button squeezes
+every row into the view instead (a glance at the whole pool, rows of a pixel or two).
 """
 from __future__ import annotations
 
@@ -27,9 +35,10 @@ from typing import Sequence
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, QRectF, Signal
+from PySide6.QtCore import QEvent, QObject, QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QFont
-from PySide6.QtWidgets import QLabel, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (QGraphicsItem, QHBoxLayout, QLabel, QScrollBar, QToolButton,
+                               QVBoxLayout, QWidget)
 
 from engine.outputs import BatchEntry, StepRecord
 from ui.style.colors import (BACKGROUND, IDLE, MUTED, color_index, css, dim, lighten,
@@ -47,6 +56,12 @@ MAX_KEYS = 1_000_000   # request keys remembered before the key table starts ove
 AXIS_PX = 46               # width of the slot axis (and the strip's, so their columns line up)
 AUTO_COMPACT_SLOTS = 32    # compact=None: compact from this many slots when most are idle
 STRIP_PX = 24              # image rows of the occupancy strip
+MIN_ROW_PX = 5             # screen pixels a fitted row needs; thinner rows scroll instead ...
+SCROLL_ROW_PX = 8          # ... at this many screen (and image) pixels a row: prefill stripes
+                           # (ids on 14-pixel rows cost 3-7 ms a frame at 256 busy slots: every
+                           # frame repainted the whole view under the moving text items)
+LABEL_ROW_PX = 14          # a row this tall on screen gets request ids written on its cells
+WHEEL_ROWS = 3             # rows a wheel notch scrolls
 STRIP_DECODE = (122, 162, 204)     # the occupancy strip's decode share ...
 STRIP_PREFILL = (242, 183, 5)      # ... and prefill share
 _NO_STEP = StepSummary((), [np.zeros(0, object)] + [np.zeros(0, np.int64)] * 3 + [np.zeros(0, bool)])
@@ -57,10 +72,27 @@ _LIGHT_DIM = palette_lut(lambda c: dim(lighten(c, 0.5)), none=IDLE)
 
 
 def row_px(num_slots: int) -> int:
-    """Image pixels per slot row: 8 (7 painted, striped for prefill, + a 1-pixel gap) up to 64
-    slots, 4 up to 128, then 1 (no stripes or gaps: a row is 1-2 screen pixels; a prefill
-    chunk is the lighter colour)."""
+    """Image pixels per slot row when all ``num_slots`` rows fit the view: 8 (7 painted, striped
+    for prefill, + a 1-pixel gap) up to 64 slots, 4 up to 128, then 1 (no stripes or gaps: a
+    row is 1-2 screen pixels; a prefill chunk is the lighter colour). Scrolled rows are
+    :data:`SCROLL_ROW_PX`."""
     return 8 if num_slots <= 64 else 4 if num_slots <= 128 else 1
+
+
+class _WheelRows(QObject):
+    """Turns wheel events over the rows into scrolling them (while they scroll)."""
+
+    def __init__(self, timeline: SlotTimeline) -> None:
+        super().__init__(timeline)
+        self.timeline = timeline
+
+    def eventFilter(self, obj, event) -> bool:
+        t = self.timeline
+        if event.type() != QEvent.Type.Wheel or not t.scrolling:
+            return False
+        notches = event.angleDelta().y() / 120
+        t.scroll_bar.setValue(t.scroll_bar.value() - round(notches * WHEEL_ROWS))
+        return True
 
 
 def decode_rgb(request_id: str) -> tuple[int, int, int]:
@@ -89,9 +121,14 @@ class SlotTimeline(QWidget):
         self.compact = False
         self.shown_slots = np.arange(self.max_num_seqs)   # the slots drawn, top to bottom
         self.row_px = row_px(self.max_num_seqs)
+        self.fit_rows = False                  # the "fit" button: every row in view, never scroll
+        self.scrolling = False                 # rows scroll (too many to fit MIN_ROW_PX each)
+        self.first_row, self.visible_rows = 0, self.max_num_seqs   # the rows on screen
+        self._ticks: list | None = None                # the slot axis's ticks
         self.shown_step = -1
         self.first_step, self.span = 0, window
         self.labels: list[pg.TextItem] = []
+        self._label_looks: list[tuple | None] = []     # (text, colour, x, y) of each label
         self.selected: str | None = None
         self.by_step: dict[int, StepSummary] = {}      # the drawn steps
         self._keys: dict[str, int] = {}                # request id -> small int key
@@ -122,7 +159,11 @@ class SlotTimeline(QWidget):
         head, self.title, self.title_numbers = title_row(
             "Batch slots", "  ·  8888 slots  ·  steps 88888888–88888888")
         head.addStretch(1)
-        head.addWidget(QLabel(self._legend_html()))
+        legend = QLabel(self._legend_html())
+        legend.setToolTip("prefill chunk: the request's colour, lighter, in stripes (a lighter "
+                          "cell when rows are 1-2 pixels); decode: its colour; idle: dark; "
+                          "dashed line: the step shown")
+        head.addWidget(legend)
         self.compact_button = QToolButton()
         self.compact_button.setText("compact")
         self.compact_button.setCheckable(True)
@@ -131,6 +172,18 @@ class SlotTimeline(QWidget):
                                        "(on by itself when most of many slots are idle)")
         self.compact_button.clicked.connect(self.set_compact)
         head.addWidget(self.compact_button)
+        self.fit_button = QToolButton()
+        self.fit_button.setText("fit")
+        self.fit_button.setCheckable(True)
+        self.fit_button.setAutoRaise(True)
+        self.fit_button.setToolTip("fit: every row in the view, however thin (off: rows thinner "
+                                   f"than {MIN_ROW_PX} pixels scroll at {SCROLL_ROW_PX} pixels a row)")
+        self.fit_button.clicked.connect(self.set_fit_rows)
+        head.addWidget(self.fit_button)
+        self.scroll_bar = QScrollBar(Qt.Orientation.Vertical)
+        self.scroll_bar.setVisible(False)
+        self.scroll_bar.valueChanged.connect(self._scrolled)
+        self.plot.viewport().installEventFilter(_WheelRows(self))
         self.strip = plot_widget()
         self.strip.setFixedHeight(34)
         spi = self.strip.getPlotItem()
@@ -153,22 +206,32 @@ class SlotTimeline(QWidget):
         lay.setSpacing(2)
         lay.addLayout(head)
         lay.addWidget(self.strip)
-        lay.addWidget(self.plot, 1)
+        rows = QHBoxLayout()
+        rows.setContentsMargins(0, 0, 0, 0)
+        rows.setSpacing(0)
+        rows.addWidget(self.plot, 1)
+        rows.addWidget(self.scroll_bar)
+        lay.addLayout(rows, 1)
         self._set_slot_ticks()
 
     @staticmethod
     def _legend_html() -> str:
         c = (78, 121, 167)
         sw = "<span style='color:{}'>&#9632;</span>"
-        return (f"<span style='color:{css(MUTED)}'>{sw.format(css(lighten(c, 0.5)))} prefill chunk"
-                f" (lighter, striped) &nbsp; {sw.format(css(c))} decode &nbsp; {sw.format(css(IDLE))} idle"
+        # short: the title row also holds the title, the numbers and two buttons
+        return (f"<span style='color:{css(MUTED)}'>{sw.format(css(lighten(c, 0.5)))} prefill"
+                f" (striped) &nbsp; {sw.format(css(c))} decode &nbsp; {sw.format(css(IDLE))} idle"
                 " &nbsp; ┆ shown step</span>")
 
     def _set_slot_ticks(self) -> None:
+        """Name about 16 of the rows on screen by their slot (set only when they change: new
+        ticks redraw the axis)."""
         shown = self.shown_slots
-        stride = max(1, len(shown) // 16)
+        stride = max(1, min(len(shown), self.visible_rows) // 16)
         ticks = [(i, str(int(shown[i]))) for i in range(0, len(shown), stride)]
-        self.plot.getPlotItem().getAxis("left").setTicks([ticks])
+        if ticks != self._ticks:
+            self._ticks = ticks
+            self.plot.getPlotItem().getAxis("left").setTicks([ticks])
 
     def set_compact(self, on: bool | None) -> None:
         """Show only the slots used in the window (True), all slots (False), or decide by
@@ -178,6 +241,46 @@ class SlotTimeline(QWidget):
             self._choose_rows()
             self._paint()
         self.compact_button.setChecked(self.compact)
+
+    def set_fit_rows(self, on: bool) -> None:
+        """Squeeze every shown row into the view (True) or let rows thinner than
+        :data:`MIN_ROW_PX` scroll (False, the default)."""
+        self.fit_rows = bool(on)
+        self.fit_button.setChecked(self.fit_rows)
+        if self._grid is not None:
+            self._paint()
+
+    def _lay_out_rows(self) -> bool:
+        """Fit the shown rows to the view or let them scroll (see the module): sets
+        ``scrolling``, ``row_px``, ``visible_rows`` and the scroll bar; True when the image's
+        rows changed size (a full repaint)."""
+        n = len(self.shown_slots)
+        height = self.plot.getPlotItem().getViewBox().height()
+        scrolling = (not self.fit_rows and height > 0 and height / max(n, 1) < MIN_ROW_PX)
+        rp = SCROLL_ROW_PX if scrolling else row_px(n)
+        visible = max(1, min(n, int(height // SCROLL_ROW_PX))) if scrolling else n
+        changed = rp != self.row_px
+        if (scrolling, visible) != (self.scrolling, self.visible_rows):
+            self._shown_at = None
+        self.scrolling, self.row_px, self.visible_rows = scrolling, rp, visible
+        bar = self.scroll_bar
+        top = max(0, n - visible) if scrolling else 0
+        if (bar.maximum(), bar.pageStep()) != (top, visible):     # (a frame: mostly the same)
+            bar.blockSignals(True)
+            bar.setRange(0, top)
+            bar.setPageStep(visible)
+            bar.blockSignals(False)
+            self._set_slot_ticks()
+        self.first_row = bar.value() if scrolling else 0
+        if bar.isVisible() != scrolling:
+            bar.setVisible(scrolling)
+        return changed
+
+    def _scrolled(self, value: int) -> None:
+        self.first_row = value
+        self._shown_at = None
+        if self._grid is not None:
+            self._show()
 
     def _choose_rows(self) -> bool:
         """Pick the slots to draw (``shown_slots``) from the grid; True when they changed."""
@@ -306,17 +409,20 @@ class SlotTimeline(QWidget):
 
     def _paint(self, columns: list[int] | None = None) -> None:
         """Paint the image from the grid: every column, or only ``columns`` of it."""
-        labelled = any(t.isVisible() for t in self.labels)
+        if self._lay_out_rows() or self.image is None:
+            columns = None
         if columns is None:
             self.image = self._pixels(slice(None))
             self.item.set_packed(self.image)
         elif columns:
             self.image[:, columns] = self._pixels(columns)      # in place
-        self._show()
+        labelled = any(t.isVisible() for t in self.labels)
+        moved = self._show()
         if columns:
             # repaint only those columns, unless request ids are written on the cells (a few
-            # dozen slots at most): labels that move leave their old place to the image below
-            if labelled or any(t.isVisible() for t in self.labels):
+            # dozen rows): a text item fits its transform to the view while it paints, and
+            # leaves pixels of its old place that only a repaint of the image below clears
+            if moved or labelled:
                 self.item.update()
             else:
                 self.item.columns_changed(min(columns), max(columns))
@@ -340,24 +446,26 @@ class SlotTimeline(QWidget):
         img[:, 1:rp - 1:2, :] = solid[:, None, :]
         return img.reshape(s * rp, w)
 
-    def _show(self) -> None:
-        """Put the image's place, the axes' ranges, the marker and the labels on screen. The
-        view is in window columns (x = step - ``first_step``): it moves only when the window's
-        size changes (while the run is short); a page relabels the step axis."""
+    def _show(self) -> bool:
+        """Put the image's place, the axes' ranges, the marker and the labels on screen; True
+        when a label moved, changed or came or went. The view is in window columns (x = step -
+        ``first_step``): it moves only when the window's size changes (while the run is short);
+        a page relabels the step axis."""
         s, w, x0 = len(self.shown_slots), self.span, self.first_step
-        if self._shown_at != (w, s):
-            self._shown_at = (w, s)
+        top, rows = self.first_row, self.visible_rows
+        if self._shown_at != (w, s, top, rows):
+            self._shown_at = (w, s, top, rows)
             self.item.setRect(QRectF(-0.5, -0.5, w, s))
             pi = self.plot.getPlotItem()
             pi.setXRange(-0.5, w - 0.5, padding=0)
-            pi.setYRange(-0.5, s - 0.5, padding=0)
+            pi.setYRange(top - 0.5, top + rows - 0.5, padding=0)
             pi.getViewBox().updateMatrix()     # now, not while painting (a second repaint)
             self.strip_item.setRect(QRectF(-0.5, 0, w, 1))
         self.step_axis.set_offset(x0)
         self.marker.setValue(self.shown_step - x0)
         self.marker.setVisible(self.shown_step >= 0)
         self._paint_strip()
-        self._place_labels(self._grid[2][self.shown_slots])
+        return self._place_labels(self._grid[2][self.shown_slots[top:top + rows]], top)
 
     def _paint_strip(self) -> None:
         """The occupancy strip: per step column, the share of all slots that decoded (solid,
@@ -375,15 +483,17 @@ class SlotTimeline(QWidget):
         self.strip_image = img.astype(np.uint32)
         self.strip_item.set_packed(self.strip_image)
 
-    def _place_labels(self, key: np.ndarray) -> None:
-        """Write the request id at the start of every run of cells wide enough to hold it
-        (only when rows are tall enough to read: a few dozen slots at most)."""
+    def _place_labels(self, key: np.ndarray, top: int = 0) -> bool:
+        """Write the request id at the start of every run of cells wide enough to hold it, in
+        the rows on screen (``key``: theirs, the first being row ``top``), when rows are tall
+        enough to read (:data:`LABEL_ROW_PX`: a few dozen rows). Only labels that changed are
+        touched (a text item's every change repaints it); True when any did."""
         vb = self.plot.getPlotItem().getViewBox()
         px_per_step = max(vb.width(), 1.0) / max(self.span, 1)
         min_run = max(1, int(np.ceil(LABEL_PX / px_per_step)))
         runs = []
-        if vb.height() / max(len(self.shown_slots), 1) >= 14:
-            for slot, row in enumerate(key):
+        if vb.height() / max(len(key), 1) >= LABEL_ROW_PX - 0.5:
+            for slot, row in enumerate(key, start=top):
                 edges = np.flatnonzero(np.diff(np.r_[-2, row, -2]))
                 for a, b in zip(edges[:-1], edges[1:]):
                     if row[a] >= 0 and b - a >= min_run:
@@ -395,15 +505,27 @@ class SlotTimeline(QWidget):
             font.setPointSize(8)
             font.setBold(True)
             t.setFont(font)
+            # the text as a pixmap: the image's repaint under it does not lay the text out again
+            t.textItem.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
             self.plot.getPlotItem().addItem(t)
             self.labels.append(t)
-        for t, (slot, col, rid) in zip(self.labels, runs):
-            t.setText(rid)
-            t.setColor("#101114" if self.selected in (None, rid) else "#a0a4ab")
-            t.setPos(col - 0.5 + 2 / px_per_step, slot - 0.5 / self.row_px)
-            t.setVisible(True)
+            self._label_looks.append(None)
+        changed = False
+        for i, (t, (slot, col, rid)) in enumerate(zip(self.labels, runs)):
+            look = (rid, "#101114" if self.selected in (None, rid) else "#a0a4ab",
+                    col - 0.5 + 2 / px_per_step, slot - 0.5 / self.row_px)
+            if self._label_looks[i] != look or not t.isVisible():
+                changed = True
+                self._label_looks[i] = look
+                t.setText(look[0])
+                t.setColor(look[1])
+                t.setPos(look[2], look[3])
+                t.setVisible(True)
         for t in self.labels[len(runs):]:
-            t.setVisible(False)
+            if t.isVisible():
+                changed = True
+                t.setVisible(False)
+        return changed
 
     # --- lookups (hover, click, tests) -----------------------------------------------------
     def pixel_of(self, slot: int, step: int) -> tuple[int, int]:

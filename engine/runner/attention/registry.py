@@ -13,6 +13,7 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface
 
 from engine.runner.attention.decode_static import StaticDecodeMetadata, static_decode_attention
+from engine.runner.attention.metadata import PagedAttentionMetadata
 from engine.runner.attention.reference import paged_attention
 from engine.runner.attention.triton_attention import paged_attention_triton, triton_available
 
@@ -40,9 +41,20 @@ def _paged_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: 
         raise RuntimeError(f"{ATTN_IMPLEMENTATION} attention called without paged_meta: "
                            "run the model through engine.runner.model_runner.ModelRunner")
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    return attend(query, key, value, meta, module.layer_idx, scale), None
+
+
+def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+           meta: PagedAttentionMetadata | StaticDecodeMetadata, layer_idx: int, scale: float) -> torch.Tensor:
+    """Layer ``layer_idx``'s paged attention for the step described by ``meta``: the padded
+    decode-only path (:func:`static_decode_attention`) for a :class:`StaticDecodeMetadata` (CUDA
+    graphs, ``engine.runner.cuda_graphs``), else the device's backend (:func:`select_paged_attention`).
+    ``query`` ``[1, H, T, D]``, ``key``/``value`` ``[1, Hkv, T, D]`` after RoPE (views of any
+    strides with a unit stride on ``D``); stores the new K/V, returns ``[1, T, H, D]``. Used by the
+    transformers hook here and by the engine's own forward (``engine.runner.forward.llama``)."""
     if isinstance(meta, StaticDecodeMetadata):      # a padded decode-only batch (engine.runner.cuda_graphs)
-        return static_decode_attention(query, key, value, meta, module.layer_idx, scale), None
-    return select_paged_attention(query)(query, key, value, meta, module.layer_idx, scale), None
+        return static_decode_attention(query, key, value, meta, layer_idx, scale)
+    return select_paged_attention(query)(query, key, value, meta, layer_idx, scale)
 
 
 def _no_mask(*args, **kwargs):

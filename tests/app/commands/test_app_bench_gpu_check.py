@@ -67,3 +67,11 @@ def test_compiles_during_the_timed_runs_are_reported_when_bench_counted_them():
     assert "Triton compiles during the timed runs (0 expected after warm-up): off 0, on 2" in text
     assert "prediction (default calibration, measured peaks): 20,000 out tok/s; measured / predicted time 2.00" in text
     assert "Triton compiles" not in gpu_check.summary_table(EQ, TRI, _bench(1.0, 0.1), _bench(1.0, 0.1), {})
+
+
+def test_the_transformers_forward_run_is_a_row_with_the_fused_forward_speed_up():
+    text = gpu_check.summary_table(EQ, TRI, _bench(10_000.0, 0.25), _bench(9_600.0, 0.24), {},
+                                   hf_fwd=_bench(8_000.0, 0.2))
+    assert any(line.startswith("BatchScope bench, transformers fwd") and "8,000" in line for line in text.splitlines())
+    assert "fused / transformers forward: 1.25x output tokens/s" in text
+    assert "fused / transformers" not in gpu_check.summary_table(EQ, TRI, _bench(1.0, 0.1), _bench(1.0, 0.1), {})

@@ -18,15 +18,17 @@ def test_equality_check_runs_mixed_batches_with_preemption_and_matches_generate(
     assert eq["rejected"] == 0
     assert eq["preemptions"] > 0
     assert eq["requests"] == 16
-    assert eq["equal"] == {"eager": 16, "graphs": 16}     # graphs: the padded static path, eager on a CPU
+    # graphs: the padded static path, eager on a CPU; each with our fused forward and transformers'
+    assert eq["equal"] == {"eager": 16, "graphs": 16, "eager transformers-fwd": 16, "graphs transformers-fwd": 16}
     assert eq["skipped"] == {"Triton": "no CUDA"}
 
 
 def test_each_stage_gets_its_cap_or_what_is_left_after_the_later_stages_reserves():
     budget = gpu_check.Budget(480)
     assert budget.timeout("kernels") == gpu_check.STAGES["kernels"][0]
-    budget.started -= 400                          # 80 s left: the peer keeps nothing for later but bench old's 0
-    assert budget.timeout("peer") == pytest.approx(80 - gpu_check.STAGES["bench old"][1], abs=1)
+    budget.started -= 400                          # 80 s left: the peer keeps the later stages' reserves
+    later = gpu_check.STAGES["bench transformers"][1] + gpu_check.STAGES["bench old"][1]
+    assert budget.timeout("peer") == pytest.approx(80 - later, abs=1)
     assert budget.timeout("bench off") == 10.0     # the floor, when the reserves eat everything
     slow = gpu_check.Budget(4 * gpu_check.BUDGET_S)       # a CPU smoke run: every share 4x
     assert slow.timeout("kernels") == 4 * gpu_check.STAGES["kernels"][0]

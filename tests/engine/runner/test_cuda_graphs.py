@@ -55,7 +55,7 @@ def runner_pair(model, device="cpu", **graph_args):
         for a, b in ((k0, k1), (v0, v1)):
             a.copy_(torch.randn(a.shape, generator=gen))
             b.copy_(a)
-    graphs.graphs = DecodeGraphs(model, graphs.kv_caches, BLOCK_SIZE, graphs.scratch_block, MAX_NUM_SEQS,
+    graphs.graphs = DecodeGraphs(graphs.forward, graphs.kv_caches, BLOCK_SIZE, graphs.scratch_block, MAX_NUM_SEQS,
                                  MAX_MODEL_LEN, progress=False, **graph_args)
     return eager, graphs
 
@@ -319,7 +319,7 @@ def test_capture_needs_cuda(model):
     if torch.cuda.is_available():
         pytest.skip("CUDA present")
     with pytest.raises(ValueError, match="need a CUDA device"):
-        DecodeGraphs(model, runner.kv_caches, BLOCK_SIZE, runner.scratch_block, 4, MAX_MODEL_LEN, capture=True)
+        DecodeGraphs(runner.forward, runner.kv_caches, BLOCK_SIZE, runner.scratch_block, 4, MAX_MODEL_LEN, capture=True)
 
 
 def test_engine_with_cuda_graphs_on_equals_generate():
@@ -388,7 +388,7 @@ def test_cuda_graph_replay_equals_eager(model, dtype, backend):
     for (k0, v0), (k1, v1) in zip(eager.kv_caches, replayed.kv_caches):
         k0.normal_(), v0.normal_()
         k1.copy_(k0), v1.copy_(v0)
-    replayed.graphs = DecodeGraphs(gpu_model, replayed.kv_caches, BLOCK_SIZE, replayed.scratch_block,
+    replayed.graphs = DecodeGraphs(replayed.forward, replayed.kv_caches, BLOCK_SIZE, replayed.scratch_block,
                                    MAX_NUM_SEQS, MAX_MODEL_LEN, backend=backend, progress=False)
     assert replayed.graphs.use_graphs and sorted(replayed.graphs.graphs) == capture_sizes(MAX_NUM_SEQS)
     tol = 1e-4 if dtype == torch.float32 else 3e-2

@@ -66,7 +66,7 @@ def run_real(hf_model, config: EngineConfig, arrivals, actions=(), seed: int = 0
     model = model if model is not None else copy.deepcopy(hf_model)
     assert model is not hf_model       # the engine switches its model's attention implementation
     runner = ModelRunner(model, config.num_gpu_blocks, config.block_size, seed=seed,
-                         num_cpu_blocks=config.num_cpu_blocks)
+                         num_cpu_blocks=config.num_cpu_blocks, model_impl=config.model_impl)
     return run_workload(config, arrivals, actions, runner=runner)
 
 
@@ -81,12 +81,13 @@ def mixed_workload(n: int = 16, seed: int = 0) -> list[Arrival]:
 
 @pytest.mark.parametrize("device", [
     "cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"))])
-def test_greedy_batch_with_chunked_prefill_and_preemption_equals_generate(hf_model, device):
+@pytest.mark.parametrize("model_impl", ["batchscope", "transformers"])
+def test_greedy_batch_with_chunked_prefill_and_preemption_equals_generate(hf_model, device, model_impl):
     model = copy.deepcopy(hf_model).to(device)
     arrivals = mixed_workload()
     refs = references(model, arrivals)                   # generate() on the same device, alone
     config = EngineConfig(block_size=8, num_gpu_blocks=24, max_model_len=256, max_num_seqs=8,
-                          max_num_batched_tokens=64)
+                          max_num_batched_tokens=64, model_impl=model_impl)
     result = run_real(model, config, arrivals, model=copy.deepcopy(model))
     for a in arrivals:
         req = result.requests[a.request_id]
@@ -258,9 +259,9 @@ def test_runner_exception_fails_only_that_steps_requests(hf_model):
         if len(calls) == fail_at_call + 1:
             raise RuntimeError("boom in the forward pass")
 
-    model.model.register_forward_pre_hook(boom, with_kwargs=True)
+    model.model.register_forward_pre_hook(boom, with_kwargs=True)     # a hook on transformers' forward
     config = EngineConfig(block_size=8, num_gpu_blocks=32, max_model_len=256, max_num_seqs=2,
-                          max_num_batched_tokens=64)
+                          max_num_batched_tokens=64, model_impl="transformers")
     arrivals = [Arrival("a", 0, tuple(range(10, 30)), SamplingParams(max_tokens=8, ignore_eos=True)),
                 Arrival("b", 0, tuple(range(50, 62)), SamplingParams(max_tokens=8, ignore_eos=True)),
                 Arrival("c", 0, tuple(range(70, 85)), SamplingParams(max_tokens=6, ignore_eos=True)),

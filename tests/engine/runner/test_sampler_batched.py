@@ -129,7 +129,12 @@ def renormalized(probs: torch.Tensor, keep: list[int]) -> torch.Tensor:
     return out
 
 
-def test_top_k_and_top_p_sample_the_renormalized_distribution():
+@pytest.mark.parametrize("chunk, candidates", [(1024, 1024), (3, 2)])
+def test_top_k_and_top_p_sample_the_renormalized_distribution(chunk, candidates, monkeypatch):
+    # (3, 2): the two-level draw over chunks of 3 tokens (the last one partial), the nucleus of 5
+    # found by the fall-back sort past 2 candidates
+    monkeypatch.setattr(sampler_module, "DRAW_CHUNK", chunk)
+    monkeypatch.setattr(sampler_module, "TOP_P_CANDIDATES", candidates)
     probs = torch.softmax(LOGITS8[0] / 1.2, -1)
     order = probs.argsort(descending=True).tolist()            # 4, 0, 3, 7, 1, 6, 2, 5
     top3 = draw_counts(LOGITS8, 30_000, temperature=1.2, top_k=3)
@@ -140,6 +145,27 @@ def test_top_k_and_top_p_sample_the_renormalized_distribution():
     nucleus = draw_counts(LOGITS8, 30_000, temperature=1.2, top_p=p)
     assert chi2(nucleus, renormalized(probs, order[:5])) < CHI2_CRIT_DF7
     assert chi2(nucleus, probs) > 5 * CHI2_CRIT_DF7
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 64, 1024])
+def test_the_two_level_draw_picks_the_token_of_a_flat_inverse_transform(chunk):
+    """The chunked draw gives the index a single float64 cumulative sum over the whole row gives,
+    for many uniforms, and never a token of weight 0 (zeros in runs, at chunk ends, at the row's
+    end, and u at its largest value)."""
+    gen = torch.Generator().manual_seed(8)
+    weights = torch.rand(16, 203, generator=gen) ** 3
+    weights[weights < 0.05] = 0.0
+    weights[:, -7:] = 0.0
+    weights[3, :150] = 0.0
+    u = torch.cat((torch.rand(16 * 200, generator=gen, dtype=torch.float64),
+                   torch.full((16,), 1 - 2.0 ** -33, dtype=torch.float64)))
+    w = weights.repeat(201, 1)
+    got = sampler_module.inverse_transform(w, u, chunk)
+    cum = w.double().cumsum(-1)
+    want = torch.searchsorted(cum, (u * cum[:, -1]).unsqueeze(1), right=True).squeeze(1)
+    assert bool((w.gather(1, got.unsqueeze(1)) > 0).all())
+    assert (got != want).sum() <= 1                     # a target within float32 rounding of a chunk's end
+    assert sampler_module.inverse_transform(torch.full((2, 9), float("nan")), u[:2], chunk).tolist() == [-1, -1]
 
 
 # --- top-k and top-p sets --------------------------------------------------------------------------
@@ -166,8 +192,10 @@ def reference_nucleus(row: list[float], temperature: float, k: int, p: float) ->
 
 @pytest.mark.parametrize("candidates", [4, 40, 1024])
 def test_top_k_and_top_p_sets_match_a_per_row_reference_and_draws_stay_inside(candidates, monkeypatch):
-    # candidates < vocab: the CPU's topk-first search of the nucleus, with its fall-back to a sort
-    monkeypatch.setattr(sampler_module, "CPU_TOP_P_CANDIDATES", candidates)
+    # candidates < vocab: the topk-first search of the nucleus, with its fall-back to a sort; a
+    # small draw chunk: the two-level draw over many chunks, the last one partial
+    monkeypatch.setattr(sampler_module, "TOP_P_CANDIDATES", candidates)
+    monkeypatch.setattr(sampler_module, "DRAW_CHUNK", 7)
     n, vocab = 48, 300
     lg = randn(n, vocab, seed=4)
     gen = torch.Generator().manual_seed(5)
@@ -191,7 +219,7 @@ def test_the_nucleus_does_not_depend_on_how_many_candidates_were_sorted(monkeypa
     ps = torch.tensor([1e-3, 0.2, 0.6, 0.9] * 16)
     full = top_p_thresholds(lg, ps)
     for candidates in (2, 16, 100):            # small nuclei fit; the others fall back to the sort
-        monkeypatch.setattr(sampler_module, "CPU_TOP_P_CANDIDATES", candidates)
+        monkeypatch.setattr(sampler_module, "TOP_P_CANDIDATES", candidates)
         assert torch.equal(top_p_thresholds(lg, ps), full)
         for i in range(8):                     # one row at a time: each takes its own path
             assert torch.equal(top_p_thresholds(lg[i:i + 1], ps[i:i + 1]), full[i:i + 1]), (candidates, i)

@@ -75,13 +75,14 @@ def count_host_work(monkeypatch, fn) -> HostWork:
     return mode
 
 
-def make_runner(num_layers: int, graphs: bool, copy: bool = False) -> ModelRunner:
+def make_runner(num_layers: int, graphs: bool, copy: bool = False, model_impl: str = "auto") -> ModelRunner:
     model = tiny_llama(0, num_hidden_layers=num_layers)
-    runner = ModelRunner(model, NUM_BLOCKS, BLOCK_SIZE, max_num_seqs=MAX_NUM_SEQS, max_model_len=MAX_MODEL_LEN)
+    runner = ModelRunner(model, NUM_BLOCKS, BLOCK_SIZE, max_num_seqs=MAX_NUM_SEQS, max_model_len=MAX_MODEL_LEN,
+                         model_impl=model_impl)
     if copy:
         runner.upload = StepUpload("cpu", copy=True)           # packs and copies, as on a GPU
     if graphs:
-        runner.graphs = DecodeGraphs(model, runner.kv_caches, BLOCK_SIZE, runner.scratch_block, MAX_NUM_SEQS,
+        runner.graphs = DecodeGraphs(runner.forward, runner.kv_caches, BLOCK_SIZE, runner.scratch_block, MAX_NUM_SEQS,
                                      MAX_MODEL_LEN, progress=False)
     return runner
 
@@ -110,12 +111,13 @@ STEPS = {"decode-only, padded static path": (True, [1] * 6),
          "mixed: decodes and prefill chunks after cached context": (False, [1, 1, 1, 7, 4, 1])}
 
 
+@pytest.mark.parametrize("model_impl", ["batchscope", "transformers"])
 @pytest.mark.parametrize("name", list(STEPS))
-def test_host_work_per_step_does_not_depend_on_the_number_of_layers(monkeypatch, name):
+def test_host_work_per_step_does_not_depend_on_the_number_of_layers(monkeypatch, name, model_impl):
     graphs, query_lens = STEPS[name]
     counts = {}
     for layers in (2, 5):
-        runner = make_runner(layers, graphs)
+        runner = make_runner(layers, graphs, model_impl=model_impl)
         counts[layers] = count_host_work(monkeypatch, lambda: runner.execute(step(query_lens))).counts
     assert counts[2] == counts[5], name
     assert counts[2]["from_numpy"] > 0                    # the counter sees the step's own host work
@@ -125,7 +127,7 @@ def test_the_count_catches_host_work_inside_a_layer(monkeypatch):
     """The check above can fail: a layer that builds a tensor from host values is caught."""
     counts = {}
     for layers in (2, 5):
-        runner = make_runner(layers, graphs=False)
+        runner = make_runner(layers, graphs=False, model_impl="transformers")    # hooks on its layers
         def host_tensor(*_):
             torch.tensor([0])                             # returns None: the layer's inputs stay
         for layer in runner.model.model.layers:

@@ -44,7 +44,7 @@ def test_every_kernel_compiles_for_sm90_and_sm80_within_shared_memory(tmp_path):
         for shape in ("smollm2-135m", "llama-3.2-1b", "qwen2.5-7b", "llama-3.1-8b"):
             for dtype in ("bfloat16", "float16"):
                 for kernel in ("store_kvcache_kernel", "paged_decode_kernel", "decode_reduce_kernel",
-                               "paged_prefill_kernel"):
+                               "paged_prefill_kernel", "add_rms_norm_kernel", "rope_kernel"):
                     assert (kernel, shape, dtype) in seen or kernel == "decode_reduce_kernel", (kernel, shape, dtype)
         splits = {r["constexprs"]["NUM_SPLITS"] for r in rows if r["kernel"] == "paged_decode_kernel"}
         assert splits == {1, 2, 4, 8, 16, 32}

@@ -6,14 +6,20 @@ from engine.run_info import RunInfo
 from ui.views.metrics_plots import MetricsPlots
 
 
-def test_both_columns_fit_a_narrow_panel(qtbot, source):
+def shown_panel(qtbot, source, width: int, height: int) -> MetricsPlots:
+    """The panel with a simulated run's (the longest) titles and 30 steps, shown at that size."""
     w = MetricsPlots()
     qtbot.addWidget(w)
     w.set_run_info(RunInfo(simulated=True))            # the longest titles
     w.set_records(source.records(0, 31), 30, 39)
-    w.resize(400, 300)
+    w.resize(width, height)
     w.show()
     qtbot.waitExposed(w)
+    return w
+
+
+def test_both_columns_fit_a_narrow_panel(qtbot, source):
+    w = shown_panel(qtbot, source, 400, 300)
     layout = w.layout_widget.ci
     assert layout.minimumWidth() <= w.layout_widget.width()
     right = max(p.mapRectToScene(p.boundingRect()).right() for p in w.plots.values())
@@ -32,3 +38,12 @@ def test_value_axes_label_zero_half_and_top(qtbot, source):
         top = major[-1][0]
         assert abs(major[1][0] - top / 2) < 1e-9
         assert plot.getViewBox().viewRange()[1][1] >= top
+
+
+def test_every_title_is_whole_in_the_windows_metrics_panel(qtbot, source):
+    """At the width the main window gives the panel (~500 px at 1600), no title is cut: each
+    title's text (its widest line) fits the width its label gets."""
+    w = shown_panel(qtbot, source, 500, 420)
+    for key, p in w.plots.items():
+        text = p.titleLabel.item
+        assert text.document().idealWidth() <= p.titleLabel.geometry().width() + 1, key

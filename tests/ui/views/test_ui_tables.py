@@ -320,3 +320,17 @@ def test_a_header_click_sorts_the_rows_by_that_column_and_id_restores_arrival_or
     assert m.request_id(0) == top
     view.horizontalHeader().setSortIndicator(0, Qt.SortOrder.AscendingOrder)       # id: arrival order
     assert [m.request_id(i) for i in range(m.rowCount())] == [state.request_ids[r] for r in rows]
+
+
+def test_time_columns_hold_their_whole_formatted_values_in_every_clock_unit(qtbot):
+    from ui.style.numbers import clock_text
+    from ui.views.queue_view import PAD
+    w = shown_tables(qtbot)
+    view = w.views["running"]
+    fm = view.fontMetrics()
+    for unit in ("sim s", "s", "steps"):
+        w.set_time_unit(unit)
+        for col in (COLUMNS.index("TTFT"), COLUMNS.index("ITL")):
+            for value in (0.0522, 0.412, 38.2, 2290.0, 7.5e-6):   # 52.2 sim ms ... 2,290 sim s
+                text = clock_text(value, unit)
+                assert fm.horizontalAdvance(text) + 2 * PAD <= view.columnWidth(col), (unit, text)

@@ -9,7 +9,7 @@ from ui.style.colors import FREE, IDLE, PALETTE, packed, request_qcolor, request
 from ui.views.metrics_plots import MetricsPlots, nice_ceiling
 from ui.record_cache import step_span
 from ui.request_menu import request_menu
-from ui.views.slot_timeline import SlotTimeline, decode_rgb, prefill_rgb
+from ui.views.slot_timeline import SCROLL_ROW_PX, SlotTimeline, decode_rgb, prefill_rgb
 
 
 def shown_widget(qtbot, w: QWidget, width: int, height: int) -> QWidget:
@@ -78,7 +78,11 @@ def test_cells_at_production_scale(qtbot, big):
     k = big.latest_step()
     records = big.records(k - 200, k + 1)
     w.set_records(records, k, 256, k)
-    assert w.row_px == 1 and w.image.shape == (256, w.span)
+    assert w.scrolling and w.row_px == SCROLL_ROW_PX                # 256 busy rows: they scroll
+    assert w.image.shape == (256 * SCROLL_ROW_PX, w.span)
+    check_cells(w, records, k)
+    w.set_fit_rows(True)                                            # every row in view: hairlines
+    assert not w.scrolling and w.row_px == 1 and w.image.shape == (256, w.span)
     check_cells(w, records, k)
 
 

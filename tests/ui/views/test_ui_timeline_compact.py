@@ -100,3 +100,39 @@ def test_the_occupancy_strip_counts_decode_and_prefill_slots(qtbot, sparse):
         assert (column[round((n_dec + n_pre) * STRIP_PX / SLOTS):] == packed(IDLE)).all()
         seen_prefill |= n_pre > 0
     assert seen_prefill
+
+
+def test_many_busy_slots_scroll_in_rows_tall_enough_for_stripes(qtbot, big):
+    """256 busy slots in a 300-pixel view: rows of SCROLL_ROW_PX screen pixels (prefill striped),
+    as many as fit, a scroll bar over all of them; the wheel and the bar move the rows, hover
+    names the slot of the row under the pointer; ids are written only on rows tall enough."""
+    from PySide6.QtCore import QPoint, QPointF, Qt
+    from PySide6.QtGui import QWheelEvent
+
+    from ui.views.slot_timeline import LABEL_ROW_PX, MIN_ROW_PX, SCROLL_ROW_PX, WHEEL_ROWS
+    w = shown_widget(qtbot, SlotTimeline(window=60), 900, 360)
+    k = big.latest_step()
+    records = big.records(k - 60, k + 1)
+    w.set_records(records, k, 256, k)
+    vb = w.plot.getPlotItem().getViewBox()
+    assert not w.compact and len(w.shown_slots) == 256 and vb.height() / 256 < MIN_ROW_PX
+    assert w.scrolling and w.scroll_bar.isVisible()
+    assert w.visible_rows == int(vb.height() // SCROLL_ROW_PX) < 256
+    assert w.scroll_bar.maximum() == 256 - w.visible_rows
+    (_x0, _x1), (y0, y1) = vb.viewRange()
+    assert (y0, y1) == (-0.5, w.visible_rows - 0.5)
+    assert SCROLL_ROW_PX < LABEL_ROW_PX and not any(t.isVisible() for t in w.labels)
+    check_cells(w, records, k)                                       # stripes: row_px > 1
+    wheel = QWheelEvent(QPointF(100, 100), QPointF(100, 100), QPoint(), QPoint(0, -120),
+                        Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier,
+                        Qt.ScrollPhase.NoScrollPhase, False)
+    from PySide6.QtWidgets import QApplication
+    QApplication.sendEvent(w.plot.viewport(), wheel)                  # a notch down
+    assert w.first_row == WHEEL_ROWS
+    w.scroll_bar.setValue(100)
+    (_x0, _x1), (y0, y1) = vb.viewRange()
+    assert w.first_row == 100 and (y0, y1) == (99.5, 99.5 + w.visible_rows)
+    assert w.cell_at(3, 100.2) == (w.first_step + 3, 100)
+    # the next step keeps the scroll position
+    w.set_records(big.records(k - 59, k + 1), k, 256, k)
+    assert w.first_row == 100
