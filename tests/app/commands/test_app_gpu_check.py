@@ -47,7 +47,8 @@ def test_the_cpu_smoke_run_goes_through_every_stage_and_writes_its_json_and_tabl
     for system in ("BatchScope bench, recording off", "BatchScope bench, recording on"):
         assert rows[system].split()[4].replace(",", "").isdigit(), rows[system]       # out tok/s
     assert "hf_cb" in rows or "HF peer" in rows                  # the peer ran, or says why not
-    assert "equality fp32: eager 4/4, graphs 4/4, Triton: skipped: no CUDA" in table
+    assert ("equality fp32: eager 4/4, graphs 4/4, eager transformers-fwd 4/4, graphs transformers-fwd 4/4, "
+            "Triton: skipped: no CUDA" in table)            # both forwards, eager and graphs
     assert "triton kernels: ok" in table and "compiled kernels: skipped: no CUDA" in table
     res = json.loads((tmp_path / "gpu_check.json").read_text())
     assert res["passed"] and res["kernels"]["ok"]
