@@ -98,7 +98,6 @@ class KVBlockMap(QWidget):
         self.image = np.zeros((self.px, self.px), np.uint32)
         self._shape: tuple[int, int] = (0, 0)     # (height, width) of both grids, image pixels
         self._order: tuple[BlockGrid, np.ndarray] | None = None   # a banded grid's order()
-        self._places: dict[tuple[int, int, int], np.ndarray] = {}  # (rows, columns, band) -> places()
         self._painter = BlockImage()
         head, self.title, self.title_numbers = title_row(
             "KV cache blocks", "  ·  8,888,888 / 8,888,888 used (100%)  ·  block size 8888 tokens")
@@ -362,17 +361,6 @@ class KVBlockMap(QWidget):
                 framed_cells = cells_of_blocks(st, runs, self._at, self.fill, mine)
         return (*segments(runs, colours, st.block_size, sel_run), framed_cells)
 
-    def _grid_places(self, grid: BlockGrid) -> np.ndarray:
-        """``grid.places()``, kept for the last few grid shapes (the band flips between two
-        values as requests come and go: working it out again took ~10 ms a time at 200k)."""
-        key = (grid.rows, grid.columns, grid.band)
-        places = self._places.get(key)
-        if places is None:
-            if len(self._places) >= 4:
-                self._places.pop(next(iter(self._places)))
-            places = self._places[key] = grid.places()
-        return places
-
     def _grid_order(self, grid: BlockGrid) -> np.ndarray:
         if self._order is None or self._order[0] != grid:
             self._order = (grid, grid.order())
@@ -409,7 +397,7 @@ class KVBlockMap(QWidget):
         if grid.per_pixel == 1 and self.runs is not None:
             *looks, lengths, framed_cells = self._segments()
             self._painter = BlockImage()        # its image is not this one: a full render next time
-            return segment_image(*looks, lengths, bs, grid, self._grid_places(grid), framed_cells)
+            return segment_image(*looks, lengths, bs, grid, framed_cells)
         pal, fill, marks, framed = self._cells()
         if grid.per_pixel == 1:                 # physical: block b at cell b, band 1
             return self._painter.update(pal, fill, bs, cols, px, framed, marks)

@@ -61,13 +61,13 @@ def test_segments_paint_the_image_of_every_cell(which, busy_state):
     for px, band, columns in [(1, 1, 64), (1, 7, 50), (2, 5, 33), (4, 9, 40), (7, 3, 16)]:
         grid = BlockGrid(n, columns, px, 1, band)
         looks = segments(runs, colours, state.block_size, sel_run)
-        got = segment_image(*looks, state.block_size, grid, grid.places(), extra)
+        got = segment_image(*looks, state.block_size, grid, extra)
         np.testing.assert_array_equal(got, reference(state, runs, colours, sel_run, extra, grid),
                                       err_msg=f"px {px} band {band}")
     with pytest.raises(ValueError, match="per_pixel"):
-        segment_image(*looks, state.block_size, BlockGrid(n, 8, 1, 2), grid.places())
+        segment_image(*looks, state.block_size, BlockGrid(n, 8, 1, 2))
     with pytest.raises(ValueError, match="cells for a grid"):
-        segment_image(*looks, state.block_size, BlockGrid(n + 1, 8), grid.places())
+        segment_image(*looks, state.block_size, BlockGrid(n + 1, 8))
 
 
 def one_more_block(state: EngineState, row: int) -> tuple[EngineState, int]:
