@@ -204,9 +204,9 @@ class KVBlockMap(QWidget):
         self._owner_rows = None
         self._holders, self._at = block_holders(state)
         self.fill = block_fill(state, self._holders, self._at)
-        used = state.num_used_blocks
-        self.title_numbers.setText(f"  ·  {used:,} / {state.num_total_blocks:,} used "
-                           f"({100.0 * state.kv_cache_usage:.0f}%)  ·  block size "
+        used, total = state.num_used_blocks, state.num_total_blocks     # one pass over the blocks
+        self.title_numbers.setText(f"  ·  {used:,} / {total:,} used "
+                           f"({100.0 * used / total if total else 0.0:.0f}%)  ·  block size "
                            f"{state.block_size} tokens")
         self.num_reserved = int(np.count_nonzero(state.block_owner == RESERVED))
         if self.layout_choice == "auto":
