@@ -346,12 +346,12 @@ def check_recording(reader, *, max_problems: int = 100,
     if fast is None:
         fast = _intact(reader)
     if not fast or getattr(reader, "_version", 0) < 4 or type(reader).records is not _reader_type().records:
-        return _reference_check(reader, StateChecker(config), replayed_states(reader), max_problems, progress)
+        return check_states(reader, StateChecker(config), replayed_states(reader), max_problems, progress)
     from recordings.check import stream_check
 
     step, snap, clean = stream_check.replay_fast(reader, config, progress)
     if snap is None:
-        return _reference_check(reader, StateChecker(config), replayed_states(reader), max_problems, progress)
+        return check_states(reader, StateChecker(config), replayed_states(reader), max_problems, progress)
     layout = (int(config["num_gpu_blocks"]), reader.state_at(-1).block_size, snap["knobs"][0])
     state = stream_check.engine_state(snap, step, layout, lambda seqs: _ids_of(reader, seqs))
     if clean:
@@ -359,7 +359,7 @@ def check_recording(reader, *, max_problems: int = 100,
             return StateChecker(config).check_drained(state, reader.records(step, step + 1)[0])
         return []
     checker = seeded_checker(reader, config, state, snap["knobs"], snap["extra_by_block"])
-    return _reference_check(reader, checker, replayed_states(reader, state), max_problems, progress)
+    return check_states(reader, checker, replayed_states(reader, state), max_problems, progress)
 
 
 def _intact(reader) -> bool:
@@ -376,9 +376,12 @@ def _reader_type():
     return Reader
 
 
-def _reference_check(reader, checker: StateChecker, states, max_problems: int,
-                     on_step: Callable[[int], None] | None) -> list[Problem]:
-    """Check each (state, record) of ``states`` with ``checker``; G6 on the last one."""
+def check_states(reader, checker: StateChecker, states, max_problems: int,
+                 on_step: Callable[[int], None] | None, *, drained_at: int | None = None) -> list[Problem]:
+    """Check each (state, record) of ``states`` with ``checker``: the first ``Problem`` the replay
+    yields ends it; after ``max_problems`` problems the last one says it stopped (a ``record``
+    problem "stopped after N problems"). G6 (drained) on the last state when every request
+    finished and, if ``drained_at`` is given, the last state is that step."""
     problems: list[Problem] = []
     last: tuple[EngineState, StepRecord] | None = None
     for item in states:
@@ -391,11 +394,17 @@ def _reference_check(reader, checker: StateChecker, states, max_problems: int,
             on_step(item[1].step)
         if len(problems) >= max_problems:
             problems = problems[:max_problems]
-            problems.append(Problem(item[1].step, "record", f"stopped after {max_problems} problems"))
+            problems.append(Problem(item[1].step, "record", stopped_after(max_problems)))
             return problems
-    if last is not None and all_finished(reader):
+    if (last is not None and (drained_at is None or last[1].step == drained_at)
+            and all_finished(reader)):
         problems += checker.check_drained(*last)
     return problems
+
+
+def stopped_after(max_problems: int) -> str:
+    """The detail of the problem that ends a check cut short at ``max_problems``."""
+    return f"stopped after {max_problems} problems"
 
 
 def _ids_of(reader, seqs: np.ndarray) -> list[str]:

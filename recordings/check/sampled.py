@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from recordings.check.invariants import Problem, all_finished, check_recording, replayed_states, seeded_checker
+from recordings.check.invariants import (Problem, check_recording, check_states, replayed_states, seeded_checker,
+                                         stopped_after)
 
 QUICK_EVERY = 32        # one keyframe interval checked in this many
 
@@ -48,21 +49,11 @@ def sampled_check(reader, *, every: int = QUICK_EVERY, max_problems: int = 100,
     problems: list[Problem] = []
     for start, end in intervals:
         state = reader.keyframe_state(start) if start >= 0 else reader.state_at(-1)
-        checker = seeded_checker(reader, config, state)
-        last = None
-        for item in replayed_states(reader, state, stop=end + 1):
-            if isinstance(item, Problem):
-                problems.append(item)
-                break
-            last = item
-            problems += checker.check_step(*item)
-            if on_step is not None:
-                on_step(item[1].step)
-            if len(problems) >= max_problems:
-                problems = problems[:max_problems]
-                problems.append(Problem(item[1].step, "record", f"stopped after {max_problems} problems"))
-                return problems, intervals
-        if last is not None and last[1].step == reader.latest_step() and all_finished(reader):
-            problems += checker.check_drained(*last)
+        found = check_states(reader, seeded_checker(reader, config, state), replayed_states(reader, state, stop=end + 1),
+                             max_problems - len(problems), on_step, drained_at=reader.latest_step())
+        problems += found
+        if len(problems) > max_problems:      # cut short inside this interval: say so with the whole limit
+            last = problems.pop()
+            return problems + [Problem(last.step, "record", stopped_after(max_problems))], intervals
     return problems, intervals
 
