@@ -371,21 +371,28 @@ class Reader:
         if not steps:
             return []
         lo, hi = steps[0][0], steps[-1][0]
-        children = []
-        for table, columns in _CHILD_TABLES:
-            by_step: dict[int, list[tuple]] = defaultdict(list)
-            for r in self._rows(f"SELECT {_select(columns, self._version)} FROM {table} "
-                                "WHERE step >= ? AND step <= ? ORDER BY step, ord", (lo, hi)):
-                by_step[r[0]].append(r)
-            children.append(by_step)
-        arrivals: dict[int, list] = defaultdict(list)
-        for r in self._rows(_ARRIVAL_SQL, (lo, hi)):
-            arrivals[r[1]].append(codec.arrival_from_row(r))
-        events, blocks, transitions = children
+        events, blocks, transitions = (
+            self._rows_by_step(f"SELECT {_select(columns, self._version)} FROM {table} "
+                               "WHERE step >= ? AND step <= ? ORDER BY step, ord", lo, hi)
+            for table, columns in _CHILD_TABLES)
+        arrivals = self._arrivals_by_step(lo, hi)
         return [codec.record_from_rows(row, arrivals.get(row[0], ()), events.get(row[0], ()),
                                        blocks.get(row[0], ()), transitions.get(row[0], ()),
                                        self._id_of, self._num_prompt_of)
                 for row in steps]
+
+    def _rows_by_step(self, sql: str, lo: int, hi: int, step_column: int = 0) -> dict[int, list[tuple]]:
+        """The rows of ``sql`` (parameters ``lo``, ``hi``: a step range) grouped by their step,
+        in the query's order."""
+        by_step: dict[int, list[tuple]] = defaultdict(list)
+        for r in self._rows(sql, (lo, hi)):
+            by_step[r[step_column]].append(r)
+        return by_step
+
+    def _arrivals_by_step(self, lo: int, hi: int) -> dict[int, list]:
+        """The ``Arrival`` records of the requests that arrived at steps ``lo``..``hi``, by step."""
+        return {step: [codec.arrival_from_row(r) for r in rows]
+                for step, rows in self._rows_by_step(_ARRIVAL_SQL, lo, hi, step_column=1).items()}
 
     def _v4_records(self, start: int, stop: int) -> list[StepRecord]:
         """:meth:`_records` of a schema-4 file: the batch and block events are blobs."""
@@ -394,19 +401,13 @@ class Reader:
         if not steps:
             return []
         lo, hi = steps[0][0], steps[-1][0]
-        children = []
-        for table, columns in _V4_CHILD_TABLES:
-            by_step: dict[int, list[tuple]] = defaultdict(list)
-            for r in self._rows(f"SELECT {', '.join(columns)} FROM {table} "
-                                "WHERE step >= ? AND step <= ? ORDER BY step, ord", (lo, hi)):
-                by_step[r[0]].append(r)
-            children.append(by_step)
+        events, transitions = (
+            self._rows_by_step(f"SELECT {', '.join(columns)} FROM {table} "
+                               "WHERE step >= ? AND step <= ? ORDER BY step, ord", lo, hi)
+            for table, columns in _V4_CHILD_TABLES)
         blocks = dict(self._rows("SELECT step, data FROM block_events WHERE step >= ? AND step <= ?",
                                  (lo, hi)))
-        arrivals: dict[int, list] = defaultdict(list)
-        for r in self._rows(_ARRIVAL_SQL, (lo, hi)):
-            arrivals[r[1]].append(codec.arrival_from_row(r))
-        events, transitions = children
+        arrivals = self._arrivals_by_step(lo, hi)
         return [codec.record_from_v4_row(row, arrivals.get(row[0], ()), events.get(row[0], ()),
                                          blocks.get(row[0]), transitions.get(row[0], ()),
                                          self._id_of, self._num_prompt_of_seqs, self._ids_of_seqs)
