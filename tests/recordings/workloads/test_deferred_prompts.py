@@ -4,7 +4,6 @@ blocks), whatever order they are made in; the engine makes them on arrival only;
 memory grows with the requests in the engine, not with the trace's length."""
 from __future__ import annotations
 
-import json
 import random
 import tracemalloc
 
@@ -19,6 +18,7 @@ from recordings.workloads.prefix_blocks import SharedPrefixPrompts
 from recordings.workloads.traces import TraceRow, load_trace
 from recordings.workloads.workload import WorkloadRequest, _CorpusPrompts, build_workload
 from tests.support.fake_runner import NullRunner
+from tests.support.jsonl_files import write_jsonl
 
 CORPUS = "Alpha beta gamma. Delta epsilon zeta eta! Kappa lambda mu? Omicron pi rho sigma tau.\n"
 
@@ -64,8 +64,7 @@ def test_hash_blocks_are_the_eager_blocks(tmp_path):
     hashes = [[1, 2, 3], [1, 2], [9], [1, 2, 3, 4, 5, 6, 7]]
     lines = [{"timestamp": i, "input_length": n, "output_length": 2, "hash_ids": h}
              for i, (n, h) in enumerate(zip([1300, 1024, 100, 3000], hashes))]
-    path = tmp_path / "mc.jsonl"
-    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    path = write_jsonl(tmp_path / "mc.jsonl", lines)
     trace = load_trace(path).rows
     wl = build_workload(trace, None, seed=5, prompt_scale=0.5, max_prompt_tokens=1200, block_size=16)
     eager = SharedPrefixPrompts(16, 0.5, 5, 100, 40000)

@@ -14,6 +14,7 @@ from recordings.workloads.prefix_blocks import (PrefixCoverage, hash_block_token
 from recordings.workloads.traces import load_trace
 from recordings.workloads.workload import build_workload
 from tests.recordings.workloads.test_workload import CharTokenizer
+from tests.support.jsonl_files import write_jsonl
 
 # r0 and r4 are the same prompt; r1 shares r0's first two blocks; r2 its first; r3 nothing.
 HANDMADE = [
@@ -29,9 +30,7 @@ HANDMADE_IDEAL = 6 / 12
 
 @pytest.fixture
 def handmade(tmp_path):
-    path = tmp_path / "mooncake.jsonl"
-    path.write_text("".join(json.dumps(obj) + "\n" for obj in HANDMADE))
-    return path
+    return write_jsonl(tmp_path / "mooncake.jsonl", HANDMADE)
 
 
 def test_ideal_hit_rate_of_a_handmade_trace(handmade):

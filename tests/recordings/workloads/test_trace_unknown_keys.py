@@ -3,12 +3,11 @@ silently accepted: they are kept and reported once per key with their lines, and
 refuses the trace (issue 18). BatchScope's JSONL format refuses such a line already."""
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from app.cli import main
 from recordings.workloads.traces import TraceFormatError, load_mooncake_jsonl, load_trace
+from tests.support.jsonl_files import write_jsonl
 
 ROWS = [
     {"timestamp": 0, "input_length": 600, "output_length": 4, "hash_ids": [1, 2]},
@@ -21,9 +20,7 @@ ROWS = [
 
 @pytest.fixture
 def trace(tmp_path):
-    path = tmp_path / "typo.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
-    return path
+    return write_jsonl(tmp_path / "typo.jsonl", ROWS)
 
 
 def test_unknown_keys_are_listed_with_their_lines_and_the_rows_kept(trace):
@@ -43,10 +40,8 @@ def test_strict_refuses_the_trace_naming_every_key_and_its_lines(trace):
 
 
 def test_a_clean_trace_passes_strict(tmp_path):
-    path = tmp_path / "clean.jsonl"
-    path.write_text("".join(json.dumps({k: v for k, v in r.items() if k in ("timestamp", "input_length",
-                                                                           "output_length", "hash_ids")}) + "\n"
-                            for r in ROWS))
+    known = ("timestamp", "input_length", "output_length", "hash_ids")
+    path = write_jsonl(tmp_path / "clean.jsonl", ({k: v for k, v in r.items() if k in known} for r in ROWS))
     load = load_trace(path, strict=True)
     assert len(load.rows) == 5 and load.unknown_keys == {}
 
