@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from collections.abc import Iterable
+from pathlib import Path
 
 
 def write_jsonl(path: Path, rows: Iterable[object]) -> Path:
