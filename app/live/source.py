@@ -152,10 +152,15 @@ class LiveSource:
 
     def _replayed(self, step: int, ring: list[PackedStep]) -> EngineState:
         """The state after ``step`` (< the newest), replayed and kept in :attr:`states` (with
-        the :attr:`BackFill.lead` steps below it when ``step + 1`` is cached: a scrub back); the
-        recording's newest state before it when the ring does not reach (a gap between the
-        file and the ring)."""
-        base = self._near_base(step, ring)
+        the :attr:`BackFill.lead` steps below it when ``step + 1`` is cached: a scrub back)
+        from a cached state near it or the recording's keyframe before it, through the ring
+        (:meth:`_fill_base`); from the recording's state at ``step`` itself only when the ring
+        does not reach back to a keyframe (older history). Asking the recording for every step
+        of a scrub back would decode its records from the file (~500 tracked objects each at
+        256 running) and fill the reader's own scrub-back cache beside this one. The
+        recording's newest state before ``step`` when the ring does not reach (a gap between
+        the file and the ring)."""
+        base = self._fill_base(step, ring)
         if base is None:
             reader = self._history()
             if reader is None:

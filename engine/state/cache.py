@@ -76,6 +76,12 @@ class StateCache:
             self._states.clear()
             self.nbytes = 0
 
+    def has_room(self) -> bool:
+        """Whether one more state of the mean size held fits within ``max_bytes`` without an
+        eviction (True while empty)."""
+        n = len(self._steps)
+        return n == 0 or self.nbytes + self.nbytes / n <= self.max_bytes
+
     def get(self, step: int) -> EngineState | None:
         hit = self._states.get(step)
         return None if hit is None else hit[0]
@@ -151,7 +157,15 @@ class BackFill:
     one state at most: a scrub back uses one state a frame, so one a frame keeps pace, and the
     frame pays one copy (~0.5 ms at 10k live requests) instead of the whole stretch's (a base's
     copy ~2 ms, then ~0.7 ms a step). A call also stops when the cache had to evict a state below
-    the cursor (full: filling more would only evict what was filled). A unit of work is not
+    the cursor (full: filling more would only evict what was filled).
+
+    Checkpoints: a replay that starts far below its stretch (from a keyframe up to 128 steps
+    back) also keeps, while the cache has room (:meth:`StateCache.has_room`), the states where
+    the next stretches below will start (every ``depth + 1`` steps below the stretch), so each
+    later stretch replays about ``depth`` records from its checkpoint instead of all of them
+    from the keyframe again: every record is applied about twice in a whole scrub back, and the
+    records read on the way need not be kept between stretches (a decoded record at 256
+    running is ~500 tracked objects that the garbage collector's full passes walk). A unit of work is not
     split: a call can overrun the budget by one (a base read from a recording's keyframe:
     ~5-30 ms). Raises ``ValueError`` for a ``depth`` or ``lead`` below 1 or a negative
     ``budget_s``."""
@@ -194,6 +208,9 @@ class BackFill:
                 if record.step >= first and record.step not in cache:
                     cache.add(timeline.snapshot())
                     made += 1
+                elif (record.step < first - 1 and (first - 1 - record.step) % (self.depth + 1) == 0
+                      and record.step not in cache and cache.has_room()):
+                    cache.add(timeline.snapshot())     # a checkpoint: a later stretch's base
                 if (record.step >= last or time.perf_counter() >= deadline
                         or cache.evicted_below > evicted
                         or (made and self.ahead(cursor, cache) >= self.lead)):

@@ -10,6 +10,12 @@ state or keyframe, so a step back finds its state cached and a keyframe is decod
 keyframe interval instead of once per step. It acts only while the reader is asked for steps
 just below the last one asked (a scrub back): forward play, random jumps and whole-run passes
 (``batchscope check``, exports) do no fill work and keep no states here.
+
+Decoded records are kept only until the fill applies them (at most a read chunk ahead of it): a
+record at 256 running is ~500 named tuples the garbage collector tracks, and ~200 of them kept
+below the cursor made every full collection walk ~100k objects and long-lived records
+promoted into the oldest generation triggered those full collections inside scrub frames. The
+fill's checkpoints (:class:`engine.state.cache.BackFill`) are what spare it re-reading them.
 """
 from __future__ import annotations
 
@@ -19,7 +25,7 @@ from engine.outputs import StepRecord
 from engine.state.state import EngineState
 from engine.state.cache import BackFill, StateCache
 
-RECORDS_KEPT = 64    # decoded records kept below the cursor (a keyframe interval and more)
+READ_CHUNK = 8       # records read from the file in one query by the fill
 
 
 class ScrubBack:
@@ -28,12 +34,12 @@ class ScrubBack:
     scrub back, ``states`` answers the steps it holds, ``keep(target)`` says which steps a
     replay up to a missing ``target`` should keep on its way, and ``served(state, base_of,
     read)`` keeps the state served and advances the fill (``BackFill.run``). Memory:
-    ``states`` is bounded by ``max_bytes``, ``records`` by a few times :data:`RECORDS_KEPT`."""
+    ``states`` is bounded by ``max_bytes``, ``records`` by :data:`READ_CHUNK`."""
 
     def __init__(self, max_bytes: int | None = None) -> None:
         self.states = StateCache() if max_bytes is None else StateCache(max_bytes)
         self.fill = BackFill()
-        self.records: dict[int, StepRecord] = {}     # decoded records below the cursor
+        self.records: dict[int, StepRecord] = {}     # read ahead of the fill, not applied yet
         self._last: int | None = None
 
     def moved_back(self, target: int) -> bool:
@@ -41,6 +47,7 @@ class ScrubBack:
         back = last is not None and 0 < last - target <= self.fill.depth
         if not back and last != target:
             self.fill.reset()                     # forward or a jump: the fill's job is stale
+            self.records.clear()
         return back
 
     def keep(self, target: int) -> Callable[[int], bool]:
@@ -54,25 +61,30 @@ class ScrubBack:
     def served(self, state: EngineState, base_of: Callable[[int], EngineState | None],
                read: Callable[[int, int], list[StepRecord]]) -> None:
         """Keep ``state`` (the step just served, now the cursor) and fill below it, with the
-        records ``read(start, stop)`` returns (kept in :attr:`records` until the cursor is
-        past them: the fill reads each record once, however it splits its work)."""
+        records ``read(start, stop)`` returns (those read ahead of the fill's replay wait in
+        :attr:`records` when a call's budget ends mid-chunk: a resumed replay reads each record
+        once)."""
         self.states.cursor = step = state.step
         if step not in self.states:
             self.states.add(state)
         self.fill.run(step, self.states, base_of, lambda a, b: self.records_from(read, a, b))
-        if len(self.records) > 4 * RECORDS_KEPT:
-            self.records = {s: r for s, r in self.records.items() if step - RECORDS_KEPT <= s <= step}
+        if len(self.records) > READ_CHUNK:          # left by a replay the fill gave up
+            self.records = {s: r for s, r in self.records.items() if s < step}
+            if len(self.records) > READ_CHUNK:
+                self.records.clear()
 
     def records_from(self, read: Callable[[int, int], list[StepRecord]], start: int, stop: int,
-                     chunk: int = 8) -> Iterator[StepRecord]:
+                     chunk: int = READ_CHUNK) -> Iterator[StepRecord]:
         """The records ``start <= step < stop`` (consecutive steps), from :attr:`records` or
-        read ``chunk`` at a time; stops at the first step the file does not have."""
+        read ``chunk`` at a time; each leaves :attr:`records` as it is handed out (a replay
+        applies a record once); stops at the first step the file does not have."""
+        records = self.records
         for k in range(start, stop):
-            record = self.records.get(k)
+            record = records.pop(k, None)
             if record is None:
                 for r in read(k, min(stop, k + chunk)):
-                    self.records[r.step] = r
-                record = self.records.get(k)
+                    records[r.step] = r
+                record = records.pop(k, None)
                 if record is None:
                     return
             yield record

@@ -127,10 +127,11 @@ def test_back_fill_does_one_unit_of_work_a_call_on_a_zero_budget(small_ring):
     fill = BackFill(depth=8, budget_s=0.0, lead=8)
     calls = [fill.run(30, cache, cache.at_or_before,
                       lambda a, b: (records[s] for s in range(a, b))) for _ in range(22)]
-    # start from step 10, apply 11..20 (nothing kept), then keep 21..29 (depth 8 below 29)
+    # start from step 10, apply 11..20 (keeping 11: the checkpoint the stretch below 21, 12..20,
+    # will start from), then keep 21..29 (depth 8 below 29)
     assert calls == [0] * 11 + [1] * 9 + [0, 0]
-    assert cache.steps() == [10, *range(21, 30)]
-    assert all(cache.get(s) == states[s] for s in range(21, 30))
+    assert cache.steps() == [10, 11, *range(21, 30)]
+    assert all(cache.get(s) == states[s] for s in cache.steps())
     # nothing missing near the cursor: no replay
     assert fill.run(30, cache, cache.at_or_before, lambda a, b: pytest.fail("replayed")) == 0
 
@@ -147,8 +148,12 @@ def test_back_fill_gets_ahead_then_copies_one_state_a_call(small_ring):
     assert fill.run(30, cache, cache.at_or_before, records_of) == 9     # 21..29 at once
     assert fill.ahead(30, cache) == 4
     # ahead already (24..21 cached): the stretch below 21 (12..20: depth 8 below 20), one a call
+    # from the checkpoint at 11 the first call left (not from 10 again)
+    asked = []
+    records_of = lambda a, b: asked.append(a) or (records[s] for s in range(a, b))   # noqa: E731
     assert [fill.run(25, cache, cache.at_or_before, records_of) for _ in range(10)] == [1] * 9 + [0]
-    assert cache.steps() == [10, *range(12, 30)]
+    assert asked[0] == 12
+    assert cache.steps() == [10, *range(11, 30)]
     assert all(cache.get(s) == states[s] for s in cache.steps())
     # records that stop short of the target end the replay (no endless loop)
     assert fill.run(12, cache, cache.at_or_before, lambda a, b: iter(())) == 0

@@ -7,6 +7,7 @@ from engine.state.cache import StateCache, state_nbytes
 from tests.support.engine_driver import run_engine
 from recordings.file.open_reader import open_reader
 from recordings.file import codec
+from recordings.file.scrub_back import READ_CHUNK
 
 
 def test_scrub_back_equals_the_engine_from_a_bounded_cache(tmp_path, monkeypatch):
@@ -21,11 +22,20 @@ def test_scrub_back_equals_the_engine_from_a_bounded_cache(tmp_path, monkeypatch
         decoded = []                                                # keyframes read
         from_blob = codec.state_from_blob
         monkeypatch.setattr(codec, "state_from_blob", lambda *a: decoded.append(1) or from_blob(*a))
+        read = []                                                   # records read from the file
+        records = reader._records
+        monkeypatch.setattr(reader, "_records", lambda a, b: read.extend(range(a, b)) or records(a, b))
         served = []
         for k in range(n - 1, -1, -1):                              # back one step a call
             served.append(k in reader._scrub.states)
             assert reader.state_at(k) == run.states[k], k
             assert reader._scrub.states.nbytes <= bound
+            # decoded records (hundreds of tracked objects each at scale) are not kept behind
+            # the fill: at most what one read brought ahead of it
+            assert len(reader._scrub.records) <= READ_CHUNK
+        # each stretch replays from the checkpoint the one above left, not from the keyframe
+        # again: every record read at most about twice in the whole scrub back
+        assert len(read) <= 2 * n
         # after the first steps back every step was filled ahead, with about one keyframe
         # decoded per keyframe interval instead of one per step
         assert all(served[3:])
