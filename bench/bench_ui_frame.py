@@ -240,7 +240,8 @@ def replay_scenarios(args, w, app, first: int, latest: int, rng, layout: str):
         prof.dump_stats(args.profile)
     k = w.shown_step
     st = w.state
-    back, back_sec = Timer(), sections(args, w, app)
+    print(f"before scrubbing back: {memory()}", flush=True)
+    back, back_sec, gcs = Timer(), sections(args, w, app), len(GC.pauses)
     for j in range(k - 1, max(-1, k - 1 - args.back), -1):       # scrub back, a step a frame
         with back, back_sec.frame():
             w.show_step(j)
@@ -256,8 +257,11 @@ def replay_scenarios(args, w, app, first: int, latest: int, rng, layout: str):
     sec.report(consecutive.cpu, " " * 38)
     if back.cpu:
         back.report(f"scrub back {len(back.cpu):,} steps, 1 step/frame")
+        GC.report(gcs, " " * 38)
         back_sec.report(back.cpu, " " * 38)
-    jumps.report(f"{len(jumps.cpu)} jumps to random steps, {layout}")
+        print(f"{'':38s} after scrubbing back: {memory()}", flush=True)
+    if jumps.cpu:
+        jumps.report(f"{len(jumps.cpu)} jumps to random steps, {layout}")
     return k, st
 
 
