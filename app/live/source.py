@@ -57,6 +57,7 @@ class LiveSource:
         self._last_publish = 0.0
         self.states = StateCache()        # exact past states near the shown step (bounded)
         self._fill = BackFill()
+        self._keyframe: EngineState | None = None   # the keyframe last read (one state)
 
     def reset(self, initial: EngineState, run_info: RunInfo) -> None:
         """Start over for a new engine (called once the engine is built)."""
@@ -67,6 +68,7 @@ class LiveSource:
             self._reader = None
             self.states.clear()
             self._fill.reset()
+            self._keyframe = None
 
     # --- engine thread --------------------------------------------------------------------
     def wants_state(self) -> bool:
@@ -130,7 +132,9 @@ class LiveSource:
         """Where :class:`BackFill` starts a replay up to ``step``: a cached state near it, else
         the recording's keyframe at or before it (a keyframe is read without replaying steps:
         ~10 ms at 10k live requests, once a keyframe interval), when the ring holds the steps
-        after it; None otherwise (history older than the ring: each step is read from the file)."""
+        after it; None otherwise (history older than the ring: each step is read from the file).
+        The keyframe last read is kept beside the cache (one state: the stretches of one
+        keyframe interval start from it however often the cache evicts it)."""
         base = self._near_base(step, ring)
         reader = self._history() if base is None and ring else None
         if reader is None:
@@ -138,9 +142,12 @@ class LiveSource:
         keyframe = reader.execute("SELECT max(step) FROM keyframes WHERE step <= ?", (step,))[0][0]
         if keyframe is None or step_of(ring[0]) > keyframe + 1:
             return None
-        base = reader.state_at(keyframe)
-        self.states.add(base)
-        return base
+        if self._keyframe is None or self._keyframe.step != keyframe:
+            # as stored: the reader's state_at would take keyframes asked one after another
+            # for a scrub back of its own (and fill its cache from the file)
+            self._keyframe = reader.keyframe_state(keyframe)
+        self.states.add(self._keyframe)
+        return self._keyframe
 
     def _near_base(self, step: int, ring: list[PackedStep]) -> EngineState | None:
         """The newest cached state at most :data:`NEAR_STEPS` before ``step`` whose following

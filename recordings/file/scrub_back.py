@@ -25,7 +25,7 @@ from engine.outputs import StepRecord
 from engine.state.state import EngineState
 from engine.state.cache import BackFill, StateCache
 
-READ_CHUNK = 8       # records read from the file in one query by the fill
+READ_CHUNK = 4       # records read from the file in one query by the fill (at most this many wait)
 
 
 class ScrubBack:

@@ -198,3 +198,24 @@ def test_back_fill_stops_when_the_cache_is_full_below_the_cursor(small_ring):
     assert 1 <= made <= 5 and cache.evicted_below == 1
     assert cache.nbytes <= cache.max_bytes
     assert all(cache.get(s) == states[s] for s in cache.steps())
+
+
+def test_a_scrub_back_the_fill_cannot_keep_up_with_stays_on_the_ring(small_ring, monkeypatch):
+    """A loaded machine: the fill does next to nothing, so steps back miss the cache. Each is
+    replayed from the recording's keyframe before it through the ring, never asked of the
+    recording step by step (that decodes its records from the file and fills the reader's own
+    scrub-back cache beside the live source's)."""
+    source, states, _ = small_ring
+    last = source.latest_step()
+    ring_first = source.records(0, last + 1)[-live_source.RING_STEPS].step
+    history = source._history()
+    monkeypatch.setattr(history, "state_at", lambda k: pytest.fail(f"state_at({k}) asked"))
+    keyframes = {s for (s,) in history.execute("SELECT step FROM keyframes")}
+    source.states.clear()
+    source._fill = BackFill(budget_s=0.0, lead=1)
+    in_ring = [k for k in range(last - 1, ring_first, -1)
+               if max(s for s in keyframes if s <= k) >= ring_first - 1]
+    assert len(in_ring) > 8
+    for k in in_ring:
+        assert source.state_at(k) == states[k], k
+    assert len(history._scrub.states) == 0 and not history._scrub.records
