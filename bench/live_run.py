@@ -14,15 +14,14 @@ is topped up to its starting length after each burst, so any number of steps kee
 from __future__ import annotations
 
 import array
-import gc
 from pathlib import Path
 
-from tests.support.fakes import FakeControl, FakeSource, prompt_ids
-
 from app.live.source import LiveSource
+from app.long_lived import freeze_long_lived
 from engine.request import SamplingParams
 from recordings.file.reader import Reader
 from recordings.file.writer import RecordingWriter
+from tests.support.fakes import FakeControl, FakeSource, prompt_ids
 
 
 class LiveRun:
@@ -30,8 +29,8 @@ class LiveRun:
     blocks of 16 tokens; outputs 100, 101, ... tokens) behind which ``waiting`` more of mixed
     lengths (prompts 200-999, outputs 50-299 tokens) queue. ``recording``: the file the engine
     records to (None: no recorder, and the live source has no history beyond its ring).
-    ``warmup`` steps run before the first frame; then ``gc.freeze()`` as the engine worker does
-    after start-up (model and workload out of the full collections)."""
+    ``warmup`` steps run before the first frame; then ``app.long_lived.freeze_long_lived()`` as the
+    engine worker does after start-up (model and workload out of the full collections)."""
 
     def __init__(self, num_blocks: int, running: int, waiting: int, recording: Path | None,
                  warmup: int = 150) -> None:
@@ -52,7 +51,7 @@ class LiveRun:
         self.source.reset(self.engine.state(), run_info)
         self._top_up()
         self.advance(warmup)
-        gc.freeze()
+        freeze_long_lived()
 
     def control(self) -> FakeControl:
         """An ``EngineControl`` over the engine (pause / abort / knobs act on it directly)."""

@@ -141,13 +141,13 @@ def start_replay(win, args: argparse.Namespace) -> bool:
 
 def freeze_startup() -> None:
     """Keep what start-up made (Qt wrappers, pyqtgraph, the reader's tables: ~90k objects) out
-    of the cyclic collector's full passes (``gc.freeze``, as the live engine worker does once
-    its model is loaded): a full collection during a replay's scrub then walks only what was
-    made since, not ~45 ms of start-up objects in one frame."""
-    import gc
+    of the cyclic collector's full passes (``app.long_lived.freeze_long_lived``, as the live
+    engine worker does once its model is loaded): a full collection during a replay's scrub then
+    walks only what was made since, not ~45 ms of start-up objects in one frame, and runs
+    rarely (see that module for the threshold and why)."""
+    from app.long_lived import freeze_long_lived
 
-    gc.collect()
-    gc.freeze()
+    freeze_long_lived()
 
 
 def launch(args: argparse.Namespace, command: str) -> int:

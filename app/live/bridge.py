@@ -6,7 +6,6 @@ results come back through :class:`app.live.source.LiveSource`.
 """
 from __future__ import annotations
 
-import gc
 import itertools
 import logging
 import queue
@@ -19,6 +18,7 @@ from typing import Any, Callable
 
 from app.factory import BuiltEngine
 from app.live.source import LiveSource
+from app.long_lived import freeze_long_lived
 from engine.request import Request, SamplingParams
 from engine.state.source import check_knobs, current_knobs
 from engine.state.state import EngineState
@@ -181,8 +181,9 @@ class EngineWorker(threading.Thread):
             self._on_ready(self.built)
         # Model, tokenizer and workload live for the whole run: keep them out of the cyclic
         # collector's full passes (vLLM does the same after start-up), so a full collection with
-        # thousands of queued requests does not stall a frame.
-        gc.freeze()
+        # thousands of queued requests does not stall a frame; full passes then run rarely
+        # (app.long_lived: the threshold and why).
+        freeze_long_lived()
         self.source.reset(eng.state(), self.built.run_info)
         self._status = "paused" if self._paused else "running"
         try:

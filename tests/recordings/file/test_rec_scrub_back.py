@@ -4,10 +4,10 @@ first steps back each step is served from states filled ahead (no keyframe decod
 from __future__ import annotations
 
 from engine.state.cache import StateCache, state_nbytes
-from tests.support.engine_driver import run_engine
-from recordings.file.open_reader import open_reader
 from recordings.file import codec
+from recordings.file.open_reader import open_reader
 from recordings.file.scrub_back import READ_CHUNK
+from tests.support.engine_driver import run_engine
 
 
 def test_scrub_back_equals_the_engine_from_a_bounded_cache(tmp_path, monkeypatch):
