@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.engine import LLMEngine
+from engine.plural import plural
 from engine.request import SamplingParams
 from engine.vocab import Clock
 from recordings.workloads.rows import EmptyWorkload
@@ -164,7 +165,7 @@ def load_workload(args: argparse.Namespace, load, tokenizer, vocab_size: int | N
     notes = source + list(wl.scaling_notes) + unknown
     notes += [f"skipped malformed row {line}" for line in skipped[:5]]
     if len(skipped) > 5:
-        notes.append(f"... and {len(skipped) - 5} more malformed rows skipped")
+        notes.append(f"... and {plural(len(skipped) - 5, 'more malformed row')} skipped")
     return LoadedWorkload(wl.requests, info, notes)
 
 

@@ -312,6 +312,11 @@ def _span(values: list[int]) -> str:
     return str(lo) if lo == hi else f"{lo}–{hi}"
 
 
+def _count(n, word: str) -> str:
+    """``engine.plural.plural`` for a count a recording holds; one it lacks (None) shows as is."""
+    return plural(n, word) if isinstance(n, int) else f"{n} {word}s"
+
+
 def describe_run(info: RunInfo) -> list[str]:
     """Lines about a recording's provenance: model, device, trace and how it was scaled."""
     cfg = info.config
@@ -320,11 +325,12 @@ def describe_run(info: RunInfo) -> list[str]:
         model = {"name": model}
     lines = [f"model: {model.get('name', '?')} on {info.device or '?'} ({info.dtype or '?'}); "
              f"max_num_seqs {cfg.get('max_num_seqs')}, max_num_batched_tokens {cfg.get('max_num_batched_tokens')}, "
-             f"{cfg.get('num_gpu_blocks')} KV blocks of {cfg.get('block_size')} tokens, clock {cfg.get('clock')}"]
+             f"{_count(cfg.get('num_gpu_blocks'), 'KV block')} of {_count(cfg.get('block_size'), 'token')}, "
+             f"clock {cfg.get('clock')}"]
     trace = info.trace or {}
     if trace:
-        lines.append(f"trace: {trace.get('name')} ({trace.get('num_rows')} requests, "
-                     f"{trace.get('num_malformed_rows', 0)} malformed rows skipped)")
+        lines.append(f"trace: {trace.get('name')} ({_count(trace.get('num_rows'), 'request')}, "
+                     f"{_count(trace.get('num_malformed_rows', 0), 'malformed row')} skipped)")
         lines += [f"  - {n}" for n in trace.get("scaling", [])]
         unknown = trace.get("unknown_keys") or {}
         if unknown:

@@ -38,6 +38,7 @@ from typing import Callable
 
 import sqlite_utils
 
+from engine.plural import plural
 from engine.run_info import RunInfo
 from recordings.file import codec
 from recordings.damage.analysis import damage_analysis
@@ -77,8 +78,8 @@ class SalvageResult:
     def lines(self) -> list[str]:
         """What was kept and dropped, one line each."""
         n, k = self.num_steps, self.last_step
-        out = [f"kept steps 0..{k} ({k + 1:,} of {n:,}), {self.num_requests:,} requests, "
-               f"{self.num_keyframes:,} keyframes"]
+        out = [f"kept steps 0..{k} ({k + 1:,} of {n:,}), {plural(self.num_requests, 'request')}, "
+               f"{plural(self.num_keyframes, 'keyframe')}"]
         if k < self.report.last_saved_step:
             out.append(f"(steps {k + 1}..{self.report.last_saved_step} read but did not replay in the copy: "
                        "their bytes do not decode)")
@@ -86,9 +87,9 @@ class SalvageResult:
             out.append(f"dropped steps {k + 1}..{n - 1} ({n - k - 1:,}): lost or unreadable, or after "
                        "the first damaged step (a recording has no gaps)")
         if self.dropped_requests:
-            out.append(f"dropped {self.dropped_requests:,} requests that arrived after step {k}")
+            out.append(f"dropped {plural(self.dropped_requests, 'request')} that arrived after step {k}")
         if self.rederived_keyframes:
-            out.append(f"re-derived {self.rederived_keyframes:,} keyframes whose rows did not read or decode")
+            out.append(f"re-derived {plural(self.rederived_keyframes, 'keyframe')} whose rows did not read or decode")
         out += self.rebuilt.lines()
         return out
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, Sequence
 
+from engine.plural import plural
 from recordings.workloads.deferred_prompts import (CorpusWindowPrompts, HashIdPrompts, PromptMaker,
                                                    RandomIdPrompts)
 from recordings.workloads.prefix_blocks import PrefixSharing, SharedPrefixPrompts
@@ -311,7 +312,7 @@ class _GivenPrompts:
             out.append(f"{self.num_given} prompts given as text or token ids in the workload file "
                        f"are used as written (no prompt scaling or clipping)")
         if self.skipped:
-            out.append(f"{len(self.skipped)} rows skipped: " + "; ".join(self.skipped[:5])
+            out.append(f"{plural(len(self.skipped), 'row')} skipped: " + "; ".join(self.skipped[:5])
                        + ("; ..." if len(self.skipped) > 5 else ""))
         return out
 
