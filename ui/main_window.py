@@ -44,7 +44,7 @@ from engine.state.state import EngineState
 from recordings.check.invariants import Problem
 from recordings.errors import RecordingError
 from ui.check_worker import CheckWorker
-from ui.style.numbers import clock_text
+from recordings.numbers import clock_text
 from ui.dialogs.check import FindingsDialog, problem_findings, unfinished_findings
 from ui.dialogs.inject import InjectDialog
 from ui.dialogs.knobs import KnobsDialog

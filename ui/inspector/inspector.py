@@ -12,7 +12,7 @@ from PySide6.QtWidgets import (QFormLayout, QHBoxLayout, QLabel, QPlainTextEdit,
 from engine.outputs import RequestView, StepRecord
 from engine.state.source import EngineControl, StepSource
 from engine.state.state import EngineState
-from ui.style.numbers import clock_text
+from recordings.numbers import clock_text
 from ui.style.colors import ERROR, css, request_rgb
 from ui.inspector.explain import explain_waiting
 from ui.inspector.forensics import RequestForensics

@@ -42,7 +42,7 @@ from engine.outputs import StepRecord
 from engine.run_info import RunInfo
 from recordings.metrics.roofline import Roofline, roofline_of
 from ui.style.colors import MUTED, PALETTE, TEXT, css
-from ui.style.numbers import number_text
+from recordings.numbers import number_text
 from ui.record_cache import StepMemo, step_span
 from ui.step_summary import StepSummary, as_summaries
 from ui.style.theme import PLOT_BG, PLOT_FG, cache_decorations, style_axis

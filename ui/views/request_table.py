@@ -19,7 +19,7 @@ from ui.style.colors import ERROR, PALETTE, color_index
 from ui.plain_text import tooltip_text
 from ui.state_lookup import find_row
 from ui.step_summary import StepSummary
-from ui.style.numbers import clock_text
+from recordings.numbers import clock_text
 from engine.vocab import RequestStatus, NotAdmittedReason
 
 COLUMNS = ("id", "state", "prompt", "output", "TTFT", "ITL", "preempt", "recomp", "priority", "reason")
@@ -156,7 +156,7 @@ def cell_text(r: RequestView, column: int, reason: str | None = None,
               priority: int | None = None, unit: str = "") -> str:
     """Text of ``column`` (see :data:`COLUMNS`) for request ``r``: times on the engine clock,
     whose ``unit`` is ``"s"`` / ``"sim s"`` (``2,290 s``, ``38.2 s``, ``412 ms``) or ``"steps"``
-    / ``""`` (plain numbers: ``2,290``; ``ui.style.numbers``, never an exponent); ``priority``
+    / ``""`` (plain numbers: ``2,290``; ``recordings.numbers``, never an exponent); ``priority``
     from the state's column ("–" when unknown: a finished request's view)."""
     if column == 0:
         return r.request_id

@@ -323,7 +323,7 @@ def test_a_header_click_sorts_the_rows_by_that_column_and_id_restores_arrival_or
 
 
 def test_time_columns_hold_their_whole_formatted_values_in_every_clock_unit(qtbot):
-    from ui.style.numbers import clock_text
+    from recordings.numbers import clock_text
     from ui.views.queue_view import PAD
     w = shown_tables(qtbot)
     view = w.views["running"]
