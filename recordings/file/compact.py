@@ -168,8 +168,18 @@ def block_events_blob(events: Sequence[BlockEvent], seq_of: Callable[[str], int]
 def block_events_from_blob(blob: bytes | None, id_of: Callable[[int], str]) -> tuple[BlockEvent, ...]:
     """The block events :func:`block_events_blob` stored (``id_of``: arrival number -> request id).
     Raises ``ValueError`` for a damaged blob."""
+    return tuple(BlockEvent(kind, "" if seq == NO_REQUEST else id_of(seq), tuple(ids), tuple(hashes))
+                 for kind, seq, ids, hashes in block_event_rows(blob))
+
+
+def block_event_rows(blob: bytes | None) -> list[tuple[str, int, list[int], list[int]]]:
+    """The block events :func:`block_events_blob` stored, as ``(kind, seq, block_ids,
+    block_hashes)`` in event order (``seq`` the arrival number, :data:`NO_REQUEST` for the pool's
+    own events; ids and hashes lists of int): what ``StateTimeline.apply_columns`` takes,
+    without building :class:`BlockEvent` s or looking up request ids. Raises ``ValueError`` for a
+    damaged blob."""
     if blob is None:
-        return ()
+        return []
     arrays = unpack(blob)
     if len(arrays) != BLOCK_ARRAYS:
         raise ValueError(f"a block-events blob of {len(arrays)} arrays, not {BLOCK_ARRAYS}")
@@ -185,11 +195,10 @@ def block_events_from_blob(blob: bytes | None, id_of: Callable[[int], str]) -> t
     out, at, hat = [], 0, 0
     for kind, seq, count, hcount in zip(kinds.tolist(), np.cumsum(seq_delta).tolist(),
                                         counts.tolist(), hash_counts.tolist()):
-        out.append(BlockEvent(_KINDS[kind], "" if seq == NO_REQUEST else id_of(seq),
-                              tuple(ids[at:at + count]), tuple(hashes[hat:hat + hcount])))
+        out.append((_KINDS[kind], seq, ids[at:at + count], hashes[hat:hat + hcount]))
         at += count
         hat += hcount
-    return tuple(out)
+    return out
 
 
 def blocks_by_request(blob: bytes, kind: str) -> dict[int, int]:

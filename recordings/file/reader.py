@@ -27,6 +27,7 @@ from engine.state.timeline import StateTimeline
 from recordings.errors import RecordingError
 from recordings.file import codec
 from recordings.file.opening import file_version, missing_wal, open_readonly
+from recordings.file.column_replay import replay_columns
 from recordings.file.compact import Batch
 from recordings.file.event_details import load_detail
 from recordings.file.keyframe_bases import KeyframeBases
@@ -160,14 +161,24 @@ class Reader:
             if base.step == target:
                 return base
             timeline = StateTimeline.from_state(base)
-        for record in self._records(timeline.step + 1, target + 1):
-            timeline.apply(record)
-            if record.step < target and keep(record.step):
+        for step in self._replay(timeline, timeline.step + 1, target + 1):
+            if step < target and keep(step):
                 self._scrub.states.add(timeline.snapshot())
         self._cursor = timeline
         state = timeline.snapshot()
         self._remember(state)
         return state
+
+    def _replay(self, timeline: StateTimeline, start: int, stop: int) -> Iterator[int]:
+        """Apply the recorded steps ``start <= step < stop`` to ``timeline``, yielding each
+        step once applied: from their columns on a schema-4+ file
+        (``recordings.file.column_replay``), else through their records."""
+        if self._version >= 4 and type(self)._records is Reader._records:
+            yield from replay_columns(timeline, self._rows, self._arrivals_by_step, start, stop)
+            return
+        for record in self._records(start, stop):
+            timeline.apply(record)
+            yield record.step
 
     def _fill_base(self, target: int) -> EngineState:
         """Where the scrub-back fill replays up to ``target`` from: the newest state it holds
