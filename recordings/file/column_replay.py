@@ -58,6 +58,6 @@ def replay_columns(timeline: StateTimeline, rows: Rows, arrivals_by_step: Arriva
         timeline.apply_columns(
             step, clock, arrivals.get(step, ()), priorities.get(step, ()),
             (batch.seq, batch.slot, batch.num_tokens, batch.num_computed_tokens, batch.token_id >= 0),
-            token_time, compact.block_event_rows(blocks.get(step)), transitions.get(step, ()),
+            token_time, compact.block_event_columns(blocks.get(step)), transitions.get(step, ()),
             codec.knobs_from_json(knobs))
         yield step
