@@ -6,10 +6,10 @@ A seek replays the ~40-90 steps after its keyframe. Through records, each step o
 run builds ~256 ``BatchEntry`` / ``NewToken`` tuples, ~14 ``BlockEvent`` s and looks up every
 request id, then the timeline maps the ids back to rows: two thirds of the replay's time, and
 allocations enough to start the garbage collector's passes inside a seek. Here only what the
-state after a step depends on is read: the batch blob's arrays (looked up by arrival number in
-the timeline's ``seq`` column), the block events as plain tuples, the ``priority`` events, the
-transitions and arrivals; the token texts, preemption and admission lists and timings, which no
-state holds, are not decoded. ``tests/recordings/file/test_rec_column_replay.py`` holds the
+state after a step depends on is decoded: the batch blob's arrays (looked up by arrival number in
+the timeline's ``seq`` column), the block events as columns, the ``priority`` events, the
+transitions and arrivals; the token texts, preemption and admission lists, timings and the
+other events' details, which no state holds, are not. ``tests/recordings/file/test_rec_column_replay.py`` holds the
 result equal to the replay through records on every step.
 """
 from __future__ import annotations
@@ -26,8 +26,10 @@ ArrivalsByStep = Callable[[int, int], dict]      # (lo, hi) -> {step: [Arrival, 
 
 _STEP_SQL = ("SELECT step, clock, token_time, batch, knobs_json FROM steps "
              "WHERE step >= ? AND step < ? ORDER BY step")
-_PRIORITY_SQL = ("SELECT step, seq, detail FROM events WHERE step >= ? AND step <= ? AND kind = ? "
-                 "ORDER BY step, ord")
+# every event row of the range is read (by the table's key, a few a step), the priority ones
+# applied: a damaged ``events`` page fails the seek as it fails the step's record (the damage
+# report, ``recordings.damage.report``, holds the two to the same steps)
+_EVENTS_SQL = "SELECT step, seq, kind, detail FROM events WHERE step >= ? AND step <= ? ORDER BY step, ord"
 _TRANSITION_SQL = (f"SELECT {', '.join(codec.TRANSITION_COLUMNS)} FROM transitions "
                    "WHERE step >= ? AND step <= ? ORDER BY step, ord")
 _BLOCKS_SQL = "SELECT step, data FROM block_events WHERE step >= ? AND step <= ?"
@@ -46,8 +48,9 @@ def replay_columns(timeline: StateTimeline, rows: Rows, arrivals_by_step: Arriva
         return
     lo, hi = steps[0][0], steps[-1][0]
     priorities = defaultdict(list)
-    for step, seq, detail in rows(_PRIORITY_SQL, (lo, hi, EventKind.PRIORITY)):
-        priorities[step].append((seq, int(detail or "")))
+    for step, seq, kind, detail in rows(_EVENTS_SQL, (lo, hi)):
+        if kind == EventKind.PRIORITY:
+            priorities[step].append((seq, int(detail or "")))
     transitions = defaultdict(list)
     for step, seq, status, slot, nc, npre, err in rows(_TRANSITION_SQL, (lo, hi)):
         transitions[step].append((seq, word(RequestStatus, status), slot, nc, npre, err))

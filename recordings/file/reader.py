@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import operator
 import os
 import sqlite3
 import threading
@@ -38,6 +39,7 @@ from recordings.file.step_batches import (BATCH_FIELDS, V4_BATCH_FIELDS, batch_c
                                           columns_from_v4_rows)
 from recordings.info import RequestInfo, TimelineEvent
 
+_FIRST = operator.itemgetter(0)
 ID_WINDOW = 512   # request numbers loaded around one the reader has not seen yet
 
 ID_CACHE_MAX = 1 << 16   # request numbers -> ids kept; beyond, the cache starts over (flat memory)
@@ -574,7 +576,10 @@ class Reader:
             return None
         static = {name: a.astype(COLUMNS[name], copy=False)
                   for name, a in zip(("arrival_step", "num_prompt_tokens", "max_tokens"), arrays)}
-        static["arrival_time"] = np.array(times, COLUMNS["arrival_time"]).reshape(n)
+        try:
+            static["arrival_time"] = np.fromiter(map(_FIRST, times), COLUMNS["arrival_time"], n)
+        except TypeError:           # a NULL: NaN, as the row path reads it
+            static["arrival_time"] = np.array(times, COLUMNS["arrival_time"]).reshape(n)
         return names, static
 
     def _forget_ids(self) -> None:
