@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gc
 import json
 import operator
 import os
@@ -570,8 +571,9 @@ class Reader:
                 "SELECT seq, request_id FROM requests WHERE seq IN (?, ?, ?)", probe)) != \
                 {s: names[s - lo] for s in probe}:
             return None
-        times = self._rows(f"SELECT arrival_time FROM requests {self._static_hint} "
-                           "WHERE seq BETWEEN ? AND ? ORDER BY seq", (lo, hi))
+        with _collector_paused():
+            times = self._rows(f"SELECT arrival_time FROM requests {self._static_hint} "
+                               "WHERE seq BETWEEN ? AND ? ORDER BY seq", (lo, hi))
         if len(times) != n:
             return None
         static = {name: a.astype(COLUMNS[name], copy=False)
@@ -608,6 +610,22 @@ class Reader:
             return np.fromiter(map(num_prompt.__getitem__, seqs.tolist()), np.int64, len(seqs))
         except KeyError:
             return np.fromiter(map(self._num_prompt_of, seqs.tolist()), np.int64, len(seqs))
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """No garbage collection while a burst of row tuples is made (one per live request of a
+    keyframe: ~14k): they hold floats only, so no pass could free any of them while the list
+    holds them, and the ~20 young-generation passes they would start (each of which promotes
+    them, counting towards a full pass) cost ~0.2 ms; in a process with a large heap (the
+    window, ``bench_scale.py``) such a full pass costs 100+ ms and would land inside a seek."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _fetch_all(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[tuple]:
