@@ -557,7 +557,7 @@ class Reader:
             "group_concat(num_prompt_tokens), group_concat(max_tokens) FROM "
             "(SELECT seq, request_id, arrival_step, num_prompt_tokens, max_tokens "
             f"FROM requests {self._static_hint} WHERE seq BETWEEN ? AND ? ORDER BY seq)", (lo, hi))
-        names = np.array(ids.split("\x1f") if count == n else (), object)
+        names = np.array(ids.split("\x1f") if count == n and isinstance(ids, str) else (), object)
         if len(names) != n:
             return None
         try:
