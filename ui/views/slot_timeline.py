@@ -157,13 +157,14 @@ class SlotTimeline(QWidget):
         pi.getViewBox().sigResized.connect(lambda *_: self._grid is not None and self._paint())
         track_pointer(self.plot, self._cell_at_scene, lambda c: self.describe(*c), self._clicked)
         head, self.title, self.title_numbers = title_row(
-            "Batch slots", "  ·  8888 slots  ·  steps 88888888–88888888")
+            "Batch slots", "  ·  8888 slots  ·  steps 88888888–88888888", "  ·  8888/8888 slots")
         head.addStretch(1)
-        legend = QLabel(self._legend_html())
+        # under the rows, as the block map's (in the title row it set the window's minimum width)
+        self.legend = legend = QLabel(self._legend_html())
+        legend.setWordWrap(True)
         legend.setToolTip("prefill chunk: the request's colour, lighter, in stripes (a lighter "
                           "cell when rows are 1-2 pixels); decode: its colour; idle: dark; "
                           "dashed line: the step shown")
-        head.addWidget(legend)
         self.compact_button = QToolButton()
         self.compact_button.setText("compact")
         self.compact_button.setCheckable(True)
@@ -212,13 +213,13 @@ class SlotTimeline(QWidget):
         rows.addWidget(self.plot, 1)
         rows.addWidget(self.scroll_bar)
         lay.addLayout(rows, 1)
+        lay.addWidget(legend)
         self._set_slot_ticks()
 
     @staticmethod
     def _legend_html() -> str:
         c = (78, 121, 167)
         sw = "<span style='color:{}'>&#9632;</span>"
-        # short: the title row also holds the title, the numbers and two buttons
         return (f"<span style='color:{css(MUTED)}'>{sw.format(css(lighten(c, 0.5)))} prefill"
                 f" (striped) &nbsp; {sw.format(css(c))} decode &nbsp; {sw.format(css(IDLE))} idle"
                 " &nbsp; ┆ shown step</span>")
@@ -370,7 +371,7 @@ class SlotTimeline(QWidget):
         rows_changed = self._choose_rows()
         # compact: the slots shown of all (the label's size is fixed: no relayout, keep it short)
         slots = f"{len(self.shown_slots)}/{s}" if self.compact else f"{s}"
-        self.title_numbers.setText(f"  ·  {slots} slots  ·  steps {x0}–{max(shown_step, x0)}")
+        self.title_numbers.setText(f"  ·  {slots} slots  ·  steps {x0}–{max(shown_step, x0)}", f"  ·  {slots} slots")
         self._paint(changed if self.image is not None and not rows_changed else None)
 
     def _move_grid(self, x0: int, w: int, s: int, keep: bool) -> None:
