@@ -57,6 +57,8 @@ AXIS_PX = 46               # width of the slot axis (and the strip's, so their c
 AUTO_COMPACT_SLOTS = 32    # compact=None: compact from this many slots when most are idle
 STRIP_PX = 24              # image rows of the occupancy strip
 MIN_ROW_PX = 5             # screen pixels a fitted row needs; thinner rows scroll instead ...
+TICK_LABEL_PX = 14         # screen pixels between two slot labels (a 9-point digit and a gap)
+NICE_STRIDES = (1, 2, 4, 5, 8, 10, 16, 20, 25, 32, 50, 64, 100, 128, 256, 512, 1024, 1 << 62)
 SCROLL_ROW_PX = 8          # ... at this many screen (and image) pixels a row: prefill stripes
                            # (ids on 14-pixel rows cost 3-7 ms a frame at 256 busy slots: every
                            # frame repainted the whole view under the moving text items)
@@ -124,6 +126,7 @@ class SlotTimeline(QWidget):
         self.fit_rows = False                  # the "fit" button: every row in view, never scroll
         self.scrolling = False                 # rows scroll (too many to fit MIN_ROW_PX each)
         self.first_row, self.visible_rows = 0, self.max_num_seqs   # the rows on screen
+        self._tick_key: tuple = ()                  # (view height, rows, visible) the ticks are for
         self._ticks: list | None = None                # the slot axis's ticks
         self.shown_step = -1
         self.first_step, self.span = 0, window
@@ -228,7 +231,11 @@ class SlotTimeline(QWidget):
         """Name about 16 of the rows on screen by their slot (set only when they change: new
         ticks redraw the axis)."""
         shown = self.shown_slots
-        stride = max(1, min(len(shown), self.visible_rows) // 16)
+        rows = max(1, min(len(shown), self.visible_rows))
+        height = self.plot.getPlotItem().getViewBox().height()
+        # never closer than a label's height on screen (8-pixel rows: every row's label overlapped)
+        need = TICK_LABEL_PX / (height / rows) if height > 0 else 1.0
+        stride = next(k for k in NICE_STRIDES if k >= max(need, rows // 16, 1))
         ticks = [(i, str(int(shown[i]))) for i in range(0, len(shown), stride)]
         if ticks != self._ticks:
             self._ticks = ticks
@@ -271,6 +278,9 @@ class SlotTimeline(QWidget):
             bar.setRange(0, top)
             bar.setPageStep(visible)
             bar.blockSignals(False)
+            self._set_slot_ticks()
+        if (height, n, visible) != self._tick_key:      # the rows' screen size changed
+            self._tick_key = (height, n, visible)
             self._set_slot_ticks()
         self.first_row = bar.value() if scrolling else 0
         if bar.isVisible() != scrolling:
