@@ -128,11 +128,11 @@ class RequestInspector(QWidget):
         self.header.setText(f"<span style='color:{sw}; font-size:14pt'>&#9632;</span> "
                             f"<b style='font-size:12pt'>{rich_escape(v.request_id)}</b> &nbsp; at step {self.step}")
         where = f"slot {v.slot}" if v.slot is not None else "no slot"
-        self.values["state"].setText(f"{v.status.lower()} · {where} · {v.num_preemptions} preemptions")
+        self.values["state"].setText(f"{v.status.lower()} · {where} · {plural(v.num_preemptions, 'preemption')}")
         self.values["arrival"].setText(f"step {v.arrival_step:,} (clock {clock_text(v.arrival_time, self.time_unit)})")
         self.values["tokens"].setText(
-            f"prompt {v.num_prompt_tokens} · generated {v.num_output_tokens} / {v.max_tokens}"
-            f" · KV written {v.num_computed_tokens}")
+            f"prompt {v.num_prompt_tokens:,} · generated {v.num_output_tokens:,} / {v.max_tokens:,}"
+            f" · KV written {v.num_computed_tokens:,}")
         blocks = self.block_ids
         ids = ", ".join(map(str, blocks[:12])) + (" …" if len(blocks) > 12 else "")
         self.values["KV"].setText(f"{plural(len(blocks), 'block')} [{ids}]" if blocks else "no blocks")
