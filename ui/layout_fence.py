@@ -40,4 +40,6 @@ class LayoutFence(QScrollArea):
         return self.inner.sizeHint()
 
     def minimumSizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
-        return self.inner.minimumSizeHint()
+        # the inner panel's minimum beside the scroll bar it may need
+        least = self.inner.minimumSizeHint().expandedTo(self.inner.minimumSize())
+        return least + QSize(self.verticalScrollBar().sizeHint().width(), 0)

@@ -23,6 +23,7 @@ from ui.plain_text import PlainLabel, rich_escape
 from engine.plural import plural
 
 FIELDS = ("state", "arrival", "tokens", "KV", "latency", "reason")
+MIN_WIDTH_TEXT = "preemptions:   step 88,888 (clock"
 TEXT_PLACEHOLDER = "generated text appears here as it streams"
 NO_TEXT = "text not recorded (--no-text): token ids and lengths only"
 
@@ -79,6 +80,8 @@ class RequestInspector(QWidget):
         lay.addWidget(QLabel("generated text:"))
         lay.addWidget(self.text, 1)
         lay.addWidget(self.actions_row)
+        # the field names and a short value side by side (narrower, values wrapped a word a line)
+        self.setMinimumWidth(self.fontMetrics().horizontalAdvance(MIN_WIDTH_TEXT) + 24)
         self.set_control(control)
 
     def set_source(self, source: StepSource, control: EngineControl | None = None) -> None:

@@ -1,0 +1,27 @@
+"""The window at ordinary sizes: it can be made 1024 pixels wide (its minimum was 1,501: the
+views' title rows and the status bar's fixed fields), and its panels fit what they hold there:
+the inspector's lines are never wider than its space (they are wrapped; it scrolls down)."""
+from __future__ import annotations
+
+import pytest
+from PySide6.QtWidgets import QApplication
+
+from tests.support.fakes import FakeSource, shown_window
+
+SIZES = [(1600, 1000), (1280, 800), (1024, 700)]
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_the_window_takes_ordinary_sizes_and_the_inspector_fits_its_width(qtbot, size):
+    source = FakeSource(30)
+    w = shown_window(qtbot, source)
+    w.select_request(source.state_at(29).running[0].request_id)
+    w.resize(*size)
+    w.show_step(29)
+    for _ in range(5):
+        QApplication.processEvents()
+    assert w.minimumSizeHint().width() <= 1024 and (w.width(), w.height()) == size
+    fence = w.inspector.parentWidget().parentWidget()       # LayoutFence's viewport's
+    assert w.inspector.width() <= fence.viewport().width()
+    assert all(lab.width() <= w.inspector.width() for lab in w.inspector.values.values())
+    assert w.metrics.width() >= w.metrics.minimumWidth()
