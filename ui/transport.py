@@ -22,6 +22,7 @@ from ui.plain_text import rich_escape
 SPEEDS = (1, 2, 5, 10, 30, 100, 300, 1000, 3000, "max")   # replay speeds, steps per second
 FRAME_MS = 33                                              # fastest timed tick (the frame rate)
 LOADING_TEXT = "loading…"                                  # where the step goes before the first
+JUMP_CHROME_PX = 48         # a line edit's frame, text margins and clear button beside its text
 JUMP_TIP = ("Jump to a step number, a time on the engine clock (t=12.5: the step running then) "
             "or a request id (its arrival step); Enter")
 
@@ -71,7 +72,9 @@ class TransportBar(QWidget):
         self.jump.setPlaceholderText("jump: step, t=12.5, request id")
         self.jump.setToolTip(JUMP_TIP)
         self.jump.setClearButtonEnabled(True)
-        self.jump.setMaximumWidth(220)
+        # as wide as its placeholder beside the clear button (at 220 pixels it read "jump: step, t=12…")
+        self.jump.setFixedWidth(self.jump.fontMetrics().horizontalAdvance(self.jump.placeholderText())
+                                + JUMP_CHROME_PX)
         self.jump.returnPressed.connect(lambda: self.jumpRequested.emit(self.jump.text()))
         self.jump.textEdited.connect(lambda _t: self.show_jump_error(None))
         self.slider = QSlider(Qt.Horizontal)

@@ -25,3 +25,18 @@ def test_the_window_takes_ordinary_sizes_and_the_inspector_fits_its_width(qtbot,
     assert w.inspector.width() <= fence.viewport().width()
     assert all(lab.width() <= w.inspector.width() for lab in w.inspector.values.values())
     assert w.metrics.width() >= w.metrics.minimumWidth()
+
+
+def test_the_jump_box_shows_its_whole_placeholder(qtbot):
+    """At 220 pixels the placeholder read "jump: step, t=12…": the box is as wide as the text
+    beside its frame, margins and clear button."""
+    from PySide6.QtWidgets import QStyle, QToolButton
+    w = shown_window(qtbot, FakeSource(3))
+    jump = w.transport.jump
+    jump.setText("1")                              # the clear button shows while there is text
+    QApplication.processEvents()
+    clear = max((b.width() for b in jump.findChildren(QToolButton) if b.isVisible()), default=0)
+    frame = jump.style().pixelMetric(QStyle.PixelMetric.PM_DefaultFrameWidth)
+    margins = jump.textMargins()
+    room = jump.width() - 2 * frame - margins.left() - margins.right() - 4 - clear
+    assert clear > 0 and jump.fontMetrics().horizontalAdvance(jump.placeholderText()) <= room
