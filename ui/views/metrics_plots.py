@@ -71,7 +71,6 @@ FIELDS = ("step", "seconds", "new", "scheduled", "tokens", "kv", "waiting", "run
 KNOB_COLOR = (237, 201, 72)       # the knob-change markers and their line
 MAX_KNOB_LINES = 3                # knob changes listed under the plots (the newest)
 AXIS_PX = 60                      # each plot's y axis: its label and values up to "20,000"
-VALUES_PX = 44                    # a y axis without its label: values up to "20,000"
 TITLE_SLACK_PX = 16               # beside the widest title in the panel's minimum width
 EFFICIENCY_NOTE_MARGIN = 8        # pixels: the note that replaces the efficiency curve wraps this
                                   # far inside its plot (it must not paint over the neighbours)
@@ -353,7 +352,7 @@ class MetricsPlots(QWidget):
             show = p.vb.height() >= need
             if axis.label.isVisible() != show:
                 axis.showLabel(show)
-                axis.setWidth(AXIS_PX if show else VALUES_PX)     # the label's room to the plot
+                axis.setWidth(AXIS_PX)          # kept: the plots of a column stay aligned step for step
 
     def _fit_efficiency_note(self, *_args) -> None:
         """Wrap the efficiency note at its plot's width (a half-width plot: a note wider than

@@ -83,3 +83,15 @@ def test_value_axis_labels_show_only_where_their_plot_is_as_tall_as_the_label(qt
             assert axis.label.isVisible() == fits, (key, height, plot.vb.height())
             visible.append(fits)
         assert all(visible) if height == 1400 else not all(visible)       # "requests", "tokens/s": hidden
+
+
+def test_the_plots_of_a_column_stay_aligned_whether_their_labels_show_or_not(qtbot, source):
+    """The step axes are linked: a plot whose y label is hidden keeps its axis width, so a step
+    sits at the same x in every plot of a column."""
+    w = shown_panel(qtbot, source, 600, 330)        # short plots: some labels hidden
+    lefts = {}
+    for key, plot in w.plots.items():
+        lefts.setdefault(round(plot.mapRectToScene(plot.boundingRect()).left()), set()).add(
+            round(plot.vb.mapRectToScene(plot.vb.boundingRect()).left()))
+    assert all(len(v) == 1 for v in lefts.values()), lefts
+    assert any(not p.getAxis("left").label.isVisible() for p in w.plots.values())
