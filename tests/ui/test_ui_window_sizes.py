@@ -40,3 +40,20 @@ def test_the_jump_box_shows_its_whole_placeholder(qtbot):
     margins = jump.textMargins()
     room = jump.width() - 2 * frame - margins.left() - margins.right() - 4 - clear
     assert clear > 0 and jump.fontMetrics().horizontalAdvance(jump.placeholderText()) <= room
+
+
+def test_a_live_window_1024_wide_keeps_a_usable_scrubber(qtbot):
+    """The live transport bar holds the engine's buttons too: at its minimum the slider was
+    squeezed to its handle (it looked like a check box) and the window could not be 1024 wide.
+    The jump box gives way first, down to "jump: st…" (its tooltip has the syntax)."""
+    from tests.support.fakes import FakeControl
+    from ui.transport import SLIDER_MIN_PX
+    source = FakeSource(3)
+    w = shown_window(qtbot, source, FakeControl(source))
+    w.resize(1024, 700)
+    for _ in range(5):
+        QApplication.processEvents()
+    t = w.transport
+    assert w.width() == 1024 and t.slider.width() >= SLIDER_MIN_PX
+    assert t.jump.minimumWidth() <= t.jump.width() <= t.jump.full_width
+    assert all(b.width() >= b.sizeHint().width() for b in (t.pause_btn, t.step_btn, t.knobs_btn, t.live_btn))
