@@ -72,6 +72,7 @@ KNOB_COLOR = (237, 201, 72)       # the knob-change markers and their line
 MAX_KNOB_LINES = 3                # knob changes listed under the plots (the newest)
 AXIS_PX = 60                      # each plot's y axis: its label and values up to "20,000"
 TITLE_SLACK_PX = 16               # beside the widest title in the panel's minimum width
+EFFICIENCY_NOTE_SHORT = "none: why in the tooltip"    # the note where its plot is too short for it
 EFFICIENCY_NOTE_MARGIN = 8        # pixels: the note that replaces the efficiency curve wraps this
                                   # far inside its plot (it must not paint over the neighbours)
 
@@ -317,6 +318,7 @@ class MetricsPlots(QWidget):
         self.efficiency_note.setFont(note_font)
         self.plots["efficiency"].addItem(self.efficiency_note, ignoreBounds=True)
         self.efficiency_note.setPos(-window / 2, 0.5)
+        self._efficiency_text = ""
         self.plots["efficiency"].vb.sigResized.connect(self._fit_efficiency_note)
         for p in self.plots.values():
             p.vb.sigResized.connect(self._fit_axis_labels)
@@ -359,6 +361,13 @@ class MetricsPlots(QWidget):
         it painted over the plots beside it)."""
         width = self.plots["efficiency"].vb.width() - 2 * EFFICIENCY_NOTE_MARGIN
         self.efficiency_note.setTextWidth(max(width, 40.0))
+        # a note taller than its plot (a short window) was cut at its top and bottom lines: the
+        # one-line form then, the reason in the plot's tooltip
+        note = self.efficiency_note
+        for text in (self._efficiency_text, EFFICIENCY_NOTE_SHORT):
+            note.setText(text)
+            if note.textItem.boundingRect().height() <= self.plots["efficiency"].vb.height():
+                break
 
     def set_records(self, records: Sequence[StepSummary | StepRecord], shown_step: int,
                     latest_step: int | None = None, num_swapped: int | None = None) -> None:
@@ -461,7 +470,8 @@ class MetricsPlots(QWidget):
                         f"peak FLOP/s, bytes / bandwidth), from its scheduled tokens and context lengths) / its "
                         f"time.\n{'No efficiency: ' if r.cost is None else 'Basis: '}{r.note}")
         # the reason's first clause fits a half-width plot; the tooltip has the whole of it
-        self.efficiency_note.setText(f"No roofline efficiency: {r.note.split(' (')[0]}." if r.cost is None else "")
+        self._efficiency_text = f"No roofline efficiency: {r.note.split(' (')[0]}." if r.cost is None else ""
+        self._fit_efficiency_note()
         self.efficiency_note.setVisible(r.cost is None)
         plot.getAxis("left").setStyle(showValues=r.cost is not None)   # no curve: no scale to read
         if r.cost is None:

@@ -95,3 +95,20 @@ def test_the_plots_of_a_column_stay_aligned_whether_their_labels_show_or_not(qtb
             round(plot.vb.mapRectToScene(plot.vb.boundingRect()).left()))
     assert all(len(v) == 1 for v in lefts.values()), lefts
     assert any(not p.getAxis("left").label.isVisible() for p in w.plots.values())
+
+
+def test_the_no_efficiency_note_is_never_cut_by_its_plot(qtbot, source):
+    """Without device peaks the efficiency plot says why; in a short window the wrapped note was
+    taller than its plot and lost its first and last lines: it takes a one-line form there."""
+    from ui.views.metrics_plots import EFFICIENCY_NOTE_SHORT
+    for height, short in ((1200, False), (300, True)):
+        w = MetricsPlots()
+        qtbot.addWidget(w)
+        w.set_records(source.records(0, 31), 30, 39)       # the fake run names no peaks
+        w.resize(600, height)
+        w.show()
+        qtbot.waitExposed(w)
+        note, plot = w.efficiency_note, w.plots["efficiency"]
+        assert note.isVisible() and note.textItem.boundingRect().height() <= plot.vb.height()
+        assert (note.textItem.toPlainText() == EFFICIENCY_NOTE_SHORT) == short
+        assert "names no device peaks" in plot.toolTip()
