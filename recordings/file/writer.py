@@ -37,7 +37,7 @@ import time
 import weakref
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import sqlite_utils
@@ -161,7 +161,7 @@ class RecordingWriter:
 
     # --- caller side (engine thread): enqueue only --------------------------------------------
     def write_request(self, request_id: str, arrival_step: int, arrival_time: float,
-                      prompt_token_ids: Iterable[int], prompt_text: str | None,
+                      prompt_token_ids: Sequence[int], prompt_text: str | None,
                       sampling: Mapping[str, Any]) -> None:
         """Record a request's arrival, before the step that first contains it.
 
@@ -176,9 +176,11 @@ class RecordingWriter:
         self._recorded.queued.add(request_id)
         # A copy the caller cannot change, 4 bytes per id while it waits in the queue (a tuple
         # of ints is ~36): a burst of arrivals with long prompts queues thousands of them.
-        ids = array.array("i", prompt_token_ids)
-        self._put(("request", (request_id, arrival_step, arrival_time, ids, prompt_text, sampling)),
-                  ids.itemsize * len(ids) + ENTRY_BYTES)
+        # Not stored: only the length is read (a prompt made on first use stays unmade).
+        num_prompt = len(prompt_token_ids)
+        ids = array.array("i", prompt_token_ids) if self._store_prompt else None
+        self._put(("request", (request_id, arrival_step, arrival_time, ids, num_prompt, prompt_text,
+                               sampling)), (0 if ids is None else 4 * num_prompt) + ENTRY_BYTES)
 
     def write_step(self, record: StepRecord) -> None:
         """Record one step (steps in increasing order). Blocks while the queue is full (the
@@ -398,9 +400,8 @@ class RecordingWriter:
                     rid = payload[0]
                     request_ids.append(rid)
                     self._seq[rid] = self._next_seq
-                    self._num_prompt[rid] = len(payload[3])
-                    rows["requests"].append(codec.request_row(
-                        self._next_seq, *payload, store_prompt=self._store_prompt))
+                    self._num_prompt[rid] = payload[4]
+                    rows["requests"].append(codec.request_row(self._next_seq, *payload))
                     self._next_seq += 1
                     continue
                 self._add_step(payload, rows, outcomes)

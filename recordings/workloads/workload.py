@@ -78,6 +78,12 @@ class WorkloadRequest:
         """True when the prompt is made on demand (not held)."""
         return self._maker is not None
 
+    @property
+    def ids_only(self) -> bool:
+        """True when the prompt is made on demand and has no text: the engine makes its ids on
+        first use, not at arrival (``engine.request.DeferredPrompt``)."""
+        return self._maker is not None and not self._maker.makes_text
+
     def make_prompt(self) -> tuple[Sequence[int], str | None]:
         """(prompt token ids, prompt text or None): the given ones, or made now from the recipe."""
         if self._maker is None:
