@@ -77,8 +77,8 @@ def sample_line(path: str, num_steps: int) -> str:
         intervals = sampled_intervals(reader, QUICK_EVERY)
     checked = sum(b - a for a, b in intervals)
     shown = ", ".join(f"{a + 1}..{b}" for a, b in intervals[:6]) + (", ..." if len(intervals) > 6 else "")
-    return (f"quick: invariants (G1-G4, G6) checked on {checked:,} of {num_steps:,} steps: every "
-            f"{QUICK_EVERY}th keyframe interval and the last ({shown}), each replayed from its keyframe; "
+    return (f"quick: invariants (G1-G4, G6) checked on {checked:,} of {num_steps:,} steps: one "
+            f"keyframe interval in {QUICK_EVERY} and the last ({shown}), each replayed from its keyframe; "
             f"the other {num_steps - checked:,} steps skipped (a violation inside them alone is not "
             "found); whole file: SQLite quick_check (pages, not index contents), schema, every step's "
             "rows, metrics recomputed, cut short or not")

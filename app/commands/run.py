@@ -39,6 +39,7 @@ def run_headless(args: argparse.Namespace) -> int:
     missing or malformed trace, an existing ``--record``), 1 a runtime failure or nothing could be
     served, 130 interrupted (the recording keeps every step so far)."""
     from engine.model.files import ModelLoadError
+    from engine.sim.model_shapes import get_model_shape
     from app.privacy import writer_privacy_kwargs
     from recordings.file.open_reader import open_reader
     from recordings.errors import RecordingError
@@ -55,8 +56,8 @@ def run_headless(args: argparse.Namespace) -> int:
         return _fail(str(e), USAGE)
     try:
         if getattr(config, "sim_device", None):
-            print(f"simulating {config.sim_model} on {config.sim_device} (no model is loaded)…",
-                  file=sys.stderr)
+            print(f"simulating {get_model_shape(config.sim_model).name} on {config.sim_device} (no "
+                  "model is loaded)…", file=sys.stderr)
         else:
             print(f"loading model {config.model!r}…", file=sys.stderr)
         built = build_engine(config, recorder_factory=None)
@@ -112,8 +113,6 @@ def run_headless(args: argparse.Namespace) -> int:
         print(f"batchscope: {eng.recorder_error}", file=sys.stderr)
         print(f"batchscope: the run stopped there: {out} holds {held_by_file(reader)}; the "
               "summary covers those only", file=sys.stderr)
-    elif rejected:
-        print(rejection_report(rejected, len(wl.requests)))
     if interrupted:
         print(f"interrupted: {unfinished} of the workload's {len(wl.requests)} requests did not finish "
               f"(those not arrived yet included); the recording keeps every step so far")
