@@ -10,6 +10,7 @@ import sys
 from app.args import (DEMO_NUM_GPU_BLOCKS, add_engine_args, add_slo_args, add_workload_args,  # noqa: F401
                       engine_config)
 from app.exit_quiet import quiet_triton_teardown
+from app.malloc_arenas import limit_malloc_arenas
 from app.privacy import add_recording_privacy_args
 from app.presets import add_preset_arg, apply_preset, preset_name
 from app.usage import UsageError, check_usage
@@ -281,7 +282,9 @@ def main(argv: list[str] | None = None) -> int:
 def console_main() -> int:
     """The ``batchscope`` console script: :func:`main`, quiet when the reader of its output goes
     away (``batchscope summary run.sqlite | head``: exit status 1, no traceback), and without
-    Triton's teardown report at exit (:mod:`app.exit_quiet`)."""
+    Triton's teardown report at exit (:mod:`app.exit_quiet`), with glibc's malloc arenas capped
+    before any thread starts (:mod:`app.malloc_arenas`: peak RSS follows what is live)."""
+    limit_malloc_arenas()
     quiet_triton_teardown()
     try:
         return main()

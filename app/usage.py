@@ -41,7 +41,7 @@ def _check_engine_run(args: argparse.Namespace) -> None:
     if getattr(args, "sim_cost", None):
         _need_file(args.sim_cost, "--sim-cost")
     if args.record is not None:
-        check_output(args.record, RECORD_EXISTS)
+        check_output(args.record, RECORD_EXISTS, recording=True)
     config = engine_config(args)                # ConfigError names the knob
     _check_device(config, args.device)
     if getattr(args, "steps_per_second", None) is not None and config.clock != Clock.VIRTUAL:
@@ -89,7 +89,8 @@ RECORD_EXISTS = "; choose a new --record path (recordings are never overwritten)
 
 
 def check_output(path: str | os.PathLike, hint: str = "", *, overwrite: bool = False,
-                 make_folder: bool = False, min_free_bytes: int = MIN_FREE_BYTES) -> None:
+                 make_folder: bool = False, min_free_bytes: int = MIN_FREE_BYTES,
+                 recording: bool = False) -> None:
     """Check an output file before anything heavy runs, with the same messages for every command
     (``run --record``, ``recover``, ``export``, ``fit``, the live window's recording,
     ``compare --report`` / ``--out``). Raises :class:`UsageError` when ``path`` exists (unless
@@ -97,12 +98,19 @@ def check_output(path: str | os.PathLike, hint: str = "", *, overwrite: bool = F
     (``make_folder``: the nearest existing folder above it is checked instead, as the command
     creates the rest), when no file can be created there (tried: a folder that is read-only, on
     a read-only disk, or not ours), or when that disk has less than ``min_free_bytes`` free
-    (a rough check: the output may still outgrow it; the recorder then stops cleanly)."""
+    (a rough check: the output may still outgrow it; the recorder then stops cleanly).
+    ``recording``: ``path`` is an SQLite recording, and its write-ahead log ``PATH-wal``, left
+    by an earlier run, counts as the file existing (the recorder refuses to start over it)."""
     out = Path(path)
     if out.is_dir():
         raise UsageError(f"cannot write {out}: it is a folder")
     if out.exists() and not overwrite:
         raise UsageError(f"{out} exists{hint}")
+    wal = Path(f"{out}-wal")
+    if recording and wal.exists() and not overwrite:
+        raise UsageError(f"{wal} exists: the write-ahead log of an earlier recording at {out.name} (left "
+                         f"by a run that was killed, or whose {out.name} was deleted){hint}; if that "
+                         f"recording is not wanted, delete {wal.name} and {out.name}-shm")
     if out.exists() and not os.access(out, os.W_OK):
         raise UsageError(f"cannot write {out}: the file is read-only")
     _check_folder(out, out.parent, make_folder, min_free_bytes)

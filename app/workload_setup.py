@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.engine import LLMEngine
+from engine.plural import plural
 from engine.request import SamplingParams
 from engine.vocab import Clock
 from recordings.workloads.rows import EmptyWorkload
@@ -63,6 +64,18 @@ def _request_rate(args: argparse.Namespace) -> float | None:
     return float("inf") if rate is None and getattr(args, "lengths", None) else rate
 
 
+def _length_table_hint(path: Path) -> str:
+    """For a trace that is no trace but a table of request lengths (the ShareGPT one that the
+    Sarathi-Serve authors publish, which BatchScope ships): how to use it; "" otherwise."""
+    from recordings.workloads.length_tables import TABLES, is_length_table
+
+    if not is_length_table(path):
+        return ""
+    return (f". {path.name} is a table of request lengths without arrival times, not a trace: "
+            f"draw requests from the shipped copy with --lengths {next(iter(TABLES))} "
+            "--num-requests N (arrivals: all at once, or a Poisson process with --request-rate R)")
+
+
 def read_trace(args: argparse.Namespace):
     """The workload's rows as a ``TraceLoad``: ``args.trace`` (or the built-in demo slice when it
     is None), or ``--num-requests`` draws from the ``--lengths`` table; with a request rate the
@@ -72,7 +85,7 @@ def read_trace(args: argparse.Namespace):
     ``recordings.workloads.rows.EmptyWorkload`` for a trace without one valid row (naming its
     first bad lines)."""
     from recordings.workloads.poisson import with_poisson_arrivals
-    from recordings.workloads.traces import TraceLoad, load_trace
+    from recordings.workloads.traces import TraceFormatError, TraceLoad, load_trace
     from recordings.workloads.workload import demo_trace_path
 
     if getattr(args, "lengths", None):
@@ -85,7 +98,10 @@ def read_trace(args: argparse.Namespace):
         path = Path(args.trace) if args.trace else demo_trace_path()
         if not path.is_file():
             raise FileNotFoundError(f"trace file not found: {path}")
-        load = load_trace(path, limit=args.limit, strict=getattr(args, "strict", False))
+        try:
+            load = load_trace(path, limit=args.limit, strict=getattr(args, "strict", False))
+        except TraceFormatError as e:
+            raise TraceFormatError(f"{e}{_length_table_hint(path)}") from e
         if not load.rows:
             raise EmptyWorkload(path, [str(e) for e in load.errors])
     _check_priorities(args, load.rows)
@@ -164,7 +180,7 @@ def load_workload(args: argparse.Namespace, load, tokenizer, vocab_size: int | N
     notes = source + list(wl.scaling_notes) + unknown
     notes += [f"skipped malformed row {line}" for line in skipped[:5]]
     if len(skipped) > 5:
-        notes.append(f"... and {len(skipped) - 5} more malformed rows skipped")
+        notes.append(f"... and {plural(len(skipped) - 5, 'more malformed row')} skipped")
     return LoadedWorkload(wl.requests, info, notes)
 
 

@@ -265,20 +265,27 @@ class SeekRun:
     cpu_ms: list[float]
     open_ms: list[float]
     replayed: list[int]       # steps applied after the keyframe
+    heap_objects: int = 0     # small objects held alive while seeking
 
     def lines(self) -> list[str]:
+        heap = f", {self.heap_objects:,} objects on the heap" if self.heap_objects else ""
         return [f"cold state_at(k) on {self.path} ({self.num_steps:,} steps, {self.file_bytes / 1e6:,.0f} MB), "
-                f"{len(self.wall_ms)} random steps, a new Reader each:",
+                f"{len(self.wall_ms)} random steps, a new Reader each{heap}:",
                 f"  wall p50 {pct(self.wall_ms, 50):.1f}  p90 {pct(self.wall_ms, 90):.1f}  max "
                 f"{max(self.wall_ms):.1f} ms; CPU p50 {pct(self.cpu_ms, 50):.1f}  p90 {pct(self.cpu_ms, 90):.1f}"
                 f"  max {max(self.cpu_ms):.1f} ms; Reader() open p50 {pct(self.open_ms, 50):.1f} ms; steps "
                 f"replayed after the keyframe p50 {pct(self.replayed, 50):.0f}, max {max(self.replayed)}"]
 
 
-def cold_seeks(path: str | os.PathLike, n: int = 50, seed: int = 0) -> SeekRun:
+def cold_seeks(path: str | os.PathLike, n: int = 50, seed: int = 0, heap_objects: int = 0) -> SeekRun:
     """``state_at(k)`` on a NEW ``Reader`` for each of ``n`` seeded random steps (timed: the
-    ``state_at`` call; the open is reported apart)."""
+    ``state_at`` call; the open is reported apart). ``heap_objects``: first allocate that many
+    small objects the garbage collector tracks and keep them until the seeks are done (the heap
+    of a process such as ``bench_scale.py`` or the window, where a full collection costs tens of
+    ms and lands inside whichever call allocates enough to start it)."""
     from recordings.file.open_reader import open_reader
+
+    heap = [[i] for i in range(heap_objects)]     # noqa: F841 (kept alive until the return)
 
     with open_reader(path) as r:
         latest = r.latest_step()
@@ -296,7 +303,9 @@ def cold_seeks(path: str | os.PathLike, n: int = 50, seed: int = 0) -> SeekRun:
         cpu.append((c1 - c0) * 1e3)
         opens.append((t0 - t) * 1e3)
         replayed.append(k - max(s for s in keyframes if s <= k))
-    return SeekRun(str(path), latest + 1, Path(path).stat().st_size, wall, cpu, opens, replayed)
+    del heap
+    return SeekRun(str(path), latest + 1, Path(path).stat().st_size, wall, cpu, opens, replayed,
+                   heap_objects)
 
 
 def make_seek_file(path: str | os.PathLike, num_steps: int, config, seed: int = 0,

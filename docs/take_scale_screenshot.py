@@ -6,8 +6,15 @@
         --max-model-len 16384 --record /tmp/azure.sqlite
     QT_QPA_PLATFORM=offscreen .venv/bin/python docs/take_scale_screenshot.py /tmp/azure.sqlite --step 6000
 
-Opens the recording in a replay window (1600x1000), shows ``--step``, selects its oldest running
-request and saves the window.
+Opens the recording in a replay window (1600x1000, or ``--size WxH``), shows ``--step``, selects
+its oldest running request and saves the window (to ``--out``). The narrow-window screenshots of
+docs/ui.md ("Reading it in a smaller window") come from the same script:
+
+    ... docs/take_scale_screenshot.py /tmp/azure.sqlite --step 6000 --size 1024x700 --out docs/screenshot-1024.png
+    ... docs/take_scale_screenshot.py LIVE_RUN_CUT_SHORT.sqlite --step 150 --size 1280x800 --out docs/screenshot-incomplete-1280.png
+
+(the second on a recording of ``batchscope demo`` closed while requests were queued; its
+background check is still running when the window is grabbed).
 """
 from __future__ import annotations
 
@@ -24,6 +31,7 @@ def main() -> None:
     ap.add_argument("recording")
     ap.add_argument("--step", type=int, default=6000)
     ap.add_argument("--out", default=str(ROOT / "docs" / "screenshot-scale.png"))
+    ap.add_argument("--size", default="1600x1000", help="window size, WIDTHxHEIGHT pixels")
     a = ap.parse_args()
     from PySide6.QtWidgets import QApplication
 
@@ -34,7 +42,7 @@ def main() -> None:
     app = QApplication.instance() or QApplication([])
     reader = open_reader(a.recording)
     win = MainWindow(reader, None, title="BatchScope — replay")
-    win.resize(1600, 1000)
+    win.resize(*(int(v) for v in a.size.split("x")))
     win.show()
     win.show_step(a.step)
     running = reader.state_at(a.step).queue_rows("running")
@@ -44,6 +52,7 @@ def main() -> None:
         app.processEvents()
         win.refresh(force=True)
     win.grab().save(a.out)
+    win.close()                  # stops the background check (its child process)
     print(f"saved {a.out}")
 
 

@@ -30,7 +30,8 @@ def main() -> None:
     from recordings.file.open_reader import open_reader
     from ui import MainWindow
 
-    Path(a.record).unlink(missing_ok=True)
+    for leftover in (a.record, f"{a.record}-wal", f"{a.record}-shm"):   # the last run's, sidecars too
+        Path(leftover).unlink(missing_ok=True)
     args = build_parser().parse_args(["demo", "--record", a.record])
     app = QApplication.instance() or QApplication([])
     source, worker, record = make_live(args)

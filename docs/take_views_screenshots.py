@@ -7,7 +7,11 @@
         --trace ../shared/traces/mooncake-fast25/synthetic_trace.jsonl --limit 1200 \
         --time-scale 0.1 --max-num-seqs 256 --max-num-batched-tokens 8192 \
         --num-gpu-blocks 200000 --max-model-len 131072 --enable-prefix-caching --record /tmp/mc200k.sqlite
+    python -m app.cli run --executor sim --sim-model llama-3.1-8b --sim-device h100 \
+        --trace conversation_trace.jsonl --enable-prefix-caching --record /tmp/mcconv.sqlite
+    # (conversation_trace.jsonl: kvcache-ai/Mooncake, FAST25-release/traces/, Apache-2.0; not in ../shared)
     QT_QPA_PLATFORM=offscreen python docs/take_views_screenshots.py /tmp/conv26k.sqlite --name 26k
+    QT_QPA_PLATFORM=offscreen python docs/take_views_screenshots.py /tmp/mcconv.sqlite --name mcconv
     QT_QPA_PLATFORM=offscreen python docs/take_views_screenshots.py /tmp/mc200k.sqlite --name 200k
 
 Opens the recording in a replay window (1600x1000), shows the step of highest KV usage (or

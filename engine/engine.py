@@ -29,7 +29,7 @@ from typing import Callable, Protocol, Sequence
 from engine.config import EngineConfig
 from engine.detokenizer import IncrementalDetokenizer
 from engine.outputs import Arrival, BatchEntry, ModelRunnerOutput, NewToken, SchedulerOutput, StepRecord, Transition
-from engine.request import DeferredPrompt, Request, SamplingParams
+from engine.request import DeferredPrompt, PromptIdsOnUse, Request, SamplingParams
 from engine.vocab import Clock, RequestStatus
 from engine.request_ids import RequestIds
 from engine.sched.admission import StepTimeFn
@@ -476,7 +476,9 @@ class LLMEngine:
     def _arrive(self, at: float, pending: tuple) -> None:
         """Make the requests of an added prompt (its deferred prompt first) and admit them."""
         rid, ids, params, text, priority, deferred = pending
-        if deferred is not None:
+        if deferred is not None and getattr(deferred, "ids_only", False):
+            ids = PromptIdsOnUse(deferred, deferred.num_prompt_tokens)    # made on first use
+        elif deferred is not None:
             ids, text = deferred.make_prompt()
         for req in make_sequences(rid, ids, params, arrival_time=at, prompt_text=text,
                                   eos_token_id=self.eos_token_id, priority=priority):

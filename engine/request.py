@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from collections.abc import Sequence as SequenceABC
 from typing import TYPE_CHECKING, Protocol, Sequence
 
 from engine.vocab import FINISH_REASON_OF, FinishReason, RequestStatus
@@ -15,11 +16,63 @@ class DeferredPrompt(Protocol):
     """A prompt made when its request arrives at the engine (``LLMEngine.add_request(None, ...,
     deferred=...)``), so requests that have not arrived hold no token ids: a trace replay's
     memory then follows the live requests, not the trace
-    (``recordings.workloads.workload.WorkloadRequest`` is one)."""
+    (``recordings.workloads.workload.WorkloadRequest`` is one).
+
+    One that also has ``ids_only`` True (its text is always None) and ``num_prompt_tokens`` is
+    made later still, on first use (:class:`PromptIdsOnUse`): a request waiting in an overloaded
+    queue holds no ids either."""
 
     def make_prompt(self) -> tuple[Sequence[int], str | None]:
         """(token ids, text or None); the same every call."""
         ...
+
+
+class PromptIdsOnUse(SequenceABC):
+    """A request's prompt token ids, made by ``deferred.make_prompt()`` the first time anything
+    reads them (not their length): under prefix caching when the scheduler first hashes the
+    request's blocks, else when a runner reads its tokens, or a recorder that stores prompts. A
+    simulated request that never leaves the waiting queue of an overloaded replay never makes them
+    (a Mooncake conversation prompt is ~12k tokens, 48 kB as ``array('i')``). Once made they are
+    kept until the request is dropped. ``len()`` is ``num_prompt_tokens``; equality compares the
+    made ids with ``other`` as the made sequence does (``array('i')`` or list)."""
+
+    __slots__ = ("_deferred", "_n", "_ids")
+
+    def __init__(self, deferred: DeferredPrompt, num_prompt_tokens: int) -> None:
+        self._deferred, self._n, self._ids = deferred, num_prompt_tokens, None
+
+    @property
+    def is_made(self) -> bool:
+        """True once the ids exist."""
+        return self._ids is not None
+
+    @property
+    def ids(self) -> Sequence[int]:
+        """The made ids (made now if they were not). Raises ``ValueError`` if the deferred prompt
+        makes a different number of ids than its ``num_prompt_tokens``."""
+        if self._ids is None:
+            ids = self._deferred.make_prompt()[0]
+            if len(ids) != self._n:
+                raise ValueError(f"a deferred prompt of {self._n} tokens made {len(ids)} ids")
+            self._ids = ids
+        return self._ids
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, index):
+        return self.ids[index]
+
+    def __iter__(self):
+        return iter(self.ids)
+
+    def __eq__(self, other) -> bool:
+        return self.ids == (other.ids if isinstance(other, PromptIdsOnUse) else other)
+
+    __hash__ = None   # equal to a list: unhashable like one
+
+    def __repr__(self) -> str:
+        return f"PromptIdsOnUse({self._n} tokens, {'made' if self.is_made else 'not made'})"
 
 
 MAX_PENALTY = 2.0   # |frequency_penalty| and |presence_penalty| limit (vLLM, OpenAI)

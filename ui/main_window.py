@@ -28,10 +28,8 @@ from PySide6.QtWidgets import (
     QApplication,
     QFileDialog,
     QGroupBox,
-    QLabel,
     QMainWindow,
     QMessageBox,
-    QSizePolicy,
     QSplitter,
     QToolButton,
     QVBoxLayout,
@@ -44,7 +42,7 @@ from engine.state.state import EngineState
 from recordings.check.invariants import Problem
 from recordings.errors import RecordingError
 from ui.check_worker import CheckWorker
-from ui.style.numbers import clock_text
+from recordings.numbers import clock_text
 from ui.dialogs.check import FindingsDialog, problem_findings, unfinished_findings
 from ui.dialogs.inject import InjectDialog
 from ui.dialogs.knobs import KnobsDialog
@@ -54,12 +52,14 @@ from ui.frame_pacer import FramePacer
 from ui.inspector.inspector import RequestInspector
 from ui.jump import parse_jump, resolve_jump
 from ui.layout_fence import LayoutFence
-from ui.plain_text import PlainLabel, as_rich
+from ui.fitted_label import FittedLabel
+from ui.plain_text import as_rich
 from ui.record_cache import RecordCache, step_span
 from ui.run_end import RunEnd, run_end
 from ui.step_summary import StepSummary
 from ui.style.colors import ERROR, css
-from ui.style.theme import apply_theme, fix_size
+from ui.status_line import StatusLine
+from ui.style.theme import apply_theme
 from ui.transport import FRAME_MS, LOADING_TEXT, TransportBar
 from ui.views.block_map import KVBlockMap
 from ui.views.metrics_plots import TPS_WORDS, MetricsPlots
@@ -72,9 +72,21 @@ CHECK_TIP = ("The recording checked as `batchscope check` does (integrity, rows,
              "click to list the problems")
 
 
-# widest text of the status-bar fields that change every frame (their fixed sizes)
-STATUS_TEMPLATES = {"step": "step 8888888 of 8888888  (scrubbed)", "clock": "clock 8.888e+88 steps",
-                    "kv": "KV 100% (888,888/888,888 blocks)", "tps": f"8,888,888 output tok/s ({TPS_WORDS})"}
+# the status-bar fields: (full template, short template) of the widest texts, and how soon
+# each gives way when the window narrows (lower first; ui.status_line). Templates with digits
+# are sized again from the run's magnitudes (_fit_status_templates).
+STATUS_FIELDS = {
+    "mode": ("REPLAY · SIMULATED", None, 9),
+    "step": ("step 8,888 of 8,888  (scrubbed)", "step 8,888/8,888", 5),
+    "clock": ("clock 8,888 sim ms", "8,888 sim ms", 3),
+    "kv": ("KV 100% (8,888/8,888 blocks)", "KV 100%", 2),
+    "tps": (f"8,888,888 output tok/s ({TPS_WORDS})", "8,888,888 tok/s", 1),
+    "threads": ("threads 88 of 88 (auto, others' load 88.8)", "threads 88 of 88", 4),
+    "run": ("", "", 0),
+}
+
+
+MODEL_NAME_CHARS = 32      # the status bar keeps at least this much of the model's name whole
 
 
 # the view groups updated at half the frame rate while draws stream (ui.frame_pacer)
@@ -199,21 +211,39 @@ class MainWindow(QMainWindow):
         self.actions["open"].setEnabled(self.open_recording is not None)
 
     def _build_status(self) -> None:
-        self.status = {k: QLabel("") for k in ("mode", "step", "clock", "kv", "tps", "threads")}
-        self.status["run"] = PlainLabel("")
-        for k, template in STATUS_TEMPLATES.items():
-            fix_size(self.status[k], template)
+        """The status fields in a :class:`StatusLine`: each keeps its text whole while the window
+        is wide enough, gives way by priority to its short form (the full text in its tooltip)
+        when it is not, and the model line takes the room left, shortened at its end only."""
+        self.status_line = StatusLine()
+        self.status: dict[str, FittedLabel] = {}
         self.end_btn = self._status_button("", self.show_unfinished)
         self.check_btn = self._status_button(CHECK_TIP, self.show_problems)
-        for k, lab in self.status.items():
+        for k, (template, short, give_way) in STATUS_FIELDS.items():
             if k == "run":
-                self.statusBar().addPermanentWidget(self.end_btn)
-                self.statusBar().addPermanentWidget(self.check_btn)
-            self.statusBar().addPermanentWidget(lab, 1 if k == "run" else 0)
-        self.status["run"].setAlignment(Qt.AlignRight | Qt.AlignVCenter)
-        # the model line gives way first (clipped; its tooltip has it all), so the check and
-        # incomplete buttons never overlap on a narrow window
-        self.status["run"].setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+                self.status_line.add(self.end_btn, 10)
+                self.status_line.add(self.check_btn, 10)
+            self.status[k] = self.status_line.add(
+                FittedLabel(template, short, bold=k == "mode", align=Qt.AlignRight if k == "run" else Qt.AlignLeft),
+                give_way, stretch=k == "run")
+        self.status["threads"].hide()
+        self._status_magnitudes: tuple = ()
+        self.statusBar().addWidget(self.status_line, 1)
+
+    def _set_mode(self, text: str, tip: str) -> None:
+        self.status["mode"].set_templates(text)
+        self.status["mode"].setText(text)
+        self.status["mode"].setToolTip(tip)
+
+    def _fit_status_templates(self, latest: int, total_blocks: int) -> None:
+        """Size the step and KV fields for this run's numbers (a re-layout only when their
+        digits grow: a live run's step count, another source)."""
+        key = (len(f"{max(latest, 0):,}"), len(f"{total_blocks:,}"))
+        if key == self._status_magnitudes:
+            return
+        self._status_magnitudes = key
+        n, t = ("8" * k for k in key)
+        self.status["step"].set_templates(f"step {n} of {n}  (scrubbed)", f"step {n}/{n}")
+        self.status["kv"].set_templates(f"KV 100% ({t}/{t} blocks)", STATUS_FIELDS["kv"][1])
 
     # --- public API --------------------------------------------------------------------------
     def set_source(self, source: StepSource, control: EngineControl | None = None) -> None:
@@ -230,7 +260,7 @@ class MainWindow(QMainWindow):
             self.transport.live_btn.show()      # a file still being written: its newest step can be followed
         for name in ("inject", "knobs"):
             self.actions[name].setEnabled(control is not None)
-        self.status["mode"].setText("<b>LIVE</b>" if control is not None else "<b>REPLAY</b>")
+        self._set_mode("LIVE" if control is not None else "REPLAY", "")
         self._run_info: RunInfo | None = None
         self.time_unit = ""                  # "s" or "steps", from the run's clock
         self.policy = ""                     # the run's scheduling policy, from its config
@@ -245,16 +275,18 @@ class MainWindow(QMainWindow):
         self._run_info = info
         model = info.model
         name = str(model.get("name") or model.get("path") or "") if isinstance(model, Mapping) else model
-        self.status["run"].setText(" · ".join(str(v) for v in (name, info.device, info.dtype) if v))
+        run_text = " · ".join(str(v) for v in (name, info.device, info.dtype) if v)
+        # whole while it fits; else the model name alone (the minimum: never its start cut), then elided
+        self.status["run"].set_templates(run_text, name[:MODEL_NAME_CHARS] if name else run_text[:MODEL_NAME_CHARS])
+        self.status["run"].setText(run_text, name or None)
         details = {**(model if isinstance(model, Mapping) else {}), **info.config}
         self.status["run"].setToolTip(as_rich("\n".join(f"{k} = {v}" for k, v in details.items())))
         clock = info.config.get("clock")
         self.time_unit = {"wall": "s", "virtual": "steps", "sim": "sim s"}.get(clock, "")
         self.metrics.set_run_info(info)
         if info.simulated:      # a simulated executor's run: say so wherever it shows
-            self.status["mode"].setText(f"{self.status['mode'].text()} · <b>SIMULATED</b>")
-            self.status["mode"].setToolTip("step times from the roofline cost model, tokens "
-                                           f"synthetic ({info.device or 'sim'}); no model ran")
+            self._set_mode(f"{self.status['mode'].text()} · SIMULATED", "step times from the roofline cost "
+                           f"model, tokens synthetic ({info.device or 'sim'}); no model ran")
         self.queues.set_time_unit(self.time_unit)
         self.policy = info.config.get("policy", "fcfs")
         self.queues.set_policy(self.policy)
@@ -337,14 +369,14 @@ class MainWindow(QMainWindow):
             latest, k = self.shown_step, self.shown_step
             self._source_error = f"Could not read step {k}: {type(e).__name__}: {e}"
         self.transport.set_position(k, latest, self.following)
-        step_text = (f"step {k} of {latest}" + ("" if self.following else "  (scrubbed)")
+        step_text = (f"step {k:,} of {latest:,}" + ("" if self.following else "  (scrubbed)")
                      if latest >= 0 else LOADING_TEXT if self.control is not None else "no steps recorded")
-        if self.status["step"].text() != step_text:
-            self.status["step"].setText(step_text)
+        self.status["step"].setText(step_text, f"step {k:,}/{latest:,}" if latest >= 0 else None)
         threads = getattr(self.control, "threads_status", None)
         threads_text = (threads() or "") if callable(threads) else ""
-        if self.status["threads"].text() != threads_text:
-            self.status["threads"].setText(threads_text)    # torch's threads (app.threads), live only
+        if self.status["threads"].text() != threads_text:    # torch's threads (app.threads), live only
+            self.status["threads"].setText(threads_text, threads_text.split(" (")[0])
+            self.status["threads"].setVisible(bool(threads_text))
         self._show_errors()
 
     def _draw(self, k: int, latest: int, state: EngineState | None = None) -> None:
@@ -358,9 +390,11 @@ class MainWindow(QMainWindow):
         self.record = self.records[-1] if self.records and self.records[-1].step == k else None
         self._update_slow(self.pacer.begin())
         self._drawn = (k, step_span(k, latest, self.window), id(self.source))
-        self.status["clock"].setText(f"clock {clock_text(state.clock, self.time_unit)}")
-        self.status["kv"].setText(f"KV {100 * state.kv_cache_usage:.0f}% "
-                                  f"({state.num_used_blocks:,}/{plural(state.num_total_blocks, 'block')})")
+        self._fit_status_templates(latest, state.num_total_blocks)
+        clock = clock_text(state.clock, self.time_unit)
+        self.status["clock"].setText(f"clock {clock}", clock)
+        kv = f"KV {100 * state.kv_cache_usage:.0f}%"
+        self.status["kv"].setText(f"{kv} ({state.num_used_blocks:,}/{plural(state.num_total_blocks, 'block')})", kv)
 
     def _update_slow(self, groups: tuple[str, ...]) -> None:
         """Update the slow view ``groups`` (``SLOW_VIEWS`` names) to the shown step."""
@@ -372,7 +406,8 @@ class MainWindow(QMainWindow):
             self.metrics.set_records(self.records, k, self._latest, num_swapped=swapped)
             self.inspector.set_state(state, k, self.record)
             tps = self.metrics.mean_output_tps()
-            self.status["tps"].setText("– tok/s" if tps is None else f"{tps:,.0f} output tok/s ({TPS_WORDS})")
+            self.status["tps"].setText("– tok/s" if tps is None else f"{tps:,.0f} output tok/s ({TPS_WORDS})",
+                                       "– tok/s" if tps is None else f"{tps:,.0f} tok/s")
 
     def _show_errors(self) -> None:
         errors = [self._source_error]

@@ -10,7 +10,7 @@ frame, as fast as frames draw: slower than the rates above the frame rate).
 """
 from __future__ import annotations
 
-from PySide6.QtCore import QElapsedTimer, Qt, QTimer, Signal
+from PySide6.QtCore import QElapsedTimer, QSize, Qt, QTimer, Signal
 from PySide6.QtWidgets import (QComboBox, QFrame, QHBoxLayout, QLabel, QLineEdit, QSlider,
                                QSpinBox, QToolButton, QWidget)
 
@@ -22,6 +22,8 @@ from ui.plain_text import rich_escape
 SPEEDS = (1, 2, 5, 10, 30, 100, 300, 1000, 3000, "max")   # replay speeds, steps per second
 FRAME_MS = 33                                              # fastest timed tick (the frame rate)
 LOADING_TEXT = "loading…"                                  # where the step goes before the first
+SLIDER_MIN_PX = 100
+JUMP_CHROME_PX = 48         # a line edit's frame, text margins and clear button beside its text
 JUMP_TIP = ("Jump to a step number, a time on the engine clock (t=12.5: the step running then) "
             "or a request id (its arrival step); Enter")
 
@@ -33,6 +35,16 @@ def _button(text: str, tip: str, checkable: bool = False) -> QToolButton:
     b.setCheckable(checkable)
     b.setToolButtonStyle(Qt.ToolButtonTextOnly)
     return b
+
+
+class _JumpBox(QLineEdit):
+    """The jump box: it asks for ``full_width`` (its whole placeholder) and gives way to its
+    minimum width in a narrow window."""
+
+    full_width = 0
+
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
+        return QSize(max(self.full_width, self.minimumWidth()), super().sizeHint().height())
 
 
 def _separator() -> QFrame:
@@ -67,25 +79,32 @@ class TransportBar(QWidget):
         self.speed.setToolTip("Replay speed: steps per second (steps between frames are skipped), "
                               "or every step (none skipped: one per frame, as fast as the window draws, "
                               "slower than the high rates)")
-        self.jump = QLineEdit()
+        self.jump = _JumpBox()
         self.jump.setPlaceholderText("jump: step, t=12.5, request id")
         self.jump.setToolTip(JUMP_TIP)
         self.jump.setClearButtonEnabled(True)
-        self.jump.setMaximumWidth(220)
+        # as wide as its placeholder beside the clear button where there is room (it read "jump:
+        # step, t=12…" in a 1600-pixel window); in a narrow live window it gives way first
+        # (Qt elides the placeholder; the tooltip has the syntax)
+        fm = self.jump.fontMetrics()
+        self.jump.full_width = fm.horizontalAdvance(self.jump.placeholderText()) + JUMP_CHROME_PX
+        self.jump.setMinimumWidth(fm.horizontalAdvance("jump: st…") + JUMP_CHROME_PX)
+        self.jump.setMaximumWidth(self.jump.full_width)
         self.jump.returnPressed.connect(lambda: self.jumpRequested.emit(self.jump.text()))
         self.jump.textEdited.connect(lambda _t: self.show_jump_error(None))
         self.slider = QSlider(Qt.Horizontal)
         self.slider.setRange(-1, -1)
         self.slider.setToolTip("Drag to show any step")
+        self.slider.setMinimumWidth(SLIDER_MIN_PX)     # squeezed, only its handle showed, like a check box
         self.spin = QSpinBox()
         self.spin.setRange(-1, -1)
         self.spin.setPrefix("step ")
         self.spin.setKeyboardTracking(False)
         # a fixed size (both ways): its range grows every step, and a spin box's new range
         # re-lays out the window unless its size is fixed (see ui.style.theme.fix_size)
-        self.spin.setFixedSize(self.spin.fontMetrics().horizontalAdvance("step 88888888") + 40,
+        self.spin.setFixedSize(self.spin.fontMetrics().horizontalAdvance("step 8888888") + 40,
                                self.spin.sizeHint().height())
-        self.latest_label = fix_size(QLabel("of –"), "of 88888888")
+        self.latest_label = fix_size(QLabel("of –"), "of 8888888")
         self.live_btn = _button("● Live", "Follow the newest step", checkable=True)
         self.live_btn.setChecked(True)
         self.engine_label = QLabel("")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
+from engine.plural import plural
+
 
 def check_lines(path: str, *, max_problems: int = 100, quick: bool = False) -> tuple[list[str], int]:
     """(one line per problem, steps checked) for the recording at ``path``, per
@@ -57,7 +59,7 @@ def run_check(path: str, *, max_problems: int = 100, out: TextIO | None = None, 
     if any(": integrity: " in line or ": record: " in line for line in lines):   # damage
         print_damage(path, out)
     if not lines:
-        what = "quick: clean in what was checked" if quick else f"{num_steps} steps checked: clean"
+        what = "quick: clean in what was checked" if quick else f"{plural(num_steps, 'step')} checked: clean"
         print(f"{visible(path)}: {what}: SQLite integrity, schema, every "
               f"step's rows, no invariant violated (G1 blocks, G3 queues, G4 limits, G6 drain), "
               f"metrics recomputed equal the stored outcomes, closed by its writer", file=out)
@@ -75,8 +77,8 @@ def sample_line(path: str, num_steps: int) -> str:
         intervals = sampled_intervals(reader, QUICK_EVERY)
     checked = sum(b - a for a, b in intervals)
     shown = ", ".join(f"{a + 1}..{b}" for a, b in intervals[:6]) + (", ..." if len(intervals) > 6 else "")
-    return (f"quick: invariants (G1-G4, G6) checked on {checked:,} of {num_steps:,} steps: every "
-            f"{QUICK_EVERY}th keyframe interval and the last ({shown}), each replayed from its keyframe; "
+    return (f"quick: invariants (G1-G4, G6) checked on {checked:,} of {num_steps:,} steps: one "
+            f"keyframe interval in {QUICK_EVERY} and the last ({shown}), each replayed from its keyframe; "
             f"the other {num_steps - checked:,} steps skipped (a violation inside them alone is not "
             "found); whole file: SQLite quick_check (pages, not index contents), schema, every step's "
             "rows, metrics recomputed, cut short or not")
@@ -102,5 +104,5 @@ def warn_before_replay(path: str) -> None:
         lines, num_steps = check_lines(path)
     except RecordingError:
         return
-    for line in lines or [f"{num_steps} steps checked: clean, no invariant violated"]:
+    for line in lines or [f"{plural(num_steps, 'step')} checked: clean, no invariant violated"]:
         print(visible(f"batchscope: {path}: {line}", keep_newlines=False), file=sys.stderr)

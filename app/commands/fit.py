@@ -10,9 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.plural import plural
 from engine.run_info import RunInfo
 from engine.sim.cost_model import CostModel, CostParams
-from engine.sim.fitting import fit_cost_params, predict, relative_errors, roofline_terms
+from engine.sim.fitting import (MIN_FIT_STEPS, fit_cost_params, fit_steps_problem, held_at_peak, predict,
+                                relative_errors, roofline_terms)
 from engine.sim.hardware import CPU, DEVICES, DevicePeaks, get_device
 from engine.sim.model_shapes import DTYPE_BYTES, get_model_shape
 from recordings.metrics.roofline import recorded_peaks
@@ -83,9 +85,30 @@ def fit_peaks(info: RunInfo, sim_device: str | None) -> tuple[DevicePeaks, str]:
 
 
 def error_line(label: str, predicted: np.ndarray, measured: np.ndarray) -> str:
+    """The relative error of ``predicted`` step times against ``measured`` ones (seconds), with a
+    warning when there are too few steps to judge a fit by."""
     err = relative_errors(predicted, measured)
-    return (f"{label}: {len(err)} steps, relative error median {np.median(err):.1%}, "
-            f"p90 {np.percentile(err, 90):.1%}; measured {measured.sum():.1f} s, predicted {predicted.sum():.1f} s")
+    few = (f" (only {plural(len(err), 'step')}: too few to judge the fit by, {MIN_FIT_STEPS} at least)"
+           if len(err) < MIN_FIT_STEPS else "")
+    return (f"{label}: {plural(len(err), 'step')}, relative error median {np.median(err):.1%}, "
+            f"p90 {np.percentile(err, 90):.1%}; measured {measured.sum():.1f} s, predicted {predicted.sum():.1f} s{few}")
+
+
+def held_note(held: list[str], terms, times: np.ndarray) -> str:
+    """Why the fit holds the efficiencies ``held`` at 1: the roofline at the peaks already takes
+    longer than most steps did (the peaks understate the device), or the steps cannot tell the
+    roofline from the overheads (the best fit would make the roofline take no time at all)."""
+    names = " and ".join(held)
+    vanish = " and ".join({"flops_efficiency": "compute", "bw_efficiency": "memory"}[k] for k in held)
+    floor = predict(terms, CostParams.floor())
+    if np.median(floor / times) > 1.0:
+        why = ("most steps ran faster than these peaks allow: the peaks understate the device (a busy "
+               "machine measures low)")
+    else:
+        why = ("this recording's steps cannot tell the roofline from the overheads (the best fit would "
+               f"make the {vanish} time vanish, an efficiency far above 1: impossible); a longer "
+               "recording with varied batches pins it")
+    return f"note: {names} held at 1, the most a device reaches: {why}"
 
 
 def run_fit(args: argparse.Namespace) -> int:
@@ -103,6 +126,9 @@ def run_fit(args: argparse.Namespace) -> int:
         device, source = fit_peaks(info, args.sim_device)
         model = CostModel(shape, device, CostParams())
         steps, times = measured_steps(reader)
+        problem = fit_steps_problem(steps)
+        if problem is not None:
+            raise ValueError(f"{args.recording}: {problem}")
         terms = roofline_terms(model, steps)
         params = fit_cost_params(terms, times, device=device.name, peak_flops=device.peak_flops,
                                  mem_bandwidth=device.mem_bandwidth)
@@ -115,20 +141,18 @@ def run_fit(args: argparse.Namespace) -> int:
     except (RecordingError, ValueError, OSError) as e:
         print(f"batchscope: {e}", file=sys.stderr)
         return 1
-    print(f"model {shape.name} ({shape.num_parameters / 1e6:.0f}M parameters, {shape.bytes_per_param} bytes each) "
-          f"on {device.name}: {device.peak_flops / 1e12:.3g} TFLOP/s, {device.mem_bandwidth / 1e9:.3g} GB/s")
+    print(f"model {shape.name} ({shape.num_parameters / 1e6:,.0f}M parameters, {shape.bytes_per_param} bytes each) "
+          f"on {device.name}: {device.peak_flops / 1e12:,.3f} TFLOP/s, {device.mem_bandwidth / 1e9:,.1f} GB/s")
     print(f"peaks: {source}")
-    print(f"fit: per_step_overhead_s {params.per_step_overhead_s:.4g}, per_seq_overhead_s "
-          f"{params.per_seq_overhead_s:.4g}, flops_efficiency "
-          f"{params.flops_efficiency:.3g}, bw_efficiency {params.bw_efficiency:.3g}")
+    print(f"fit: per_step_overhead_s {params.per_step_overhead_s:.6f}, per_seq_overhead_s "      # fixed point:
+          f"{params.per_seq_overhead_s:.6f}, flops_efficiency {params.flops_efficiency:.3f}, "    # no exponents
+          f"bw_efficiency {params.bw_efficiency:.3f}")
     print(error_line(f"fitted on {args.recording}", predict(terms, params), times))
     for path, predicted, measured in checks:
         print(error_line(f"predicted {path}", predicted, measured))
-    over = [k for k in ("flops_efficiency", "bw_efficiency") if getattr(params, k) > 1]
-    if over:
-        print(f"note: {' and '.join(over)} above 1: the steps ran faster than these peaks allow, so the "
-              f"peaks understate the device (a busy machine measures low); the fit still predicts this "
-              f"machine's step times")
+    held = held_at_peak(params)
+    if held:
+        print(held_note(held, terms, times))
     try:
         params.save(out)
     except OSError as e:

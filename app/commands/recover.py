@@ -33,7 +33,8 @@ def check_recover_usage(args) -> None:
     src, out = Path(args.recording), Path(args.output)
     if not src.is_file():
         raise UsageError(f"recording file not found: {src}" if not src.exists() else f"recording {src} is not a file")
-    check_output(out, "; name a new file for the salvaged recording (nothing is overwritten)")
+    check_output(out, "; name a new file for the salvaged recording (nothing is overwritten)",
+                 recording=True)
 
 
 def damage_report(path: str, desc: str = "finding what is readable"):

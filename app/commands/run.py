@@ -39,6 +39,7 @@ def run_headless(args: argparse.Namespace) -> int:
     missing or malformed trace, an existing ``--record``), 1 a runtime failure or nothing could be
     served, 130 interrupted (the recording keeps every step so far)."""
     from engine.model.files import ModelLoadError
+    from engine.sim.model_shapes import get_model_shape
     from app.privacy import writer_privacy_kwargs
     from recordings.file.open_reader import open_reader
     from recordings.errors import RecordingError
@@ -55,8 +56,8 @@ def run_headless(args: argparse.Namespace) -> int:
         return _fail(str(e), USAGE)
     try:
         if getattr(config, "sim_device", None):
-            print(f"simulating {config.sim_model} on {config.sim_device} (no model is loaded)…",
-                  file=sys.stderr)
+            print(f"simulating {get_model_shape(config.sim_model).name} on {config.sim_device} (no "
+                  "model is loaded)…", file=sys.stderr)
         else:
             print(f"loading model {config.model!r}…", file=sys.stderr)
         built = build_engine(config, recorder_factory=None)
@@ -112,8 +113,6 @@ def run_headless(args: argparse.Namespace) -> int:
         print(f"batchscope: {eng.recorder_error}", file=sys.stderr)
         print(f"batchscope: the run stopped there: {out} holds {held_by_file(reader)}; the "
               "summary covers those only", file=sys.stderr)
-    elif rejected:
-        print(rejection_report(rejected, len(wl.requests)))
     if interrupted:
         print(f"interrupted: {unfinished} of the workload's {len(wl.requests)} requests did not finish "
               f"(those not arrived yet included); the recording keeps every step so far")
@@ -312,6 +311,11 @@ def _span(values: list[int]) -> str:
     return str(lo) if lo == hi else f"{lo}–{hi}"
 
 
+def _count(n, word: str) -> str:
+    """``engine.plural.plural`` for a count a recording holds; one it lacks (None) shows as is."""
+    return plural(n, word) if isinstance(n, int) else f"{n} {word}s"
+
+
 def describe_run(info: RunInfo) -> list[str]:
     """Lines about a recording's provenance: model, device, trace and how it was scaled."""
     cfg = info.config
@@ -320,11 +324,12 @@ def describe_run(info: RunInfo) -> list[str]:
         model = {"name": model}
     lines = [f"model: {model.get('name', '?')} on {info.device or '?'} ({info.dtype or '?'}); "
              f"max_num_seqs {cfg.get('max_num_seqs')}, max_num_batched_tokens {cfg.get('max_num_batched_tokens')}, "
-             f"{cfg.get('num_gpu_blocks')} KV blocks of {cfg.get('block_size')} tokens, clock {cfg.get('clock')}"]
+             f"{_count(cfg.get('num_gpu_blocks'), 'KV block')} of {_count(cfg.get('block_size'), 'token')}, "
+             f"clock {cfg.get('clock')}"]
     trace = info.trace or {}
     if trace:
-        lines.append(f"trace: {trace.get('name')} ({trace.get('num_rows')} requests, "
-                     f"{trace.get('num_malformed_rows', 0)} malformed rows skipped)")
+        lines.append(f"trace: {trace.get('name')} ({_count(trace.get('num_rows'), 'request')}, "
+                     f"{_count(trace.get('num_malformed_rows', 0), 'malformed row')} skipped)")
         lines += [f"  - {n}" for n in trace.get("scaling", [])]
         unknown = trace.get("unknown_keys") or {}
         if unknown:

@@ -39,7 +39,7 @@ def make_live(args: argparse.Namespace):
     trace = read_trace(args)
     record = Path(args.record) if args.record else default_recording_path()
     if not args.record:          # app.usage checked a --record path with the command line
-        check_output(record, RECORD_EXISTS, make_folder=True)
+        check_output(record, RECORD_EXISTS, make_folder=True, recording=True)
     from recordings.file.reader import Reader
     source = LiveSource(empty_state(config.max_num_seqs), open_reader=Reader)
     holder: dict = {}

@@ -17,7 +17,7 @@ from operator import itemgetter
 from typing import Callable, Mapping, Sequence
 
 from engine.outputs import CachedRequestData, NewRequestData, ScheduledRequest
-from engine.request import Request
+from engine.request import PromptIdsOnUse, Request
 
 # fields of a ScheduledRequest by position (a NamedTuple): itemgetter is the fastest read
 _REQUEST_ID, _NEW_BLOCK_IDS, _NUM_COMPUTED = (itemgetter(ScheduledRequest._fields.index(f)) for f in
@@ -83,5 +83,8 @@ class RunnerSync:
 
     def _full(self, req: Request, s: ScheduledRequest, table: tuple[int, ...]) -> NewRequestData:
         self.held.add(req.request_id)
-        return NewRequestData(req.request_id, req.prompt_token_ids, tuple(req.output_token_ids),
+        prompt = req.prompt_token_ids
+        if isinstance(prompt, PromptIdsOnUse):
+            prompt = prompt.ids          # the runner gets the made ids (a buffer numpy/torch read at once)
+        return NewRequestData(req.request_id, prompt, tuple(req.output_token_ids),
                               req.sampling_params, table, s.num_computed_tokens)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import operator
 from collections import deque
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -26,6 +26,7 @@ _RUNNING = STATUS_CODE[RequestStatus.RUNNING]
 _WAITING = STATUS_CODE[RequestStatus.WAITING]
 _MIN_CAPACITY = 64
 _REQUEST_ID = operator.attrgetter("request_id")
+_POOL_KINDS = frozenset((BlockEventKind.RESERVED, BlockEventKind.UNRESERVED))   # the usable pool changed
 _CACHE_KINDS = (BlockEventKind.HIT, BlockEventKind.CACHED, BlockEventKind.EVICTED, BlockEventKind.FORKED)   # FORKED shares as HIT
 
 
@@ -148,39 +149,136 @@ class StateTimeline:
         events), batch entries, tokens, block events, transitions (last, so they are the values
         after the step). Also used for the changes a user makes between steps (they are
         recorded with the next step)."""
+        self._arrive(knobs, arrivals)
+        for ev in events:
+            if ev.kind == EventKind.PRIORITY and ev.request_id in self._row:
+                self._cols["priority"][self._row[ev.request_id]] = int(ev.detail)
+        row = self._row      # after the arrivals: an arrival may compact the rows
+        # Batch entries and tokens column-wise: one row lookup per request, the rest in numpy.
+        if scheduled:
+            n = len(scheduled)
+            ids, slots, num_tokens, num_computed, _ = zip(*scheduled)
+            self._schedule(np.fromiter(map(row.__getitem__, ids), np.intp, n), np.fromiter(slots, np.int32, n),
+                           np.fromiter(num_tokens, np.int64, n), np.fromiter(num_computed, np.int64, n))
+        if new_tokens:
+            self._sample(np.fromiter(map(row.__getitem__, map(_REQUEST_ID, new_tokens)), np.intp,
+                                     len(new_tokens)), token_time)
+        for ev in block_events:
+            self._blocks(ev.kind, -1 if ev.kind in _POOL_KINDS else row[ev.request_id], ev.block_ids,
+                         ev.block_hashes)
+        for t in transitions:       # a finish may compact the rows: looked up one at a time
+            self._transition(self._row[t.request_id], t.status, t.slot, t.num_computed_tokens,
+                             t.num_preemptions, t.error)
+
+    def apply_columns(self, step: int, clock: float, arrivals: Iterable[Arrival] = (),
+                      priorities: Iterable[tuple[int, int]] = (), batch: Sequence[np.ndarray] | None = None,
+                      token_time: float = math.nan, block_events: tuple = ((),),
+                      transitions: Iterable[tuple] = (), knobs: Iterable[tuple[str, int]] = ()) -> None:
+        """Advance to the state after step ``step`` (engine clock ``clock``) from its changes as
+        columns, with requests named by arrival number (``seq``) instead of id: what
+        :meth:`apply` does with the step's :class:`StepRecord`, without building it (a recording's
+        reader replays the steps after a keyframe this way; the two are held equal by
+        ``tests/recordings/file/test_rec_column_replay.py``).
+
+        ``arrivals``: the step's :class:`Arrival` s in order; ``priorities``: ``(seq, priority)``
+        of its ``priority`` events in order; ``batch``: ``(seq, slot, num_tokens,
+        num_computed_tokens, sampled)`` arrays aligned in batch order (int64, ``sampled`` bool:
+        the entry sampled a token at ``token_time``), None for an empty batch; ``block_events``:
+        the step's block events as columns ``(kinds, seqs, counts, block_ids, hash_counts,
+        hashes)`` in event order: kinds (a list of str), their requests' arrival numbers (any
+        value for the pool's own ``reserved`` / ``unreserved``), how many blocks each names, all
+        their block ids one event after the other, how many prefix hashes each carries and the
+        hashes (int64 arrays);
+        ``transitions``:
+        ``(seq, status, slot, num_computed_tokens, num_preemptions, error)`` in order.
+        Raises ``KeyError`` for a request number that is not live, ``ValueError`` as
+        :meth:`apply` does."""
+        self._arrive(knobs, arrivals)
+        for seq, value in priorities:
+            i = self._row_of_seq(seq, None)
+            if i is not None:
+                self._cols["priority"][i] = value
+        if batch is not None and len(batch[0]):
+            seq, slot, num_tokens, num_computed, sampled = batch
+            rows = self._rows_of_seqs(seq)
+            self._schedule(rows, slot, num_tokens, num_computed)
+            if sampled.any():
+                self._sample(rows[sampled], token_time)
+        if block_events[0]:
+            self._block_columns(*block_events)
+        for seq, status, slot, num_computed, num_preemptions, error in transitions:
+            self._transition(self._row_of_seq(seq), status, slot, num_computed, num_preemptions, error)
+        self.step, self.clock = step, clock
+
+    def _block_columns(self, kinds: Sequence[str], seqs: np.ndarray, counts: np.ndarray, block_ids: np.ndarray,
+                       hash_counts: np.ndarray, hashes: np.ndarray) -> None:
+        """A step's block events as columns (see :meth:`apply_columns`), in order: the rows of
+        their requests looked up at once, then each event as :meth:`apply` applies it (applying
+        a step's events at once in numpy was slower: ~14 events a step, most of one block)."""
+        m = len(kinds)
+        held = np.fromiter(map(_POOL_KINDS.__contains__, kinds), bool, m)
+        np.logical_not(held, out=held)
+        rows = np.full(m, -1, np.intp)
+        rows[held] = self._rows_of_seqs(seqs[held])
+        ids, hashes = block_ids.tolist(), hashes.tolist()
+        at = hat = 0
+        for kind, i, n, h in zip(kinds, rows.tolist(), counts.tolist(), hash_counts.tolist()):
+            self._blocks(kind, i, ids[at:at + n], hashes[hat:hat + h])
+            at += n
+            hat += h
+
+    def _arrive(self, knobs: Iterable[tuple[str, int]], arrivals: Iterable[Arrival]) -> None:
+        """The start of a step's changes: its knobs and arrivals."""
         self.last_finished = []
         for name, value in knobs:
             if name == "max_num_seqs":            # the batch slots a state shows
                 self.layout = (self.layout[0], self.layout[1], int(value))
         for a in arrivals:
             self._add(a)
-        for ev in events:
-            if ev.kind == EventKind.PRIORITY and ev.request_id in self._row:
-                self._cols["priority"][self._row[ev.request_id]] = int(ev.detail)
-        c, row = self._cols, self._row      # after the arrivals: an arrival may compact the rows
-        # Batch entries and tokens column-wise: one row lookup per request, the rest in numpy.
-        if scheduled:
-            n = len(scheduled)
-            ids, slots, num_tokens, num_computed, _ = zip(*scheduled)
-            rows = np.fromiter(map(row.__getitem__, ids), np.intp, n)
-            start = np.fromiter(num_computed, np.int64, n)
-            end = np.fromiter(map(operator.add, num_computed, num_tokens), np.int64, n)
-            c["num_computed_tokens"][rows] = end
-            high = c["max_computed_tokens"][rows]       # computed before: computed again now
-            c["num_recomputed_tokens"][rows] += np.maximum(np.minimum(end, high) - start, 0)
-            c["max_computed_tokens"][rows] = np.maximum(high, end)
-            c["slot"][rows] = np.fromiter(slots, np.int32, n)
-            c["status"][rows] = _RUNNING
-        if new_tokens:
-            rows = np.fromiter(map(row.__getitem__, map(_REQUEST_ID, new_tokens)), np.intp, len(new_tokens))
-            c["num_output_tokens"][rows] += 1
-            first = c["first_token_time"]
-            first[rows[np.isnan(first[rows])]] = token_time
-            c["last_token_time"][rows] = token_time
-        for ev in block_events:
-            self._blocks(ev)
-        for t in transitions:
-            self._transition(t)
+
+    def _schedule(self, rows: np.ndarray, slots: np.ndarray, num_tokens: np.ndarray,
+                  num_computed: np.ndarray) -> None:
+        """Batch entries of the requests in ``rows`` (int64 arrays aligned with them)."""
+        c = self._cols
+        end = num_computed + num_tokens
+        c["num_computed_tokens"][rows] = end
+        high = c["max_computed_tokens"][rows]       # computed before: computed again now
+        c["num_recomputed_tokens"][rows] += np.maximum(np.minimum(end, high) - num_computed, 0)
+        c["max_computed_tokens"][rows] = np.maximum(high, end)
+        c["slot"][rows] = slots
+        c["status"][rows] = _RUNNING
+
+    def _sample(self, rows: np.ndarray, token_time: float) -> None:
+        """A token sampled at ``token_time`` for each request in ``rows``."""
+        c = self._cols
+        c["num_output_tokens"][rows] += 1
+        first = c["first_token_time"]
+        first[rows[np.isnan(first[rows])]] = token_time
+        c["last_token_time"][rows] = token_time
+
+    def _row_of_seq(self, seq: int, missing: object = KeyError) -> int:
+        """The row of the live request with arrival number ``seq``; ``missing`` when there is
+        none (raises ``KeyError`` by default)."""
+        n = self._n
+        i = int(np.searchsorted(self._cols["seq"][:n], seq))
+        if i < n and self._cols["seq"][i] == seq and self._alive[i]:
+            return i
+        if missing is KeyError:
+            raise KeyError(f"request number {seq} is not live")
+        return missing
+
+    def _rows_of_seqs(self, seqs: np.ndarray) -> np.ndarray:
+        """The rows of the live requests with arrival numbers ``seqs`` (the rows' ``seq`` are
+        ascending: arrival order). Raises ``KeyError`` when one is not live."""
+        n = self._n
+        col = self._cols["seq"][:n]
+        rows = np.searchsorted(col, seqs)
+        found = rows < n
+        found[found] &= col[rows[found]] == seqs[found]
+        found[found] &= self._alive[rows[found]]
+        if not found.all():
+            raise KeyError(f"request number {int(seqs[~found][0])} is not live")
+        return rows
 
     def _add(self, a: Arrival) -> None:
         if a.request_id in self._row:
@@ -207,63 +305,64 @@ class StateTimeline:
         self._alive[i] = True
         self._row[a.request_id] = i
 
-    def _blocks(self, ev: BlockEvent) -> None:
-        if ev.kind in (BlockEventKind.RESERVED, BlockEventKind.UNRESERVED):     # the usable pool changed
-            ids = np.asarray(ev.block_ids, np.int64)
-            self.block_owner[ids] = RESERVED if ev.kind == BlockEventKind.RESERVED else -1
+    def _blocks(self, kind: str, i: int, block_ids: Sequence[int], block_hashes: Sequence[int]) -> None:
+        """A block event of ``kind`` naming ``block_ids`` (and ``block_hashes``, for ``cached``)
+        of the request in row ``i`` (-1 for the pool's own events)."""
+        if kind in _POOL_KINDS:     # the usable pool changed
+            ids = np.asarray(block_ids, np.int64)
+            self.block_owner[ids] = RESERVED if kind == BlockEventKind.RESERVED else -1
             self.block_hash[ids] = 0
             self.block_pos[ids] = 0
             return
-        i = self._row[ev.request_id]
         nblocks = self._cols["num_blocks"]
-        ids, n = ev.block_ids, len(ev.block_ids)
-        if ev.kind == BlockEventKind.FREED and (self._extra or self._extra_by_block):
+        ids, n = block_ids, len(block_ids)
+        if kind == BlockEventKind.FREED and (self._extra or self._extra_by_block):
             self._shared = None
             self._free_shared(int(self._cols["seq"][i]), ids)
             nblocks[i] -= n
             return
-        if ev.kind in _CACHE_KINDS:
-            self._cache_event(i, ev)
+        if kind in _CACHE_KINDS:
+            self._cache_event(i, kind, block_ids, block_hashes)
             return
-        if ev.kind == BlockEventKind.SWAPPED_OUT:       # the CPU side; the GPU table was freed before
+        if kind == BlockEventKind.SWAPPED_OUT:       # the CPU side; the GPU table was freed before
             self.cpu_owner[np.asarray(ids, np.int64)] = self._cols["seq"][i]
             return
-        if ev.kind == BlockEventKind.SWAPPED_IN:
+        if kind == BlockEventKind.SWAPPED_IN:
             self.cpu_owner[np.asarray(ids, np.int64)] = -1
             return
         if n == 1:              # the common case (a decode crossing a block boundary): scalars
             ids = ids[0]
         else:
             ids = np.asarray(ids, np.int64)
-        if ev.kind == BlockEventKind.ALLOCATED:
+        if kind == BlockEventKind.ALLOCATED:
             start = int(nblocks[i])
             self.block_owner[ids] = self._cols["seq"][i]
             self.block_pos[ids] = start if n == 1 else np.arange(start, start + n)
             nblocks[i] = start + n
-        elif ev.kind == BlockEventKind.FREED:
+        elif kind == BlockEventKind.FREED:
             self.block_owner[ids] = -1
             # a cached block keeps its position: it still holds that prefix block's tokens
             self.block_pos[ids] = np.where(self.block_hash[ids] != 0, self.block_pos[ids], 0)
             nblocks[i] -= n
         else:
-            raise ValueError(f"unknown block event kind {ev.kind!r}")
+            raise ValueError(f"unknown block event kind {kind!r}")
 
-    def _cache_event(self, i: int, ev: BlockEvent) -> None:
+    def _cache_event(self, i: int, kind: str, block_ids: Sequence[int], block_hashes: Sequence[int]) -> None:
         """A prefix-cache block event (hit, cached, evicted) for the request in row ``i``, or a
         parallel-sampling fork (shared into the table like a hit)."""
-        ids = np.asarray(ev.block_ids, np.int64)
-        if ev.kind == BlockEventKind.CACHED:
-            if len(ev.block_hashes) != len(ids):
-                raise ValueError(f"cached event with {len(ids)} blocks and {len(ev.block_hashes)} hashes")
-            self.block_hash[ids] = ev.block_hashes
-        elif ev.kind == BlockEventKind.EVICTED:
+        ids = np.asarray(block_ids, np.int64)
+        if kind == BlockEventKind.CACHED:
+            if len(block_hashes) != len(ids):
+                raise ValueError(f"cached event with {len(ids)} blocks and {len(block_hashes)} hashes")
+            self.block_hash[ids] = block_hashes
+        elif kind == BlockEventKind.EVICTED:
             self.block_hash[ids] = 0
             self.block_pos[ids] = 0
         else:                                   # hit or forked: shared into the table's head
             self._shared = None
             nblocks = self._cols["num_blocks"]
             seq, start = int(self._cols["seq"][i]), int(nblocks[i])
-            for k, b in enumerate(ev.block_ids):
+            for k, b in enumerate(block_ids):
                 if self.block_owner[b] < 0:             # cached-free: it becomes the owner
                     self.block_owner[b] = seq
                     self.block_pos[b] = start + k
@@ -299,21 +398,21 @@ class StateTimeline:
                 if not self.block_hash[b]:
                     self.block_pos[b] = 0
 
-    def _transition(self, t: Transition) -> None:
-        i, c = self._row[t.request_id], self._cols
-        if t.status.startswith("FINISHED"):
-            c["slot"][i] = t.slot
-            c["num_computed_tokens"][i] = t.num_computed_tokens
-            c["num_preemptions"][i] = t.num_preemptions
-            view = row_view(t.request_id, c, i, status=t.status, error=t.error)
+    def _transition(self, i: int, status: str, slot: int, num_computed_tokens: int,
+                    num_preemptions: int, error: str | None) -> None:
+        """The request in row ``i`` moved to ``status`` with these values (a finish removes it)."""
+        c = self._cols
+        c["slot"][i] = slot
+        c["num_computed_tokens"][i] = num_computed_tokens
+        c["num_preemptions"][i] = num_preemptions
+        if status.startswith("FINISHED"):
+            request_id = self._ids[i]
+            view = row_view(request_id, c, i, status=status, error=error)
             self.finished.append(view)
             self.last_finished.append(view)
-            self._remove(t.request_id)
+            self._remove(request_id)
             return
-        c["status"][i] = STATUS_CODE[t.status]
-        c["slot"][i] = t.slot
-        c["num_computed_tokens"][i] = t.num_computed_tokens
-        c["num_preemptions"][i] = t.num_preemptions
+        c["status"][i] = STATUS_CODE[status]
 
     def _remove(self, request_id: str) -> None:
         i = self._row.pop(request_id)

@@ -24,14 +24,14 @@ from recordings.file.open_reader import open_reader
 
 
 # --- headline --------------------------------------------------------------------------------
-# (attribute, label, higher is better, format)
+# (attribute, label, higher is better, format: None = recordings.numbers.number_text)
 HEADLINE_FIELDS = (
     ("output_tokens_per_s", "output tokens/s", True, ",.1f"),
     ("requests_per_s", "requests/s", True, ",.2f"),
-    ("ttft_p50", "TTFT p50", False, ".4g"),
-    ("ttft_p99", "TTFT p99", False, ".4g"),
-    ("tpot_p50", "TPOT p50", False, ".4g"),
-    ("tpot_p99", "TPOT p99", False, ".4g"),
+    ("ttft_p50", "TTFT p50", False, None),
+    ("ttft_p99", "TTFT p99", False, None),
+    ("tpot_p50", "TPOT p50", False, None),
+    ("tpot_p99", "TPOT p99", False, None),
     ("slot_occupancy", "slot occupancy %", True, ".1f"),
     ("goodput_per_s", "goodput req/s (SLO met)", True, ",.2f"),
     ("num_preemptions", "preemptions", False, ",.0f"),

@@ -25,6 +25,7 @@ import numpy as np
 
 from recordings.metrics.stats import STEPS_PER_QUERY
 from recordings.file.reader import Reader
+from recordings.numbers import number_text
 from engine.vocab import RequestStatus
 
 PARTS = ("queue", "preempted", "prefill", "decode")
@@ -157,7 +158,8 @@ class RequestDelta:
 def _evidence(part: str, a: RequestTimes, i: int, b: RequestTimes, j: int, unit: str) -> str:
     """The recorded facts behind a cause, A → B."""
     if part == "queue":
-        return f"first scheduled {a.parts['queue'][i]:.3g} → {b.parts['queue'][j]:.3g} {unit} after arrival"
+        return (f"first scheduled {number_text(a.parts['queue'][i])} → "
+                f"{number_text(b.parts['queue'][j])} {unit} after arrival")
     if part == "preempted":
         return (f"preemptions {a.num_preemptions[i]} → {b.num_preemptions[j]}, KV tokens dropped "
                 f"{a.num_dropped_tokens[i]} → {b.num_dropped_tokens[j]}")
@@ -165,9 +167,8 @@ def _evidence(part: str, a: RequestTimes, i: int, b: RequestTimes, j: int, unit:
         return f"prefill steps {a.num_prefill_steps[i]} → {b.num_prefill_steps[j]}"
     ms = 1000.0 if unit == "s" else 1.0
     step_unit = "ms" if unit == "s" else unit
-    fmt = lambda v: f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"  # noqa: E731  (no 1.18e+03)
     return (f"batch {a.mean_batch_size[i]:.1f} → {b.mean_batch_size[j]:.1f} requests, decode step "
-            f"{fmt(a.mean_decode_step[i] * ms)} → {fmt(b.mean_decode_step[j] * ms)} {step_unit}")
+            f"{number_text(a.mean_decode_step[i] * ms)} → {number_text(b.mean_decode_step[j] * ms)} {step_unit}")
 
 
 def request_deltas(a: RequestTimes, b: RequestTimes, time_unit: str = "s") -> list[RequestDelta]:

@@ -6,18 +6,22 @@ from collections import Counter
 
 from recordings.compare.comparison import HEADLINE_FIELDS, Comparison
 from recordings.compare.requests import PARTS, RequestDelta
+from recordings.numbers import number_text, signed_text
 
 Table = tuple[list[str], list[list[str]]]
 
 
-def num(value: float | None, spec: str = ".4g") -> str:
-    """``value`` formatted by ``spec``; '-' for None."""
-    return "-" if value is None else format(value, spec)
+def num(value: float | None, spec: str | None = None) -> str:
+    """``value`` formatted by ``spec``, or as ``recordings.numbers.number_text`` (``6,353``,
+    ``0.0709``: never an exponent) without one; '-' for None."""
+    if value is None:
+        return "-"
+    return number_text(value) if spec is None else format(value, spec)
 
 
 def ratio_text(r: float | None) -> str:
-    """'1.36x' (3 significant digits); '-' when there is no ratio."""
-    return "-" if r is None else f"{r:.3g}x"
+    """'1.36x', '281x', '0.00667x' (``number_text``); '-' when there is no ratio."""
+    return "-" if r is None else f"{number_text(r)}x"
 
 
 def is_better(attr: str, r: float | None, tolerance: float = 0.02) -> bool | None:
@@ -66,8 +70,8 @@ def delta_table(deltas: list[RequestDelta], unit: str, top: int | None = 10, slo
     headers = ["request", "prompt", "output", f"E2E A ({unit})", f"E2E B ({unit})", "change",
                *[f"Δ {p}" for p in PARTS], "why"]
     rows = [[d.request_id, str(d.num_prompt_tokens), str(d.num_output_tokens), num(d.e2e_a), num(d.e2e_b),
-             f"{d.delta:+.3g} ({d.delta / d.e2e_a:+.0%})" if d.e2e_a else f"{d.delta:+.3g}",
-             *[f"{d.parts[p]:+.3g}" for p in PARTS], f"{d.cause}: {d.evidence}" if d.evidence else d.cause]
+             f"{signed_text(d.delta)} ({d.delta / d.e2e_a:+.0%})" if d.e2e_a else signed_text(d.delta),
+             *[signed_text(d.parts[p]) for p in PARTS], f"{d.cause}: {d.evidence}" if d.evidence else d.cause]
             for d in picked]
     return headers, rows
 

@@ -22,7 +22,7 @@ from engine.cache_folder import cache_root
 from recordings.damage.report import DamageReport, find_damage
 
 CACHE_SUFFIX = ".damage.json"
-_FORMAT = 1                      # bump when DamageReport's meaning changes
+_FORMAT = 2                      # bump when DamageReport's meaning changes (2: last_saved_step)
 _MEMORY: dict[str, tuple[tuple, DamageReport]] = {}
 
 

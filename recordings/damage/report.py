@@ -15,7 +15,12 @@ up to its end) and:
   decodes and no step after it up to ``k`` is damaged (what ``state_at`` needs: keyframe + the
   recorded steps after it); each range's ends are then confirmed with ``state_at`` on a fresh
   reader, bisecting for the last step that replays where an end does not;
-- counts the requests whose rows read (``seq`` ranges bisected the same way).
+- counts the requests whose rows read (``seq`` ranges bisected the same way);
+- finds the steps ``batchscope recover`` keeps (``last_saved_step``): from step 0 up to the first
+  step whose own rows (``steps``, ``events``, ``block_events``, ``transitions``) do not read from
+  the tables themselves (``NOT INDEXED``, as :func:`read_rows` reads them for the copy). Lost
+  keyframes and request rows do not end it: the copy replays and rebuilds them; damaged indexes
+  neither: the copy builds new ones. So a copy can keep more than ``state_at`` replays here.
 
 The same bisection idea as ``git bisect`` / delta debugging; the b-tree checks are SQLite's own
 (https://www.sqlite.org/pragma.html#pragma_quick_check). No page is parsed by hand.
@@ -45,7 +50,10 @@ class DamageReport:
     do not read or decode, both as inclusive ``(first, last)`` in step order. ``num_requests`` /
     ``lost_requests``: the requests the file names and the ``seq`` ranges whose rows do not read.
     ``bad_keyframes`` / ``keyframes``: the steps of the keyframes that do not decode / of all
-    that read. ``version``: the schema version."""
+    that read. ``version``: the schema version. ``last_saved_step``: the last step a recovered
+    copy keeps (``recordings.damage.salvage``), -1 when step 0's rows do not read; it can be
+    past ``last_good_step`` (rows that read one by one; indexes, keyframes and request rows
+    rebuilt), never past the first step whose own rows do not read."""
 
     path: Path
     version: int
@@ -57,6 +65,7 @@ class DamageReport:
     keyframes: list[int] = field(default_factory=list)
     num_requests: int = 0
     lost_requests: list[Range] = field(default_factory=list)
+    last_saved_step: int = -1
 
     def to_json(self) -> dict:
         """The report as JSON-able data (:meth:`from_json` reads it back)."""
@@ -95,7 +104,7 @@ class DamageReport:
             out.append(f"no step is readable (the file names {n:,})" if n else
                        "no step can be read")
         if self.bad_steps:
-            out.append(f"rows that do not read or decode: steps {_spans(self.bad_steps)}")
+            out.append(f"steps whose rows this file's reader cannot read or decode: {_spans(self.bad_steps)}")
         if self.bad_keyframes:
             out.append(f"keyframes that do not decode: at steps {_spans([(k, k) for k in self.bad_keyframes])}")
         lost = sum(b - a + 1 for a, b in self.lost_requests)
@@ -104,7 +113,17 @@ class DamageReport:
                        + (f"; lost request numbers (seq) {_spans(self.lost_requests)}" if lost else ""))
         else:
             out.append("requests: none can be read")
+        out.append(self.saved_line())
         return out
+
+    def saved_line(self) -> str:
+        """What ``batchscope recover`` keeps, and why that can be more than replays here."""
+        k, s = self.last_good_step, self.last_saved_step
+        if s < 0:
+            return "recover keeps nothing: the rows of step 0 do not read"
+        more = (f" (steps {k + 1}..{s} do not replay here, but their rows read one by one; recover "
+                "rebuilds indexes, keyframes and lost request rows)" if s > k else "")
+        return f"recover keeps steps 0..{s}{more}"
 
     def summary(self) -> str:
         """One paragraph (the window's banner): the damage, the steps a replay shows, the
@@ -116,8 +135,9 @@ class DamageReport:
         if k < 0:
             return f"Damaged recording: {what}. Step 0 does not replay here. Try: {self.recover_command()}"
         rest = (f"; the other {n - k - 1:,} are lost, unreadable or after the damage" if k + 1 < n else "")
-        return (f"Damaged recording: {what}. Showing steps 0..{k} of {n:,}{rest}. Save what reads: "
-                f"{self.recover_command()}")
+        saved = (f"Save steps 0..{self.last_saved_step}: " if self.last_saved_step >= 0 else
+                 "Nothing can be saved (the rows of step 0 do not read): ")
+        return f"Damaged recording: {what}. Showing steps 0..{k} of {n:,}{rest}. {saved}{self.recover_command()}"
 
     def recover_command(self) -> str:
         """The ``batchscope recover`` command line for this file, its paths shell-quoted."""
@@ -128,9 +148,9 @@ class DamageReport:
         if self.version < 2:
             return "a schema-1 recording is not salvaged (too old); re-record the run"
         command = self.recover_command()
-        if self.last_good_step < 0:     # a copy can still read more: fresh indexes, rows one by one
-            return f"step 0 does not replay here; what a copy can keep, if anything: {command}"
-        return f"save steps 0..{self.last_good_step} into a new valid recording: {command}"
+        if self.last_saved_step < 0:
+            return "nothing can be saved: the rows of step 0 do not read"
+        return f"save steps 0..{self.last_saved_step} into a new valid recording: {command}"
 
 
 def _span(r: Range) -> str:
@@ -215,9 +235,47 @@ def find_damage(path: str | Path, on_progress: Callable[[int, int], None] | None
                       _max_of(reader, "requests NOT INDEXED", "seq"))
         lost = bad_ranges(lambda a, b: _reads(lambda: reader.execute(
             "SELECT * FROM requests NOT INDEXED WHERE seq >= ? AND seq < ?", (a, b))), 0, max_seq + 1)
+        saved = _first_lost_step(reader, last) - 1
     readable = _confirmed(path, candidate)
     return DamageReport(path, version, report.damaged, last, readable, bad, broken, keyframes,
-                        max_seq + 1, lost)
+                        max_seq + 1, lost, saved)
+
+
+def read_rows(reader, table: str, key: str, a: int, b: int) -> list[dict] | None:
+    """The rows of ``table`` with ``a <= key < b`` read from the table itself (``NOT INDEXED``;
+    one key: an equality seek, as a range scan also reads the next leaf, maybe damaged) as
+    dicts, or None when they do not read, or break what the query or the schema promises (a
+    key outside the range, NULL in a NOT NULL column: what SQLite returns from a page past a
+    truncated file's end). What ``recordings.damage.salvage`` copies."""
+    info = reader.execute(f"PRAGMA table_info([{table}])")
+    cols, required = [c[1] for c in info], [c[1] for c in info if c[3]]
+    where, params = (f"[{key}] = ?", (a,)) if b - a == 1 else (f"[{key}] >= ? AND [{key}] < ?", (a, b))
+    try:
+        rows = reader.execute(f"SELECT {', '.join(f'[{c}]' for c in cols)} FROM [{table}] NOT INDEXED "
+                              f"WHERE {where}", params)
+    except RecordingError:
+        return None
+    out = [dict(zip(cols, r)) for r in rows]
+    if not all(isinstance(r[key], int) and a <= r[key] < b and all(r[c] is not None for c in required)
+               for r in out):
+        return None
+    return out
+
+
+def _first_lost_step(reader, last: int) -> int:
+    """The first step of ``0..last`` whose own rows (``steps`` and the per-step tables) do not
+    read through :func:`read_rows`, or whose ``steps`` row is missing; ``last + 1`` when none.
+    Chunks of :data:`CHUNK` steps in order, the first failing one bisected."""
+    def whole(a: int, b: int) -> bool:
+        steps = read_rows(reader, "steps", "step", a, b)
+        return (steps is not None and sorted(r["step"] for r in steps) == list(range(a, b))
+                and all(read_rows(reader, t, "step", a, b) is not None
+                        for t in ("events", "block_events", "transitions")))
+    for a in range(0, last + 1, CHUNK):
+        b = min(a + CHUNK, last + 1)
+        if not whole(a, b):
+            return bad_ranges(whole, a, b, chunk=b - a)[0][0]
+    return last + 1
 
 
 def _all_steps(reader, a: int, b: int, decode: bool = True) -> bool:

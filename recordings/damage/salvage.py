@@ -38,11 +38,12 @@ from typing import Callable
 
 import sqlite_utils
 
+from engine.plural import plural
 from engine.run_info import RunInfo
 from recordings.file import codec
 from recordings.damage.analysis import damage_analysis
 from recordings.damage.rebuild_requests import RebuiltRequests, rebuild_requests
-from recordings.damage.report import DamageReport, Range, bad_ranges, find_damage
+from recordings.damage.report import DamageReport, Range, bad_ranges, find_damage, read_rows
 from recordings.errors import RecordingError
 from recordings.file.schema import migrate
 
@@ -77,18 +78,18 @@ class SalvageResult:
     def lines(self) -> list[str]:
         """What was kept and dropped, one line each."""
         n, k = self.num_steps, self.last_step
-        out = [f"kept steps 0..{k} ({k + 1:,} of {n:,}), {self.num_requests:,} requests, "
-               f"{self.num_keyframes:,} keyframes"]
-        if k > self.report.last_good_step:
-            out.append(f"(steps {self.report.last_good_step + 1}..{k} did not replay in the damaged file, "
-                       "but their rows read one by one, with fresh indexes)")
+        out = [f"kept steps 0..{k} ({k + 1:,} of {n:,}), {plural(self.num_requests, 'request')}, "
+               f"{plural(self.num_keyframes, 'keyframe')}"]
+        if k < self.report.last_saved_step:
+            out.append(f"(steps {k + 1}..{self.report.last_saved_step} read but did not replay in the copy: "
+                       "their bytes do not decode)")
         if k + 1 < n:
             out.append(f"dropped steps {k + 1}..{n - 1} ({n - k - 1:,}): lost or unreadable, or after "
                        "the first damaged step (a recording has no gaps)")
         if self.dropped_requests:
-            out.append(f"dropped {self.dropped_requests:,} requests that arrived after step {k}")
+            out.append(f"dropped {plural(self.dropped_requests, 'request')} that arrived after step {k}")
         if self.rederived_keyframes:
-            out.append(f"re-derived {self.rederived_keyframes:,} keyframes whose rows did not read or decode")
+            out.append(f"re-derived {plural(self.rederived_keyframes, 'keyframe')} whose rows did not read or decode")
         out += self.rebuilt.lines()
         return out
 
@@ -122,7 +123,8 @@ def salvage(src: str | Path, out: str | Path, *, report: DamageReport | None = N
             _delete_keyframes(work, kept.bad_keyframes)
             kept = find_damage(work, phase("verify"))
         lost_rows = [a for table in CHILD_TABLES for a, _ in unreadable[table]]
-        last = min(kept.last_good_step, min(lost_rows, default=report.last_step + 1) - 1)
+        last = min(report.last_saved_step, kept.last_good_step,     # what check said, unless the copy
+                   min(lost_rows, default=report.last_step + 1) - 1)    # replays less (bytes that do not decode)
         if last < 0:
             raise RecordingError(f"{src}: step 0 does not read, so nothing can be salvaged "
                                  f"({'; '.join(report.lines())})")
@@ -209,12 +211,11 @@ def _rederive_keyframes(work: Path, last: int) -> int:
 
 
 def _copy_range(reader, db: sqlite_utils.Database, table: str, key: str, lo: int, hi: int) -> list:
-    """Copy the rows of ``table`` with ``lo <= key < hi`` that read; the key ranges that do not."""
+    """Copy the rows of ``table`` with ``lo <= key < hi`` that read
+    (:func:`recordings.damage.report.read_rows`); the key ranges that do not."""
     def copy(a: int, b: int) -> bool:
-        try:     # one key: an equality seek (a range scan also reads the next leaf, maybe damaged)
-            rows = (_select(reader, table, f"{key} = ?", (a,), "NOT INDEXED") if b - a == 1 else
-                    _select(reader, table, f"{key} >= ? AND {key} < ?", (a, b), "NOT INDEXED"))
-        except RecordingError:
+        rows = read_rows(reader, table, key, a, b)
+        if rows is None:
             return False
         db[table].insert_all(rows, batch_size=200)
         return True

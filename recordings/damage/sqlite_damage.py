@@ -14,7 +14,7 @@ import sqlite3
 from pathlib import Path
 
 from recordings.errors import RecordingError
-from recordings.file.opening import check_sqlite_file
+from recordings.file.opening import NOTHING_READS, check_sqlite_file
 
 QUICK_CHECK_LIMIT = 100     # quick_check stops after this many messages (its default)
 
@@ -88,8 +88,10 @@ def _quick_check(reader, table: str) -> str:
 def open_error_is_damage(exc: BaseException) -> bool:
     """Whether a :class:`RecordingError` from opening a file means damage that
     :func:`recordings.damage.report.find_damage` may see past (truncated, corrupt, malformed), rather
-    than a file that is not a recording at all."""
+    than a file that is not a recording at all, or one cut short inside its first page (nothing
+    of it reads)."""
     text = str(exc)
     cause = exc.__cause__
     return (isinstance(cause, sqlite3.DatabaseError) or "truncated" in text or "corrupt" in text
-            or "malformed" in text) and "not an SQLite database" not in text and "empty" not in text
+            or "malformed" in text) and "not an SQLite database" not in text and "empty" not in text \
+        and NOTHING_READS not in text

@@ -75,14 +75,14 @@ def tokens_from_blob(blob: bytes | None) -> tuple[int, ...] | None:
 
 
 def request_row(seq: int, request_id: str, arrival_step: int, arrival_time: float,
-                prompt_token_ids: Sequence[int], prompt_text: str | None,
-                sampling: Mapping[str, Any], *, store_prompt: bool = True) -> dict[str, Any]:
-    """The ``requests`` row of an arrival (outcome columns still empty); ``prompt_token_ids``
-    is NULL unless ``store_prompt``."""
+                prompt_token_ids: Sequence[int] | None, num_prompt_tokens: int, prompt_text: str | None,
+                sampling: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``requests`` row of an arrival (outcome columns still empty); the
+    ``prompt_token_ids`` column is NULL when ``prompt_token_ids`` is None (not stored)."""
     return {"seq": seq, "request_id": request_id, "arrival_step": arrival_step,
-            "arrival_time": arrival_time, "num_prompt_tokens": len(prompt_token_ids),
+            "arrival_time": arrival_time, "num_prompt_tokens": num_prompt_tokens,
             "max_tokens": sampling.get("max_tokens"),
-            "prompt_token_ids": token_blob(prompt_token_ids) if store_prompt else None,
+            "prompt_token_ids": None if prompt_token_ids is None else token_blob(prompt_token_ids),
             "prompt_text": prompt_text,
             "sampling_json": dumps(stored_sampling(sampling))}
 

@@ -168,8 +168,28 @@ def block_events_blob(events: Sequence[BlockEvent], seq_of: Callable[[str], int]
 def block_events_from_blob(blob: bytes | None, id_of: Callable[[int], str]) -> tuple[BlockEvent, ...]:
     """The block events :func:`block_events_blob` stored (``id_of``: arrival number -> request id).
     Raises ``ValueError`` for a damaged blob."""
+    kinds, seqs, counts, ids, hash_counts, hashes = block_event_columns(blob)
+    ids, hashes = ids.tolist(), hashes.tolist()
+    out, at, hat = [], 0, 0
+    for kind, seq, count, hcount in zip(kinds, seqs.tolist(), counts.tolist(), hash_counts.tolist()):
+        out.append(BlockEvent(kind, "" if seq == NO_REQUEST else id_of(seq),
+                              tuple(ids[at:at + count]), tuple(hashes[hat:hat + hcount])))
+        at += count
+        hat += hcount
+    return tuple(out)
+
+
+def block_event_columns(blob: bytes | None) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray,
+                                                     np.ndarray, np.ndarray]:
+    """The block events :func:`block_events_blob` stored, as columns in event order: kinds (a
+    list of str), then int64 arrays: arrival numbers (:data:`NO_REQUEST` for the pool's own
+    events), the number of block ids of each event, all the block ids one event after the
+    other, the number of prefix hashes of each event and the hashes. What
+    ``StateTimeline.apply_columns`` takes, without building a :class:`BlockEvent` or looking up a
+    request id. Raises ``ValueError`` for a damaged blob."""
     if blob is None:
-        return ()
+        empty = np.zeros(0, np.int64)
+        return [], empty, empty, empty, empty, empty
     arrays = unpack(blob)
     if len(arrays) != BLOCK_ARRAYS:
         raise ValueError(f"a block-events blob of {len(arrays)} arrays, not {BLOCK_ARRAYS}")
@@ -180,16 +200,8 @@ def block_events_from_blob(blob: bytes | None, id_of: Callable[[int], str]) -> t
     if counts.sum() != len(id_delta) or hash_counts.sum() != len(hashes) or (counts < 0).any() \
             or (hash_counts < 0).any() or kinds.max(initial=0) >= len(_KINDS) or kinds.min(initial=0) < 0:
         raise ValueError("block-event arrays that do not add up")
-    ids = np.cumsum(id_delta).tolist()
-    hashes = hashes.tolist()
-    out, at, hat = [], 0, 0
-    for kind, seq, count, hcount in zip(kinds.tolist(), np.cumsum(seq_delta).tolist(),
-                                        counts.tolist(), hash_counts.tolist()):
-        out.append(BlockEvent(_KINDS[kind], "" if seq == NO_REQUEST else id_of(seq),
-                              tuple(ids[at:at + count]), tuple(hashes[hat:hat + hcount])))
-        at += count
-        hat += hcount
-    return tuple(out)
+    return ([_KINDS[k] for k in kinds.tolist()], np.cumsum(seq_delta), counts, np.cumsum(id_delta),
+            hash_counts, hashes)
 
 
 def blocks_by_request(blob: bytes, kind: str) -> dict[int, int]:

@@ -29,6 +29,7 @@ from recordings.file.schema import APPLICATION_ID, VIEWS, check_version, latest_
 
 _MAGIC = b"SQLite format 3\x00"
 _HEADER_SIZE = 100
+NOTHING_READS = "so no step, request or setting can be read"   # in the error for a file without page 1
 
 
 def missing_wal(path: Path) -> bool:
@@ -69,7 +70,8 @@ def connect_readonly(path: Path, damaged: bool = False) -> sqlite3.Connection:
 
 def check_sqlite_file(path: Path, damaged: bool = False) -> None:
     """Raise :class:`RecordingError` unless ``path`` looks like a whole SQLite database file
-    (``damaged``: an SQLite file, whole or not)."""
+    (``damaged``: an SQLite file, whole or not, as long as its first page, the schema, is
+    there)."""
     if not path.exists():
         raise RecordingError(f"{path}: no such file")
     if not path.is_file():
@@ -83,13 +85,17 @@ def check_sqlite_file(path: Path, damaged: bool = False) -> None:
         raise RecordingError(f"{path}: not an SQLite database (so not a BatchScope recording)")
     if len(header) < _HEADER_SIZE:
         raise RecordingError(f"{path}: truncated SQLite file ({size} bytes)")
-    if damaged:
-        return
     page_size = int.from_bytes(header[16:18], "big")
     page_size = 65536 if page_size == 1 else page_size
-    num_pages = int.from_bytes(header[28:32], "big")
     wal = Path(f"{path}-wal")
     wal_pending = wal.exists() and wal.stat().st_size > 0
+    if size < page_size and not wal_pending:   # no page 1, which holds the schema: nothing reads
+        raise RecordingError(
+            f"{path}: truncated recording: its first page, which holds the list of tables, is cut "
+            f"short, {NOTHING_READS} ({size} bytes, the header expects pages of {page_size} bytes)")
+    if damaged:
+        return
+    num_pages = int.from_bytes(header[28:32], "big")
     if not wal_pending and page_size and (size % page_size or size < num_pages * page_size):
         raise RecordingError(
             f"{path}: truncated or corrupt recording ({size} bytes, the header expects "

@@ -17,6 +17,7 @@ for a 256-request step here.
 """
 from __future__ import annotations
 
+import struct
 import zlib
 from typing import Sequence
 
@@ -28,6 +29,7 @@ _CODE = {dt: code for code, dt in enumerate(DTYPES)}
 _UNSIGNED = (DTYPES[0], DTYPES[1], DTYPES[2], DTYPES[6])   # then i8: no u8
 _SIGNED = (DTYPES[3], DTYPES[4], DTYPES[5], DTYPES[6])
 _HEADER = np.dtype([("code", "u1"), ("count", "<u4")])
+_HEADER_STRUCT = struct.Struct("<BI")      # the same header, read ~10x faster than through numpy
 ZLIB_LEVEL = 6
 COMPRESSED, RAW = b"z", b"r"
 
@@ -81,7 +83,7 @@ def unpack(blob: bytes) -> list[np.ndarray]:
     while at < size:
         if at + _HEADER.itemsize > size:
             raise ValueError("packed blob cut inside an array header")
-        code, count = np.frombuffer(payload, _HEADER, 1, at)[0].tolist()
+        code, count = _HEADER_STRUCT.unpack_from(payload, at)
         if code >= len(DTYPES):
             raise ValueError(f"packed blob with unknown dtype code {code}")
         dt = DTYPES[code]

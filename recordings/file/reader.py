@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gc
 import json
+import operator
 import os
 import sqlite3
 import threading
+import warnings
 from collections import OrderedDict, defaultdict
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -27,6 +30,7 @@ from engine.state.timeline import StateTimeline
 from recordings.errors import RecordingError
 from recordings.file import codec
 from recordings.file.opening import file_version, missing_wal, open_readonly
+from recordings.file.column_replay import replay_columns
 from recordings.file.compact import Batch
 from recordings.file.event_details import load_detail
 from recordings.file.keyframe_bases import KeyframeBases
@@ -36,6 +40,7 @@ from recordings.file.step_batches import (BATCH_FIELDS, V4_BATCH_FIELDS, batch_c
                                           columns_from_v4_rows)
 from recordings.info import RequestInfo, TimelineEvent
 
+_FIRST = operator.itemgetter(0)
 ID_WINDOW = 512   # request numbers loaded around one the reader has not seen yet
 
 ID_CACHE_MAX = 1 << 16   # request numbers -> ids kept; beyond, the cache starts over (flat memory)
@@ -160,14 +165,24 @@ class Reader:
             if base.step == target:
                 return base
             timeline = StateTimeline.from_state(base)
-        for record in self._records(timeline.step + 1, target + 1):
-            timeline.apply(record)
-            if record.step < target and keep(record.step):
+        for step in self._replay(timeline, timeline.step + 1, target + 1):
+            if step < target and keep(step):
                 self._scrub.states.add(timeline.snapshot())
         self._cursor = timeline
         state = timeline.snapshot()
         self._remember(state)
         return state
+
+    def _replay(self, timeline: StateTimeline, start: int, stop: int) -> Iterator[int]:
+        """Apply the recorded steps ``start <= step < stop`` to ``timeline``, yielding each
+        step once applied: from their columns on a schema-4+ file
+        (``recordings.file.column_replay``), else through their records."""
+        if self._version >= 4 and type(self)._records is Reader._records:
+            yield from replay_columns(timeline, self._rows, self._arrivals_by_step, start, stop)
+            return
+        for record in self._records(start, stop):
+            timeline.apply(record)
+            yield record.step
 
     def _fill_base(self, target: int) -> EngineState:
         """Where the scrub-back fill replays up to ``target`` from: the newest state it holds
@@ -503,6 +518,11 @@ class Reader:
                f"FROM requests {self._static_hint} WHERE ")
         rows: list[tuple] = []
         if len(seqs) and int(seqs[-1]) - int(seqs[0]) < 4 * len(seqs) + 64:
+            lo, hi = int(seqs.min()), int(seqs.max())
+            dense = self._static_range(lo, hi)
+            if dense is not None:
+                pick = seqs - lo
+                return tuple(dense[0][pick].tolist()), {k: v[pick] for k, v in dense[1].items()}
             rows = self._rows(sql + "seq BETWEEN ? AND ? ORDER BY seq", (int(seqs[0]), int(seqs[-1])))
         else:
             for i in range(0, len(seqs), 900):
@@ -520,6 +540,49 @@ class Reader:
                   for j, name in ((2, "arrival_step"), (3, "arrival_time"),
                                   (4, "num_prompt_tokens"), (5, "max_tokens"))}
         return tuple(r[1] for r in picked), static
+
+    def _static_range(self, lo: int, hi: int) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
+        """Request ids (object array) and static columns of every arrival number ``lo..hi``: the
+        ids and integer columns aggregated into one text each by SQLite (``group_concat``) and
+        split by numpy, since a row costs ~0.25 us in the ``sqlite3`` module (it lets go of the
+        GIL at every row): reading them as rows was ~2/3 of decoding a keyframe of 14k live
+        requests. ``arrival_time`` comes as rows (SQLite's text of a REAL need not give the same
+        double back). ``group_concat`` sees the rows in the subquery's ``ORDER BY`` order
+        (SQLite keeps that order for order-sensitive aggregates); the ids at both ends and in the
+        middle are checked against the table. None when the range has a gap or a value that is
+        not what the writer stores (then the rows are read as they are)."""
+        n = hi - lo + 1
+        (count, ids, *numbers), = self._rows(
+            "SELECT count(*), group_concat(request_id, char(31)), group_concat(arrival_step), "
+            "group_concat(num_prompt_tokens), group_concat(max_tokens) FROM "
+            "(SELECT seq, request_id, arrival_step, num_prompt_tokens, max_tokens "
+            f"FROM requests {self._static_hint} WHERE seq BETWEEN ? AND ? ORDER BY seq)", (lo, hi))
+        names = np.array(ids.split("\x1f") if count == n and isinstance(ids, str) else (), object)
+        if len(names) != n:
+            return None
+        try:
+            with warnings.catch_warnings():       # text numpy cannot read to its end warns
+                warnings.simplefilter("error")
+                arrays = [np.fromstring(text, np.int64, sep=",") for text in numbers]
+        except (DeprecationWarning, ValueError, TypeError):
+            return None
+        probe = (lo, (lo + hi) // 2, hi)
+        if any(len(a) != n for a in arrays) or dict(self._rows(
+                "SELECT seq, request_id FROM requests WHERE seq IN (?, ?, ?)", probe)) != \
+                {s: names[s - lo] for s in probe}:
+            return None
+        with _collector_paused():
+            times = self._rows(f"SELECT arrival_time FROM requests {self._static_hint} "
+                               "WHERE seq BETWEEN ? AND ? ORDER BY seq", (lo, hi))
+        if len(times) != n:
+            return None
+        static = {name: a.astype(COLUMNS[name], copy=False)
+                  for name, a in zip(("arrival_step", "num_prompt_tokens", "max_tokens"), arrays)}
+        try:
+            static["arrival_time"] = np.fromiter(map(_FIRST, times), COLUMNS["arrival_time"], n)
+        except TypeError:           # a NULL: NaN, as the row path reads it
+            static["arrival_time"] = np.array(times, COLUMNS["arrival_time"]).reshape(n)
+        return names, static
 
     def _forget_ids(self) -> None:
         """Start the id cache over once it holds ``ID_CACHE_MAX`` requests: a reader that has
@@ -547,6 +610,22 @@ class Reader:
             return np.fromiter(map(num_prompt.__getitem__, seqs.tolist()), np.int64, len(seqs))
         except KeyError:
             return np.fromiter(map(self._num_prompt_of, seqs.tolist()), np.int64, len(seqs))
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """No garbage collection while a burst of row tuples is made (one per live request of a
+    keyframe: ~14k): they hold floats only, so no pass could free any of them while the list
+    holds them, and the ~20 young-generation passes they would start (each of which promotes
+    them, counting towards a full pass) cost ~0.2 ms; in a process with a large heap (the
+    window, ``bench_scale.py``) such a full pass costs 100+ ms and would land inside a seek."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _fetch_all(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[tuple]:

@@ -37,7 +37,7 @@ import time
 import weakref
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import sqlite_utils
@@ -51,7 +51,11 @@ from recordings.file.recorded_ids import RecordedIds
 from recordings.file.schema import migrate
 
 BATCH_ITEMS = 256       # commit at the latest after this many queued items
-MAX_QUEUE_ITEMS = 4096  # the engine waits when this many items are queued
+MAX_QUEUE_ITEMS = 4096  # the engine waits when this many items are queued ...
+MAX_QUEUE_BYTES = 16 << 20  # ... or when the queued items weigh this much (estimated, see _weight):
+#   a step of 256 running requests holds ~50 kB of Python objects, so 4,096 of them queued behind a
+#   writer that fell behind (a busy machine) held ~200 MB; 16 MiB queues ~300 such steps
+ENTRY_BYTES = 100       # a queued step's estimated bytes per entry (batch entry, new token, event)
 MIN_KEYFRAME_GAP = 32   # steps between two keyframes at least
 KEYFRAME_COST_RATIO = 12  # a keyframe once the steps since the last one weigh this many of it ...
 MAX_REPLAY_BYTES = 160_000  # ... or this many bytes if less (a seek replays at most about this;
@@ -97,6 +101,7 @@ class RecordingWriter:
     def __init__(self, path: str | os.PathLike, run_info: RunInfo | Mapping[str, Any],
                  keyframe_interval: int = 128, flush_interval_s: float = 0.2,
                  *, overwrite: bool = False, max_queue_items: int = MAX_QUEUE_ITEMS,
+                 max_queue_bytes: int = MAX_QUEUE_BYTES,
                  store_prompt_token_ids: bool = True, file_mode: int = 0o600,
                  store_text: bool = True, page_size: int = PAGE_SIZE) -> None:
         if keyframe_interval < 1:
@@ -124,6 +129,9 @@ class RecordingWriter:
         self._flush_interval_s = flush_interval_s
         self._store_prompt = store_prompt_token_ids
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, max_queue_items))
+        self._max_queue_bytes = max_queue_bytes
+        self._queued_bytes = 0                  # estimated bytes of the queued items (_weight)
+        self._room = threading.Condition()      # notified when the writer takes an item
         self._error: BaseException | None = None
         self._closed = False
         self._close_reported = False
@@ -153,7 +161,7 @@ class RecordingWriter:
 
     # --- caller side (engine thread): enqueue only --------------------------------------------
     def write_request(self, request_id: str, arrival_step: int, arrival_time: float,
-                      prompt_token_ids: Iterable[int], prompt_text: str | None,
+                      prompt_token_ids: Sequence[int], prompt_text: str | None,
                       sampling: Mapping[str, Any]) -> None:
         """Record a request's arrival, before the step that first contains it.
 
@@ -168,14 +176,17 @@ class RecordingWriter:
         self._recorded.queued.add(request_id)
         # A copy the caller cannot change, 4 bytes per id while it waits in the queue (a tuple
         # of ints is ~36): a burst of arrivals with long prompts queues thousands of them.
-        self._put(("request", (request_id, arrival_step, arrival_time,
-                                     array.array("i", prompt_token_ids), prompt_text, sampling)))
+        # Not stored: only the length is read (a prompt made on first use stays unmade).
+        num_prompt = len(prompt_token_ids)
+        ids = array.array("i", prompt_token_ids) if self._store_prompt else None
+        self._put(("request", (request_id, arrival_step, arrival_time, ids, num_prompt, prompt_text,
+                               sampling)), (0 if ids is None else 4 * num_prompt) + ENTRY_BYTES)
 
     def write_step(self, record: StepRecord) -> None:
         """Record one step (steps in increasing order). Blocks while the queue is full (the
         writer is behind). Raises :class:`RecordingError` after a writer failure or close."""
         self._check()
-        self._put(("step", record))
+        self._put(("step", record), _weight(record))
 
     def recorded_ids(self, names: list[str]) -> set[str]:
         """The ``names`` this recording holds (committed or queued) as request ids or as a
@@ -206,6 +217,13 @@ class RecordingWriter:
         """Items waiting for the writer thread."""
         return self._queue.qsize()
 
+    @property
+    def queued_bytes(self) -> int:
+        """Estimated bytes of the items waiting for the writer thread (at most ``max_queue_bytes``
+        but for one item heavier than that alone)."""
+        with self._room:
+            return self._queued_bytes
+
     def close(self) -> None:
         """Commit everything queued, stop the writer thread and close the file. Idempotent.
 
@@ -233,17 +251,26 @@ class RecordingWriter:
     def __exit__(self, exc_type, exc, tb) -> None:
         self.close()
 
-    def _put(self, item: tuple[str, Any]) -> None:
-        """Queue ``item``, waiting while the queue is full; a writer thread that died (nothing
-        takes items any more) is reported instead of waiting forever."""
+    def _put(self, item: tuple[str, Any], weight: int = 0) -> None:
+        """Queue ``item`` (estimated ``weight`` bytes), waiting while the queue is full in items
+        or in bytes (an item heavier than the whole budget waits for an empty queue); a writer
+        thread that died (nothing takes items any more) is reported instead of waiting forever."""
+        with self._room:
+            while self._queued_bytes and self._queued_bytes + weight > self._max_queue_bytes:
+                if not self._room.wait(0.5) and not self._thread.is_alive():
+                    self._died()
+            self._queued_bytes += weight
         while True:
             try:
-                self._queue.put(item, timeout=0.5)
+                self._queue.put((*item, weight), timeout=0.5)
                 return
             except queue.Full:
                 if not self._thread.is_alive():
-                    self._notice_death(closing=True)
-                    raise self._wrap("recording writer failed") from self._error
+                    self._died()
+
+    def _died(self) -> None:
+        self._notice_death(closing=True)
+        raise self._wrap("recording writer failed") from self._error
 
     def _notice_death(self, closing: bool = False) -> None:
         """Record a writer thread that ended without a stop (``closing``: even while closing)."""
@@ -306,10 +333,14 @@ class RecordingWriter:
         while True:
             timeout = max(0.0, deadline - time.monotonic()) if pending else None
             try:
-                kind, payload = self._queue.get(timeout=timeout)
+                kind, payload, weight = self._queue.get(timeout=timeout)
             except queue.Empty:
                 self._commit(db, pending)
                 continue
+            if weight:
+                with self._room:
+                    self._queued_bytes -= weight
+                    self._room.notify()
             if kind in ("request", "step"):
                 if self._error is None:
                     if not pending:
@@ -369,9 +400,8 @@ class RecordingWriter:
                     rid = payload[0]
                     request_ids.append(rid)
                     self._seq[rid] = self._next_seq
-                    self._num_prompt[rid] = len(payload[3])
-                    rows["requests"].append(codec.request_row(
-                        self._next_seq, *payload, store_prompt=self._store_prompt))
+                    self._num_prompt[rid] = payload[4]
+                    rows["requests"].append(codec.request_row(self._next_seq, *payload))
                     self._next_seq += 1
                     continue
                 self._add_step(payload, rows, outcomes)
@@ -498,3 +528,10 @@ def _close_live_writers() -> None:
             writer.close()
         except RecordingError:
             pass
+
+
+def _weight(record: StepRecord) -> int:
+    """A queued step's estimated bytes: :data:`ENTRY_BYTES` for each of its batch entries, new
+    tokens, arrivals, events, block events and transitions (their tuples and small ints)."""
+    return ENTRY_BYTES * (1 + len(record.scheduled) + len(record.new_tokens) + len(record.arrivals)
+                          + len(record.events) + len(record.block_events) + len(record.transitions))

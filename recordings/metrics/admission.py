@@ -10,6 +10,7 @@ from engine.sched.admission import rejection_info
 from engine.vocab import AdmissionRejection, EventKind
 from recordings.file.reader import Reader
 from recordings.metrics.stats import Percentiles
+from recordings.numbers import number_text
 
 REASON_TEXT = {AdmissionRejection.SLO_TTFT: "predicted TTFT over the SLO, at arrival",
                AdmissionRejection.QUEUE_TIMEOUT: "timed out waiting"}
@@ -53,7 +54,7 @@ class AdmissionSummary:
         lines.append(f"{'rejected by admission':<{width}}  {self.total_rejected}" + (f" ({counts})" if counts else ""))
         for name, p in (("rejected: predicted TTFT", self.predicted_ttft), ("timed out: waited", self.waited)):
             if p.num_samples:
-                lines.append(f"{f'{name} p50/p99':<{width}}  {p.p50:.3g} / {p.p99:.3g} {self.time_unit}")
+                lines.append(f"{f'{name} p50/p99':<{width}}  {number_text(p.p50)} / {number_text(p.p99)} {self.time_unit}")
         return lines
 
 

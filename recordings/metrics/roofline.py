@@ -40,6 +40,7 @@ from engine.sim.hardware import DevicePeaks
 from engine.sim.model_shapes import ModelShape, get_model_shape
 from recordings.metrics.stats import Percentiles
 from engine.vocab import Clock
+from recordings.numbers import number_text
 
 MEASURED = "peaks measured at start"
 CHUNK_STEPS = 512         # steps read per query when a whole run is summed (a chunk of 256-request
@@ -186,8 +187,8 @@ class RunRoofline:
         p = self.per_step
         unit = "sim s" if self.roofline.simulated else "s"
         pct = lambda v: "-" if v is None else f"{v:.1%}"  # noqa: E731
-        return [f"{name}{self.efficiency:.2%} of the run's time (floor {self.floor_s:.4g} {unit} / "
-                f"{self.run_s:.4g} {unit}); {self.floor_s / self.step_s:.2%} of the step time",
+        return [f"{name}{self.efficiency:.2%} of the run's time (floor {number_text(self.floor_s)} {unit} / "
+                f"{number_text(self.run_s)} {unit}); {self.floor_s / self.step_s:.2%} of the step time",
                 f"{'  per step p50/p90/p99':<{width}}  {pct(p.p50)} / {pct(p.p90)} / {pct(p.p99)}  "
                 f"(floor / step time, n={p.num_samples})",
                 f"{'  peaks':<{width}}  {self.roofline.note}"] + ([

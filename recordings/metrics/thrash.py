@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from recordings.file.reader import Reader
 from recordings.metrics.run_metrics import recompute_rows
 from recordings.metrics.stats import Percentiles
+from recordings.numbers import number_text
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class ThrashSummary:
         if not p.num_samples:
             return []
         share = self.recomputed_share
-        lines = [f"{'preemptions per request':<{width}}  p50 {p.p50:.3g} / p99 {p.p99:.3g} over the "
+        lines = [f"{'preemptions per request':<{width}}  p50 {number_text(p.p50)} / p99 {number_text(p.p99)} over the "
                  f"{p.num_samples} preempted",
                  f"{'recomputed per request':<{width}}  p50 {r.p50:,.0f} / p99 {r.p99:,.0f} tokens"
                  + (f"; {share:.1%} of all computed tokens" if share is not None else "")]

@@ -23,7 +23,11 @@ import numpy as np
 
 
 class PromptMaker(Protocol):
-    """Makes one request's prompt from its ``recipe`` (whatever the maker kept for it)."""
+    """Makes one request's prompt from its ``recipe`` (whatever the maker kept for it);
+    ``makes_text`` False: the text it makes is always None (the engine may then make the ids
+    on first use, ``engine.request.PromptIdsOnUse``)."""
+
+    makes_text: bool
 
     def make(self, recipe) -> tuple[Sequence[int], str | None]: ...
 
@@ -38,6 +42,8 @@ class RandomIdPrompts:
     draw may reject, so the count of raw draws is not known without drawing). :meth:`make`
     restores that state into a fresh generator and draws the same ids. Ids are returned as
     ``array('i')`` (4 bytes per token)."""
+
+    makes_text = False
 
     def __init__(self, seed: int, low: int, high: int) -> None:
         self.low, self.high = low, high
@@ -66,6 +72,8 @@ class CorpusWindowPrompts:
     workload's ``random.Random``) and its token count; :meth:`make` encodes the window and decodes
     it back into the prompt text."""
 
+    makes_text = True
+
     def __init__(self, corpus) -> None:
         self.corpus = corpus
 
@@ -84,6 +92,10 @@ class HashIdPrompts:
 
     def __init__(self, tokens, tokenizer=None) -> None:
         self.tokens, self.tokenizer = tokens, tokenizer
+
+    @property
+    def makes_text(self) -> bool:
+        return self.tokenizer is not None
 
     def make(self, recipe: tuple[Sequence[int], int, int, int]) -> tuple[Sequence[int], str | None]:
         hash_ids, num_used, length, request_index = recipe

@@ -68,3 +68,17 @@ def load_length_table(name: str) -> LengthTable:
         raise ValueError(f"{path}: expected rows of two positive token counts")
     return LengthTable(name, path, hashlib.sha256(data).hexdigest(),
                        counts[:, 0].copy(), counts[:, 1].copy())
+
+
+def is_length_table(path: str | Path) -> bool:
+    """Whether the file at ``path`` is a request-length table like the shipped ones: a CSV whose
+    header starts with :data:`HEADER` (as the Sarathi-Serve ShareGPT file does, with its extra
+    ``num_total_tokens,pd_ratio`` columns). Such a file has no arrival times, so it is no trace.
+    Reads the first line only; False for a file that cannot be read."""
+    try:
+        with Path(path).open("rb") as f:
+            first = f.readline(4096)
+    except OSError:
+        return False
+    fields = first.decode("utf-8-sig", "replace").strip().split(",")
+    return tuple(field.strip() for field in fields[:len(HEADER)]) == HEADER

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import difflib
 import hashlib
 import json
 import math
@@ -162,9 +163,10 @@ def _mooncake_row(line_no: int, line: str) -> _Parsed:
         raise ValueError("JSON nested too deeply") from None
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, found {type(obj).__name__}")
+    unknown = tuple(key for key in obj if key not in MOONCAKE_KEYS and key not in MOONCAKE_OPTIONAL_KEYS)
     missing = [key for key in MOONCAKE_KEYS if key not in obj]
     if missing:
-        raise ValueError(f"missing {', '.join(missing)}")
+        raise ValueError(f"missing {', '.join(missing)}{_misspelt(missing, unknown)}")
     stamp = obj["timestamp"]
     if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or (
             isinstance(stamp, float) and not math.isfinite(stamp)):
@@ -174,9 +176,23 @@ def _mooncake_row(line_no: int, line: str) -> _Parsed:
     hash_ids = obj.get("hash_ids", [])
     if not isinstance(hash_ids, list) or not all(_is_count(h) and h <= MAX_HASH_ID for h in hash_ids):
         raise ValueError(f"hash_ids is not a list of integers in [0, {MAX_HASH_ID}]")
-    unknown = tuple(key for key in obj if key not in MOONCAKE_KEYS and key not in MOONCAKE_OPTIONAL_KEYS)
     return _Parsed(line_no, stamp, _json_count(obj["input_length"], "input_length"),
                    _json_count(obj["output_length"], "output_length"), tuple(hash_ids), unknown)
+
+
+def _misspelt(missing: list[str], unknown: tuple[str, ...]) -> str:
+    """What to add to a "missing KEY" row error when the row has keys the format does not
+    define: each unknown key, with the missing key it is close to (``difflib``), e.g. ``; the
+    row has 'output_lenght' (output_length misspelt?)``; "" when it has none."""
+    if not unknown:
+        return ""
+    said = []
+    for key in unknown[:5]:
+        near = difflib.get_close_matches(key, missing, n=1, cutoff=0.75)
+        name = ascii(key) if len(key) <= 40 else ascii(key[:39] + "…")
+        said.append(f"{name} ({near[0]} misspelt?)" if near else name)
+    more = ", ..." if len(unknown) > 5 else ""
+    return f"; the row has keys the format does not define: {', '.join(said)}{more}"
 
 
 _AZURE = _Format(AZURE, "an Azure LLM inference trace",

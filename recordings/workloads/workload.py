@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, Sequence
 
+from engine.plural import plural
 from recordings.workloads.deferred_prompts import (CorpusWindowPrompts, HashIdPrompts, PromptMaker,
                                                    RandomIdPrompts)
 from recordings.workloads.prefix_blocks import PrefixSharing, SharedPrefixPrompts
@@ -77,6 +78,12 @@ class WorkloadRequest:
     def is_deferred(self) -> bool:
         """True when the prompt is made on demand (not held)."""
         return self._maker is not None
+
+    @property
+    def ids_only(self) -> bool:
+        """True when the prompt is made on demand and has no text: the engine makes its ids on
+        first use, not at arrival (``engine.request.DeferredPrompt``)."""
+        return self._maker is not None and not self._maker.makes_text
 
     def make_prompt(self) -> tuple[Sequence[int], str | None]:
         """(prompt token ids, prompt text or None): the given ones, or made now from the recipe."""
@@ -305,7 +312,7 @@ class _GivenPrompts:
             out.append(f"{self.num_given} prompts given as text or token ids in the workload file "
                        f"are used as written (no prompt scaling or clipping)")
         if self.skipped:
-            out.append(f"{len(self.skipped)} rows skipped: " + "; ".join(self.skipped[:5])
+            out.append(f"{plural(len(self.skipped), 'row')} skipped: " + "; ".join(self.skipped[:5])
                        + ("; ..." if len(self.skipped) > 5 else ""))
         return out
 

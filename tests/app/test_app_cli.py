@@ -150,3 +150,21 @@ def test_rejected_requests_are_explained_and_all_rejected_is_a_failure(tiny_mode
     assert out.returncode == 1
     assert "3 of 3 requests failed or were rejected" in out.stdout
     assert "max_model_len 64" in out.stdout and "--max-prompt-tokens" in out.stdout
+
+
+def test_sim_run_names_its_model_and_explains_rejections_once(tmp_path, capsys):
+    """A simulated run of the default model says which model it simulates (not 'default'), and
+    the requests refused at admission are reported once, with the limit they broke."""
+    from tests.support.jsonl_files import write_jsonl
+
+    trace = write_jsonl(tmp_path / "w.jsonl", [
+        {"arrival": i * 0.1, "prompt_tokens": 100 if i in (1, 3) else 10, "output_tokens": 4}
+        for i in range(5)])
+    rec = tmp_path / "r.sqlite"
+    assert main(["run", "--trace", str(trace), "--record", str(rec), "--executor", "sim",
+                 "--sim-device", "h100", "--max-model-len", "64", "--num-gpu-blocks", "32"]) == 0
+    captured = capsys.readouterr()
+    assert "simulating smollm2-135m on h100" in captured.err and "simulating default" not in captured.err
+    assert captured.out.count("requests failed or were rejected at admission") == 1
+    assert "2 of 5 requests failed or were rejected at admission:" in captured.out
+    assert "exceeds max_model_len 64  [r0001, r0003]" in captured.out

@@ -35,7 +35,7 @@ def test_a_recording_in_the_commands_place_opens_the_replay():
 def test_suggested_command_lines_are_shell_quoted(tmp_path, name):
     path = tmp_path / name
     assert shlex.split(replay_command(path)) == ["batchscope", "replay", str(path)]
-    report = DamageReport(path=Path(path), version=3)
+    report = DamageReport(path=Path(path), version=3, last_saved_step=5)
     words = shlex.split(report.recover_command())
     assert words[:3] == ["batchscope", "recover", str(path)] and len(words) == 4
     assert report.recover_command() in report.suggestion()

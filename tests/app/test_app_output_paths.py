@@ -79,6 +79,22 @@ def test_an_existing_file(command, recording, tmp_path, capsys, nothing_heavy):
     assert all(t.read_text() == "keep" for t in targets)
 
 
+@pytest.mark.parametrize("command", ["run", "demo", "recover"])
+def test_a_left_over_write_ahead_log_counts_as_the_recording(command, recording, tmp_path, capsys, nothing_heavy):
+    """A killed run's ``OUT.sqlite-wal`` (and ``-shm``) left without ``OUT.sqlite``: the recorder
+    would refuse it ('file already exists (pass overwrite=True ...)', exit 1 after the model
+    loaded), so the command line is refused first, naming the file, and nothing is deleted."""
+    out = tmp_path / "out.sqlite"
+    wal, shm = tmp_path / "out.sqlite-wal", tmp_path / "out.sqlite-shm"
+    wal.write_bytes(b"")
+    shm.write_bytes(b"\0" * 32768)
+    assert main(argv_of(command, recording, out)) == 2
+    err = capsys.readouterr().err
+    assert f"{wal} exists: the write-ahead log of an earlier recording at out.sqlite" in err, err
+    assert "delete out.sqlite-wal and out.sqlite-shm" in err and "overwrite=True" not in err
+    assert wal.exists() and shm.read_bytes() == b"\0" * 32768 and not out.exists()
+
+
 @pytest.mark.parametrize("command", COMMANDS)
 def test_a_full_disk(command, recording, tmp_path, capsys, monkeypatch, nothing_heavy):
     real = shutil.disk_usage

@@ -129,3 +129,20 @@ def test_an_empty_workload_exits_2_with_one_message(name, executor, tmp_path, ca
 def test_summary_refuses_a_bad_slo_as_a_usage_error(tmp_path, capsys):
     assert main(["summary", str(tmp_path / "none.sqlite"), "--slo-tpot", "0"]) == 2
     assert "--slo-tpot must be a positive number" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("header, hinted", [
+    ("num_prefill_tokens,num_decode_tokens,num_total_tokens,pd_ratio", True),   # Sarathi-Serve's file
+    ("num_prefill_tokens,num_decode_tokens", True),                             # the shipped table's
+    ("prompt,output", False)])
+def test_a_length_table_given_as_trace_points_to_lengths(header, hinted, tmp_path, capsys):
+    """``--trace`` on a table of lengths without arrivals (the ShareGPT one of ../shared/traces)
+    is refused as no trace, and the message says how to use it: ``--lengths sharegpt``."""
+    table = tmp_path / "lengths.csv"
+    table.write_text(f"{header}\n120,30,150,4.0\n80,12,92,6.7\n")
+    assert main(["run", "--trace", str(table), "--record", str(tmp_path / "x.sqlite"), *SIM]) == 2
+    err = capsys.readouterr().err
+    assert "unrecognised trace format" in err and str(table) in err
+    assert ("lengths.csv is a table of request lengths without arrival times, not a trace: draw "
+            "requests from the shipped copy with --lengths sharegpt --num-requests N" in err) is hinted
+    assert not (tmp_path / "x.sqlite").exists()

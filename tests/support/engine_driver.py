@@ -333,13 +333,14 @@ def assert_outputs_match(result: RunResult, reference: dict[str, list[int]]) -> 
 def make_config(seed: int = 0, *, num_gpu_blocks: int = 14, block_size: int = 4,
                 max_num_seqs: int = 4, max_num_batched_tokens: int = 16, max_model_len: int = 48,
                 clock: str = "virtual", enable_prefix_caching: bool = False,
-                preemption_mode: str = "recompute", num_cpu_blocks: int = 0) -> tuple[EngineConfig, dict[str, Any]]:
+                preemption_mode: str = "recompute", num_cpu_blocks: int = 0,
+                policy: str = "fcfs") -> tuple[EngineConfig, dict[str, Any]]:
     """An engine config (invariants checked every step) and the ``run_info`` to record it with."""
     config = EngineConfig(seed=seed, num_gpu_blocks=num_gpu_blocks, block_size=block_size,
                           max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                           max_model_len=max_model_len, clock=clock, check_invariants=True,
                           enable_prefix_caching=enable_prefix_caching,
-                          preemption_mode=preemption_mode, num_cpu_blocks=num_cpu_blocks)
+                          preemption_mode=preemption_mode, num_cpu_blocks=num_cpu_blocks, policy=policy)
     run_info = {"config": config.to_dict(), "model": "fake", "device": "cpu", "dtype": "none",
                 "seed": seed, "trace": {"name": f"random-{seed}", "hash": "0" * 8},
                 "started_at": STARTED_AT}

@@ -60,9 +60,33 @@ def test_text_changes_behind_a_fence_leave_the_window_layout_alone(qtbot):
 
 def test_the_panel_fills_the_fence_as_the_window_resizes(qtbot):
     splitter, panel, _label = window_with_panel(qtbot, fenced=True)
-    fence = panel.parentWidget()
+    fence = panel.parentWidget().parentWidget()        # the scroll area's viewport's
     assert isinstance(fence, LayoutFence) and panel.size() == fence.size()
     splitter.resize(900, 420)
     QApplication.processEvents()
     assert fence.height() > 300 and panel.size() == fence.size()
     assert fence.sizeHint() == panel.sizeHint()
+
+
+def test_a_panel_taller_than_its_fence_scrolls_instead_of_squeezing_its_wrapped_lines(qtbot):
+    """Wrapped lines in a short space: before, the panel took the fence's size and its rows were
+    squeezed until their lines overlapped; now each keeps the height its lines need."""
+    panel = QWidget()
+    lay = QVBoxLayout(panel)
+    labels = []
+    for i in range(8):
+        label = QLabel(f"row {i}: 118 blocks [13763, 9492, 2201, 3393, 1501, 14622, 8023, 7037, 12148, 10950]")
+        label.setWordWrap(True)
+        lay.addWidget(label)
+        labels.append(label)
+    fence = LayoutFence(panel)
+    qtbot.addWidget(fence)
+    fence.resize(220, 150)
+    fence.show()
+    qtbot.waitExposed(fence)
+    QApplication.processEvents()
+    for label in labels:
+        assert label.height() >= label.heightForWidth(label.width()) > label.fontMetrics().height()
+    tops = [label.geometry().top() for label in labels]
+    assert all(a.geometry().bottom() < b.geometry().top() for a, b in zip(labels, labels[1:])), tops
+    assert fence.verticalScrollBar().maximum() > 0 and panel.width() <= fence.width()

@@ -31,7 +31,7 @@ from ui.jump import arrival_step, parse_jump
 from ui.views.block_map import KVBlockMap
 from ui.record_cache import RecordCache
 from ui.views.slot_timeline import SlotTimeline
-from ui.style.numbers import clock_text
+from recordings.numbers import clock_text
 from ui.style.theme import apply_theme, fix_size
 from ui.transport import TransportBar
 

@@ -12,7 +12,7 @@ from PySide6.QtWidgets import (QFormLayout, QHBoxLayout, QLabel, QPlainTextEdit,
 from engine.outputs import RequestView, StepRecord
 from engine.state.source import EngineControl, StepSource
 from engine.state.state import EngineState
-from ui.style.numbers import clock_text
+from recordings.numbers import clock_text
 from ui.style.colors import ERROR, css, request_rgb
 from ui.inspector.explain import explain_waiting
 from ui.inspector.forensics import RequestForensics
@@ -23,6 +23,7 @@ from ui.plain_text import PlainLabel, rich_escape
 from engine.plural import plural
 
 FIELDS = ("state", "arrival", "tokens", "KV", "latency", "reason")
+MIN_WIDTH_TEXT = "preemptions:   step 88,888 (clock"
 TEXT_PLACEHOLDER = "generated text appears here as it streams"
 NO_TEXT = "text not recorded (--no-text): token ids and lengths only"
 
@@ -79,6 +80,8 @@ class RequestInspector(QWidget):
         lay.addWidget(QLabel("generated text:"))
         lay.addWidget(self.text, 1)
         lay.addWidget(self.actions_row)
+        # the field names and a short value side by side (narrower, values wrapped a word a line)
+        self.setMinimumWidth(self.fontMetrics().horizontalAdvance(MIN_WIDTH_TEXT) + 24)
         self.set_control(control)
 
     def set_source(self, source: StepSource, control: EngineControl | None = None) -> None:
@@ -128,11 +131,11 @@ class RequestInspector(QWidget):
         self.header.setText(f"<span style='color:{sw}; font-size:14pt'>&#9632;</span> "
                             f"<b style='font-size:12pt'>{rich_escape(v.request_id)}</b> &nbsp; at step {self.step}")
         where = f"slot {v.slot}" if v.slot is not None else "no slot"
-        self.values["state"].setText(f"{v.status.lower()} · {where} · {v.num_preemptions} preemptions")
+        self.values["state"].setText(f"{v.status.lower()} · {where} · {plural(v.num_preemptions, 'preemption')}")
         self.values["arrival"].setText(f"step {v.arrival_step:,} (clock {clock_text(v.arrival_time, self.time_unit)})")
         self.values["tokens"].setText(
-            f"prompt {v.num_prompt_tokens} · generated {v.num_output_tokens} / {v.max_tokens}"
-            f" · KV written {v.num_computed_tokens}")
+            f"prompt {v.num_prompt_tokens:,} · generated {v.num_output_tokens:,} / {v.max_tokens:,}"
+            f" · KV written {v.num_computed_tokens:,}")
         blocks = self.block_ids
         ids = ", ".join(map(str, blocks[:12])) + (" …" if len(blocks) > 12 else "")
         self.values["KV"].setText(f"{plural(len(blocks), 'block')} [{ids}]" if blocks else "no blocks")

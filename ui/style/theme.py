@@ -14,6 +14,7 @@ import pyqtgraph as pg
 from PySide6.QtGui import QColor, QFont, QPalette
 from PySide6.QtWidgets import QApplication, QGraphicsItem, QHBoxLayout, QLabel, QWidget
 
+from ui.fitted_label import FittedLabel
 from ui.style.colors import BACKGROUND, MUTED, TEXT, css
 
 PANEL = "#202226"
@@ -101,15 +102,15 @@ def fix_size(label: QLabel, template: str) -> QLabel:
     return label
 
 
-def title_row(title: str, template: str) -> tuple[QHBoxLayout, QLabel, QLabel]:
+def title_row(title: str, template: str, short_template: str | None = None) -> tuple[QHBoxLayout, QLabel, FittedLabel]:
     """A view's bold title line: ``title`` (fixed text) then a label for numbers that change
-    every frame, sized for ``template`` (:func:`fix_size`: its changes re-lay out nothing; a
-    title of changing width re-lays out the whole window, ~1 ms a frame). Returns the row
-    layout, the title label and the numbers label."""
-    name, numbers = QLabel(title), QLabel("")
-    for lab in (name, numbers):
-        lab.setStyleSheet("font-weight: bold;")
-    fix_size(numbers, template)
+    every frame (``ui.fitted_label.FittedLabel``: sized for ``template``, down to
+    ``short_template`` in a narrow window, where ``setText(text, short)`` shows the short form;
+    its changes re-lay out nothing: a title of changing width re-lays out the whole window,
+    ~1 ms a frame). Returns the row layout, the title label and the numbers label."""
+    name = QLabel(title)
+    name.setStyleSheet("font-weight: bold;")
+    numbers = FittedLabel(template, short_template, bold=True)
     row = QHBoxLayout()
     row.setContentsMargins(0, 0, 0, 0)
     row.setSpacing(0)

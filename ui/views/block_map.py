@@ -100,7 +100,8 @@ class KVBlockMap(QWidget):
         self._order: tuple[BlockGrid, np.ndarray] | None = None   # a banded grid's order()
         self._painter = BlockImage()
         head, self.title, self.title_numbers = title_row(
-            "KV cache blocks", "  ·  8,888,888 / 8,888,888 used (100%)  ·  block size 8888 tokens")
+            "KV cache blocks", "  ·  8,888,888 / 8,888,888 used (100%)  ·  block size 8888 tokens",
+            "  ·  888,888 / 888,888 (100%)")
         head.addStretch(1)
         self.layout_buttons: dict[str, QToolButton] = {}
         group = QButtonGroup(self)
@@ -205,9 +206,9 @@ class KVBlockMap(QWidget):
         self._holders, self._at = block_holders(state)
         self.fill = block_fill(state, self._holders, self._at)
         used, total = state.num_used_blocks, state.num_total_blocks     # one pass over the blocks
-        self.title_numbers.setText(f"  ·  {used:,} / {total:,} used "
-                           f"({100.0 * used / total if total else 0.0:.0f}%)  ·  block size "
-                           f"{state.block_size} tokens")
+        share = f"({100.0 * used / total if total else 0.0:.0f}%)"
+        self.title_numbers.setText(f"  ·  {used:,} / {total:,} used {share}  ·  block size {state.block_size} tokens",
+                                   f"  ·  {used:,} / {total:,} {share}")
         self.num_reserved = int(np.count_nonzero(state.block_owner == RESERVED))
         if self.layout_choice == "auto":
             self._check_layout_button()         # "auto" resolves with the cache's size

@@ -35,14 +35,14 @@ from typing import Mapping, Sequence
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QFont
+from PySide6.QtGui import QFont, QFontMetrics, QTextDocument
 from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from engine.outputs import StepRecord
 from engine.run_info import RunInfo
 from recordings.metrics.roofline import Roofline, roofline_of
 from ui.style.colors import MUTED, PALETTE, TEXT, css
-from ui.style.numbers import number_text
+from recordings.numbers import number_text
 from ui.record_cache import StepMemo, step_span
 from ui.step_summary import StepSummary, as_summaries
 from ui.style.theme import PLOT_BG, PLOT_FG, cache_decorations, style_axis
@@ -70,6 +70,9 @@ FIELDS = ("step", "seconds", "new", "scheduled", "tokens", "kv", "waiting", "run
           "step_ms", "recorder_wait_ms", "floor_s", "arrivals", "finished")
 KNOB_COLOR = (237, 201, 72)       # the knob-change markers and their line
 MAX_KNOB_LINES = 3                # knob changes listed under the plots (the newest)
+AXIS_PX = 60                      # each plot's y axis: its label and values up to "20,000"
+TITLE_SLACK_PX = 16               # beside the widest title in the panel's minimum width
+EFFICIENCY_NOTE_SHORT = "none: why in the tooltip"    # the note where its plot is too short for it
 EFFICIENCY_NOTE_MARGIN = 8        # pixels: the note that replaces the efficiency curve wraps this
                                   # far inside its plot (it must not paint over the neighbours)
 
@@ -282,7 +285,7 @@ class MetricsPlots(QWidget):
             # no grid: grid lines belong to the axes, and would repaint every axis on each frame
             style_axis(p.getAxis("left"), ylabel, units)
             p.getAxis("left").enableAutoSIPrefix(False)
-            p.getAxis("left").setWidth(60)
+            p.getAxis("left").setWidth(AXIS_PX)
             bottom = p.getAxis("bottom")
             bottom.enableAutoSIPrefix(False)
             if i // 2 == rows - 1:
@@ -315,15 +318,56 @@ class MetricsPlots(QWidget):
         self.efficiency_note.setFont(note_font)
         self.plots["efficiency"].addItem(self.efficiency_note, ignoreBounds=True)
         self.efficiency_note.setPos(-window / 2, 0.5)
+        self._efficiency_text = ""
         self.plots["efficiency"].vb.sigResized.connect(self._fit_efficiency_note)
+        for p in self.plots.values():
+            p.vb.sigResized.connect(self._fit_axis_labels)
         self._show_roofline()
         self._show_clock()
+        self._fit_min_width()
+
+    def _fit_min_width(self) -> None:
+        """The panel's minimum width: two columns whose titles read whole (each title line,
+        legends and clock notes included, beside its axis); a narrower panel cut them
+        ("KV cache usag", "Step time · simulate"). Set when a title changes."""
+        font = QFont()
+        font.setPointSize(9)            # set_title's size; spans inside set their own (8 pt notes)
+        doc = QTextDocument()
+        doc.setDefaultFont(font)
+        doc.setDocumentMargin(0)
+        widths = []
+        for p in self.plots.values():
+            doc.setHtml(p.titleLabel.text)
+            widths.append(doc.idealWidth())
+        widest = int(max(widths)) + 1
+        width = 2 * (AXIS_PX + widest + TITLE_SLACK_PX)
+        if self.minimumWidth() != width:
+            self.setMinimumWidth(width)
+
+    def _fit_axis_labels(self, *_args) -> None:
+        """Show a y axis's label (its unit) only where its plot is at least as tall as the label:
+        in a short window the vertical labels of plots above one another ran into each other.
+        Their titles still name what is plotted; the tick values stay."""
+        for p in self.plots.values():
+            axis = p.getAxis("left")
+            need = QFontMetrics(axis.label.font()).horizontalAdvance(axis.labelText) + 8
+            show = p.vb.height() >= need
+            if axis.label.isVisible() != show:
+                axis.showLabel(show)
+                axis.setWidth(AXIS_PX)          # kept: the plots of a column stay aligned step for step
 
     def _fit_efficiency_note(self, *_args) -> None:
         """Wrap the efficiency note at its plot's width (a half-width plot: a note wider than
         it painted over the plots beside it)."""
         width = self.plots["efficiency"].vb.width() - 2 * EFFICIENCY_NOTE_MARGIN
         self.efficiency_note.setTextWidth(max(width, 40.0))
+        # a note taller than its plot (a short window) was cut at its top and bottom lines: the
+        # one-line form then, the reason in the plot's tooltip
+        note = self.efficiency_note
+        for text in (self._efficiency_text, EFFICIENCY_NOTE_SHORT):
+            note.setText(text)
+            if note.textItem.boundingRect().height() <= self.plots["efficiency"].vb.height():
+                break
 
     def set_records(self, records: Sequence[StepSummary | StepRecord], shown_step: int,
                     latest_step: int | None = None, num_swapped: int | None = None) -> None:
@@ -396,6 +440,7 @@ class MetricsPlots(QWidget):
         set_title(self.plots["recorder"], "Recorder wait " + note.format("wall"))
         self.plots["time"].setToolTip("Each step's duration on the run's clock: " + (
             "simulated, the simulated device's time, not wall time." if self.simulated else "wall time."))
+        self._fit_min_width()
         self.plots["recorder"].setToolTip("Wall time the engine waited for a full recorder queue when it "
                                           "handed over the previous step (0 while the writer keeps up); "
                                           "wall time even in a simulated run.")
@@ -420,11 +465,13 @@ class MetricsPlots(QWidget):
         basis = ("not shown" if r.cost is None else "simulated: an assumption" if r.simulated
                  else "floor / measured step time")
         set_title(plot, f"Roofline efficiency<br><span style='font-size:8pt; color:{css(MUTED)}'>{basis}</span>")
+        self._fit_min_width()
         plot.setToolTip(f"Roofline efficiency: each step's roofline floor (sum over its operators of max(FLOPs / "
                         f"peak FLOP/s, bytes / bandwidth), from its scheduled tokens and context lengths) / its "
                         f"time.\n{'No efficiency: ' if r.cost is None else 'Basis: '}{r.note}")
         # the reason's first clause fits a half-width plot; the tooltip has the whole of it
-        self.efficiency_note.setText(f"No roofline efficiency: {r.note.split(' (')[0]}." if r.cost is None else "")
+        self._efficiency_text = f"No roofline efficiency: {r.note.split(' (')[0]}." if r.cost is None else ""
+        self._fit_efficiency_note()
         self.efficiency_note.setVisible(r.cost is None)
         plot.getAxis("left").setStyle(showValues=r.cost is not None)   # no curve: no scale to read
         if r.cost is None:

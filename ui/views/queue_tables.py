@@ -115,7 +115,9 @@ class QueueTables(QWidget):
                 hh.moveSection(hh.visualIndex(REASON_COLUMN), 2)
             else:               # (hidden where it is: a moved hidden section leaves a gap in Qt 6)
                 view.setColumnHidden(REASON_COLUMN, True)
-                hh.setSectionResizeMode(1, QHeaderView.Stretch)    # the state takes the room left
+                # the last column takes the room left; the state keeps its width (stretched, it
+                # was the one squeezed to "tat" / "r…" in a narrow window)
+                hh.setStretchLastSection(True)
             view.setMouseTracking(True)             # moves without a button count as activity
             view.viewport().installEventFilter(_PointerWatch(self, name))
             view.setContextMenuPolicy(Qt.CustomContextMenu)

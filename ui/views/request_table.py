@@ -19,7 +19,7 @@ from ui.style.colors import ERROR, PALETTE, color_index
 from ui.plain_text import tooltip_text
 from ui.state_lookup import find_row
 from ui.step_summary import StepSummary
-from ui.style.numbers import clock_text
+from recordings.numbers import clock_text
 from engine.vocab import RequestStatus, NotAdmittedReason
 
 COLUMNS = ("id", "state", "prompt", "output", "TTFT", "ITL", "preempt", "recomp", "priority", "reason")
@@ -52,7 +52,7 @@ def widest_texts(unit: str) -> tuple[str, ...]:
     (the reason: '', it takes the room left), the TTFT and ITL ones as :func:`cell_text` writes
     them in ``unit`` (``"sim s"``: ``8,889 sim s``, ``888 sim ms``): the columns' widths are
     measured on them, so no formatted value is cut."""
-    clock = max((clock_text(x, unit) for x in CLOCK_SAMPLES), key=len)
+    clock = max((clock_text(x, _cell_unit(unit)) for x in CLOCK_SAMPLES), key=len)
     return tuple(clock if c in ("TTFT", "ITL") else _WIDE_TEXTS[c] for c in COLUMNS)
 
 
@@ -152,11 +152,17 @@ def reason_words(reason: str) -> str:
     return NOT_ADMITTED_TEXT.get(reason) or reason.replace("_", " ")
 
 
+def _cell_unit(unit: str) -> str:
+    """The unit a TTFT / ITL cell writes: seconds carry theirs (``412 ms``); any other unit
+    (a virtual clock's steps) is named once, in the column's header ("1 steps" under "ITL (steps)")."""
+    return unit if unit in ("s", "sim s") else ""
+
+
 def cell_text(r: RequestView, column: int, reason: str | None = None,
               priority: int | None = None, unit: str = "") -> str:
     """Text of ``column`` (see :data:`COLUMNS`) for request ``r``: times on the engine clock,
     whose ``unit`` is ``"s"`` / ``"sim s"`` (``2,290 s``, ``38.2 s``, ``412 ms``) or ``"steps"``
-    / ``""`` (plain numbers: ``2,290``; ``ui.style.numbers``, never an exponent); ``priority``
+    / ``""`` (plain numbers: ``2,290``; ``recordings.numbers``, never an exponent); ``priority``
     from the state's column ("–" when unknown: a finished request's view)."""
     if column == 0:
         return r.request_id
@@ -167,9 +173,9 @@ def cell_text(r: RequestView, column: int, reason: str | None = None,
     if column == 3:
         return f"{r.num_output_tokens} / {r.max_tokens}"
     if column == 4:
-        return clock_text(r.ttft, unit)
+        return clock_text(r.ttft, _cell_unit(unit))
     if column == 5:
-        return clock_text(r.mean_itl, unit)
+        return clock_text(r.mean_itl, _cell_unit(unit))
     if column == 6:
         return str(r.num_preemptions)
     if column == RECOMPUTED_COLUMN:

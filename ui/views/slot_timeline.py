@@ -57,6 +57,8 @@ AXIS_PX = 46               # width of the slot axis (and the strip's, so their c
 AUTO_COMPACT_SLOTS = 32    # compact=None: compact from this many slots when most are idle
 STRIP_PX = 24              # image rows of the occupancy strip
 MIN_ROW_PX = 5             # screen pixels a fitted row needs; thinner rows scroll instead ...
+TICK_LABEL_PX = 14         # screen pixels between two slot labels (a 9-point digit and a gap)
+NICE_STRIDES = (1, 2, 4, 5, 8, 10, 16, 20, 25, 32, 50, 64, 100, 128, 256, 512, 1024, 1 << 62)
 SCROLL_ROW_PX = 8          # ... at this many screen (and image) pixels a row: prefill stripes
                            # (ids on 14-pixel rows cost 3-7 ms a frame at 256 busy slots: every
                            # frame repainted the whole view under the moving text items)
@@ -124,6 +126,7 @@ class SlotTimeline(QWidget):
         self.fit_rows = False                  # the "fit" button: every row in view, never scroll
         self.scrolling = False                 # rows scroll (too many to fit MIN_ROW_PX each)
         self.first_row, self.visible_rows = 0, self.max_num_seqs   # the rows on screen
+        self._tick_key: tuple = ()                  # (view height, rows, visible) the ticks are for
         self._ticks: list | None = None                # the slot axis's ticks
         self.shown_step = -1
         self.first_step, self.span = 0, window
@@ -157,13 +160,14 @@ class SlotTimeline(QWidget):
         pi.getViewBox().sigResized.connect(lambda *_: self._grid is not None and self._paint())
         track_pointer(self.plot, self._cell_at_scene, lambda c: self.describe(*c), self._clicked)
         head, self.title, self.title_numbers = title_row(
-            "Batch slots", "  ·  8888 slots  ·  steps 88888888–88888888")
+            "Batch slots", "  ·  8888 slots  ·  steps 88888888–88888888", "  ·  8888/8888 slots")
         head.addStretch(1)
-        legend = QLabel(self._legend_html())
+        # under the rows, as the block map's (in the title row it set the window's minimum width)
+        self.legend = legend = QLabel(self._legend_html())
+        legend.setWordWrap(True)
         legend.setToolTip("prefill chunk: the request's colour, lighter, in stripes (a lighter "
                           "cell when rows are 1-2 pixels); decode: its colour; idle: dark; "
                           "dashed line: the step shown")
-        head.addWidget(legend)
         self.compact_button = QToolButton()
         self.compact_button.setText("compact")
         self.compact_button.setCheckable(True)
@@ -212,13 +216,13 @@ class SlotTimeline(QWidget):
         rows.addWidget(self.plot, 1)
         rows.addWidget(self.scroll_bar)
         lay.addLayout(rows, 1)
+        lay.addWidget(legend)
         self._set_slot_ticks()
 
     @staticmethod
     def _legend_html() -> str:
         c = (78, 121, 167)
         sw = "<span style='color:{}'>&#9632;</span>"
-        # short: the title row also holds the title, the numbers and two buttons
         return (f"<span style='color:{css(MUTED)}'>{sw.format(css(lighten(c, 0.5)))} prefill"
                 f" (striped) &nbsp; {sw.format(css(c))} decode &nbsp; {sw.format(css(IDLE))} idle"
                 " &nbsp; ┆ shown step</span>")
@@ -227,7 +231,11 @@ class SlotTimeline(QWidget):
         """Name about 16 of the rows on screen by their slot (set only when they change: new
         ticks redraw the axis)."""
         shown = self.shown_slots
-        stride = max(1, min(len(shown), self.visible_rows) // 16)
+        rows = max(1, min(len(shown), self.visible_rows))
+        height = self.plot.getPlotItem().getViewBox().height()
+        # never closer than a label's height on screen (8-pixel rows: every row's label overlapped)
+        need = TICK_LABEL_PX / (height / rows) if height > 0 else 1.0
+        stride = next(k for k in NICE_STRIDES if k >= max(need, rows // 16, 1))
         ticks = [(i, str(int(shown[i]))) for i in range(0, len(shown), stride)]
         if ticks != self._ticks:
             self._ticks = ticks
@@ -270,6 +278,9 @@ class SlotTimeline(QWidget):
             bar.setRange(0, top)
             bar.setPageStep(visible)
             bar.blockSignals(False)
+            self._set_slot_ticks()
+        if (height, n, visible) != self._tick_key:      # the rows' screen size changed
+            self._tick_key = (height, n, visible)
             self._set_slot_ticks()
         self.first_row = bar.value() if scrolling else 0
         if bar.isVisible() != scrolling:
@@ -370,7 +381,7 @@ class SlotTimeline(QWidget):
         rows_changed = self._choose_rows()
         # compact: the slots shown of all (the label's size is fixed: no relayout, keep it short)
         slots = f"{len(self.shown_slots)}/{s}" if self.compact else f"{s}"
-        self.title_numbers.setText(f"  ·  {slots} slots  ·  steps {x0}–{max(shown_step, x0)}")
+        self.title_numbers.setText(f"  ·  {slots} slots  ·  steps {x0}–{max(shown_step, x0)}", f"  ·  {slots} slots")
         self._paint(changed if self.image is not None and not rows_changed else None)
 
     def _move_grid(self, x0: int, w: int, s: int, keep: bool) -> None:

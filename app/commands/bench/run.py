@@ -21,6 +21,7 @@ from app.factory import build_engine, resolve_device, resolve_dtype
 from app.commands.run import fit_kv_to_workload
 from app.workload_setup import add_workload, load_workload, read_trace
 from engine.engine import LLMEngine
+from engine.plural import plural
 from engine.request import SamplingParams
 from engine.sim.cost_model import CostModel
 from engine.sim.model_shapes import ModelShape
@@ -93,7 +94,7 @@ def _bench(args: argparse.Namespace) -> int:
                             num_prompt_tokens=sum(r.num_prompt_tokens for r in requests))
     print(f"model: {built.run_info.model_name} on {device} ({built.config.dtype}); "
           f"max_num_seqs {built.config.max_num_seqs}, max_num_batched_tokens {built.config.max_num_batched_tokens}, "
-          f"{built.config.num_gpu_blocks:,} KV blocks of {built.config.block_size}; workload {trace_info['name']}; "
+          f"{plural(built.config.num_gpu_blocks, 'KV block')} of {plural(built.config.block_size, 'token')}; workload {trace_info['name']}; "
           f"recording {'to ' + args.record if args.record else 'off'}")
     for line in format_figures(figures):
         print(line)

@@ -8,7 +8,7 @@ import recordings.damage.analysis as analysis
 from app.cli import main
 from app.commands.recover import open_recording
 from recordings.file.open_reader import open_reader
-from tests.support.damaged_files import damage_base_run, middle_leaf, overwrite_page
+from tests.support.damaged_files import damage_base_run, middle_leaf, overwrite_page, truncated
 
 
 def counted_scans(monkeypatch) -> list:
@@ -36,7 +36,7 @@ def test_every_tool_tells_the_same_story_from_one_analysis(original, tmp_path, c
     report = analysis.known_damage(damaged)
     k, n = report.last_good_step, report.last_step + 1
     assert report.is_damaged and 0 <= k < n - 1
-    assert f"save steps 0..{k} into a new valid recording" in checked
+    assert f"save steps 0..{report.last_saved_step} into a new valid recording" in checked
     assert main(["summary", str(damaged)]) in (0, 1)
     said = capsys.readouterr()
     assert "WARNING: Damaged recording: page damage in table steps" in said.out
@@ -50,6 +50,36 @@ def test_every_tool_tells_the_same_story_from_one_analysis(original, tmp_path, c
     with open_recording(str(damaged), progress=False) as reader:   # the window's way in
         assert reader.damage == report and reader.latest_step() == k    # banner before any later step
     assert len(scans) == 1
+
+
+def test_a_truncated_copy_check_summary_recover_and_the_window_name_the_same_steps(original, tmp_path, capsys,
+                                                                                    monkeypatch):
+    """A copy cut to 90% of its pages (its later keyframes and request rows lost): what ``check``
+    says ``recover`` saves is what it keeps, though more than the damaged file replays; the
+    window and ``summary`` show what replays and name the same saved steps."""
+    cut = truncated(original, tmp_path / "cut.sqlite", 0.9)
+    monkeypatch.setattr(analysis, "_MEMORY", {})
+    capsys.readouterr()
+    assert main(["check", str(cut)]) == 1
+    checked = capsys.readouterr().out
+    report = analysis.known_damage(cut)
+    k, saved = report.last_good_step, report.last_saved_step
+    assert 0 <= k < saved                       # rows read one by one past what replays here
+    assert f"save steps 0..{saved} into a new valid recording" in checked
+    assert f"recover keeps steps 0..{saved} (steps {k + 1}..{saved} do not replay here" in checked
+    assert main(["summary", str(cut)]) in (0, 1)
+    assert f"Showing steps 0..{k} of {report.last_step + 1:,}" in (said := capsys.readouterr().out)
+    assert f"Save steps 0..{saved}: batchscope recover" in said
+    out = tmp_path / "saved.sqlite"
+    assert main(["recover", str(cut), str(out)]) == 0
+    assert f"kept steps 0..{saved} (" in capsys.readouterr().out
+    ref = open_reader(original)
+    with open_reader(out) as copy:              # every kept step replays whole (ids aside: rebuilt)
+        assert copy.latest_step() == saved
+        for step in range(k, saved + 1, 5):
+            assert (copy.state_at(step).block_owner == ref.state_at(step).block_owner).all()
+    with open_recording(str(cut), progress=False) as reader:
+        assert reader.damage == report and reader.latest_step() == k
 
 
 def test_a_changed_file_is_analysed_again(original, tmp_path, monkeypatch):

@@ -4,6 +4,7 @@ saying that too."""
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 
 import pytest
@@ -65,3 +66,21 @@ def test_a_gpu_device_fits_against_its_datasheet(real, tmp_path, monkeypatch, ca
     printed, params = fit(real, tmp_path, capsys, "--sim-device", "a100")
     assert "peaks: a100's datasheet, as --executor sim uses them" in printed
     assert params.peak_flops == hardware.DEVICES["a100"].peak_flops
+
+
+def test_the_printed_fit_has_no_exponent_and_no_efficiency_above_one(real, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(hardware, "measure_cpu", _no_measuring)
+    printed, params = fit(real, tmp_path, capsys)
+    assert not re.search(r"\de[+-]?\d", printed), printed
+    assert params.flops_efficiency <= 1 and params.bw_efficiency <= 1
+
+
+def test_a_recording_too_short_to_fit_is_refused_and_says_why(tiny_model, tmp_path, capsys):
+    short = tmp_path / "short.sqlite"
+    assert main(["run", "--model", str(tiny_model), "--trace", str(DEMO_TRACE), "--limit", "1", "--clock",
+                 "virtual", "--max-prompt-tokens", "16", "--max-output-tokens", "3", "--num-gpu-blocks", "16",
+                 "--record", str(short)]) == 0
+    capsys.readouterr()
+    assert main(["fit", str(short), "-o", str(tmp_path / "fit.json")]) == 1
+    assert "too few steps to fit: 3 with a forward pass, at least 16 needed" in capsys.readouterr().err
+    assert not (tmp_path / "fit.json").exists()

@@ -8,8 +8,9 @@ import pytest
 
 from engine.outputs import ScheduledRequest
 from engine.sim.cost_model import CostModel, CostParams
-from engine.sim.fitting import fit_cost_params, predict, relative_errors, roofline_terms
-from engine.sim.hardware import DEVICES
+from engine.sim.fitting import (MIN_FIT_STEPS, fit_cost_params, fit_steps_problem, held_at_peak, predict,
+                                relative_errors, roofline_terms)
+from engine.sim.hardware import DEVICES, DevicePeaks
 from engine.sim.model_shapes import get_model_shape
 
 
@@ -59,3 +60,29 @@ def test_too_few_steps_or_bad_times():
         fit_cost_params(terms, [0.1, 0.1])
     with pytest.raises(ValueError, match="> 0"):
         fit_cost_params(terms, [0.1, 0.0, 0.1, 0.1])
+
+
+def test_an_efficiency_the_steps_cannot_pin_is_held_at_one_not_printed_impossible():
+    """Decode steps of 1-3 requests whose time is all per-request overhead (a small model on a
+    CPU): the memory term, the weights read once per step, is the same in every step, so the
+    unconstrained best fit makes it vanish (bw_efficiency ~1e3 on a live SmolLM2 recording)."""
+    cpu = DevicePeaks("cpu", 0.124e12, 40.8e9, 1 << 34, "the peaks of a live run's recording")
+    model = CostModel(get_model_shape("smollm2-135m").with_dtype("float32"), cpu)
+    rng = random.Random(2)
+    steps = [([ScheduledRequest(f"d{i}", i, 1, 40 + k, False, ()) for i in range(1 + k % 3)], 1 + k % 3)
+             for k in range(40)]
+    steps += [([ScheduledRequest("p", 0, 64, 0, True, ())], 1)] * 4
+    times = [0.035 * len(s) * rng.uniform(0.95, 1.05) for s, _ in steps]
+    fit = fit_cost_params(roofline_terms(model, steps), times)
+    assert 0 < fit.flops_efficiency <= 1 and 0 < fit.bw_efficiency <= 1
+    assert "bw_efficiency" in held_at_peak(fit)
+    assert held_at_peak(CostParams(0.001, 1e-5, 0.5, 0.8)) == []
+
+
+def test_steps_that_cannot_be_fitted_are_named():
+    decode = ([ScheduledRequest("d", 0, 1, 10, False, ())], 1)
+    prefill = ([ScheduledRequest("p", 1, 32, 0, True, ())], 1)
+    assert "too few steps to fit: 4 with a forward pass" in fit_steps_problem([decode, prefill] * 2)
+    assert fit_steps_problem([prefill] * MIN_FIT_STEPS).startswith("no decode-only steps")
+    assert fit_steps_problem([decode] * MIN_FIT_STEPS).startswith("no steps with a prefill")
+    assert fit_steps_problem([decode, prefill] * MIN_FIT_STEPS) is None

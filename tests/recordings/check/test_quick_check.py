@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 
 from app.commands.check import run_check
-from recordings.check.sampled import sampled_check, sampled_intervals
+from recordings.check.sampled import QUICK_EVERY, sampled_check, sampled_intervals
 from recordings.file.open_reader import open_reader
 from tests.support.engine_driver import SMALL_SEED, run_engine
 
@@ -50,6 +50,7 @@ def test_quick_finds_a_violation_in_a_checked_interval_and_says_what_it_skipped(
     assert run_check(str(bad), quick=True, out=out) == 1
     lines = out.getvalue().splitlines()
     assert "quick: invariants (G1-G4, G6) checked on" in lines[0] and "skipped" in lines[0]
+    assert f"steps: one keyframe interval in {QUICK_EVERY} and the last (0..7, " in lines[0]  # not '32th'
     assert any(f"{bad}: step 5: G1: " in line for line in lines), lines
     with open_reader(bad) as reader:
         problems, intervals = sampled_check(reader)

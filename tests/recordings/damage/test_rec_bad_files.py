@@ -45,6 +45,33 @@ def test_truncated_recording(tmp_path, recorded):
         open_fails(path, "truncated")
 
 
+@pytest.mark.parametrize("keep", ["header", "most of page 1"])
+def test_a_file_cut_inside_its_first_page_says_nothing_reads(keep, tmp_path, recorded, capsys):
+    """Cut short before page 1 ends (the schema is on it), a recording has nothing to read or
+    salvage: open, ``summary``, ``check`` and ``recover`` each say so once, naming the size and
+    the page size, and exit 1 (they said 'no such table: runs' and printed it twice in check)."""
+    from app.cli import main
+    from tests.support.damaged_files import page_size
+
+    data = recorded.path.read_bytes()
+    size = 100 if keep == "header" else page_size(recorded.path) - 1
+    path = tmp_path / "cut.sqlite"
+    path.write_bytes(data[:size])
+    expect = (f"{path}: truncated recording: its first page, which holds the list of tables, is cut "
+              f"short, so no step, request or setting can be read ({size} bytes, the header expects "
+              f"pages of {page_size(recorded.path)} bytes)")
+    for damaged in (False, True):
+        with pytest.raises(RecordingError) as info:
+            open_reader(path, damaged=damaged)
+        assert str(info.value) == expect
+    for argv in (["summary", str(path)], ["check", str(path)], ["check", "--quick", str(path)],
+                 ["recover", str(path), str(tmp_path / "saved.sqlite")]):
+        assert main(argv) == 1
+        captured = capsys.readouterr()
+        assert captured.err == f"batchscope: {expect}\n" and captured.out == "", argv
+    assert not (tmp_path / "saved.sqlite").exists() and path.read_bytes() == data[:size]
+
+
 def test_an_unrelated_sqlite_database(tmp_path):
     path = tmp_path / "other.sqlite"
     db = sqlite_utils.Database(path)

@@ -246,6 +246,32 @@ def test_a_full_queue_makes_the_engine_wait_and_nothing_is_dropped(tmp_path, mon
         r.recorder_wait_ns for r in run.records)
 
 
+def test_the_queue_is_bounded_in_bytes_too(tmp_path, monkeypatch):
+    """With a slow writer and a byte budget of three of the run's biggest steps, the queued
+    steps never weigh more than the budget (many items fit the item bound), the engine waits for
+    the writer instead, and every step reaches the file."""
+    from recordings.file.writer import _weight
+
+    small = run_engine(tmp_path / "first.sqlite", SMALL_SEED)
+    budget = 3 * max(_weight(r) for r in small.records)
+    real = codec.step_rows
+
+    def slow(record, *args):
+        time.sleep(0.003)
+        return real(record, *args)
+
+    monkeypatch.setattr(codec, "step_rows", slow)
+    queued = []
+    run = run_engine(tmp_path / "run.sqlite", SMALL_SEED,
+                     between_steps=lambda run: queued.append(run.writer.queued_bytes),
+                     writer_kwargs={"max_queue_bytes": budget, "flush_interval_s": 0.001})
+    assert 0 < max(queued) <= budget
+    assert max(r.recorder_wait_ns for r in run.records) > 0
+    reader = open_reader(run.path)
+    assert reader.is_complete() and reader.records(0, 10**6) == run.records
+    assert run.writer.queued_bytes == 0
+
+
 def test_values_that_do_not_follow_from_the_batch_are_stored_as_they_are(tmp_path, small_run):
     """The writer leaves out token indexes only when they follow from the batch; a record where
     they do not (a future engine), or a decode of several tokens, still round-trips exactly."""

@@ -4,6 +4,7 @@ blocks), whatever order they are made in; the engine makes them on arrival only;
 memory grows with the requests in the engine, not with the trace's length."""
 from __future__ import annotations
 
+import array
 import random
 import tracemalloc
 
@@ -13,7 +14,7 @@ import pytest
 from app.workload_setup import add_workload
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
-from engine.request import SamplingParams
+from engine.request import PromptIdsOnUse, SamplingParams
 from recordings.workloads.prefix_blocks import SharedPrefixPrompts
 from recordings.workloads.traces import TraceRow, load_trace
 from recordings.workloads.workload import WorkloadRequest, _CorpusPrompts, build_workload
@@ -133,3 +134,68 @@ def test_replay_memory_follows_the_live_requests_not_the_trace():
     small, large = traced_peak(300), traced_peak(1200)
     eager_growth = 900 * 2000 * 4                       # the 900 more prompts as array('i')
     assert large - small < eager_growth / 8, (small, large)
+
+
+def test_prompt_ids_on_use_are_made_once_when_read():
+    made = CountingPrompt(array.array("i", [5, 6, 7]))
+    ids = PromptIdsOnUse(made, 3)
+    assert len(ids) == 3 and not ids.is_made and made.num_made == 0
+    assert ids[1] == 6 and list(ids) == [5, 6, 7] and ids[1:] == array.array("i", [6, 7])
+    assert ids == array.array("i", [5, 6, 7]) and ids != [5, 6, 7]     # compares as the made ids do
+    assert made.num_made == 1 and ids.is_made
+    with pytest.raises(ValueError, match="of 4 tokens made 3 ids"):
+        list(PromptIdsOnUse(CountingPrompt([1, 2, 3]), 4))
+
+
+def conversation_trace(tmp_path, num_requests: int = 40):
+    """Mooncake-style multi-turn rows: each turn repeats its conversation's hash ids and adds
+    two, arriving faster than a small engine serves them (a queue builds up)."""
+    rng, lines, conv = random.Random(3), [], {}
+    for i in range(num_requests):
+        c = rng.randrange(6)
+        conv[c] = conv.get(c, [1000 * c]) + [10**6 + 2 * i, 10**6 + 2 * i + 1]
+        n = 512 * (len(conv[c]) - 1) + rng.randrange(1, 512)
+        lines.append({"timestamp": 50 * i, "input_length": n, "output_length": rng.randrange(2, 40),
+                      "hash_ids": conv[c]})
+    return load_trace(write_jsonl(tmp_path / "conv.jsonl", lines)).rows
+
+
+def replay(trace, tmp_path, name: str, made_at_arrival: bool, monkeypatch):
+    """Replay ``trace`` (sim clock, prefix caching, 4 slots) recorded to ``name``; returns the
+    records and, after each step, how many live requests hold made prompt ids."""
+    from recordings.file.writer import RecordingWriter
+    from tests.support.engine_driver import make_config
+
+    monkeypatch.setattr(WorkloadRequest, "ids_only", property(lambda self: not made_at_arrival
+                                                              and self.is_deferred))
+    config, run_info = make_config(clock="sim", max_num_seqs=4, max_num_batched_tokens=2048,
+                                   enable_prefix_caching=True, num_gpu_blocks=1024, block_size=16,
+                                   max_model_len=16384)
+    wl = build_workload(trace, None, seed=2, block_size=config.block_size)
+    records, made = [], []
+    with RecordingWriter(tmp_path / name, run_info, store_prompt_token_ids=False) as writer:
+        eng = LLMEngine(config, NullRunner(step_duration=lambda sched: 0.2), config.num_gpu_blocks,
+                        recorder=writer)
+        add_workload(eng, wl.requests, clock="sim")
+        while eng.has_unfinished:
+            records.append(eng.step())
+            live = [r.prompt_token_ids for r in eng.requests.values()]
+            made.append(sum(not isinstance(p, PromptIdsOnUse) or p.is_made for p in live))
+    return records, made, len(wl.requests)
+
+
+def test_an_overloaded_queue_holds_no_prompt_ids_and_the_run_is_the_same(tmp_path, monkeypatch):
+    """Ids-only prompts (random ids, Mooncake hash blocks) are made when the scheduler first
+    hashes the request's blocks, not on arrival: the queue of a replay that arrives faster than
+    it is served holds none, and the run (schedule, prefix hits, block events) is the one that
+    making them on arrival gives."""
+    trace = conversation_trace(tmp_path)
+    lazy, made, n = replay(trace, tmp_path, "lazy.sqlite", False, monkeypatch)
+    eager, made_eager, _ = replay(trace, tmp_path, "eager.sqlite", True, monkeypatch)
+    strip = lambda rs: [(r.scheduled, r.new_tokens, r.events, r.block_events, r.transitions,  # noqa: E731
+                         r.prefix_cache_hits) for r in rs]
+    assert strip(lazy) == strip(eager) and sum(r.prefix_cache_hits for r in lazy) > 0
+    waiting = [r.num_waiting for r in lazy]
+    assert max(waiting) >= 10                              # the queue did build up
+    assert max(made) <= 4 + 2 < max(made_eager)            # running + a few looked up ahead
+    assert lazy[-1].num_finished == n

@@ -61,3 +61,16 @@ def test_run_reports_the_keys_once_and_strict_refuses(trace, tmp_path, capsys):
     assert main(["summary", str(tmp_path / "a.sqlite")]) == 0
     assert "unknown keys in the trace's rows, ignored: 'output_lenght' (3 rows), 'priority' (1 row)" in \
         capsys.readouterr().out
+
+
+def test_a_row_missing_a_key_names_the_misspelt_key_it_has(tmp_path):
+    """A row whose ``output_length`` is only there misspelt is skipped as malformed, and its
+    error says which unknown key it carried and which missing key that is close to."""
+    rows = [ROWS[0], {"timestamp": 10, "input_length": 300, "output_lenght": 30, "colour": "red"},
+            {"timestamp": 20, "input_length": 300, "priority": 1}, ROWS[2]]
+    load = load_trace(write_jsonl(tmp_path / "misspelt.jsonl", rows))
+    assert len(load.rows) == 2
+    assert [str(e) for e in load.errors] == [
+        "line 2: missing output_length; the row has keys the format does not define: "
+        "'output_lenght' (output_length misspelt?), 'colour'",
+        "line 3: missing output_length; the row has keys the format does not define: 'priority'"]

@@ -141,6 +141,8 @@ def test_rows_the_engine_cannot_serve_are_skipped_and_said(tmp_path):
     assert note.startswith("2 rows skipped")
     assert "line 1: prompt is text but this engine has no tokenizer" in note
     assert "line 2: prompt_token_ids has id 500, over the model's vocabulary (ids 0..99)" in note
+    one = build_workload(rows[1:], None, vocab_size=100).scaling_notes
+    assert any(n.startswith("1 row skipped: line 2:") for n in one), one
 
 
 def test_a_huge_file_of_bad_rows_keeps_going(tmp_path):

@@ -7,6 +7,7 @@ import math
 import numpy as np
 from PySide6.QtCore import Qt
 
+from engine.request import RequestStatus
 from engine.state.state import STATUS_CODES, EngineState
 from ui.style.colors import request_qcolor
 from ui.views.queue_tables import QueueTables, visible_rows
@@ -323,7 +324,7 @@ def test_a_header_click_sorts_the_rows_by_that_column_and_id_restores_arrival_or
 
 
 def test_time_columns_hold_their_whole_formatted_values_in_every_clock_unit(qtbot):
-    from ui.style.numbers import clock_text
+    from recordings.numbers import clock_text
     from ui.views.queue_view import PAD
     w = shown_tables(qtbot)
     view = w.views["running"]
@@ -332,5 +333,31 @@ def test_time_columns_hold_their_whole_formatted_values_in_every_clock_unit(qtbo
         w.set_time_unit(unit)
         for col in (COLUMNS.index("TTFT"), COLUMNS.index("ITL")):
             for value in (0.0522, 0.412, 38.2, 2290.0, 7.5e-6):   # 52.2 sim ms ... 2,290 sim s
-                text = clock_text(value, unit)
+                # seconds carry their unit in the cell; steps are named once, in the header
+                text = clock_text(value, unit if unit != "steps" else "")
                 assert fm.horizontalAdvance(text) + 2 * PAD <= view.columnWidth(col), (unit, text)
+
+
+def test_a_narrow_running_table_scrolls_instead_of_squeezing_the_state_column(qtbot, source):
+    """The running table (no reason column) let its state column take the room left: in a narrow
+    window it was squeezed to "tat" / "r…"; now the last column takes the room and a narrow
+    table scrolls with every column whole."""
+    from ui.views.queue_view import PAD
+    w = shown_tables(qtbot)
+    w.set_time_unit("steps")
+    w.set_state(source.state_at(source.latest_step()))
+    view, header = w.views["running"], w.views["running"].horizontalHeader()
+    shown = [c for c in range(len(COLUMNS)) if not header.isSectionHidden(c)]
+    w.resize(1000, 300)
+    qtbot.wait(10)
+    assert sum(header.sectionSize(c) for c in shown) == view.viewport().width()   # wide: filled
+    w.resize(360, 300)
+    qtbot.wait(10)
+    widest_state = max(view.fontMetrics().horizontalAdvance(s.value.lower().removeprefix("finished_"))
+                       for s in RequestStatus)
+    assert view.columnWidth(1) >= widest_state + 2 * PAD
+    assert sum(header.sectionSize(c) for c in shown) > view.viewport().width()    # narrow: scrolls
+    model = w.models["running"]
+    ttft = [model.data(model.index(i, COLUMNS.index("TTFT"))) for i in range(model.rowCount())]
+    assert ttft and not any(t.endswith("steps") for t in ttft)        # the unit is in the header
+    assert model.headerData(COLUMNS.index("TTFT"), Qt.Orientation.Horizontal) == "TTFT (steps)"

@@ -1,4 +1,5 @@
-"""Numbers as the window writes them: no scientific notation anywhere a person reads.
+"""Numbers as people read them (the window, the CLI's tables, the compare report): no
+scientific notation anywhere.
 
 Durations in seconds read ``2,290 s``, ``38.2 s``, ``412 ms``, ``7.5 µs`` (:func:`seconds_text`);
 other quantities (counts, clock units that are not seconds, such as a virtual clock's steps)
@@ -27,6 +28,12 @@ def number_text(x: float | None) -> str:
     digits = 3 - 1 - math.floor(math.log10(a))       # 3 significant digits after the point
     text = f"{x:.{max(digits, 0)}f}"
     return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def signed_text(x: float | None) -> str:
+    """:func:`number_text` with its sign: ``+6,390`` / ``-0.0347`` / ``0``."""
+    text = number_text(x)
+    return f"+{text}" if x is not None and text not in (NONE_TEXT, "0") and x > 0 else text
 
 
 def seconds_text(x: float | None, unit: str = "s") -> str:

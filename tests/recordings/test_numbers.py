@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ui.style.numbers import clock_text, number_text, seconds_text
+from recordings.numbers import clock_text, number_text, seconds_text, signed_text
 from ui.views.metrics_plots import output_tps
 
 
@@ -38,3 +38,25 @@ def test_output_tps_is_tokens_over_time_of_the_trailing_window():
     assert np.allclose(output_tps(new, sec, window=10)[-1], new.sum() / sec.sum())
     with pytest.raises(ValueError, match="window"):
         output_tps(new, sec, window=0)
+
+
+def test_signed_numbers():
+    assert [signed_text(x) for x in (6390.4, -0.0347, 0.0, 1e-9, None)] == ["+6,390", "-0.0347", "0", "0", "–"]
+
+
+def test_compare_tables_never_print_an_exponent():
+    """An overloaded run against an admission-controlled one: E2E in the thousands of seconds
+    against tens, parts of 1e-5 s, ratios of 281x and 0.00463x (they printed as 6.39e+03 and
+    6.93e-05 before)."""
+    from recordings.compare.requests import PARTS, RequestDelta
+    from recordings.compare.tables import delta_table, num, ratio_text
+
+    parts = dict(zip(PARTS, (-6390.0, 0.0, 6.93e-05, -2.47)))
+    d = RequestDelta("r12020", 5027, 400, 6433.0, 39.12, parts, "queueing",
+                     "first scheduled 6,420 → 28.8 s after arrival")
+    headers, rows = delta_table([d], "s", slower=False)
+    cells = " ".join(rows[0])
+    assert "e+" not in cells and "e-" not in cells
+    assert rows[0][3:10] == ["6,433", "39.1", "-6,394 (-99%)", "-6,390", "0", "0", "-2.47"]
+    assert [ratio_text(281.3), ratio_text(0.00463), num(12345.6), num(0.070921)] == \
+        ["281x", "0.00463x", "12,346", "0.0709"]
