@@ -77,10 +77,18 @@ class StateCache:
             self.nbytes = 0
 
     def has_room(self) -> bool:
-        """Whether one more state of the mean size held fits within ``max_bytes`` without an
-        eviction (True while empty)."""
-        n = len(self._steps)
-        return n == 0 or self.nbytes + self.nbytes / n <= self.max_bytes
+        """Whether one more state of the mean size held fits within ``max_bytes`` without
+        evicting a state below the cursor (those after it go first: a scrub back has passed
+        them). True while empty."""
+        with self._lock:
+            n = len(self._steps)
+            if n == 0:
+                return True
+            free = self.max_bytes - self.nbytes
+            if self.cursor is not None:
+                after = self._steps[bisect.bisect_right(self._steps, self.cursor):]
+                free += sum(self._states[s][1] for s in after)
+            return free >= self.nbytes / n
 
     def get(self, step: int) -> EngineState | None:
         hit = self._states.get(step)
