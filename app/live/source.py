@@ -56,7 +56,7 @@ class LiveSource:
         self._reader = None
         self._last_publish = 0.0
         self.states = StateCache()        # exact past states near the shown step (bounded)
-        self._fill = BackFill()
+        self._fill = BackFill()        # no checkpoints: the ring's records are cheap to replay
         self._keyframe: EngineState | None = None   # the keyframe last read (one state)
 
     def reset(self, initial: EngineState, run_info: RunInfo) -> None:

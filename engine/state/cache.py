@@ -167,7 +167,8 @@ class BackFill:
     copy ~2 ms, then ~0.7 ms a step). A call also stops when the cache had to evict a state below
     the cursor (full: filling more would only evict what was filled).
 
-    Checkpoints: a replay that starts far below its stretch (from a keyframe up to 128 steps
+    Checkpoints (``checkpoints=True``, for a recording, whose records are decoded from the
+    file): a replay that starts far below its stretch (from a keyframe up to 128 steps
     back) also keeps, while the cache has room (:meth:`StateCache.has_room`), the states where
     the next stretches below will start (every ``depth + 1`` steps below the stretch), so each
     later stretch replays about ``depth`` records from its checkpoint instead of all of them
@@ -178,11 +179,13 @@ class BackFill:
     ~5-30 ms). Raises ``ValueError`` for a ``depth`` or ``lead`` below 1 or a negative
     ``budget_s``."""
 
-    def __init__(self, depth: int = 16, budget_s: float = 0.002, lead: int = 8) -> None:
+    def __init__(self, depth: int = 16, budget_s: float = 0.002, lead: int = 8,
+                 checkpoints: bool = False) -> None:
         if depth < 1 or lead < 1 or budget_s < 0:
             raise ValueError(f"depth and lead must be >= 1 and budget_s >= 0, got depth={depth}, "
                              f"lead={lead}, budget_s={budget_s}")
         self.depth, self.budget_s, self.lead = depth, budget_s, lead
+        self.checkpoints = checkpoints
         self._job: tuple[StateTimeline, int, int] | None = None    # (timeline, lowest, highest)
 
     def reset(self) -> None:
@@ -216,7 +219,8 @@ class BackFill:
                 if record.step >= first and record.step not in cache:
                     cache.add(timeline.snapshot())
                     made += 1
-                elif (record.step < first - 1 and (first - 1 - record.step) % (self.depth + 1) == 0
+                elif (self.checkpoints and record.step < first - 1
+                      and (first - 1 - record.step) % (self.depth + 1) == 0
                       and record.step not in cache and cache.has_room()):
                     cache.add(timeline.snapshot())     # a checkpoint: a later stretch's base
                 if (record.step >= last or time.perf_counter() >= deadline

@@ -38,7 +38,7 @@ class ScrubBack:
 
     def __init__(self, max_bytes: int | None = None) -> None:
         self.states = StateCache() if max_bytes is None else StateCache(max_bytes)
-        self.fill = BackFill()
+        self.fill = BackFill(checkpoints=True)
         self.records: dict[int, StepRecord] = {}     # read ahead of the fill, not applied yet
         self._last: int | None = None
 

@@ -124,7 +124,7 @@ def test_back_fill_does_one_unit_of_work_a_call_on_a_zero_budget(small_ring):
     records = {r.step: r for r in reader.records(0, reader.latest_step() + 1)}
     cache = StateCache(max_bytes=10**9)
     cache.add(states[10])
-    fill = BackFill(depth=8, budget_s=0.0, lead=8)
+    fill = BackFill(depth=8, budget_s=0.0, lead=8, checkpoints=True)
     calls = [fill.run(30, cache, cache.at_or_before,
                       lambda a, b: (records[s] for s in range(a, b))) for _ in range(22)]
     # start from step 10, apply 11..20 (keeping 11: the checkpoint the stretch below 21, 12..20,
@@ -132,6 +132,12 @@ def test_back_fill_does_one_unit_of_work_a_call_on_a_zero_budget(small_ring):
     assert calls == [0] * 11 + [1] * 9 + [0, 0]
     assert cache.steps() == [10, 11, *range(21, 30)]
     assert all(cache.get(s) == states[s] for s in cache.steps())
+    # without checkpoints (the live source: its ring's records are cheap to replay) only 21..29
+    plain = StateCache(max_bytes=10**9)
+    plain.add(states[10])
+    BackFill(depth=8, budget_s=60.0, lead=8).run(30, plain, plain.at_or_before,
+                                                lambda a, b: (records[s] for s in range(a, b)))
+    assert plain.steps() == [10, *range(21, 30)]
     # nothing missing near the cursor: no replay
     assert fill.run(30, cache, cache.at_or_before, lambda a, b: pytest.fail("replayed")) == 0
 
@@ -144,7 +150,7 @@ def test_back_fill_gets_ahead_then_copies_one_state_a_call(small_ring):
     records_of = lambda a, b: (records[s] for s in range(a, b))   # noqa: E731
     cache = StateCache(max_bytes=10**9)
     cache.add(states[10])
-    fill = BackFill(depth=8, budget_s=60.0, lead=4)
+    fill = BackFill(depth=8, budget_s=60.0, lead=4, checkpoints=True)
     assert fill.run(30, cache, cache.at_or_before, records_of) == 9     # 21..29 at once
     assert fill.ahead(30, cache) == 4
     # ahead already (24..21 cached): the stretch below 21 (12..20: depth 8 below 20), one a call
