@@ -60,7 +60,7 @@ from ui.step_summary import StepSummary
 from ui.style.colors import ERROR, css
 from ui.status_line import StatusLine
 from ui.style.theme import apply_theme
-from ui.transport import FRAME_MS, LOADING_TEXT, TransportBar
+from ui.transport import FRAME_MS, TransportBar
 from ui.views.block_map import KVBlockMap
 from ui.views.metrics_plots import TPS_WORDS, MetricsPlots
 from ui.views.queue_tables import QueueTables
@@ -370,7 +370,7 @@ class MainWindow(QMainWindow):
             self._source_error = f"Could not read step {k}: {type(e).__name__}: {e}"
         self.transport.set_position(k, latest, self.following)
         step_text = (f"step {k:,} of {latest:,}" + ("" if self.following else "  (scrubbed)")
-                     if latest >= 0 else LOADING_TEXT if self.control is not None else "no steps recorded")
+                     if latest >= 0 else self.transport.no_step_text())
         self.status["step"].setText(step_text, f"step {k:,}/{latest:,}" if latest >= 0 else None)
         threads = getattr(self.control, "threads_status", None)
         threads_text = (threads() or "") if callable(threads) else ""

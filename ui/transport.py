@@ -146,10 +146,19 @@ class TransportBar(QWidget):
         self.play_btn.setChecked(False)
         self.refresh_engine()
 
+    def no_step_text(self) -> str:
+        """What stands where the step goes before the first one: "loading…" while a live engine
+        starts, "failed to start" once it reported it could not (its error is in the banner),
+        "no steps recorded" in a replay."""
+        if self.control is None:
+            return "no steps recorded"
+        status = self.control.status()
+        return status if status and "fail" in status.lower() else LOADING_TEXT
+
     def set_position(self, shown: int, latest: int, following: bool) -> None:
         self.shown, self.latest, self.following = shown, latest, following
         # no step yet (a live engine loading its model): the spin box says so instead of "-1"
-        self.spin.setSpecialValueText(LOADING_TEXT if latest < 0 else "")
+        self.spin.setSpecialValueText(self.no_step_text() if latest < 0 else "")
         for w in (self.slider, self.spin):
             w.blockSignals(True)
             if (w.minimum(), w.maximum()) != (min(0, latest), latest):

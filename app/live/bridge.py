@@ -19,6 +19,8 @@ from typing import Any, Callable
 from app.factory import BuiltEngine
 from app.live.source import LiveSource
 from app.long_lived import freeze_long_lived
+from engine.config import ConfigError
+from engine.model.files import ModelLoadError
 from engine.request import Request, SamplingParams
 from engine.state.source import check_knobs, current_knobs
 from engine.state.state import EngineState
@@ -170,7 +172,10 @@ class EngineWorker(threading.Thread):
             self.built = self._build()
             self.build_s = time.perf_counter() - t0
         except Exception as e:  # noqa: BLE001 - shown in the window
-            log.exception("engine build failed")
+            if isinstance(e, (ModelLoadError, ConfigError, OSError)):   # the user's input: one line
+                log.error("engine build failed: %s", e)
+            else:                                                       # a bug: its traceback
+                log.exception("engine build failed")
             self._error = f"{type(e).__name__}: {e}"
             self._status = "failed to start"
             return

@@ -251,3 +251,16 @@ def test_live_button_only_live_and_loading_before_the_first_step(qtbot):
     w.set_source(FakeSource(4), control=None)     # a replay: nothing newer to follow
     assert w.transport.live_btn.isHidden() and w.transport.play_btn.isVisible()
     assert w.transport.spin.text() == "step 3"
+
+
+def test_a_live_engine_that_failed_to_start_says_so_where_the_step_goes(qtbot):
+    """Not "loading…" for ever: once the control reports it failed to start (its error is in
+    the banner), the status bar and the step box say so."""
+    from tests.support.fakes import shown_window
+    source = FakeSource(0)
+    control = FakeControl(source)
+    w = shown_window(qtbot, source, control)
+    assert w.status["step"].text() == "loading…"
+    control.status = lambda: "failed to start"
+    w.refresh()
+    assert w.status["step"].text() == "failed to start" and w.transport.spin.text() == "failed to start"

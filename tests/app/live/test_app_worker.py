@@ -17,6 +17,7 @@ from app.live.source import LiveSource  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
 from engine.engine import LLMEngine  # noqa: E402
 from engine.request import SamplingParams  # noqa: E402
+from engine.model.files import ModelLoadError  # noqa: E402
 from tests.support.fake_runner import FakeRunner  # noqa: E402
 from tests.support.disk_full import fill_disk_at  # noqa: E402
 from recordings.file.reader import Reader  # noqa: E402
@@ -179,3 +180,21 @@ def test_set_knobs_reach_the_engine_and_a_refused_value_is_in_last_error():
             worker.set_knobs(max_num_seqs=2.5)
     finally:
         worker.stop()
+
+
+@pytest.mark.parametrize("error, traceback_logged", [
+    (ModelLoadError("/models/x: no weight files (*.safetensors, *.bin)"), False),
+    (ZeroDivisionError("a bug"), True)])
+def test_a_build_that_fails_says_so_in_one_line_unless_it_is_a_bug(caplog, error, traceback_logged):
+    """A model that does not load is the user's input: the log says it in one line (the window's
+    banner shows it); an unexpected error keeps its traceback."""
+    def build():
+        raise error
+
+    worker = EngineWorker(build, LiveSource(), idle_wait_s=0.01)
+    with caplog.at_level("ERROR"):
+        worker.start()
+        worker.join(10)
+    assert worker.status() == "failed to start" and str(error) in worker.last_error()
+    (record,) = [r for r in caplog.records if "engine build failed" in r.getMessage()]
+    assert (record.exc_info is not None) == traceback_logged
