@@ -104,7 +104,7 @@ class TransportBar(QWidget):
         # re-lays out the window unless its size is fixed (see ui.style.theme.fix_size)
         self.spin.setFixedSize(self.spin.fontMetrics().horizontalAdvance("step 8888888") + 40,
                                self.spin.sizeHint().height())
-        self.latest_label = fix_size(QLabel("of –"), "of 8888888")
+        self.latest_label = fix_size(QLabel("of –"), "of 8,888,888")
         self.live_btn = _button("● Live", "Follow the newest step", checkable=True)
         self.live_btn.setChecked(True)
         self.engine_label = QLabel("")
@@ -165,7 +165,7 @@ class TransportBar(QWidget):
                 w.setRange(min(0, latest), latest)
             w.setValue(shown)
             w.blockSignals(False)
-        self.latest_label.setText(f"of {latest}" if latest >= 0 else "of –")
+        self.latest_label.setText(f"of {latest:,}" if latest >= 0 else "of –")
         self.live_btn.blockSignals(True)
         self.live_btn.setChecked(following)
         self.live_btn.blockSignals(False)

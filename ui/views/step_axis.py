@@ -61,8 +61,11 @@ class StepAxis(pg.AxisItem):
         return levels
 
     def tickStrings(self, values, scale: float, spacing: float) -> list[str]:
-        """The labels of the steps at view coordinates ``values``."""
-        return super().tickStrings([v + self.offset for v in values], scale, spacing)
+        """The labels of the steps at view coordinates ``values`` (whole steps with thousands
+        separators: ``130,050``)."""
+        steps = [v + self.offset for v in values]
+        labels = super().tickStrings(steps, scale, spacing)
+        return [f"{round(s):,}" if float(s).is_integer() else text for s, text in zip(steps, labels)]
 
     def generateDrawSpecs(self, p):
         """pyqtgraph's layout (axis line, ticks, ``(rect, flags, text)`` per label), reused with

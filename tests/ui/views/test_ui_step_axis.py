@@ -51,7 +51,7 @@ def test_paged_labels_equal_a_fresh_layout(qtbot, window):
         fresh = fresh_layout(axis)
         assert [t for _x, t in drawn[-1]] == [t for _x, t in fresh], shown
         assert [x for x, _t in drawn[-1]] == pytest.approx([x for x, _t in fresh], abs=0.5)
-        steps = [int(t) for _x, t in drawn[-1]]
+        steps = [int(t.replace(",", "")) for _x, t in drawn[-1]]
         assert steps and all(x0 <= s < x0 + w.span for s in steps), shown
     spacing = axis.tickValues(-0.5, w.span - 0.5, axis.width())[0][0]
     if page % spacing == 0:              # the ticks stay put: most pages reused the layout
@@ -59,3 +59,13 @@ def test_paged_labels_equal_a_fresh_layout(qtbot, window):
     else:                                # they move: every page is a full layout
         assert axis.relabels == 0
     assert axis.layouts >= 2                              # 999 -> 1000 laid out again
+
+
+def test_whole_steps_read_with_thousands_separators(qtbot):
+    w = SlotTimeline(max_num_seqs=4, window=200)
+    qtbot.addWidget(w)
+    axis = w.step_axis
+    axis.set_offset(130000)
+    assert axis.tickStrings([0.0, 50.0, 150.0], 1.0, 50.0) == ["130,000", "130,050", "130,150"]
+    axis.set_offset(0)
+    assert axis.tickStrings([0.0, 50.0], 1.0, 50.0) == ["0", "50"]
