@@ -57,7 +57,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
                   "memory, arrivals at their real times; the whole Azure code trace (8,819 requests) takes "
                   f"{AZURE_CODE_SIM_TIME}, the conversation trace (19,366 requests over an hour, sparse: ~340k mostly "
                   "idle steps) about 5 minutes, or with --time-scale 0.1 (10x denser arrivals, a queue "
-                  "builds) about 1",
+                  "builds) about 1 minute",
            dict(limit=None, time_scale=1.0, prompt_scale=1.0, min_prompt_tokens=4, max_prompt_tokens=None,
                 output_scale=1.0, min_output_tokens=1, max_output_tokens=None, max_num_seqs=256,
                 max_num_batched_tokens=8192, num_gpu_blocks=None, max_model_len=131072, executor="sim",

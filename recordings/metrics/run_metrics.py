@@ -20,6 +20,7 @@ from recordings.file.schema import prefill_tokens_sql
 from recordings.metrics.stats import Percentiles, latencies, token_times  # noqa: F401  (Percentiles: part of this module's API)
 from recordings.metrics.wall_clock import paused_seconds
 from engine.vocab import Clock
+from engine.plural import plural
 
 
 @dataclass(frozen=True)
@@ -92,11 +93,11 @@ class RunSummary:
         reasons = ", ".join(f"{k}={v}" for k, v in sorted(self.num_finished_by_reason.items()))
         rows = [
             ("clock", self.clock),
-            ("requests", str(self.num_requests)),
-            ("finished", f"{self.num_finished}" + (f" ({reasons})" if reasons else "")),
-            ("steps", str(self.num_steps)),
-            ("prompt tokens", str(self.num_prompt_tokens)),
-            ("output tokens", str(self.num_output_tokens)),
+            ("requests", f"{self.num_requests:,}"),
+            ("finished", f"{self.num_finished:,}" + (f" ({reasons})" if reasons else "")),
+            ("steps", f"{self.num_steps:,}"),
+            ("prompt tokens", f"{self.num_prompt_tokens:,}"),
+            ("output tokens", f"{self.num_output_tokens:,}"),
             (f"duration ({span})", num(self.wall_duration_s)),
             (f"output tokens/s ({span})", num(self.output_tokens_per_s, ".1f")),
         ]
@@ -110,22 +111,22 @@ class RunSummary:
         ]
         if self.num_preemptions:
             share = (f" ({self.num_recomputed_tokens / self.num_computed_tokens:.1%} of the "
-                     f"{self.num_computed_tokens} computed)" if self.num_computed_tokens else "")
-            rows.append(("wasted by preemption", f"{self.num_preempted_tokens} KV tokens dropped, "
-                                                 f"{self.num_recomputed_tokens} computed again{share}"))
+                     f"{self.num_computed_tokens:,} computed)" if self.num_computed_tokens else "")
+            rows.append(("wasted by preemption", f"{self.num_preempted_tokens:,} KV tokens dropped, "
+                                                 f"{self.num_recomputed_tokens:,} computed again{share}"))
         rate = self.prefix_cache_hit_rate
         if rate is not None:
             rows.append(("prefix cache hits / queries",
-                         f"{self.prefix_cache_hits} / {self.prefix_cache_queries} tokens ({rate:.1%})"))
+                         f"{self.prefix_cache_hits:,} / {self.prefix_cache_queries:,} tokens ({rate:.1%})"))
         width = max(min_width, *(len(name) for name, _ in rows))
         return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 
     def _preemption_text(self) -> str:
-        """'5 of 3 requests (priority=4, no_free_blocks=1), at most 2 per request'."""
+        """'5 in 3 requests (priority=4, no_free_blocks=1), at most 2 per request'."""
         if not self.num_preemptions:
             return "0"
         why = ", ".join(f"{k}={v}" for k, v in sorted(self.preemptions_by_reason.items()))
-        return (f"{self.num_preemptions} of {self.num_preempted_requests} requests"
+        return (f"{self.num_preemptions:,} in {plural(self.num_preempted_requests, 'request')}"
                 + (f" ({why})" if why else "")
                 + f", at most {self.max_preemptions_per_request} per request")
 

@@ -43,7 +43,7 @@ CLOCK_SAMPLES = (8888.8, 88.8, 0.888, 888e-6)
 # the other columns' widest texts in the common case (ids of up to 7 characters, 6-digit counts)
 _WIDE_TEXTS = {"id": "0000000", "state": max((s.value.lower().removeprefix("finished_") for s in RequestStatus),
                                              key=len),
-               "prompt": "000000", "output": "00000 / 00000", "preempt": "000", "recomp": "000,000",
+               "prompt": "000,000", "output": "00,000 / 00,000", "preempt": "000", "recomp": "000,000",
                "priority": "000", "reason": ""}
 
 
@@ -169,9 +169,9 @@ def cell_text(r: RequestView, column: int, reason: str | None = None,
     if column == 1:
         return r.status.lower().removeprefix("finished_") if r.is_finished else r.status.lower()
     if column == 2:
-        return str(r.num_prompt_tokens)
+        return f"{r.num_prompt_tokens:,}"
     if column == 3:
-        return f"{r.num_output_tokens} / {r.max_tokens}"
+        return f"{r.num_output_tokens:,} / {r.max_tokens:,}"
     if column == 4:
         return clock_text(r.ttft, _cell_unit(unit))
     if column == 5:

@@ -82,7 +82,8 @@ def assert_preemption_totals(summary, records, finished, block_size: int) -> Non
     rows = {name.strip(): value.strip() for name, value in rows.items()}
     assert rows["wasted by preemption"].startswith(
         f"{live['num_preempted_tokens']} KV tokens dropped, {live['num_recomputed_tokens']} computed again (")
-    assert rows["preemptions"].startswith(f"{summary.num_preemptions} of {len(per_request)} requests")
+    n = len(per_request)
+    assert rows["preemptions"].startswith(f"{summary.num_preemptions:,} in {n:,} request{'' if n == 1 else 's'}")
 
 
 def test_priority_preemptions_are_totalled_from_the_events(tmp_path):
