@@ -17,7 +17,6 @@ Elsewhere (macOS, Windows, musl) it does nothing.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import platform
 
@@ -34,11 +33,7 @@ def limit_malloc_arenas(n: int = 2) -> bool:
         raise ValueError(f"malloc arenas: need at least 1, got {n}")
     if os.environ.get(ENV) or platform.libc_ver()[0] != "glibc":
         return False
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
-    try:
-        libc = ctypes.CDLL(name)
-        return bool(libc.mallopt(ctypes.c_int(M_ARENA_MAX), ctypes.c_int(n)))
+    try:                     # the process's own symbols: glibc's mallopt, no library search
+        return bool(ctypes.CDLL(None).mallopt(ctypes.c_int(M_ARENA_MAX), ctypes.c_int(n)))
     except (OSError, AttributeError):
         return False

@@ -85,12 +85,17 @@ def cut_short(qtbot, tmp_path):
     reader.close()
 
 
+def sized(w, size: tuple[int, int], step: int):
+    """``w`` resized to ``size`` at ``step``, laid out."""
+    w.resize(*size)
+    w.show_step(step)
+    settle()
+    return w
+
+
 @pytest.mark.parametrize("size", SIZES)
 def test_the_status_bar_reads_whole_with_check_and_incomplete_shown(cut_short, size):
-    w = cut_short
-    w.resize(*size)
-    w.show_step(5)
-    settle()
+    w = sized(cut_short, size, 5)
     assert w.width() == size[0], "the window cannot get this narrow"
     assert w.end_btn.isVisible() and w.check_btn.isVisible()
     run = w.status["run"]
@@ -111,10 +116,7 @@ def test_the_status_bar_reads_whole_with_check_and_incomplete_shown(cut_short, s
 
 @pytest.mark.parametrize("size", SIZES)
 def test_the_views_title_numbers_fit_their_labels(cut_short, size):
-    w = cut_short
-    w.resize(*size)
-    w.show_step(11)
-    settle()
+    w = sized(cut_short, size, 11)
     for view in (w.block_map, w.timeline):
         numbers = view.title_numbers
         assert fits(numbers) and numbers.shown_text(), (numbers.text(), numbers.width())
